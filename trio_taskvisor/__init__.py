@@ -1,0 +1,101 @@
+"""trio_taskvisor: a task supervisor for trio.
+
+Supervised tasks with restart policies, backoff and jitter, per-attempt timeouts, a
+two-phase stop, one shared graceful shutdown, a reliable outcome for every task, and
+typed lifecycle events. See ``open_supervisor``.
+"""
+
+import contextlib
+
+from ._actor import TaskState as TaskState
+from ._bus import Subscriber as Subscriber
+from ._context import TaskContext as TaskContext
+from ._context import current_context as current_context
+from ._controller import ControllerConfig as ControllerConfig
+from ._events import BackoffSource as BackoffSource
+from ._events import EventKind as EventKind
+from ._events import TaskEvent as TaskEvent
+from ._exceptions import ConfigError as ConfigError
+from ._exceptions import DeadlockError as DeadlockError
+from ._exceptions import FatalError as FatalError
+from ._exceptions import GraceExceededError as GraceExceededError
+from ._exceptions import NoControllerError as NoControllerError
+from ._exceptions import OutcomeError as OutcomeError
+from ._exceptions import ResourceLimitError as ResourceLimitError
+from ._exceptions import SupervisorClosedError as SupervisorClosedError
+from ._exceptions import TaskCancelled as TaskCancelled
+from ._exceptions import TaskFailure as TaskFailure
+from ._exceptions import TaskNameInUseError as TaskNameInUseError
+from ._logging import LoggingSubscriber as LoggingSubscriber
+from ._outcome import OutcomeKind as OutcomeKind
+from ._outcome import RejectionKind as RejectionKind
+from ._outcome import TaskId as TaskId
+from ._outcome import TaskOutcome as TaskOutcome
+from ._outcome import TaskWaiter as TaskWaiter
+from ._policies import BackoffPolicy as BackoffPolicy
+from ._policies import Jitter as Jitter
+from ._policies import RestartPolicy as RestartPolicy
+from ._registry import TaskInfo as TaskInfo
+from ._spec import INHERIT as INHERIT
+from ._spec import TaskDefaults as TaskDefaults
+from ._spec import TaskSpec as TaskSpec
+from ._supervisor import Supervisor as Supervisor
+from ._supervisor import SupervisorConfig as SupervisorConfig
+from ._supervisor import SupervisorStatistics as SupervisorStatistics
+from ._supervisor import open_supervisor as open_supervisor
+from ._supervisor import run as run
+
+__all__ = [
+    "INHERIT",
+    "BackoffPolicy",
+    "BackoffSource",
+    "ConfigError",
+    "ControllerConfig",
+    "DeadlockError",
+    "EventKind",
+    "FatalError",
+    "GraceExceededError",
+    "Jitter",
+    "LoggingSubscriber",
+    "NoControllerError",
+    "OutcomeError",
+    "OutcomeKind",
+    "RejectionKind",
+    "ResourceLimitError",
+    "RestartPolicy",
+    "Subscriber",
+    "Supervisor",
+    "SupervisorClosedError",
+    "SupervisorConfig",
+    "SupervisorStatistics",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskDefaults",
+    "TaskEvent",
+    "TaskFailure",
+    "TaskId",
+    "TaskInfo",
+    "TaskNameInUseError",
+    "TaskOutcome",
+    "TaskSpec",
+    "TaskState",
+    "TaskWaiter",
+    "current_context",
+    "open_supervisor",
+    "run",
+]
+
+__version__ = "0.1.0"
+
+
+def _fixup_module_metadata() -> None:
+    # Present every export as trio_taskvisor.X (reprs, docs, pickling of errors).
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith("trio_taskvisor."):
+            with contextlib.suppress(AttributeError, TypeError):
+                obj.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

@@ -1,0 +1,253 @@
+"""The event bus: one bounded bus channel, a fan-out task, one lane per subscriber.
+
+Publishing never blocks and never fails: an event that finds the bus channel or a
+lane's queue full is dropped and counted. Each subscriber has its own bounded
+channel and lane task, so a slow or failing subscriber never slows tasks or other
+subscribers. With no subscriber and no open ``events()`` stream, ``active`` is false
+and callers skip building events altogether.
+
+Decisions the design leaves open:
+
+* ``SUBSCRIBER_FAILED`` goes to every lane except the failing one; the failing
+  subscriber keeps receiving later events.
+* An ``events()`` stream is a lane whose subscriber forwards into an unbuffered
+  channel, so it gets the same drop counting and overflow markers; its drops count
+  in ``events_dropped`` but not in ``subscriber_dropped``. Closing the receive side
+  early ends the stream quietly.
+* Events still queued when the drain deadline passes count as dropped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import trio
+
+from ._events import EventKind, TaskEvent
+from ._exceptions import ConfigError
+
+
+class Subscriber(Protocol):
+    """Anything with ``async def on_event(self, event)``.
+
+    Optional attributes: ``name`` (default: the class name) and ``queue_capacity``
+    (default 1024).
+    """
+
+    async def on_event(self, event: TaskEvent, /) -> None: ...
+
+
+def check_capacity(what: str, value: object) -> int:
+    """Validate a channel capacity: an ``int >= 1``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < 1:
+        raise ConfigError(f"{what} must be >= 1, got {value!r}")
+    return value
+
+
+class _Lane:
+    __slots__ = ("closer", "deliver", "dropped", "name", "pending", "recv", "scope", "send")
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int,
+        deliver: Callable[[TaskEvent], Awaitable[object]],
+        *,
+        closer: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.deliver = deliver
+        self.closer = closer  # set for events() streams: closes the consumer's channel
+        self.send, self.recv = trio.open_memory_channel[TaskEvent](capacity)
+        self.scope = trio.CancelScope()
+        self.pending = 0  # drops not yet reported by an overflow marker
+        self.dropped = 0  # all drops of this lane
+
+
+class EventBus:
+    """Owns sequence numbers, the bus channel and the lanes of one supervisor."""
+
+    def __init__(self, capacity: int, subscribers: tuple[Subscriber, ...]) -> None:
+        self._send, self._recv = trio.open_memory_channel[TaskEvent](capacity)
+        self._lanes: tuple[_Lane, ...] = ()
+        self._seq = 0
+        self._failed_origin: dict[int, _Lane] = {}
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+        self.finished = trio.Event()
+        self.active = False
+        self.published = 0
+        self.dropped = 0
+        self._initial = tuple(_subscriber_lane(s) for s in subscribers)
+
+    # -- publishing ---------------------------------------------------------------
+
+    def _build(self, kind: EventKind, fields: dict[str, Any]) -> TaskEvent:
+        self._seq += 1
+        self.published += 1
+        return TaskEvent(self._seq, trio.current_time(), time.time(), kind, **fields)
+
+    def publish(self, kind: EventKind, **fields: Any) -> None:
+        """Publish an event to every lane; never blocks, drops when full."""
+        if not self.active:
+            return
+        event = self._build(kind, fields)
+        try:
+            self._send.send_nowait(event)
+        except trio.WouldBlock:
+            self.dropped += 1
+        except trio.ClosedResourceError:
+            pass
+
+    def subscriber_dropped(self) -> dict[str, int]:
+        """Drops per subscriber name (streams excluded)."""
+        counts: dict[str, int] = {}
+        for lane in self._lanes:
+            if lane.closer is None:
+                counts[lane.name] = counts.get(lane.name, 0) + lane.dropped
+        return counts
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the fan-out and the lanes until ``close()`` and the drain end."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for lane in self._initial:
+                    self._add_lane(lane)
+                nursery.start_soon(self._fan_out, name="taskvisor fan-out")
+                task_status.started()
+        finally:
+            self._closed = True
+            self.active = False
+            self.finished.set()
+
+    def close(self) -> None:
+        """Stop accepting events; the fan-out forwards what is queued, then ends."""
+        self._send.close()
+
+    def cancel(self) -> None:
+        """Drop whatever is still queued and cancel lanes in progress."""
+        for lane in self._lanes:
+            queued = lane.recv.statistics().current_buffer_used
+            lane.dropped += queued
+            self.dropped += queued
+            lane.scope.cancel(reason="subscriber drain deadline passed")
+        self.dropped += self._recv.statistics().current_buffer_used
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel(reason="subscriber drain deadline passed")
+
+    def _add_lane(self, lane: _Lane) -> None:
+        assert self._nursery is not None
+        self._lanes = (*self._lanes, lane)
+        self.active = True
+        self._nursery.start_soon(self._run_lane, lane, name=f"taskvisor lane {lane.name}")
+
+    def _remove_lane(self, lane: _Lane) -> None:
+        self._lanes = tuple(x for x in self._lanes if x is not lane)
+        self.active = bool(self._lanes)
+        lane.send.close()
+        lane.scope.cancel(reason="event stream closed")
+
+    @asynccontextmanager
+    async def stream(self, capacity: int) -> AsyncGenerator[trio.MemoryReceiveChannel[TaskEvent]]:
+        """Open a lane that forwards later events into a receive channel."""
+        capacity = check_capacity("capacity", capacity)
+        send, recv = trio.open_memory_channel[TaskEvent](0)
+        if self._closed or self._nursery is None:
+            send.close()
+            await trio.lowlevel.checkpoint()
+            yield recv
+            return
+        lane = _Lane("events()", capacity, send.send, closer=send.close)
+        self._add_lane(lane)
+        try:
+            await trio.lowlevel.checkpoint()
+            yield recv
+        finally:
+            self._remove_lane(lane)
+
+    # -- tasks ------------------------------------------------------------------------
+
+    async def _fan_out(self) -> None:
+        try:
+            async for event in self._recv:
+                origin = None
+                if event.kind is EventKind.SUBSCRIBER_FAILED:
+                    origin = self._failed_origin.pop(event.seq, None)
+                for lane in self._lanes:
+                    if lane is origin:
+                        continue
+                    try:
+                        lane.send.send_nowait(event)
+                    except trio.WouldBlock:
+                        lane.pending += 1
+                        lane.dropped += 1
+                        self.dropped += 1
+                    except trio.ClosedResourceError:
+                        pass
+        finally:
+            for lane in self._lanes:
+                lane.send.close()
+
+    async def _run_lane(self, lane: _Lane) -> None:
+        try:
+            with lane.scope:
+                async for event in lane.recv:
+                    if not await self._deliver(lane, event):
+                        return
+                    if lane.pending and not lane.recv.statistics().current_buffer_used:
+                        dropped, lane.pending = lane.pending, 0
+                        marker = self._build(
+                            EventKind.SUBSCRIBER_OVERFLOW, {"name": lane.name, "dropped": dropped}
+                        )
+                        if not await self._deliver(lane, marker):
+                            return
+        finally:
+            if lane.closer is not None:
+                lane.closer()
+
+    async def _deliver(self, lane: _Lane, event: TaskEvent) -> bool:
+        try:
+            await lane.deliver(event)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if lane.closer is not None:
+                self._remove_lane(lane)
+                return False
+            raise
+        except Exception as exc:
+            # Isolate the failure: report it to the other lanes, keep this one going.
+            if self.active:
+                failure = self._build(
+                    EventKind.SUBSCRIBER_FAILED,
+                    {"name": lane.name, "reason": f"{type(exc).__name__}: {exc}"},
+                )
+                self._failed_origin[failure.seq] = lane
+                try:
+                    self._send.send_nowait(failure)
+                except trio.WouldBlock:
+                    self._failed_origin.pop(failure.seq)
+                    self.dropped += 1
+                except trio.ClosedResourceError:
+                    self._failed_origin.pop(failure.seq)
+        return True
+
+
+def _subscriber_lane(subscriber: Subscriber) -> _Lane:
+    on_event = getattr(subscriber, "on_event", None)
+    if on_event is None or not inspect.iscoroutinefunction(on_event):
+        raise TypeError(f"subscriber must have an 'async def on_event(event)', got {subscriber!r}")
+    name = getattr(subscriber, "name", None) or type(subscriber).__name__
+    if not isinstance(name, str):
+        raise TypeError(f"subscriber name must be a str, got {name!r}")
+    capacity = check_capacity(
+        f"queue_capacity of subscriber {name!r}", getattr(subscriber, "queue_capacity", 1024)
+    )
+    return _Lane(name, capacity, on_event)

@@ -1,0 +1,72 @@
+"""Typed lifecycle events: ``TaskEvent``, ``EventKind`` and ``BackoffSource``.
+
+Events are best-effort observability. Reliable results come from ``TaskWaiter``,
+never from events.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from ._outcome import OutcomeKind, RejectionKind, TaskId
+
+
+class EventKind(enum.StrEnum):
+    """What happened; the values are the snake_case names."""
+
+    TASK_ADD_REQUESTED = "task_add_requested"
+    TASK_ADDED = "task_added"
+    TASK_ADD_FAILED = "task_add_failed"
+    ATTEMPT_STARTING = "attempt_starting"
+    ATTEMPT_SUCCEEDED = "attempt_succeeded"
+    ATTEMPT_FAILED = "attempt_failed"
+    ATTEMPT_TIMED_OUT = "attempt_timed_out"
+    ATTEMPT_CANCELLED = "attempt_cancelled"
+    BACKOFF_SCHEDULED = "backoff_scheduled"
+    TASK_REMOVE_REQUESTED = "task_remove_requested"
+    TASK_FINISHED = "task_finished"
+    TASK_REMOVED = "task_removed"
+    SHUTDOWN_REQUESTED = "shutdown_requested"
+    ALL_STOPPED_WITHIN_GRACE = "all_stopped_within_grace"
+    GRACE_EXCEEDED = "grace_exceeded"
+    CONTROLLER_SUBMITTED = "controller_submitted"
+    CONTROLLER_REJECTED = "controller_rejected"
+    CONTROLLER_SLOT_TRANSITION = "controller_slot_transition"
+    SUBSCRIBER_OVERFLOW = "subscriber_overflow"
+    SUBSCRIBER_FAILED = "subscriber_failed"
+
+
+class BackoffSource(enum.Enum):
+    """Why a ``BACKOFF_SCHEDULED`` delay was scheduled."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+@attrs.frozen(slots=True)
+class TaskEvent:
+    """One lifecycle event.
+
+    ``seq`` counts from 1 per supervisor in publication order; ``time`` is
+    ``trio.current_time()`` and ``wall_time`` is ``time.time()`` at publication.
+    """
+
+    seq: int
+    time: float
+    wall_time: float
+    kind: EventKind
+    task_id: TaskId | None = None
+    name: str | None = None
+    slot: str | None = None
+    attempt: int | None = None
+    reason: str | None = None
+    outcome: OutcomeKind | None = None
+    rejection: RejectionKind | None = None
+    delay: float | None = None
+    timeout: float | None = None
+    duration: float | None = None
+    exit_code: int | None = None
+    backoff_source: BackoffSource | None = None
+    dropped: int | None = None

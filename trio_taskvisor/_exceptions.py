@@ -1,0 +1,114 @@
+"""The exceptions trio_taskvisor raises, and the ones tasks raise to steer it.
+
+::
+
+    Exception
+     ├── ConfigError(ValueError)              invalid configuration or policy values
+     ├── TaskNameInUseError(ValueError)       .name; add/add_batch
+     ├── ResourceLimitError(RuntimeError)     .resource, .limit
+     ├── NoControllerError(RuntimeError)      submit without a controller
+     ├── DeadlockError(RuntimeError)          waiting on own slot's queued work
+     ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
+     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap()
+     ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
+     ├── TaskFailure(Exception)               raised by tasks: retryable, with .exit_code
+     └── TaskCancelled(Exception)             raised by tasks: stop as CANCELLED
+    trio.ClosedResourceError
+     └── SupervisorClosedError                intake after shutdown began
+
+Messages are lower-case and name the offending value.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from ._outcome import TaskOutcome
+
+
+class ConfigError(ValueError):
+    """A configuration or policy value is invalid; raised where the value is given."""
+
+
+class TaskNameInUseError(ValueError):
+    """The task name is taken by a registered, stopping or still-running task."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"task name {name!r} is already in use")
+        self.name = name
+
+
+class ResourceLimitError(RuntimeError):
+    """A configured limit (``resource``) of size ``limit`` is reached."""
+
+    def __init__(self, resource: str, limit: int) -> None:
+        super().__init__(f"{resource} limit of {limit} reached")
+        self.resource = resource
+        self.limit = limit
+
+
+class NoControllerError(RuntimeError):
+    """A controller operation was used on a supervisor without a ``ControllerConfig``."""
+
+    def __init__(self, operation: str = "submit") -> None:
+        super().__init__(
+            f"{operation} needs a controller: pass SupervisorConfig(controller=ControllerConfig())"
+        )
+
+
+class DeadlockError(RuntimeError):
+    """A task awaited work that is queued behind the slot the task itself owns."""
+
+
+class GraceExceededError(Exception):
+    """Shutdown had to force-abort tasks that did not stop within ``grace`` seconds."""
+
+    def __init__(self, grace: float, stuck: tuple[str, ...]) -> None:
+        super().__init__(
+            f"{len(stuck)} task(s) did not stop within the grace of {grace!r} s: "
+            + ", ".join(stuck)
+        )
+        self.grace = grace
+        self.stuck = stuck
+
+
+class OutcomeError(Exception):
+    """``TaskOutcome.unwrap()`` of an outcome that is not a success."""
+
+    def __init__(self, outcome: TaskOutcome) -> None:
+        detail = f": {outcome.reason}" if outcome.reason else ""
+        super().__init__(f"task ended {outcome.kind.value}{detail}")
+        self.outcome = outcome
+
+
+class FatalError(Exception):
+    """Raised by a task to stop at once, without retry (outcome ``FATAL``)."""
+
+    def __init__(self, reason: str, *, exit_code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.exit_code = exit_code
+
+
+class TaskFailure(Exception):
+    """Raised by a task for a retryable failure that carries an exit code."""
+
+    def __init__(self, reason: str, *, exit_code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.exit_code = exit_code
+
+
+class TaskCancelled(Exception):
+    """Raised by a task to end itself as ``CANCELLED``, without retry."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(*(() if reason is None else (reason,)))
+        self.reason = reason
+
+
+class SupervisorClosedError(trio.ClosedResourceError):
+    """Intake (add, submit) after the supervisor's shutdown has begun."""

@@ -1,0 +1,73 @@
+"""``LoggingSubscriber``: one stdlib log record per event.
+
+Every event field goes into the record's ``extra`` under a ``taskvisor_`` prefix
+(``taskvisor_name``, ``taskvisor_kind``, ...), so structured formatters (JSON,
+structlog's stdlib bridge) get them as fields; ``name`` itself is reserved by
+``LogRecord``. Failures log at WARNING, losses and faults at ERROR, routine
+lifecycle at DEBUG/INFO.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import attrs
+
+from ._events import EventKind, TaskEvent
+from ._outcome import OutcomeKind
+
+_LEVELS: Final = {
+    EventKind.TASK_ADD_REQUESTED: logging.DEBUG,
+    EventKind.ATTEMPT_STARTING: logging.DEBUG,
+    EventKind.ATTEMPT_SUCCEEDED: logging.DEBUG,
+    EventKind.TASK_REMOVED: logging.DEBUG,
+    EventKind.CONTROLLER_SUBMITTED: logging.DEBUG,
+    EventKind.CONTROLLER_SLOT_TRANSITION: logging.DEBUG,
+    EventKind.ATTEMPT_FAILED: logging.WARNING,
+    EventKind.ATTEMPT_TIMED_OUT: logging.WARNING,
+    EventKind.TASK_ADD_FAILED: logging.WARNING,
+    EventKind.CONTROLLER_REJECTED: logging.WARNING,
+    EventKind.SUBSCRIBER_OVERFLOW: logging.WARNING,
+    EventKind.GRACE_EXCEEDED: logging.ERROR,
+    EventKind.SUBSCRIBER_FAILED: logging.ERROR,
+}
+_FAILED_OUTCOMES: Final = {
+    OutcomeKind.FAILED: logging.WARNING,
+    OutcomeKind.FATAL: logging.ERROR,
+    OutcomeKind.FORCE_ABORTED: logging.ERROR,
+    OutcomeKind.PANICKED: logging.ERROR,
+}
+
+
+def _level(event: TaskEvent) -> int:
+    if event.kind is EventKind.TASK_FINISHED and event.outcome is not None:
+        return _FAILED_OUTCOMES.get(event.outcome, logging.INFO)
+    return _LEVELS.get(event.kind, logging.INFO)
+
+
+class LoggingSubscriber:
+    """Log every event to ``logger`` (default: the ``trio_taskvisor`` logger)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger if logger is not None else logging.getLogger("trio_taskvisor")
+        self.name = "LoggingSubscriber"
+
+    async def on_event(self, event: TaskEvent) -> None:
+        """Log ``event``: one record, fields in ``extra``."""
+        level = _level(event)
+        if not self.logger.isEnabledFor(level):
+            return
+        parts = [event.kind.value]
+        if event.name is not None:
+            parts.append(repr(event.name))
+        if event.task_id is not None:
+            parts.append(str(event.task_id))
+        if event.outcome is not None:
+            parts.append(event.outcome.value)
+        if event.reason is not None:
+            parts.append(f"- {event.reason}")
+        extra = {
+            f"taskvisor_{key}": value for key, value in attrs.asdict(event, recurse=False).items()
+        }
+        self.logger.log(level, " ".join(parts), extra=extra)

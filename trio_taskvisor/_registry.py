@@ -1,0 +1,416 @@
+"""The registry loop: sole owner of membership, and of every stop's deadline.
+
+The registry receives commands on one bounded memory channel and processes them in
+order, so a remove sent after an add always sees that add. It spawns one actor per
+admitted task in its own nursery, and keeps a heap of force deadlines: while stops are
+pending it waits for the next command only until the earliest deadline, then forces.
+
+Membership has two views:
+
+* ``_tasks``: registered and stopping tasks, whose outcome is not committed yet
+  (``list()``, name targets);
+* ``_names``: every name reserved by a live actor, including force-aborted actors that
+  have not physically exited (duplicate checks, ``max_registered_tasks``).
+
+Actors call ``actor_exited`` directly when they end: the call runs in the actor's
+task but between two checkpoints, so it is as atomic as a command.
+
+Decisions the design leaves open:
+
+* ``TASK_ADD_REQUESTED`` is published when the registry takes the command in, just
+  before ``TASK_ADDED`` / ``TASK_ADD_FAILED``.
+* An add accepted on the channel before shutdown began is admitted and then stopped
+  with everything else; one that reaches the registry after the shutdown command is
+  rejected ``SHUTTING_DOWN`` (``add`` raises ``SupervisorClosedError``).
+* For a batch, the "first conflicting" name is that of the first item, in batch order,
+  that clashes with a registered name or with an earlier item. Duplicates are checked
+  before the limit.
+* ``GraceExceededError.stuck`` lists the tasks forced after shutdown began; a task
+  force-aborted before it (and still running) is waited for but not listed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+from trio_util import AsyncValue
+
+from ._actor import TaskRecord, TaskState, run_actor
+from ._events import EventKind
+from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUseError
+from ._outcome import FORCE_ABORTED, RejectionKind, TaskId, TaskOutcome
+
+if TYPE_CHECKING:
+    from ._bus import EventBus
+    from ._supervisor import Supervisor
+
+
+@attrs.frozen
+class TaskInfo:
+    """A registered or stopping task, as ``Supervisor.list()`` reports it."""
+
+    id: TaskId
+    name: str
+    slot: str | None
+    state: TaskState
+    attempt: int
+
+
+class Reply:
+    """A one-shot answer from a loop to a waiting caller."""
+
+    __slots__ = ("error", "event", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.error: BaseException | None = None
+        self.value: object = None
+
+    def set(self, value: object = None, error: BaseException | None = None) -> None:
+        self.value = value
+        self.error = error
+        self.event.set()
+
+    async def wait(self) -> object:
+        await self.event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class AddCommand:
+    __slots__ = ("batch", "records", "reply")
+
+    def __init__(
+        self, records: Sequence[TaskRecord], reply: Reply | None, *, batch: bool = False
+    ) -> None:
+        self.records = records
+        self.reply = reply
+        self.batch = batch
+
+
+class StopCommand:
+    __slots__ = ("reply", "target")
+
+    def __init__(self, target: TaskId | str, reply: Reply) -> None:
+        self.target = target
+        self.reply = reply
+
+
+class ShutdownCommand:
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+
+Command = AddCommand | StopCommand | ShutdownCommand
+
+
+class Registry:
+    """Membership, admission, stops and forces of one supervisor."""
+
+    def __init__(self, supervisor: Supervisor, bus: EventBus) -> None:
+        config = supervisor.config
+        self.supervisor = supervisor
+        self.bus = bus
+        self.random: random.Random = config.random
+        self.grace: float = config.grace
+        self.limit: int | None = config.max_registered_tasks
+        self.limiter = (
+            None if config.max_concurrent is None else trio.CapacityLimiter(config.max_concurrent)
+        )
+        self.send, self._recv = trio.open_memory_channel[Command](config.command_capacity)
+        self._tasks: dict[TaskId, TaskRecord] = {}
+        self._names: dict[str, TaskRecord] = {}
+        self._heap: list[tuple[float, int, TaskRecord]] = []
+        self._nursery: trio.Nursery | None = None
+        self._loop_scope = trio.CancelScope()
+        self.running_attempts = 0
+        self.waiting_for_permit = 0
+        # Accepted-but-unprocessed adds plus live actors: zero means idle.
+        self.busy = AsyncValue(0)
+        self.shutting_down = False
+        self._shutdown_deadline = math.inf
+        self.stuck: list[str] = []
+        self.stopped = trio.Event()  # every outcome committed after shutdown began
+        self.exited = trio.Event()  # the loop ended: every actor physically exited
+        self.on_crash: Callable[[BaseException], None] = lambda exc: None
+
+    # -- reading (any task) -----------------------------------------------------------
+
+    def infos(self) -> tuple[TaskInfo, ...]:
+        return tuple(
+            TaskInfo(rec.id, rec.name, rec.slot, rec.state, rec.attempt)
+            for rec in sorted(self._tasks.values(), key=lambda rec: rec.id)
+        )
+
+    def alive(self) -> tuple[str, ...]:
+        return tuple(sorted(name for name, rec in self._names.items() if rec.in_attempt))
+
+    def is_alive(self, name: str) -> bool:
+        rec = self._names.get(name)
+        return rec is not None and rec.in_attempt
+
+    @property
+    def registered(self) -> int:
+        return len(self._tasks)
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve commands until shutdown has seen every actor exit."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                with self._loop_scope:
+                    await self._serve()
+        finally:
+            # Answer whatever is still queued (with the shutdown's replies), then
+            # close: later senders get BrokenResourceError.
+            while True:
+                try:
+                    command = self._recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                self._handle(command)
+            self._recv.close()
+            self.exited.set()
+
+    async def _serve(self) -> None:
+        receive = self._recv.receive
+        handle = self._handle
+        heap = self._heap
+        while True:
+            if heap:
+                self._force_due()
+            if heap:
+                with trio.move_on_at(heap[0][0]):
+                    handle(await receive())
+            else:
+                handle(await receive())
+
+    def _handle(self, command: Command) -> None:
+        if type(command) is AddCommand:
+            if command.batch:
+                self._admit_batch(command.records, command.reply)
+            else:
+                self._admit_one(command.records[0], command.reply)
+            self.busy.value -= len(command.records)
+        elif type(command) is StopCommand:
+            command.reply.set(self.stop(command.target))
+        else:
+            assert type(command) is ShutdownCommand
+            self._begin_shutdown(command.deadline)
+
+    # -- admission ----------------------------------------------------------------------
+
+    def _reject(self, rec: TaskRecord, rejection: RejectionKind) -> None:
+        outcome = TaskOutcome.rejected(rejection)
+        if self.bus.active:
+            self.bus.publish(
+                EventKind.TASK_ADD_FAILED,
+                task_id=rec.id,
+                name=rec.name,
+                slot=rec.slot,
+                reason=outcome.reason,
+                outcome=outcome.kind,
+                rejection=rejection,
+            )
+        rec.waiter._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+
+    def _admit_one(self, rec: TaskRecord, reply: Reply | None) -> None:
+        bus = self.bus
+        if bus.active:
+            bus.publish(EventKind.TASK_ADD_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot)
+        error: BaseException | None = None
+        if self.shutting_down:
+            self._reject(rec, RejectionKind.SHUTTING_DOWN)
+            error = SupervisorClosedError("the supervisor is shutting down")
+        elif rec.name in self._names:
+            self._reject(rec, RejectionKind.ALREADY_EXISTS)
+            error = TaskNameInUseError(rec.name)
+        elif self.limit is not None and len(self._names) >= self.limit:
+            self._reject(rec, RejectionKind.RESOURCE_LIMIT)
+            error = ResourceLimitError("max_registered_tasks", self.limit)
+        else:
+            self._register(rec)
+            self._spawn(rec)
+        if reply is not None:
+            reply.set(rec.waiter, error)
+
+    def _admit_batch(self, recs: Sequence[TaskRecord], reply: Reply | None) -> None:
+        bus = self.bus
+        if bus.active:
+            for rec in recs:
+                bus.publish(
+                    EventKind.TASK_ADD_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot
+                )
+        error: BaseException | None = None
+        kinds = [RejectionKind.BATCH_REJECTED] * len(recs)
+        if self.shutting_down:
+            kinds = [RejectionKind.SHUTTING_DOWN] * len(recs)
+            error = SupervisorClosedError("the supervisor is shutting down")
+        else:
+            seen: set[str] = set()
+            for i, rec in enumerate(recs):
+                if rec.name in self._names or rec.name in seen:
+                    kinds[i] = RejectionKind.ALREADY_EXISTS
+                    if error is None:
+                        error = TaskNameInUseError(rec.name)
+                seen.add(rec.name)
+            if (
+                error is None
+                and self.limit is not None
+                and len(self._names) + len(recs) > self.limit
+            ):
+                kinds = [RejectionKind.RESOURCE_LIMIT] * len(recs)
+                error = ResourceLimitError("max_registered_tasks", self.limit)
+        if error is not None:
+            for rec, kind in zip(recs, kinds, strict=True):
+                self._reject(rec, kind)
+        else:
+            for rec in recs:
+                self._register(rec)
+            # Bodies start only once every item of the batch is registered.
+            for rec in recs:
+                self._spawn(rec)
+        if reply is not None:
+            reply.set([rec.waiter for rec in recs], error)
+
+    def _register(self, rec: TaskRecord) -> None:
+        self._tasks[rec.id] = rec
+        self._names[rec.name] = rec
+        self.busy.value += 1
+        if self.bus.active:
+            self.bus.publish(EventKind.TASK_ADDED, task_id=rec.id, name=rec.name, slot=rec.slot)
+        if self.shutting_down:
+            self._request_stop(rec, self._shutdown_deadline)
+
+    def _spawn(self, rec: TaskRecord) -> None:
+        # start_soon copies the current context: call it inside the captured one.
+        rec.context.run(self._start_actor, rec)
+
+    def _start_actor(self, rec: TaskRecord) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(run_actor, rec, self, name=rec.name)
+
+    # -- stops ----------------------------------------------------------------------------
+
+    def lookup(self, target: TaskId | str) -> TaskRecord | None:
+        """Find a registered (not yet committed) task by id or name."""
+        if isinstance(target, str):
+            rec = self._names.get(target)
+            return None if rec is None or rec.committed else rec
+        return self._tasks.get(target)  # pyright: ignore[reportArgumentType]
+
+    def stop(self, target: TaskId | str) -> tuple[bool, TaskRecord | None]:
+        """Claim or join the stop of ``target``: (claimed, the task if it is stopping)."""
+        rec = self.lookup(target)
+        if rec is None:
+            return False, None
+        if rec.stop_requested:
+            return False, rec
+        self._request_stop(rec, trio.current_time() + self.grace)
+        return True, rec
+
+    def _request_stop(self, rec: TaskRecord, deadline: float) -> None:
+        if self.bus.active:
+            self.bus.publish(
+                EventKind.TASK_REMOVE_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot
+            )
+        rec.request_stop("stop requested")
+        self._set_force_deadline(rec, deadline)
+
+    def _set_force_deadline(self, rec: TaskRecord, deadline: float) -> None:
+        rec.force_deadline = deadline
+        if deadline <= trio.current_time():
+            self._force(rec)
+        elif not math.isinf(deadline):
+            heapq.heappush(self._heap, (deadline, int(rec.id), rec))
+
+    def _force_due(self) -> None:
+        heap = self._heap
+        now = trio.current_time()
+        while heap and heap[0][0] <= now:
+            deadline, _, rec = heapq.heappop(heap)
+            if not rec.committed and rec.force_deadline == deadline:
+                self._force(rec)
+
+    def _force(self, rec: TaskRecord) -> None:
+        rec.force()
+        if self.shutting_down:
+            self.stuck.append(rec.name)
+        self._commit(rec, FORCE_ABORTED)
+
+    # -- endings --------------------------------------------------------------------------
+
+    def _commit(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
+        rec.committed = True
+        del self._tasks[rec.id]
+        bus = self.bus
+        if bus.active:
+            fields = {"task_id": rec.id, "name": rec.name, "slot": rec.slot}
+            bus.publish(
+                EventKind.TASK_FINISHED,
+                outcome=outcome.kind,
+                reason=outcome.reason,
+                exit_code=outcome.exit_code,
+                attempt=rec.attempt,
+                **fields,
+            )
+            bus.publish(EventKind.TASK_REMOVED, **fields)
+        rec.waiter._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        if self.shutting_down and not self._tasks:
+            self._all_stopped()
+
+    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
+        """Called by the actor as it ends: free the name, then commit."""
+        del self._names[rec.name]
+        self.busy.value -= 1
+        if not rec.committed:
+            self._commit(rec, outcome)
+        if rec.on_exit is not None:
+            rec.on_exit(rec)
+        if self.shutting_down and not self._names:
+            self._loop_scope.cancel(reason="shutdown: every actor exited")
+
+    def crashed(self, exc: BaseException) -> None:
+        self.on_crash(exc)
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def _begin_shutdown(self, deadline: float) -> None:
+        self.shutting_down = True
+        self._shutdown_deadline = deadline
+        for rec in list(self._tasks.values()):
+            if rec.stop_requested:
+                # Already stopping: keep the later of its own deadline and the shared one.
+                if deadline > rec.force_deadline:
+                    self._set_force_deadline(rec, deadline)
+            else:
+                self._request_stop(rec, deadline)
+        if not self._tasks:
+            self._all_stopped()
+        if not self._names:
+            self._loop_scope.cancel(reason="shutdown: no actor left")
+
+    def _all_stopped(self) -> None:
+        if self.stopped.is_set():
+            return
+        self.stuck.sort()
+        if self.bus.active:
+            if self.stuck:
+                self.bus.publish(
+                    EventKind.GRACE_EXCEEDED, reason=f"forced: {', '.join(self.stuck)}"
+                )
+            else:
+                self.bus.publish(EventKind.ALL_STOPPED_WITHIN_GRACE)
+        self.stopped.set()

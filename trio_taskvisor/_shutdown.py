@@ -1,0 +1,83 @@
+"""The one shared, cached shutdown workflow of a supervisor.
+
+1. Close intake; publish ``SHUTDOWN_REQUESTED`` (explicit calls, leaving the
+   ``open_supervisor`` block, signals and crashes; not ``run()``'s natural completion).
+2. Send the shutdown command behind every command already accepted, so those are
+   processed with real replies.
+3. The registry soft-stops every task under one grace deadline and forces the rest
+   at that deadline (``GRACE_EXCEEDED``, else ``ALL_STOPPED_WITHIN_GRACE``).
+4. Wait for every actor to exit physically (this wait cannot be bounded in trio: a
+   forced task that never reaches a checkpoint keeps it open), then drain
+   subscribers for at most ``subscriber_shutdown_timeout`` and drop the rest.
+
+The workflow runs as a task in the supervisor's shielded background nursery, so
+cancelling a caller of ``shutdown()`` only stops that caller's wait.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from ._events import EventKind
+from ._exceptions import GraceExceededError
+from ._registry import ShutdownCommand
+
+if TYPE_CHECKING:
+    from ._bus import EventBus
+    from ._registry import Registry
+
+
+class Shutdown:
+    """State of the one shutdown: started (intake closed), done, and its result."""
+
+    __slots__ = ("_bus", "_drain_timeout", "_grace", "_registry", "done", "started", "stuck")
+
+    def __init__(
+        self, registry: Registry, bus: EventBus, *, grace: float, drain_timeout: float
+    ) -> None:
+        self._registry = registry
+        self._bus = bus
+        self._grace = grace
+        self._drain_timeout = drain_timeout
+        self.started = False
+        self.done = trio.Event()
+        self.stuck: tuple[str, ...] = ()
+
+    def start(self, nursery: trio.Nursery, *, explicit: bool) -> None:
+        """Begin the workflow in ``nursery`` unless it has begun; close intake at once."""
+        if self.started:
+            return
+        self.started = True
+        if explicit and self._bus.active:
+            self._bus.publish(EventKind.SHUTDOWN_REQUESTED)
+        nursery.start_soon(self._run, name="taskvisor shutdown")
+
+    def error(self) -> GraceExceededError | None:
+        """The cached result as a fresh exception, or ``None``."""
+        return GraceExceededError(self._grace, self.stuck) if self.stuck else None
+
+    async def wait(self) -> None:
+        """Wait for the workflow to finish; raise its result. A checkpoint."""
+        await self.done.wait()
+        error = self.error()
+        if error is not None:
+            raise error
+
+    async def _run(self) -> None:
+        registry = self._registry
+        bus = self._bus
+        try:
+            deadline = trio.current_time() + self._grace
+            await registry.send.send(ShutdownCommand(deadline))
+            await registry.exited.wait()
+            self.stuck = tuple(registry.stuck)
+            bus.close()
+            with trio.move_on_after(self._drain_timeout):
+                await bus.finished.wait()
+            if not bus.finished.is_set():
+                bus.cancel()
+                await bus.finished.wait()
+        finally:
+            self.done.set()

@@ -1,0 +1,61 @@
+"""Helpers for testing code that uses trio_taskvisor.
+
+``EventRecorder`` is a subscriber that keeps every event it receives. It can be
+constructed outside ``trio.run``, so a pytest fixture can build it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from ._events import EventKind, TaskEvent
+
+__all__ = ["EventRecorder"]
+
+
+def _matches(event: TaskEvent, kind: EventKind, fields: dict[str, Any]) -> bool:
+    return event.kind is kind and all(getattr(event, k) == v for k, v in fields.items())
+
+
+class EventRecorder:
+    """Record events in delivery order; query them and wait for them."""
+
+    def __init__(self, *, name: str = "EventRecorder", queue_capacity: int = 1024) -> None:
+        self.name = name
+        self.queue_capacity = queue_capacity
+        self.events: list[TaskEvent] = []
+        self._waiters: list[tuple[EventKind, dict[str, Any], trio.Event]] = []
+
+    async def on_event(self, event: TaskEvent) -> None:
+        """Record ``event`` and wake the ``wait_for`` calls it matches."""
+        self.events.append(event)
+        for kind, fields, wake in self._waiters:
+            if _matches(event, kind, fields):
+                wake.set()
+
+    def kinds(self, *wanted: EventKind) -> list[EventKind]:
+        """The kinds of the recorded events in order, only ``wanted`` ones if given."""
+        return [e.kind for e in self.events if not wanted or e.kind in wanted]
+
+    def of(self, kind: EventKind, **fields: Any) -> list[TaskEvent]:
+        """Recorded events of ``kind`` whose attributes equal ``fields``."""
+        return [e for e in self.events if _matches(e, kind, fields)]
+
+    async def wait_for(self, kind: EventKind, **fields: Any) -> TaskEvent:
+        """Return the first recorded match, waiting for one if there is none yet.
+
+        A checkpoint.
+        """
+        for event in self.events:
+            if _matches(event, kind, fields):
+                await trio.lowlevel.checkpoint()
+                return event
+        entry = (kind, fields, trio.Event())
+        self._waiters.append(entry)
+        try:
+            await entry[2].wait()
+        finally:
+            self._waiters.remove(entry)
+        return next(e for e in self.events if _matches(e, kind, fields))
