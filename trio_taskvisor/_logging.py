@@ -63,8 +63,14 @@ class LoggingSubscriber:
             parts.append(repr(event.name))
         if event.task_id is not None:
             parts.append(str(event.task_id))
+        if event.attempt is not None and event.kind is not EventKind.TASK_FINISHED:
+            parts.append(f"attempt={event.attempt}")
+        if event.delay is not None:
+            parts.append(f"delay={event.delay:.3g}s")
         if event.outcome is not None:
             parts.append(event.outcome.value)
+        if event.rejection is not None:
+            parts.append(event.rejection.value)
         if event.reason is not None:
             parts.append(f"- {event.reason}")
         extra = {
