@@ -19,6 +19,7 @@ from . import (
     LoggingSubscriber,
     SupervisorConfig,
     TaskSpec,
+    TaskWaiter,
     current_context,
     open_supervisor,
 )
@@ -55,6 +56,7 @@ async def main() -> None:
         TaskSpec.once("stubborn", stubborn),
     ]
     config = SupervisorConfig(grace=0.5)
+    waiters: list[TaskWaiter] = []
     try:
         async with open_supervisor(config, subscribers=[LoggingSubscriber()]) as sup:
             waiters = await sup.add_batch(specs)
