@@ -12,6 +12,10 @@ from ._bus import Subscriber as Subscriber
 from ._context import TaskContext as TaskContext
 from ._context import current_context as current_context
 from ._controller import ControllerConfig as ControllerConfig
+from ._controller import ControllerSnapshot as ControllerSnapshot
+from ._controller import ControllerSpec as ControllerSpec
+from ._controller import PreparedSubmission as PreparedSubmission
+from ._controller import SlotView as SlotView
 from ._events import BackoffSource as BackoffSource
 from ._events import EventKind as EventKind
 from ._events import TaskEvent as TaskEvent
@@ -36,6 +40,8 @@ from ._policies import BackoffPolicy as BackoffPolicy
 from ._policies import Jitter as Jitter
 from ._policies import RestartPolicy as RestartPolicy
 from ._registry import TaskInfo as TaskInfo
+from ._slots import AdmissionPolicy as AdmissionPolicy
+from ._slots import SlotStatus as SlotStatus
 from ._spec import INHERIT as INHERIT
 from ._spec import TaskDefaults as TaskDefaults
 from ._spec import TaskSpec as TaskSpec
@@ -46,23 +52,29 @@ from ._supervisor import open_supervisor as open_supervisor
 from ._supervisor import run as run
 
 __all__ = [
-    "INHERIT",
+    "AdmissionPolicy",
     "BackoffPolicy",
     "BackoffSource",
     "ConfigError",
     "ControllerConfig",
+    "ControllerSnapshot",
+    "ControllerSpec",
     "DeadlockError",
     "EventKind",
     "FatalError",
     "GraceExceededError",
+    "INHERIT",
     "Jitter",
     "LoggingSubscriber",
     "NoControllerError",
     "OutcomeError",
     "OutcomeKind",
+    "PreparedSubmission",
     "RejectionKind",
     "ResourceLimitError",
     "RestartPolicy",
+    "SlotStatus",
+    "SlotView",
     "Subscriber",
     "Supervisor",
     "SupervisorClosedError",

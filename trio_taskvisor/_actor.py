@@ -51,6 +51,7 @@ from ._spec import ResolvedSpec, TaskFn
 if TYPE_CHECKING:
     from trio_util import AsyncBool
 
+    from ._controller import Controller
     from ._registry import Registry
 
 _PANICKED = TaskOutcome(OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled")
@@ -79,7 +80,9 @@ class TaskRecord:
         "attempt",
         "committed",
         "context",
+        "controller",
         "defer_scopes",
+        "entry",
         "fn",
         "force_deadline",
         "forced",
@@ -87,7 +90,6 @@ class TaskRecord:
         "id",
         "in_attempt",
         "name",
-        "on_exit",
         "policy",
         "slot",
         "state",
@@ -125,8 +127,9 @@ class TaskRecord:
         self.force_deadline = math.inf
         self.defer_scopes: set[trio.CancelScope] = set()
         self._flag: AsyncBool | None = None
-        # Called after the actor physically exited (the controller's completion hook).
-        self.on_exit: Any = None
+        # Set for controller work: the controller to notify, and its slot machine entry.
+        self.controller: Controller | None = None
+        self.entry: Any = None
 
     def cancel_flag(self) -> AsyncBool:
         """The observable stop request, created on first use."""

@@ -217,13 +217,16 @@ class EventBus:
     async def _deliver(self, lane: _Lane, event: TaskEvent) -> bool:
         try:
             await lane.deliver(event)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            if lane.closer is not None:
+        except Exception as exc:
+            if lane.closer is not None and isinstance(
+                exc, trio.BrokenResourceError | trio.ClosedResourceError
+            ):
+                # The consumer of an events() stream closed its end: end the stream.
                 self._remove_lane(lane)
                 return False
-            raise
-        except Exception as exc:
-            # Isolate the failure: report it to the other lanes, keep this one going.
+            # Isolate the failure, whatever it is (trio's resource errors from a
+            # subscriber's own channels included): report it to the other lanes,
+            # keep this one going.
             if self.active:
                 failure = self._build(
                     EventKind.SUBSCRIBER_FAILED,

@@ -1,15 +1,55 @@
-"""The keyed controller: one owner per slot.
+"""The keyed controller: one owner per slot, with queue / replace / drop / join policies.
 
-Only its configuration exists so far; the controller loop lands with the keyed
-controller work.
+The controller loop receives submissions and id-based removes on its own bounded
+channel and drives the pure ``SlotMachine`` (``_slots``). A slot's first owner is
+handed to the registry through the registry's command channel, so the owner is
+observably ``ADMITTING`` until the registry decides. The registry reports back by
+calling ``on_admission`` (after its decision) and ``on_exit`` (after the owner
+physically exited and its outcome was committed) directly: those calls run in the
+registry's or the actor's task, between two checkpoints, so they are as atomic as a
+message and need no lock. The next owner of a slot is admitted by a direct registry
+call from there, so a slot never waits an extra loop hop between two owners.
+
+Decisions the design leaves open:
+
+* A ``remove``/``cancel`` by ``TaskId`` always goes through the controller's channel
+  when a controller is installed (so it is ordered after the submission it targets);
+  work the controller does not hold is forwarded to the registry's channel.
+* A JOIN on an idle slot starts its own work, like any policy on an idle slot.
+* ``prepare_submission`` captures the caller's context variables when it is called.
 """
 
 from __future__ import annotations
 
-import attrs
+import contextvars
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ._bus import check_capacity
-from ._exceptions import ConfigError
+import attrs
+import trio
+
+from ._actor import TaskRecord
+from ._bus import EventBus, check_capacity
+from ._events import EventKind
+from ._exceptions import ConfigError, SupervisorClosedError
+from ._outcome import RejectionKind, TaskId, TaskOutcome, TaskWaiter, allocate_id
+from ._registry import AddCommand, Registry, Reply, StopCommand
+from ._slots import (
+    ADMIT,
+    DETACH,
+    JOIN,
+    REJECT,
+    STOP,
+    SUBMITTED,
+    AdmissionPolicy,
+    Entry,
+    SlotMachine,
+    SlotStatus,
+)
+from ._spec import TaskSpec, resolve
+
+if TYPE_CHECKING:
+    from ._spec import TaskDefaults
 
 
 def _check_limit(what: str, value: object, *, minimum: int, optional: bool = True) -> None:
@@ -38,3 +78,377 @@ class ControllerConfig:
         _check_limit("max_total_pending", self.max_total_pending, minimum=0)
         _check_limit("max_slots", self.max_slots, minimum=1)
         _check_limit("max_waiters", self.max_waiters, minimum=0)
+
+
+def _check_slot(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"slot must be a str or None, got {value!r}")
+    if not value:
+        raise ConfigError("slot must not be empty")
+    return value
+
+
+@attrs.frozen
+class ControllerSpec:
+    """A submission to the controller: the task, its slot and the busy-slot policy."""
+
+    task: TaskSpec
+    policy: AdmissionPolicy = AdmissionPolicy.QUEUE
+    slot: str | None = attrs.field(default=None, converter=_check_slot)
+    wait: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.task, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"task must be a TaskSpec, got {self.task!r}")
+        if not isinstance(self.policy, AdmissionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"policy must be an AdmissionPolicy, got {self.policy!r}")
+        if not isinstance(self.wait, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"wait must be a bool, got {self.wait!r}")
+        if self.wait and self.policy in (AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING):
+            raise ConfigError(f"policy {self.policy.name} has no wait mode, got wait=True")
+
+    @property
+    def slot_name(self) -> str:
+        """The slot: ``slot``, or the task name."""
+        return self.task.name if self.slot is None else self.slot
+
+    @classmethod
+    def queue(
+        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
+    ) -> ControllerSpec:
+        """Run when the slot is free; queue FIFO behind its owner."""
+        return cls(task, AdmissionPolicy.QUEUE, slot, wait)
+
+    @classmethod
+    def replace(
+        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
+    ) -> ControllerSpec:
+        """Stop the slot's owner and become the head of its queue."""
+        return cls(task, AdmissionPolicy.REPLACE, slot, wait)
+
+    @classmethod
+    def drop_if_running(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
+        """Run only if the slot is idle; otherwise reject ``SLOT_BUSY``."""
+        return cls(task, AdmissionPolicy.DROP_IF_RUNNING, slot)
+
+    @classmethod
+    def join(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
+        """On a busy slot, start nothing: resolve to the outcome of the slot's last work."""
+        return cls(task, AdmissionPolicy.JOIN, slot)
+
+
+@attrs.frozen
+class SlotView:
+    """One tracked slot in a ``ControllerSnapshot``."""
+
+    slot: str
+    status: SlotStatus | None
+    owner_id: TaskId | None
+    queue_depth: int
+    waiting: int
+    status_for: float
+
+
+@attrs.frozen
+class ControllerSnapshot:
+    """The controller's slots at one instant, sorted by slot."""
+
+    slots: tuple[SlotView, ...]
+    running_count: int
+    total_queued: int
+
+    def slot(self, name: str) -> SlotView | None:
+        """The view of slot ``name``, or ``None`` if it is not tracked."""
+        for view in self.slots:
+            if view.slot == name:
+                return view
+        return None
+
+
+class SubmitCommand:
+    __slots__ = ("entry",)
+
+    def __init__(self, entry: Entry) -> None:
+        self.entry = entry
+
+
+class RemoveCommand:
+    __slots__ = ("reply", "target")
+
+    def __init__(self, target: TaskId, reply: Reply) -> None:
+        self.target = target
+        self.reply = reply
+
+
+ControllerCommand = SubmitCommand | RemoveCommand
+
+
+class PreparedSubmission:
+    """A submission whose ``TaskId`` is allocated; submit it once."""
+
+    __slots__ = ("_controller", "_entry", "_used", "id")
+
+    def __init__(self, controller: Controller, entry: Entry) -> None:
+        self._controller = controller
+        self._entry = entry
+        self._used = False
+        self.id: TaskId = entry.payload.id
+
+    def __repr__(self) -> str:
+        return f"<PreparedSubmission {self.id} slot={self._entry.key!r}>"
+
+    def _claim(self) -> Entry:
+        if self._used:
+            raise RuntimeError(f"prepared submission {self.id} was already submitted")
+        self._used = True
+        return self._entry
+
+    async def submit(self) -> TaskWaiter:
+        """Submit; waits for controller command capacity (intake only)."""
+        self._controller.check_open()
+        return await self._controller.send(self._claim())
+
+    def submit_nowait(self) -> TaskWaiter:
+        """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
+        self._controller.check_open()
+        entry = self._entry
+        self._controller.send_nowait(entry)
+        self._claim()
+        return entry.payload.waiter  # type: ignore[no-any-return]
+
+
+class Controller:
+    """The controller loop and the driver of its ``SlotMachine``."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        registry: Registry,
+        bus: EventBus,
+        defaults: TaskDefaults,
+        is_closed: Callable[[], bool],
+    ) -> None:
+        self.machine = SlotMachine(
+            max_slot_queue=config.max_slot_queue,
+            max_total_pending=config.max_total_pending,
+            max_slots=config.max_slots,
+            max_waiters=config.max_waiters,
+        )
+        self.registry = registry
+        self.bus = bus
+        self._defaults = defaults
+        self._is_closed = is_closed
+        self._send, self._recv = trio.open_memory_channel[ControllerCommand](config.queue_capacity)
+        self._loop_scope = trio.CancelScope()
+        self.exited = trio.Event()
+
+    # -- intake (caller's task) ----------------------------------------------------------
+
+    def check_open(self) -> None:
+        if self._is_closed():
+            raise SupervisorClosedError("the supervisor is shutting down; intake is closed")
+
+    def prepare(self, request: ControllerSpec) -> Entry:
+        """Build the entry (and its record) of ``request``; allocates the ``TaskId``."""
+        if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"expected a ControllerSpec, got {request!r}")
+        spec = request.task
+        key = request.slot_name
+        rec = TaskRecord(
+            allocate_id(),
+            spec.name,
+            spec.fn,
+            spec.args,
+            resolve(spec, self._defaults),
+            contextvars.copy_context(),
+            slot=key,
+        )
+        rec.controller = self
+        entry = Entry(rec.id, key, request.policy, wait=request.wait, payload=rec)
+        rec.entry = entry
+        return entry
+
+    async def send(self, entry: Entry) -> TaskWaiter:
+        busy = self.registry.busy
+        busy.value += 1
+        try:
+            await self._send.send(SubmitCommand(entry))
+        except trio.BrokenResourceError:
+            busy.value -= 1
+            raise SupervisorClosedError("the supervisor has shut down") from None
+        except BaseException:
+            busy.value -= 1
+            raise
+        return entry.payload.waiter  # type: ignore[no-any-return]
+
+    def send_nowait(self, entry: Entry) -> TaskWaiter:
+        busy = self.registry.busy
+        busy.value += 1
+        try:
+            self._send.send_nowait(SubmitCommand(entry))
+        except trio.BrokenResourceError:
+            busy.value -= 1
+            raise SupervisorClosedError("the supervisor has shut down") from None
+        except BaseException:
+            busy.value -= 1
+            raise
+        return entry.payload.waiter  # type: ignore[no-any-return]
+
+    async def stop(self, target: TaskId) -> tuple[bool, TaskRecord | None] | None:
+        """Route a stop by id through the controller; ``None`` if the loop has ended."""
+        reply = Reply()
+        try:
+            await self._send.send(RemoveCommand(target, reply))
+        except trio.BrokenResourceError:
+            return None
+        await reply.wait()
+        return reply.value  # type: ignore[return-value]
+
+    def snapshot(self) -> ControllerSnapshot:
+        now = trio.current_time()
+        views = tuple(
+            SlotView(
+                slot=slot.key,
+                status=slot.status,
+                owner_id=None if slot.owner is None else TaskId(slot.owner.id),
+                queue_depth=len(slot.queue),
+                waiting=len(slot.held),
+                status_for=now - slot.since,
+            )
+            for slot in sorted(self.machine.slots.values(), key=lambda s: s.key)
+        )
+        return ControllerSnapshot(
+            slots=views,
+            running_count=sum(1 for v in views if v.status is SlotStatus.RUNNING),
+            total_queued=self.machine.pending,
+        )
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve submissions and removes until the shutdown ends the loop."""
+        try:
+            with self._loop_scope:
+                task_status.started()
+                while True:
+                    await self._handle(await self._recv.receive())
+        finally:
+            # The registry has ended: what is still queued gets the shutdown's replies.
+            while True:
+                try:
+                    command = self._recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if type(command) is SubmitCommand:
+                    self.machine.submit(command.entry, trio.current_time())
+                    self._apply_direct()
+                else:
+                    assert type(command) is RemoveCommand
+                    command.reply.set(self._remove_held(command.target) or (False, None))
+            self._recv.close()
+            self.exited.set()
+
+    def close(self) -> None:
+        """Shutdown began: reject queued and held work; queues never advance again."""
+        self.machine.close()
+        self._apply_direct()
+
+    def end(self) -> None:
+        """The registry has ended: stop the loop once it drained its channel."""
+        self._loop_scope.cancel(reason="supervisor shut down")
+
+    async def _handle(self, command: ControllerCommand) -> None:
+        if type(command) is SubmitCommand:
+            self.machine.submit(command.entry, trio.current_time())
+            admits = self._apply(self.machine.effects)
+            for entry in admits:
+                rec: TaskRecord = entry.payload
+                self.registry.busy.value += 1
+                try:
+                    await self.registry.send.send(AddCommand((rec,), None))
+                except trio.BrokenResourceError:
+                    self.registry.busy.value -= 1
+                    self.on_admission(rec, False)
+            return
+        assert type(command) is RemoveCommand
+        removed = self._remove_held(command.target)
+        if removed is not None:
+            command.reply.set(removed)
+            return
+        try:
+            await self.registry.send.send(StopCommand(command.target, command.reply))
+        except trio.BrokenResourceError:
+            command.reply.set((False, None))
+
+    def _remove_held(self, target: TaskId) -> tuple[bool, TaskRecord] | None:
+        entry = self.machine.remove(target, trio.current_time())
+        if entry is None:
+            return None
+        self._apply_direct()
+        return True, entry.payload
+
+    # -- registry callbacks (registry's or actor's task) ------------------------------------
+
+    def on_admission(self, rec: TaskRecord, accepted: bool) -> None:
+        """The registry decided on an owner sent through its channel."""
+        self.registry.busy.value -= 1  # the entry left the controller's custody
+        self.machine.admitted(rec.entry, accepted, trio.current_time())
+        self._apply_direct()
+
+    def on_exit(self, rec: TaskRecord) -> None:
+        """An owner physically exited and its outcome is committed."""
+        self.machine.exited(rec.entry, trio.current_time())
+        self._apply_direct()
+
+    # -- effects ------------------------------------------------------------------------------
+
+    def _apply_direct(self) -> None:
+        """Carry out pending effects now; owners are admitted by a direct registry call."""
+        machine = self.machine
+        while machine.effects:
+            for entry in self._apply(machine.effects):
+                rec: TaskRecord = entry.payload
+                accepted = self.registry.admit_now(rec)
+                self.registry.busy.value -= 1  # the entry left the controller's custody
+                machine.admitted(entry, accepted, trio.current_time())
+
+    def _apply(self, effects: list[tuple[str, Entry, Any]]) -> list[Entry]:
+        """Carry out every effect but admissions, which are returned in order."""
+        self.machine.effects = []
+        admits: list[Entry] = []
+        busy = self.registry.busy
+        bus = self.bus
+        for tag, entry, arg in effects:
+            rec: TaskRecord = entry.payload
+            if tag is ADMIT:
+                admits.append(entry)
+            elif tag is STOP:
+                self.registry.stop(rec.id)
+            elif tag is REJECT or tag is DETACH:
+                rejection = RejectionKind(arg)
+                rec.waiter._resolve(TaskOutcome.rejected(rejection))  # pyright: ignore[reportPrivateUsage]
+                if tag is REJECT:
+                    busy.value -= 1
+                if bus.active:
+                    bus.publish(
+                        EventKind.CONTROLLER_REJECTED,
+                        task_id=rec.id,
+                        name=rec.name,
+                        slot=entry.key,
+                        rejection=rejection,
+                        reason=rejection.value,
+                    )
+            elif tag is JOIN:
+                busy.value -= 1
+                target: TaskRecord = arg.payload
+                rec.waiter._follow(target.waiter)  # pyright: ignore[reportPrivateUsage]
+            elif bus.active:
+                kind = (
+                    EventKind.CONTROLLER_SUBMITTED
+                    if tag is SUBMITTED
+                    else EventKind.CONTROLLER_SLOT_TRANSITION
+                )
+                bus.publish(kind, task_id=rec.id, name=rec.name, slot=entry.key, reason=arg)
+        return admits

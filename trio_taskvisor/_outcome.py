@@ -128,13 +128,14 @@ class TaskWaiter:
     Dropping a waiter never affects the task.
     """
 
-    __slots__ = ("_event", "_outcome", "id", "name")
+    __slots__ = ("_event", "_followers", "_outcome", "id", "name")
 
     def __init__(self, id: TaskId, name: str) -> None:
         self.id = id
         self.name = name
         self._outcome: TaskOutcome | None = None
         self._event: trio.Event | None = None
+        self._followers: list[TaskWaiter] | None = None
 
     def __repr__(self) -> str:
         state = self._outcome.kind.value if self._outcome else "pending"
@@ -166,4 +167,17 @@ class TaskWaiter:
         self._outcome = outcome
         if self._event is not None:
             self._event.set()
+        if self._followers is not None:
+            for follower in self._followers:
+                follower._resolve(outcome)
+            self._followers = None
         return True
+
+    def _follow(self, target: TaskWaiter) -> None:
+        """Resolve to ``target``'s outcome (a JOIN)."""
+        if target._outcome is not None:
+            self._resolve(target._outcome)
+        elif target._followers is None:
+            target._followers = [self]
+        else:
+            target._followers.append(self)

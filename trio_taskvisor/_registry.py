@@ -202,7 +202,10 @@ class Registry:
             if command.batch:
                 self._admit_batch(command.records, command.reply)
             else:
-                self._admit_one(command.records[0], command.reply)
+                rec = command.records[0]
+                accepted = self._admit_one(rec, command.reply)
+                if rec.controller is not None:
+                    rec.controller.on_admission(rec, accepted)
             self.busy.value -= len(command.records)
         elif type(command) is StopCommand:
             command.reply.set(self.stop(command.target))
@@ -226,7 +229,11 @@ class Registry:
             )
         rec.waiter._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
 
-    def _admit_one(self, rec: TaskRecord, reply: Reply | None) -> None:
+    def admit_now(self, rec: TaskRecord) -> bool:
+        """Admit controller work directly (no channel hop); return whether accepted."""
+        return self._admit_one(rec, None)
+
+    def _admit_one(self, rec: TaskRecord, reply: Reply | None) -> bool:
         bus = self.bus
         if bus.active:
             bus.publish(EventKind.TASK_ADD_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot)
@@ -245,6 +252,7 @@ class Registry:
             self._spawn(rec)
         if reply is not None:
             reply.set(rec.waiter, error)
+        return error is None
 
     def _admit_batch(self, recs: Sequence[TaskRecord], reply: Reply | None) -> None:
         bus = self.bus
@@ -377,8 +385,8 @@ class Registry:
         self.busy.value -= 1
         if not rec.committed:
             self._commit(rec, outcome)
-        if rec.on_exit is not None:
-            rec.on_exit(rec)
+        if rec.controller is not None:
+            rec.controller.on_exit(rec)
         if self.shutting_down and not self._names:
             self._loop_scope.cancel(reason="shutdown: every actor exited")
 

@@ -26,18 +26,35 @@ from ._registry import ShutdownCommand
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+    from ._controller import Controller
     from ._registry import Registry
 
 
 class Shutdown:
     """State of the one shutdown: started (intake closed), done, and its result."""
 
-    __slots__ = ("_bus", "_drain_timeout", "_grace", "_registry", "done", "started", "stuck")
+    __slots__ = (
+        "_bus",
+        "_controller",
+        "_drain_timeout",
+        "_grace",
+        "_registry",
+        "done",
+        "started",
+        "stuck",
+    )
 
     def __init__(
-        self, registry: Registry, bus: EventBus, *, grace: float, drain_timeout: float
+        self,
+        registry: Registry,
+        bus: EventBus,
+        controller: Controller | None,
+        *,
+        grace: float,
+        drain_timeout: float,
     ) -> None:
         self._registry = registry
+        self._controller = controller
         self._bus = bus
         self._grace = grace
         self._drain_timeout = drain_timeout
@@ -70,8 +87,13 @@ class Shutdown:
         bus = self._bus
         try:
             deadline = trio.current_time() + self._grace
+            if self._controller is not None:
+                self._controller.close()
             await registry.send.send(ShutdownCommand(deadline))
             await registry.exited.wait()
+            if self._controller is not None:
+                self._controller.end()
+                await self._controller.exited.wait()
             self.stuck = tuple(registry.stuck)
             bus.close()
             with trio.move_on_after(self._drain_timeout):

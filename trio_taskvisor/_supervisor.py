@@ -39,9 +39,15 @@ import trio
 
 from ._actor import TaskRecord
 from ._bus import EventBus, Subscriber, check_capacity
-from ._controller import ControllerConfig
+from ._controller import (
+    Controller,
+    ControllerConfig,
+    ControllerSnapshot,
+    ControllerSpec,
+    PreparedSubmission,
+)
 from ._events import TaskEvent
-from ._exceptions import ConfigError, SupervisorClosedError
+from ._exceptions import ConfigError, NoControllerError, SupervisorClosedError
 from ._outcome import TaskId, TaskWaiter, allocate_id
 from ._registry import AddCommand, Registry, Reply, StopCommand, TaskInfo
 from ._shutdown import Shutdown
@@ -129,9 +135,21 @@ class Supervisor:
         self._bus = EventBus(config.bus_capacity, subscribers)
         self._registry = Registry(self, self._bus)
         self._registry.on_crash = self._on_crash
+        self._controller = (
+            None
+            if config.controller is None
+            else Controller(
+                config.controller,
+                self._registry,
+                self._bus,
+                config.task_defaults,
+                lambda: self._shutdown.started,
+            )
+        )
         self._shutdown = Shutdown(
             self._registry,
             self._bus,
+            self._controller,
             grace=config.grace,
             drain_timeout=config.subscriber_shutdown_timeout,
         )
@@ -159,6 +177,8 @@ class Supervisor:
                     self._background = nursery
                     await nursery.start(self._bus.run)
                     await nursery.start(self._registry.run)
+                    if self._controller is not None:
+                        await nursery.start(self._controller.run)
                     task_status.started()
         finally:
             self._shutdown.done.set()
@@ -259,6 +279,10 @@ class Supervisor:
 
     async def _stop(self, target: TaskId | str) -> tuple[bool, TaskRecord | None]:
         _check_target(target)
+        if self._controller is not None and not isinstance(target, str):
+            routed = await self._controller.stop(TaskId(target))
+            if routed is not None:
+                return routed
         reply = Reply()
         try:
             await self._registry.send.send(StopCommand(target, reply))
@@ -288,6 +312,41 @@ class Supervisor:
         if rec is not None:
             await rec.waiter.wait()
         return claimed
+
+    # -- the controller ------------------------------------------------------------------
+
+    def _require_controller(self, operation: str) -> Controller:
+        if self._controller is None:
+            raise NoControllerError(operation)
+        return self._controller
+
+    async def submit(self, request: ControllerSpec) -> TaskWaiter:
+        """Hand ``request`` to the controller; return means intake only.
+
+        Waits for controller command capacity. Raises ``NoControllerError`` without a
+        controller and ``SupervisorClosedError`` after shutdown began.
+        """
+        controller = self._require_controller("submit")
+        controller.check_open()
+        return await controller.send(controller.prepare(request))
+
+    def submit_nowait(self, request: ControllerSpec) -> TaskWaiter:
+        """Hand ``request`` to the controller without blocking.
+
+        Raises ``trio.WouldBlock`` when the controller's command channel is full.
+        """
+        controller = self._require_controller("submit_nowait")
+        controller.check_open()
+        return controller.send_nowait(controller.prepare(request))
+
+    def prepare_submission(self, request: ControllerSpec) -> PreparedSubmission:
+        """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
+        controller = self._require_controller("prepare_submission")
+        return PreparedSubmission(controller, controller.prepare(request))
+
+    def controller_snapshot(self) -> ControllerSnapshot:
+        """The controller's slots now (atomic)."""
+        return self._require_controller("controller_snapshot").snapshot()
 
     # -- observing --------------------------------------------------------------------------
 
