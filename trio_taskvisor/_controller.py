@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
 
 from ._actor import TaskRecord
 from ._bus import EventBus, check_capacity
+from ._context import current_task_context
 from ._events import EventKind
-from ._exceptions import ConfigError, SupervisorClosedError
+from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
 from ._outcome import RejectionKind, TaskId, TaskOutcome, TaskWaiter, allocate_id
 from ._registry import AddCommand, Registry, Reply, StopCommand
 from ._slots import (
@@ -243,6 +244,10 @@ class Controller:
         self._send, self._recv = trio.open_memory_channel[ControllerCommand](config.queue_capacity)
         self._loop_scope = trio.CancelScope()
         self.exited = trio.Event()
+        # Submissions sent but not yet taken in by the loop, and callers that wait
+        # for one to be taken in (deadlock checks).
+        self._in_channel: set[int] = set()
+        self._taken_in: dict[int, trio.Event] = {}
 
     # -- intake (caller's task) ----------------------------------------------------------
 
@@ -266,35 +271,62 @@ class Controller:
             slot=key,
         )
         rec.controller = self
+        rec.waiter._guard = self  # pyright: ignore[reportPrivateUsage]
         entry = Entry(rec.id, key, request.policy, wait=request.wait, payload=rec)
         rec.entry = entry
         return entry
 
     async def send(self, entry: Entry) -> TaskWaiter:
-        busy = self.registry.busy
-        busy.value += 1
+        """Send a submission, waiting for channel capacity."""
+        self._sending(entry)
         try:
             await self._send.send(SubmitCommand(entry))
-        except trio.BrokenResourceError:
-            busy.value -= 1
-            raise SupervisorClosedError("the supervisor has shut down") from None
-        except BaseException:
-            busy.value -= 1
-            raise
+        except BaseException as exc:
+            self._not_sent(entry, exc)
         return entry.payload.waiter  # type: ignore[no-any-return]
 
     def send_nowait(self, entry: Entry) -> TaskWaiter:
-        busy = self.registry.busy
-        busy.value += 1
+        """Send a submission; ``trio.WouldBlock`` when the channel is full."""
+        self._sending(entry)
         try:
             self._send.send_nowait(SubmitCommand(entry))
-        except trio.BrokenResourceError:
-            busy.value -= 1
-            raise SupervisorClosedError("the supervisor has shut down") from None
-        except BaseException:
-            busy.value -= 1
-            raise
+        except BaseException as exc:
+            self._not_sent(entry, exc)
         return entry.payload.waiter  # type: ignore[no-any-return]
+
+    def _sending(self, entry: Entry) -> None:
+        # Counted from intake until the entry leaves the controller's custody.
+        self.registry.busy.value += 1
+        self._in_channel.add(entry.id)
+
+    def _not_sent(self, entry: Entry, exc: BaseException) -> NoReturn:
+        self.registry.busy.value -= 1
+        self._in_channel.discard(entry.id)
+        if isinstance(exc, trio.BrokenResourceError):
+            raise SupervisorClosedError("the supervisor has shut down") from None
+        raise exc
+
+    def _take_in(self, entry: Entry) -> None:
+        self._in_channel.discard(entry.id)
+        if self._taken_in:
+            event = self._taken_in.pop(entry.id, None)
+            if event is not None:
+                event.set()
+        self.machine.submit(entry, trio.current_time())
+
+    async def check_deadlock(self, waiter: TaskWaiter) -> None:
+        """Raise ``DeadlockError`` if the calling attempt waits behind its own slot."""
+        context = current_task_context.get(None)
+        if context is None or context.slot is None:
+            return
+        if waiter.id in self._in_channel:
+            event = self._taken_in.setdefault(waiter.id, trio.Event())
+            await event.wait()
+        if self.machine.is_behind(waiter.id, context.slot):
+            raise DeadlockError(
+                f"task {context.name!r} ({context.id}) waits for {waiter.name!r} ({waiter.id}), "
+                f"which is queued behind the task's own slot {context.slot!r}"
+            )
 
     async def stop(self, target: TaskId) -> tuple[bool, TaskRecord | None] | None:
         """Route a stop by id through the controller; ``None`` if the loop has ended."""
@@ -342,7 +374,7 @@ class Controller:
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
                 if type(command) is SubmitCommand:
-                    self.machine.submit(command.entry, trio.current_time())
+                    self._take_in(command.entry)
                     self._apply_direct()
                 else:
                     assert type(command) is RemoveCommand
@@ -361,7 +393,7 @@ class Controller:
 
     async def _handle(self, command: ControllerCommand) -> None:
         if type(command) is SubmitCommand:
-            self.machine.submit(command.entry, trio.current_time())
+            self._take_in(command.entry)
             admits = self._apply(self.machine.effects)
             for entry in admits:
                 rec: TaskRecord = entry.payload

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import trio
@@ -122,13 +122,17 @@ CANCELLED: Final = TaskOutcome(OutcomeKind.CANCELLED)
 FORCE_ABORTED: Final = TaskOutcome(OutcomeKind.FORCE_ABORTED, reason=FORCE_ABORTED_REASON)
 
 
+class _DeadlockGuard(Protocol):
+    async def check_deadlock(self, waiter: TaskWaiter, /) -> None: ...
+
+
 class TaskWaiter:
     """The handle to one task's final outcome.
 
     Dropping a waiter never affects the task.
     """
 
-    __slots__ = ("_event", "_followers", "_outcome", "id", "name")
+    __slots__ = ("_event", "_followers", "_guard", "_outcome", "id", "name")
 
     def __init__(self, id: TaskId, name: str) -> None:
         self.id = id
@@ -136,6 +140,8 @@ class TaskWaiter:
         self._outcome: TaskOutcome | None = None
         self._event: trio.Event | None = None
         self._followers: list[TaskWaiter] | None = None
+        # Set for controller work: raises DeadlockError when waiting would never end.
+        self._guard: _DeadlockGuard | None = None
 
     def __repr__(self) -> str:
         state = self._outcome.kind.value if self._outcome else "pending"
@@ -144,9 +150,13 @@ class TaskWaiter:
     async def wait(self) -> TaskOutcome:
         """Wait for the task's final outcome and return it.
 
-        Always a checkpoint, even when the outcome is already known.
+        Always a checkpoint, even when the outcome is already known. Raises
+        ``DeadlockError`` when called from a task that owns a slot, on work queued or
+        held behind that same slot (or joined to such work or to the caller).
         """
         if self._outcome is None:
+            if self._guard is not None:
+                await self._guard.check_deadlock(self)
             if self._event is None:
                 self._event = trio.Event()
             await self._event.wait()

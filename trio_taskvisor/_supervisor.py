@@ -31,8 +31,9 @@ import logging
 import math
 import random
 import signal
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -51,9 +52,11 @@ from ._exceptions import ConfigError, NoControllerError, SupervisorClosedError
 from ._outcome import TaskId, TaskWaiter, allocate_id
 from ._registry import AddCommand, Registry, Reply, StopCommand, TaskInfo
 from ._shutdown import Shutdown
+from ._slots import AdmissionPolicy
 from ._spec import TaskDefaults, TaskSpec, resolve
 
 logger = logging.getLogger("trio_taskvisor")
+T = TypeVar("T")
 
 
 def _check_seconds(what: str, value: object) -> None:
@@ -156,6 +159,7 @@ class Supervisor:
         self._background: trio.Nursery | None = None
         self._body_scope: trio.CancelScope | None = None
         self._crash: BaseException | None = None
+        self._calls = 0  # run_in_slot names
 
     def __repr__(self) -> str:
         state = "closed" if self._shutdown.started else "open"
@@ -347,6 +351,36 @@ class Supervisor:
     def controller_snapshot(self) -> ControllerSnapshot:
         """The controller's slots now (atomic)."""
         return self._require_controller("controller_snapshot").snapshot()
+
+    async def run_in_slot(
+        self,
+        slot: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        policy: AdmissionPolicy = AdmissionPolicy.QUEUE,
+        **task_opts: Any,
+    ) -> T:
+        """Run ``fn(*args)`` once in ``slot`` and return its value (a keyed call).
+
+        Submits ``once`` work under an automatic name (with ``wait=True`` for QUEUE
+        and REPLACE), waits for it and returns ``outcome.unwrap()``: raises
+        ``OutcomeError`` when it did not complete. Cancelling the caller withdraws
+        queued or held work (it never runs) or stops running work, waiting for that
+        stop (shielded, at most the grace window) before ``Cancelled`` propagates.
+        """
+        controller = self._require_controller("run_in_slot")
+        controller.check_open()
+        self._calls += 1
+        spec = TaskSpec.once(f"{slot}/call-{self._calls}", fn, *args, **task_opts)
+        wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
+        waiter = await controller.send(controller.prepare(ControllerSpec(spec, policy, slot, wait)))
+        try:
+            outcome = await waiter.wait()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.cancel(waiter.id)
+            raise
+        return outcome.unwrap()  # type: ignore[no-any-return]
 
     # -- observing --------------------------------------------------------------------------
 
