@@ -27,6 +27,7 @@ from trio_taskvisor import (
     TaskSpec,
     TaskState,
     TaskWaiter,
+    _registry,
     current_context,
     open_supervisor,
 )
@@ -162,27 +163,31 @@ async def test_add_over_max_registered_tasks_raises_resource_limit(autojump_cloc
     assert (info.value.resource, info.value.limit) == ("max_registered_tasks", 2)
 
 
-async def test_cancelling_add_after_acceptance_does_not_undo_it(autojump_clock: Any) -> None:
+async def test_cancelling_add_after_acceptance_does_not_undo_it(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A caller cancelled while awaiting the registry's decision leaves the task added."""
     ran = trio.Event()
 
     async def body() -> None:
         ran.set()
 
-    async def cancel_soon(scope: trio.CancelScope) -> None:
-        await trio.lowlevel.checkpoint()
+    scope = trio.CancelScope()
+    original_wait = _registry.Reply.wait
+
+    async def cancelled_wait(self: _registry.Reply) -> object:
+        # The command is on the channel now: cancel the caller before it hears back.
         scope.cancel()
+        return await original_wait(self)
 
     returned: list[TaskWaiter] = []
     async with open_supervisor() as sup:
-        await trio.testing.wait_all_tasks_blocked()
-        # Twenty commands ahead of ours: the registry answers it only rounds later.
-        for i in range(20):
-            sup.add_nowait(once(f"filler-{i}", returns_value))
-        with trio.CancelScope() as scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cancel_soon, scope)
-                returned.append(await sup.add(once("t", body)))
+        # A command in flight keeps add() off its fast path: it goes through the channel.
+        sup.add_nowait(once("filler", returns_value))
+        monkeypatch.setattr(_registry.Reply, "wait", cancelled_wait)
+        with scope:
+            returned.append(await sup.add(once("t", body)))
+        monkeypatch.undo()
         assert scope.cancelled_caught
         assert returned == []
         with trio.fail_after(1):

@@ -309,17 +309,21 @@ async def _attempt(rec: TaskRecord, reg: Registry) -> tuple[float, str, Any]:
     started = trio.current_time()
     rec.hard_deadline = math.inf if timeout is None else started + timeout
     value: object = None
+    timed_out = False
     try:
-        with trio.CancelScope(deadline=rec.hard_deadline) as scope:
-            awaitable: Awaitable[object] = rec.fn(*rec.args)
-            if not _is_awaitable(awaitable):
-                error: Exception = TypeError(
-                    f"task function {rec.fn!r} returned {type(awaitable).__name__}, "
-                    "not an awaitable"
-                )
-                _publish_end(rec, reg, EventKind.ATTEMPT_FAILED, started, error)
-                return started, _FATAL, error
+        awaitable: Awaitable[object] = rec.fn(*rec.args)
+        if not _is_awaitable(awaitable):
+            error: Exception = TypeError(
+                f"task function {rec.fn!r} returned {type(awaitable).__name__}, not an awaitable"
+            )
+            _publish_end(rec, reg, EventKind.ATTEMPT_FAILED, started, error)
+            return started, _FATAL, error
+        if timeout is None:
             value = await awaitable
+        else:
+            with trio.CancelScope(deadline=rec.hard_deadline) as scope:
+                value = await awaitable
+            timed_out = scope.cancel_called
     except TaskCancelled as exc:
         _publish_end(rec, reg, EventKind.ATTEMPT_CANCELLED, started, exc)
         return started, _CANCELLED, exc
@@ -336,7 +340,7 @@ async def _attempt(rec: TaskRecord, reg: Registry) -> tuple[float, str, Any]:
         rec.in_attempt = False
         rec.hard_deadline = math.inf
         reg.running_attempts -= 1
-    if scope.cancel_called:
+    if timed_out:
         error = TimeoutError(f"attempt timed out after {timeout!r} s")
         _publish_end(rec, reg, EventKind.ATTEMPT_TIMED_OUT, started, error)
         return started, _FAILED, error

@@ -178,7 +178,7 @@ class EventBus:
 
     async def _fan_out(self) -> None:
         try:
-            async for event in self._recv:
+            async for event in self._drain():
                 origin = None
                 if event.kind is EventKind.SUBSCRIBER_FAILED:
                     origin = self._failed_origin.pop(event.seq, None)
@@ -196,6 +196,17 @@ class EventBus:
         finally:
             for lane in self._lanes:
                 lane.send.close()
+
+    async def _drain(self) -> AsyncGenerator[TaskEvent]:
+        """Yield bus events; events already buffered cost no scheduler pass each."""
+        receive_nowait = self._recv.receive_nowait
+        async for event in self._recv:
+            yield event
+            while True:
+                try:
+                    yield receive_nowait()
+                except trio.WouldBlock:
+                    break
 
     async def _run_lane(self, lane: _Lane) -> None:
         try:

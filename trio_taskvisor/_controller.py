@@ -34,7 +34,7 @@ from ._context import current_task_context
 from ._events import EventKind
 from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
 from ._outcome import RejectionKind, TaskId, TaskOutcome, TaskWaiter, allocate_id
-from ._registry import AddCommand, Registry, Reply, StopCommand
+from ._registry import AddCommand, Command, Registry, Reply, StopCommand
 from ._slots import (
     ADMIT,
     DETACH,
@@ -214,9 +214,11 @@ class PreparedSubmission:
     def submit_nowait(self) -> TaskWaiter:
         """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
         self._controller.check_open()
+        if self._used:
+            self._claim()  # raises: a second use must not send the entry again
         entry = self._entry
         self._controller.send_nowait(entry)
-        self._claim()
+        self._claim()  # only now: a WouldBlock leaves the submission unused
         return entry.payload.waiter  # type: ignore[no-any-return]
 
 
@@ -364,8 +366,17 @@ class Controller:
         try:
             with self._loop_scope:
                 task_status.started()
+                receive = self._recv.receive
+                receive_nowait = self._recv.receive_nowait
                 while True:
-                    await self._handle(await self._recv.receive())
+                    await self._handle(await receive())
+                    # Submissions already buffered: no scheduler pass each.
+                    while True:
+                        try:
+                            command = receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        await self._handle(command)
         finally:
             # The registry has ended: what is still queued gets the shutdown's replies.
             while True:
@@ -399,7 +410,7 @@ class Controller:
                 rec: TaskRecord = entry.payload
                 self.registry.busy.value += 1
                 try:
-                    await self.registry.send.send(AddCommand((rec,), None))
+                    await self._to_registry(AddCommand((rec,), None))
                 except trio.BrokenResourceError:
                     self.registry.busy.value -= 1
                     self.on_admission(rec, False)
@@ -410,9 +421,20 @@ class Controller:
             command.reply.set(removed)
             return
         try:
-            await self.registry.send.send(StopCommand(command.target, command.reply))
+            await self._to_registry(StopCommand(command.target, command.reply))
         except trio.BrokenResourceError:
             command.reply.set((False, None))
+
+    async def _to_registry(self, command: Command) -> None:
+        """Send to the registry, yielding only when its channel is full.
+
+        Not yielding keeps the loop on its buffered submissions, which thus see this
+        owner still ``ADMITTING``; the loop's next ``receive`` is its checkpoint.
+        """
+        try:
+            self.registry.send.send_nowait(command)
+        except trio.WouldBlock:
+            await self.registry.send.send(command)
 
     def _remove_held(self, target: TaskId) -> tuple[bool, TaskRecord] | None:
         entry = self.machine.remove(target, trio.current_time())

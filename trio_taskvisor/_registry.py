@@ -132,6 +132,9 @@ class Registry:
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
+        # The loop's wait for the next command; a stop requested from another task
+        # (the controller's REPLACE) brings its deadline forward, so the force is on time.
+        self._wait_scope: trio.CancelScope | None = None
         self.running_attempts = 0
         self.waiting_for_permit = 0
         # Accepted-but-unprocessed adds plus live actors: zero means idle.
@@ -186,16 +189,21 @@ class Registry:
 
     async def _serve(self) -> None:
         receive = self._recv.receive
+        receive_nowait = self._recv.receive_nowait
         handle = self._handle
         heap = self._heap
         while True:
             if heap:
                 self._force_due()
-            if heap:
-                with trio.move_on_at(heap[0][0]):
-                    handle(await receive())
-            else:
+            with trio.move_on_at(heap[0][0] if heap else math.inf) as self._wait_scope:
                 handle(await receive())
+            # Commands already buffered are handled without a scheduler pass each.
+            while True:
+                try:
+                    command = receive_nowait()
+                except trio.WouldBlock:
+                    break
+                handle(command)
 
     def _handle(self, command: Command) -> None:
         if type(command) is AddCommand:
@@ -203,9 +211,9 @@ class Registry:
                 self._admit_batch(command.records, command.reply)
             else:
                 rec = command.records[0]
-                accepted = self._admit_one(rec, command.reply)
+                error = self._admit_one(rec, command.reply)
                 if rec.controller is not None:
-                    rec.controller.on_admission(rec, accepted)
+                    rec.controller.on_admission(rec, error is None)
             self.busy.value -= len(command.records)
         elif type(command) is StopCommand:
             command.reply.set(self.stop(command.target))
@@ -231,9 +239,22 @@ class Registry:
 
     def admit_now(self, rec: TaskRecord) -> bool:
         """Admit controller work directly (no channel hop); return whether accepted."""
+        return self._admit_one(rec, None) is None
+
+    def idle(self) -> bool:
+        """Whether no command is queued or in flight: the loop is parked in ``receive``.
+
+        Then a caller may run an admission itself, in its own task: nothing is ordered
+        before it, and the registry code is as atomic there as in the loop.
+        """
+        stats = self.send.statistics()
+        return stats.current_buffer_used == 0 and stats.tasks_waiting_receive == 1
+
+    def admit_direct(self, rec: TaskRecord) -> BaseException | None:
+        """Admit in the caller's task (see ``idle``); return the rejection error."""
         return self._admit_one(rec, None)
 
-    def _admit_one(self, rec: TaskRecord, reply: Reply | None) -> bool:
+    def _admit_one(self, rec: TaskRecord, reply: Reply | None) -> BaseException | None:
         bus = self.bus
         if bus.active:
             bus.publish(EventKind.TASK_ADD_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot)
@@ -252,7 +273,7 @@ class Registry:
             self._spawn(rec)
         if reply is not None:
             reply.set(rec.waiter, error)
-        return error is None
+        return error
 
     def _admit_batch(self, recs: Sequence[TaskRecord], reply: Reply | None) -> None:
         bus = self.bus
@@ -343,6 +364,9 @@ class Registry:
             self._force(rec)
         elif not math.isinf(deadline):
             heapq.heappush(self._heap, (deadline, int(rec.id), rec))
+            scope = self._wait_scope
+            if scope is not None and deadline < scope.deadline:
+                scope.deadline = deadline
 
     def _force_due(self) -> None:
         heap = self._heap

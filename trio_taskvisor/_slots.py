@@ -183,8 +183,10 @@ class SlotMachine:
             self._reject(entry, SLOT_BUSY)
         elif policy is AdmissionPolicy.JOIN:
             self._join(slot, entry)
-        elif entry.wait and slot.held:
-            self._hold(slot, entry)  # FIFO behind this slot's held work
+        elif entry.wait and slot.held and not (policy is AdmissionPolicy.REPLACE and slot.queue):
+            # FIFO behind this slot's held work; a REPLACE of an existing head needs no
+            # budget, so it is never held (see the decisions above).
+            self._hold(slot, entry)
         else:
             missing = self._missing_budget(slot, entry)
             if missing is None:

@@ -238,6 +238,17 @@ class Supervisor:
         """
         self._check_open()
         rec = self._record(spec)
+        registry = self._registry
+        if registry.idle():
+            # Fast path: nothing is queued before this add, so admit it here and now,
+            # after the checkpoint every async method owes (cancellable: no trace).
+            await trio.lowlevel.checkpoint()
+            self._check_open()
+            if registry.idle():
+                error = registry.admit_direct(rec)
+                if error is not None:
+                    raise error
+                return rec.waiter
         reply = Reply()
         await self._send(AddCommand((rec,), reply), 1)
         await reply.wait()

@@ -1,0 +1,600 @@
+"""The one shared graceful shutdown, leaving ``open_supervisor``, and ``run()``."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_taskvisor import (
+    EventKind,
+    GraceExceededError,
+    OutcomeKind,
+    SupervisorClosedError,
+    SupervisorConfig,
+    TaskEvent,
+    TaskNameInUseError,
+    TaskSpec,
+    TaskWaiter,
+    current_context,
+    open_supervisor,
+    run,
+)
+from trio_taskvisor.testing import EventRecorder
+
+# ``pytest.raises`` wraps whole ``open_supervisor`` blocks (PT012): shutdown errors and
+# re-raised exceptions surface only when the block is left.
+
+
+def config(**fields: Any) -> SupervisorConfig:
+    fields.setdefault("grace", 5.0)
+    return SupervisorConfig(**fields)
+
+
+async def forever() -> None:
+    await trio.sleep_forever()
+
+
+async def quick() -> str:
+    return "done"
+
+
+async def deferring(seconds: float) -> str:
+    """Run ``seconds`` inside a ``defer_cancel()`` block, then return."""
+    with current_context().defer_cancel():
+        await trio.sleep(seconds)
+    return "done"
+
+
+async def stubborn(seconds: float) -> None:
+    """Ignore every cancellation for ``seconds`` (a shield of its own)."""
+    with trio.CancelScope(shield=True):
+        await trio.sleep(seconds)
+
+
+async def interrupting() -> None:
+    await trio.sleep(1.0)
+    raise KeyboardInterrupt
+
+
+class BlockingSubscriber:
+    """Blocks forever on the first event of ``kind``; records when it was cancelled."""
+
+    def __init__(self, kind: EventKind) -> None:
+        self.kind = kind
+        self.cancelled_at: list[float] = []
+
+    async def on_event(self, event: TaskEvent) -> None:
+        if event.kind is self.kind:
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                self.cancelled_at.append(trio.current_time())
+                raise
+
+
+# -- the shared result -------------------------------------------------------------------
+
+
+async def test_shutdown_returns_none_when_all_stop_within_grace(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``shutdown()`` returns None, now and later, when no task had to be forced."""
+    async with open_supervisor(config()) as sup:
+        await sup.add(TaskSpec.once("t", deferring, 3.0))
+        await sup.shutdown()
+        assert trio.current_time() == 3.0
+        await sup.shutdown()
+
+
+async def test_concurrent_shutdown_callers_share_one_result(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Concurrent and later callers each get a GraceExceededError with the same values."""
+    errors: list[GraceExceededError] = []
+
+    async def call(sup: Any) -> None:
+        with pytest.raises(GraceExceededError) as excinfo:
+            await sup.shutdown()
+        errors.append(excinfo.value)
+        assert trio.current_time() == 5.0
+
+    with pytest.raises(GraceExceededError):  # noqa: PT012
+        async with open_supervisor(config()) as sup:
+            await sup.add(TaskSpec.once("t", deferring, 100.0))
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(call, sup)
+            await call(sup)
+    assert len({id(error) for error in errors}) == 4
+    assert {(error.grace, error.stuck) for error in errors} == {(5.0, ("t",))}
+
+
+async def test_stuck_names_are_sorted(autojump_clock: trio.abc.Clock) -> None:
+    """``GraceExceededError.stuck`` lists the forced tasks sorted by name."""
+    with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
+        async with open_supervisor(config()) as sup:
+            for name in ("b", "c", "a"):
+                await sup.add(TaskSpec.once(name, deferring, 100.0))
+            await sup.add(TaskSpec.once("polite", forever))
+    assert excinfo.value.stuck == ("a", "b", "c")
+    assert excinfo.value.grace == 5.0
+
+
+async def test_grace_zero_lists_every_running_task_as_stuck(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """With ``grace=0`` every task still running at shutdown is forced and stuck."""
+    with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
+        async with open_supervisor(config(grace=0.0)) as sup:
+            await sup.add(TaskSpec.once("x", forever))
+            await sup.add(TaskSpec.once("y", forever))
+            await trio.testing.wait_all_tasks_blocked()
+    assert excinfo.value.stuck == ("x", "y")
+
+
+async def test_cancelled_shutdown_caller_does_not_stop_shutdown(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Cancelling a ``shutdown()`` caller leaves the shutdown running to its end."""
+    async with open_supervisor(config()) as sup:
+        waiter = await sup.add(TaskSpec.once("t", deferring, 3.0))
+        with trio.move_on_after(1.0) as scope:
+            await sup.shutdown()
+        assert scope.cancelled_caught
+        assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+        assert trio.current_time() == 3.0
+        with pytest.raises(SupervisorClosedError):
+            await sup.add(TaskSpec.once("late", quick))
+
+
+async def test_shutdown_with_no_task_returns_at_once(autojump_clock: trio.abc.Clock) -> None:
+    """A shutdown with nothing registered ends without waiting."""
+    async with open_supervisor(config()) as sup:
+        await sup.shutdown()
+        assert trio.current_time() == 0.0
+
+
+async def test_finished_shutdown_call_is_a_checkpoint() -> None:
+    """Joining a shutdown that already finished is still a checkpoint."""
+    async with open_supervisor(config()) as sup:
+        await sup.shutdown()
+        with trio.testing.assert_checkpoints():
+            await sup.shutdown()
+
+
+async def test_task_calling_shutdown_is_stopped_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A task that starts the shutdown itself is soft-stopped like the others."""
+
+    async def body() -> None:
+        await current_context().supervisor.shutdown()
+
+    async with open_supervisor(config()) as sup:
+        other = await sup.add(TaskSpec.once("other", forever))
+        waiter = await sup.add(TaskSpec.once("t", body))
+        assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+        assert (await other.wait()).kind is OutcomeKind.CANCELLED
+        with pytest.raises(SupervisorClosedError):
+            sup.add_nowait(TaskSpec.once("late", quick))
+
+
+# -- intake --------------------------------------------------------------------------------
+
+
+async def _add(sup: Any, method: str) -> None:
+    spec = TaskSpec.once("late", quick)
+    if method == "add":
+        await sup.add(spec)
+    elif method == "add_nowait":
+        sup.add_nowait(spec)
+    else:
+        await sup.add_batch([spec])
+
+
+@pytest.mark.parametrize("method", ["add", "add_nowait", "add_batch"])
+async def test_intake_during_shutdown_raises_closed(
+    autojump_clock: trio.abc.Clock, method: str
+) -> None:
+    """Intake after shutdown began raises SupervisorClosedError."""
+    async with open_supervisor(config()) as sup:
+        await sup.add(TaskSpec.once("t", deferring, 3.0))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sup.shutdown)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(SupervisorClosedError):
+                await _add(sup, method)
+            assert sup.list() != ()
+
+
+@pytest.mark.parametrize("method", ["add", "add_nowait", "add_batch"])
+async def test_intake_after_shutdown_raises_closed(
+    autojump_clock: trio.abc.Clock, method: str
+) -> None:
+    """Intake after the shutdown finished raises SupervisorClosedError."""
+    async with open_supervisor(config()) as sup:
+        await sup.shutdown()
+        with pytest.raises(SupervisorClosedError):
+            await _add(sup, method)
+
+
+async def test_supervisor_closed_error_is_a_closed_resource_error() -> None:
+    """SupervisorClosedError can be caught as trio.ClosedResourceError."""
+    async with open_supervisor(config()) as sup:
+        await sup.shutdown()
+        with pytest.raises(trio.ClosedResourceError):
+            await sup.add(TaskSpec.once("late", quick))
+
+
+async def test_add_accepted_before_shutdown_is_processed(autojump_clock: trio.abc.Clock) -> None:
+    """An add already on the channel when shutdown begins is admitted, then stopped."""
+    recorder = EventRecorder()
+    async with open_supervisor(config(), subscribers=[recorder]) as sup:
+        waiter = sup.add_nowait(TaskSpec.once("t", forever))
+        batch_waiter = sup.add_nowait(TaskSpec.once("u", forever))
+        await sup.shutdown()
+    assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+    assert batch_waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+    assert [e.name for e in recorder.of(EventKind.TASK_ADDED)] == ["t", "u"]
+    assert recorder.of(EventKind.TASK_ADD_FAILED) == []
+
+
+# -- leaving open_supervisor -----------------------------------------------------------------
+
+
+async def test_leaving_block_publishes_shutdown_requested(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Leaving the ``open_supervisor`` block publishes SHUTDOWN_REQUESTED."""
+    recorder = EventRecorder()
+    async with open_supervisor(config(), subscribers=[recorder]):
+        pass
+    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED, EventKind.ALL_STOPPED_WITHIN_GRACE) == [
+        EventKind.SHUTDOWN_REQUESTED,
+        EventKind.ALL_STOPPED_WITHIN_GRACE,
+    ]
+
+
+async def test_leaving_block_stops_every_task(autojump_clock: trio.abc.Clock) -> None:
+    """Leaving the block soft-stops every task: each ends CANCELLED."""
+    async with open_supervisor(config()) as sup:
+        waiters = [await sup.add(TaskSpec.once(name, forever)) for name in "abc"]
+        await trio.sleep(2.0)
+    assert trio.current_time() == 2.0
+    assert {w.outcome_nowait().kind for w in waiters} == {OutcomeKind.CANCELLED}
+
+
+async def test_body_exception_propagates_unwrapped(autojump_clock: trio.abc.Clock) -> None:
+    """An exception raised in the body reaches the caller bare, after the shutdown."""
+    with pytest.raises(ValueError, match="body") as excinfo:  # noqa: PT012
+        async with open_supervisor(config()) as sup:
+            await sup.add(TaskSpec.once("t", deferring, 3.0))
+            raise ValueError("body")
+    assert type(excinfo.value) is ValueError
+    assert trio.current_time() == 3.0
+
+
+async def test_body_exception_wins_over_grace_exceeded(autojump_clock: trio.abc.Clock) -> None:
+    """When the body raised and grace was exceeded, the body's exception propagates bare."""
+    recorder = EventRecorder()
+    with pytest.raises(ValueError, match="body") as excinfo:  # noqa: PT012
+        async with open_supervisor(config(), subscribers=[recorder]) as sup:
+            await sup.add(TaskSpec.once("t", deferring, 100.0))
+            raise ValueError("body")
+    assert type(excinfo.value) is ValueError
+    assert recorder.kinds(EventKind.GRACE_EXCEEDED) == [EventKind.GRACE_EXCEEDED]
+    assert trio.current_time() == 5.0
+
+
+async def test_grace_exceeded_propagates_bare_from_block(autojump_clock: trio.abc.Clock) -> None:
+    """A shutdown that forced tasks raises a bare GraceExceededError from the block."""
+    with pytest.raises(GraceExceededError) as excinfo:
+        async with open_supervisor(config()) as sup:
+            await sup.add(TaskSpec.once("t", deferring, 100.0))
+    assert type(excinfo.value) is GraceExceededError
+    assert excinfo.value.stuck == ("t",)
+
+
+async def test_outer_cancellation_still_gets_full_grace(autojump_clock: trio.abc.Clock) -> None:
+    """Cancelling the scope around ``open_supervisor`` still grants the whole grace."""
+    waiters: list[TaskWaiter] = []
+    with trio.move_on_after(1.0) as scope:
+        async with open_supervisor(config()) as sup:
+            waiters.append(await sup.add(TaskSpec.once("t", deferring, 100.0)))
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+    assert trio.current_time() == 6.0
+    assert waiters[0].outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+
+
+async def test_outer_cancellation_lets_deferred_work_finish(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """After an outer cancellation, deferred work that ends within grace ends CANCELLED."""
+    waiters: list[TaskWaiter] = []
+    with trio.move_on_after(1.0):
+        async with open_supervisor(config()) as sup:
+            waiters.append(await sup.add(TaskSpec.once("t", deferring, 3.0)))
+            await trio.sleep_forever()
+    assert trio.current_time() == 3.0
+    assert waiters[0].outcome_nowait().kind is OutcomeKind.CANCELLED
+
+
+async def test_already_stopping_task_keeps_later_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A task stopping before shutdown gets the later, shared deadline and is stuck."""
+    with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
+        async with open_supervisor(config()) as sup:
+            waiter = await sup.add(TaskSpec.once("t", deferring, 100.0))
+            await sup.remove("t")
+            await trio.sleep(2.0)
+            await sup.shutdown()
+    assert trio.current_time() == 7.0
+    assert waiter.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    assert excinfo.value.stuck == ("t",)
+
+
+async def test_task_forced_before_shutdown_is_waited_for_but_not_stuck(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A task forced before shutdown delays its end until it exits, but is not stuck."""
+    async with open_supervisor(config()) as sup:
+        waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await sup.remove("t")
+        await waiter.wait()
+    assert trio.current_time() == 20.0
+
+
+async def test_all_stopped_within_grace_event(autojump_clock: trio.abc.Clock) -> None:
+    """A shutdown without forcing publishes ALL_STOPPED_WITHIN_GRACE, not GRACE_EXCEEDED."""
+    recorder = EventRecorder()
+    async with open_supervisor(config(), subscribers=[recorder]) as sup:
+        await sup.add(TaskSpec.once("t", deferring, 3.0))
+    [event] = recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)
+    assert event.time == 3.0
+    assert recorder.of(EventKind.GRACE_EXCEEDED) == []
+
+
+async def test_grace_exceeded_event(autojump_clock: trio.abc.Clock) -> None:
+    """A shutdown that forces publishes GRACE_EXCEEDED at the deadline, naming the stuck."""
+    recorder = EventRecorder()
+    with pytest.raises(GraceExceededError):
+        async with open_supervisor(config(), subscribers=[recorder]) as sup:
+            await sup.add(TaskSpec.once("t", deferring, 100.0))
+    [event] = recorder.of(EventKind.GRACE_EXCEEDED)
+    assert event.time == 5.0
+    assert event.reason is not None
+    assert "t" in event.reason
+    assert recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE) == []
+
+
+# -- subscriber drain ----------------------------------------------------------------------
+
+
+async def test_subscriber_drain_starts_after_every_actor_exits(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The drain deadline counts from the physical exit of the last actor."""
+    blocker = BlockingSubscriber(EventKind.TASK_ADDED)
+    with pytest.raises(GraceExceededError):
+        async with open_supervisor(
+            config(subscriber_shutdown_timeout=3.0), subscribers=[blocker]
+        ) as sup:
+            await sup.add(TaskSpec.once("t", stubborn, 20.0))
+    assert trio.current_time() == 23.0
+
+
+async def test_blocked_subscriber_cancelled_at_drain_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """An ``on_event`` still running at the drain deadline is cancelled then."""
+    blocker = BlockingSubscriber(EventKind.TASK_ADDED)
+    async with open_supervisor(
+        config(subscriber_shutdown_timeout=3.0), subscribers=[blocker]
+    ) as sup:
+        await sup.add(TaskSpec.once("t", deferring, 2.0))
+    assert blocker.cancelled_at == [5.0]
+    assert trio.current_time() == 5.0
+
+
+async def test_drained_subscriber_does_not_delay_shutdown(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A subscriber that keeps up lets the shutdown end when the last actor exits."""
+    recorder = EventRecorder()
+    async with open_supervisor(
+        config(subscriber_shutdown_timeout=3.0), subscribers=[recorder]
+    ) as sup:
+        await sup.add(TaskSpec.once("t", deferring, 2.0))
+    assert trio.current_time() == 2.0
+    assert recorder.kinds()[-1] is EventKind.ALL_STOPPED_WITHIN_GRACE
+
+
+# -- KeyboardInterrupt ---------------------------------------------------------------------
+
+
+async def test_keyboard_interrupt_in_task_propagates_bare(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A task's KeyboardInterrupt shuts down gracefully and propagates bare."""
+    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
+        async with open_supervisor(config()) as sup:
+            await sup.add(TaskSpec.once("t", deferring, 3.0))
+            await sup.add(TaskSpec.once("ki", interrupting))
+            await trio.sleep_forever()
+    assert type(excinfo.value) is KeyboardInterrupt
+    assert trio.current_time() == 3.0
+
+
+async def test_keyboard_interrupt_stops_other_tasks_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """After a task's KeyboardInterrupt, the other tasks end CANCELLED."""
+    recorder = EventRecorder()
+    waiters: list[TaskWaiter] = []
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        async with open_supervisor(config(), subscribers=[recorder]) as sup:
+            waiters.append(await sup.add(TaskSpec.once("a", forever)))
+            waiters.append(await sup.add(TaskSpec.once("b", deferring, 3.0)))
+            await sup.add(TaskSpec.once("ki", interrupting))
+            await trio.sleep_forever()
+    assert [w.outcome_nowait().kind for w in waiters] == [OutcomeKind.CANCELLED] * 2
+    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
+    assert recorder.kinds(EventKind.GRACE_EXCEEDED) == []
+
+
+async def test_keyboard_interrupt_wins_over_grace_exceeded(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A task's KeyboardInterrupt propagates even when the shutdown had to force."""
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        async with open_supervisor(config()) as sup:
+            await sup.add(TaskSpec.once("slow", deferring, 100.0))
+            await sup.add(TaskSpec.once("ki", interrupting))
+            await trio.sleep_forever()
+    assert trio.current_time() == 6.0
+
+
+async def test_keyboard_interrupt_during_shutdown_propagates_bare(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A KeyboardInterrupt raised by a task while the shutdown runs still propagates."""
+
+    async def interrupt_on_stop() -> None:
+        with current_context().defer_cancel():
+            await current_context().wait_cancel_requested()
+            await trio.sleep(2.0)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as excinfo:
+        async with open_supervisor(config()) as sup:
+            await sup.add(TaskSpec.once("ki", interrupt_on_stop))
+    assert type(excinfo.value) is KeyboardInterrupt
+    assert trio.current_time() == 2.0
+
+
+async def test_keyboard_interrupt_in_task_propagates_from_run(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``run()`` shuts down and re-raises a task's KeyboardInterrupt bare."""
+    with pytest.raises(KeyboardInterrupt) as excinfo:
+        await run([TaskSpec.once("a", forever), TaskSpec.once("ki", interrupting)], config())
+    assert type(excinfo.value) is KeyboardInterrupt
+    assert trio.current_time() == 1.0
+
+
+# -- run() ---------------------------------------------------------------------------------
+
+
+async def test_run_returns_after_natural_completion(autojump_clock: trio.abc.Clock) -> None:
+    """``run()`` returns once every task ended, at the last task's end."""
+
+    async def nap(seconds: float) -> None:
+        await trio.sleep(seconds)
+
+    await run([TaskSpec.once("a", nap, 1.0), TaskSpec.once("b", nap, 4.0)], config())
+    assert trio.current_time() == 4.0
+
+
+async def test_run_natural_completion_publishes_no_shutdown_requested(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Natural completion publishes ALL_STOPPED_WITHIN_GRACE but not SHUTDOWN_REQUESTED."""
+    recorder = EventRecorder()
+    await run([TaskSpec.once("a", quick)], config(), subscribers=[recorder])
+    assert recorder.of(EventKind.SHUTDOWN_REQUESTED) == []
+    assert len(recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)) == 1
+
+
+async def test_run_raises_add_batch_errors(autojump_clock: trio.abc.Clock) -> None:
+    """``run()`` raises what ``add_batch`` raises, bare, and runs no body."""
+    ran: list[str] = []
+
+    async def body() -> None:
+        ran.append("ran")
+
+    with pytest.raises(TaskNameInUseError) as excinfo:
+        await run([TaskSpec.once("a", body), TaskSpec.once("a", body)], config())
+    assert type(excinfo.value) is TaskNameInUseError
+    assert excinfo.value.name == "a"
+    assert ran == []
+
+
+async def test_run_raises_grace_exceeded_after_signal(autojump_clock: trio.abc.Clock) -> None:
+    """A signalled ``run()`` raises GraceExceededError when it had to force a task."""
+    started = trio.Event()
+
+    async def body() -> None:
+        started.set()
+        await deferring(100.0)
+
+    async def interrupt_after_start() -> None:
+        await started.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        signal.raise_signal(signal.SIGTERM)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(interrupt_after_start)
+        with pytest.raises(GraceExceededError) as excinfo:
+            await run([TaskSpec.once("t", body)], config(), handle_signals=True)
+    assert excinfo.value.stuck == ("t",)
+    assert trio.current_time() == 5.0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_run_shuts_down_gracefully_on_signal(signum: signal.Signals) -> None:
+    """With ``handle_signals``, SIGTERM/SIGINT start the graceful shutdown."""
+    recorder = EventRecorder()
+
+    async def terminate_after_start() -> None:
+        await recorder.wait_for(EventKind.ATTEMPT_STARTING, name="b")
+        await recorder.wait_for(EventKind.ATTEMPT_STARTING, name="a")
+        await trio.testing.wait_all_tasks_blocked()
+        os.kill(os.getpid(), signum)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(terminate_after_start)
+        await run(
+            [TaskSpec.once("a", forever), TaskSpec.once("b", forever)],
+            config(),
+            subscribers=[recorder],
+            handle_signals=True,
+        )
+    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
+    finished = recorder.of(EventKind.TASK_FINISHED)
+    assert {(e.name, e.outcome) for e in finished} == {
+        ("a", OutcomeKind.CANCELLED),
+        ("b", OutcomeKind.CANCELLED),
+    }
+
+
+# -- waiters -------------------------------------------------------------------------------
+
+
+async def test_no_waiter_left_pending_after_shutdown(autojump_clock: trio.abc.Clock) -> None:
+    """After the block, every waiter handed out has its outcome."""
+    waiters: list[TaskWaiter] = []
+    with pytest.raises(GraceExceededError):  # noqa: PT012
+        async with open_supervisor(config(max_registered_tasks=3)) as sup:
+            waiters.append(await sup.add(TaskSpec.once("done", quick)))
+            await waiters[0].wait()
+            waiters.append(await sup.add(TaskSpec.once("cancelled", forever)))
+            waiters.append(await sup.add(TaskSpec.once("forced", deferring, 100.0)))
+            waiters.append(await sup.add(TaskSpec.once("stubborn", stubborn, 20.0)))
+            waiters.append(sup.add_nowait(TaskSpec.once("over-limit", forever)))
+            waiters.append(sup.add_nowait(TaskSpec.once("queued", forever)))
+    kinds = [w.outcome_nowait().kind for w in waiters]
+    assert kinds == [
+        OutcomeKind.COMPLETED,
+        OutcomeKind.CANCELLED,
+        OutcomeKind.FORCE_ABORTED,
+        OutcomeKind.FORCE_ABORTED,
+        OutcomeKind.REJECTED,
+        OutcomeKind.REJECTED,
+    ]
