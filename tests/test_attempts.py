@@ -38,6 +38,7 @@ from trio_taskvisor import (
     current_context,
     open_supervisor,
 )
+from trio_taskvisor._outcome import rejected_outcome
 from trio_taskvisor.testing import EventRecorder
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
@@ -805,7 +806,7 @@ def test_is_success_only_for_completed(kind: OutcomeKind) -> None:
 
 def test_rejected_outcome_has_fixed_reason() -> None:
     """A REJECTED outcome carries its rejection kind and a reason text."""
-    outcome = TaskOutcome.rejected(RejectionKind.QUEUE_FULL)
+    outcome = rejected_outcome(RejectionKind.QUEUE_FULL)
     assert (outcome.kind, outcome.rejection) == (OutcomeKind.REJECTED, RejectionKind.QUEUE_FULL)
     assert outcome.reason
 

@@ -31,6 +31,7 @@ from trio_taskvisor import (
     current_context,
     open_supervisor,
 )
+from trio_taskvisor._outcome import rejected_outcome
 from trio_taskvisor.testing import EventRecorder
 
 TRANSITION = EventKind.CONTROLLER_SLOT_TRANSITION
@@ -93,7 +94,7 @@ def drop(name: str, fn: Any = forever, *args: Any, slot: str = "k") -> Controlle
 
 
 def rejected(kind: RejectionKind) -> TaskOutcome:
-    return TaskOutcome.rejected(kind)
+    return rejected_outcome(kind)
 
 
 def trail(recorder: EventRecorder, waiter: TaskWaiter, *, attempts: bool = True) -> list[str]:

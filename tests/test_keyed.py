@@ -32,6 +32,7 @@ from trio_taskvisor import (
     current_context,
     open_supervisor,
 )
+from trio_taskvisor._outcome import rejected_outcome
 from trio_taskvisor.testing import EventRecorder
 
 # -- helpers ------------------------------------------------------------------------------
@@ -92,7 +93,7 @@ def reasons(recorder: EventRecorder, waiter: TaskWaiter) -> list[str | None]:
 
 
 def rejected(kind: RejectionKind) -> TaskOutcome:
-    return TaskOutcome.rejected(kind)
+    return rejected_outcome(kind)
 
 
 async def submit_and_wait(sup: Supervisor, *requests: ControllerSpec) -> tuple[str, float]:

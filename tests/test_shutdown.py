@@ -86,6 +86,7 @@ async def test_shutdown_returns_none_when_all_stop_within_grace(
     """``shutdown()`` returns None, now and later, when no task had to be forced."""
     async with open_supervisor(config()) as sup:
         await sup.add(TaskSpec.once("t", deferring, 3.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.shutdown()
         assert trio.current_time() == 3.0
         await sup.shutdown()
@@ -106,6 +107,7 @@ async def test_concurrent_shutdown_callers_share_one_result(
     with pytest.raises(GraceExceededError):  # noqa: PT012
         async with open_supervisor(config()) as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
                     nursery.start_soon(call, sup)
@@ -120,7 +122,9 @@ async def test_stuck_names_are_sorted(autojump_clock: trio.abc.Clock) -> None:
         async with open_supervisor(config()) as sup:
             for name in ("b", "c", "a"):
                 await sup.add(TaskSpec.once(name, deferring, 100.0))
+                await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.add(TaskSpec.once("polite", forever))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert excinfo.value.stuck == ("a", "b", "c")
     assert excinfo.value.grace == 5.0
 
@@ -132,6 +136,7 @@ async def test_grace_zero_lists_every_running_task_as_stuck(
     with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
         async with open_supervisor(config(grace=0.0)) as sup:
             await sup.add(TaskSpec.once("x", forever))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.add(TaskSpec.once("y", forever))
             await trio.testing.wait_all_tasks_blocked()
     assert excinfo.value.stuck == ("x", "y")
@@ -143,6 +148,7 @@ async def test_cancelled_shutdown_caller_does_not_stop_shutdown(
     """Cancelling a ``shutdown()`` caller leaves the shutdown running to its end."""
     async with open_supervisor(config()) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 3.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         with trio.move_on_after(1.0) as scope:
             await sup.shutdown()
         assert scope.cancelled_caught
@@ -177,7 +183,9 @@ async def test_task_calling_shutdown_is_stopped_cancelled(
 
     async with open_supervisor(config()) as sup:
         other = await sup.add(TaskSpec.once("other", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
         assert (await other.wait()).kind is OutcomeKind.CANCELLED
         with pytest.raises(SupervisorClosedError):
@@ -191,6 +199,7 @@ async def _add(sup: Any, method: str) -> None:
     spec = TaskSpec.once("late", quick)
     if method == "add":
         await sup.add(spec)
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
     elif method == "add_nowait":
         sup.add_nowait(spec)
     else:
@@ -204,6 +213,7 @@ async def test_intake_during_shutdown_raises_closed(
     """Intake after shutdown began raises SupervisorClosedError."""
     async with open_supervisor(config()) as sup:
         await sup.add(TaskSpec.once("t", deferring, 3.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sup.shutdown)
             await trio.testing.wait_all_tasks_blocked()
@@ -274,6 +284,7 @@ async def test_body_exception_propagates_unwrapped(autojump_clock: trio.abc.Cloc
     with pytest.raises(ValueError, match="body") as excinfo:  # noqa: PT012
         async with open_supervisor(config()) as sup:
             await sup.add(TaskSpec.once("t", deferring, 3.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             raise ValueError("body")
     assert type(excinfo.value) is ValueError
     assert trio.current_time() == 3.0
@@ -285,6 +296,7 @@ async def test_body_exception_wins_over_grace_exceeded(autojump_clock: trio.abc.
     with pytest.raises(ValueError, match="body") as excinfo:  # noqa: PT012
         async with open_supervisor(config(), subscribers=[recorder]) as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             raise ValueError("body")
     assert type(excinfo.value) is ValueError
     assert recorder.kinds(EventKind.GRACE_EXCEEDED) == [EventKind.GRACE_EXCEEDED]
@@ -293,9 +305,10 @@ async def test_body_exception_wins_over_grace_exceeded(autojump_clock: trio.abc.
 
 async def test_grace_exceeded_propagates_bare_from_block(autojump_clock: trio.abc.Clock) -> None:
     """A shutdown that forced tasks raises a bare GraceExceededError from the block."""
-    with pytest.raises(GraceExceededError) as excinfo:
+    with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
         async with open_supervisor(config()) as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert type(excinfo.value) is GraceExceededError
     assert excinfo.value.stuck == ("t",)
 
@@ -332,6 +345,7 @@ async def test_already_stopping_task_keeps_later_deadline(
     with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
         async with open_supervisor(config()) as sup:
             waiter = await sup.add(TaskSpec.once("t", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.remove("t")
             await trio.sleep(2.0)
             await sup.shutdown()
@@ -346,6 +360,7 @@ async def test_task_forced_before_shutdown_is_waited_for_but_not_stuck(
     """A task forced before shutdown delays its end until it exits, but is not stuck."""
     async with open_supervisor(config()) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         await waiter.wait()
     assert trio.current_time() == 20.0
@@ -356,6 +371,7 @@ async def test_all_stopped_within_grace_event(autojump_clock: trio.abc.Clock) ->
     recorder = EventRecorder()
     async with open_supervisor(config(), subscribers=[recorder]) as sup:
         await sup.add(TaskSpec.once("t", deferring, 3.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
     [event] = recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)
     assert event.time == 3.0
     assert recorder.of(EventKind.GRACE_EXCEEDED) == []
@@ -364,9 +380,10 @@ async def test_all_stopped_within_grace_event(autojump_clock: trio.abc.Clock) ->
 async def test_grace_exceeded_event(autojump_clock: trio.abc.Clock) -> None:
     """A shutdown that forces publishes GRACE_EXCEEDED at the deadline, naming the stuck."""
     recorder = EventRecorder()
-    with pytest.raises(GraceExceededError):
+    with pytest.raises(GraceExceededError):  # noqa: PT012
         async with open_supervisor(config(), subscribers=[recorder]) as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
     [event] = recorder.of(EventKind.GRACE_EXCEEDED)
     assert event.time == 5.0
     assert event.reason is not None
@@ -382,11 +399,12 @@ async def test_subscriber_drain_starts_after_every_actor_exits(
 ) -> None:
     """The drain deadline counts from the physical exit of the last actor."""
     blocker = BlockingSubscriber(EventKind.TASK_ADDED)
-    with pytest.raises(GraceExceededError):
+    with pytest.raises(GraceExceededError):  # noqa: PT012
         async with open_supervisor(
             config(subscriber_shutdown_timeout=3.0), subscribers=[blocker]
         ) as sup:
             await sup.add(TaskSpec.once("t", stubborn, 20.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert trio.current_time() == 23.0
 
 
@@ -399,6 +417,7 @@ async def test_blocked_subscriber_cancelled_at_drain_deadline(
         config(subscriber_shutdown_timeout=3.0), subscribers=[blocker]
     ) as sup:
         await sup.add(TaskSpec.once("t", deferring, 2.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert blocker.cancelled_at == [5.0]
     assert trio.current_time() == 5.0
 
@@ -412,6 +431,7 @@ async def test_drained_subscriber_does_not_delay_shutdown(
         config(subscriber_shutdown_timeout=3.0), subscribers=[recorder]
     ) as sup:
         await sup.add(TaskSpec.once("t", deferring, 2.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert trio.current_time() == 2.0
     assert recorder.kinds()[-1] is EventKind.ALL_STOPPED_WITHIN_GRACE
 
@@ -426,7 +446,9 @@ async def test_keyboard_interrupt_in_task_propagates_bare(
     with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
         async with open_supervisor(config()) as sup:
             await sup.add(TaskSpec.once("t", deferring, 3.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.add(TaskSpec.once("ki", interrupting))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await trio.sleep_forever()
     assert type(excinfo.value) is KeyboardInterrupt
     assert trio.current_time() == 3.0
@@ -443,6 +465,7 @@ async def test_keyboard_interrupt_stops_other_tasks_cancelled(
             waiters.append(await sup.add(TaskSpec.once("a", forever)))
             waiters.append(await sup.add(TaskSpec.once("b", deferring, 3.0)))
             await sup.add(TaskSpec.once("ki", interrupting))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await trio.sleep_forever()
     assert [w.outcome_nowait().kind for w in waiters] == [OutcomeKind.CANCELLED] * 2
     assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
@@ -456,7 +479,9 @@ async def test_keyboard_interrupt_wins_over_grace_exceeded(
     with pytest.raises(KeyboardInterrupt):  # noqa: PT012
         async with open_supervisor(config()) as sup:
             await sup.add(TaskSpec.once("slow", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.add(TaskSpec.once("ki", interrupting))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await trio.sleep_forever()
     assert trio.current_time() == 6.0
 
@@ -472,9 +497,10 @@ async def test_keyboard_interrupt_during_shutdown_propagates_bare(
             await trio.sleep(2.0)
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt) as excinfo:
+    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
         async with open_supervisor(config()) as sup:
             await sup.add(TaskSpec.once("ki", interrupt_on_stop))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert type(excinfo.value) is KeyboardInterrupt
     assert trio.current_time() == 2.0
 
@@ -583,10 +609,12 @@ async def test_no_waiter_left_pending_after_shutdown(autojump_clock: trio.abc.Cl
     with pytest.raises(GraceExceededError):  # noqa: PT012
         async with open_supervisor(config(max_registered_tasks=3)) as sup:
             waiters.append(await sup.add(TaskSpec.once("done", quick)))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
             await waiters[0].wait()
             waiters.append(await sup.add(TaskSpec.once("cancelled", forever)))
             waiters.append(await sup.add(TaskSpec.once("forced", deferring, 100.0)))
             waiters.append(await sup.add(TaskSpec.once("stubborn", stubborn, 20.0)))
+            await trio.testing.wait_all_tasks_blocked()  # the bodies are running
             waiters.append(sup.add_nowait(TaskSpec.once("over-limit", forever)))
             waiters.append(sup.add_nowait(TaskSpec.once("queued", forever)))
     kinds = [w.outcome_nowait().kind for w in waiters]

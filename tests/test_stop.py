@@ -78,6 +78,7 @@ async def test_soft_stop_cancels_attempt_at_once(autojump_clock: trio.abc.Clock)
     """A stop delivers trio cancellation at once: CANCELLED at the stop's time."""
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(3.0)
         assert await sup.remove("t") is True
         outcome = await waiter.wait()
@@ -90,6 +91,7 @@ async def test_stopped_restartable_task_is_not_restarted(autojump_clock: trio.ab
     recorder = EventRecorder()
     async with supervisor(recorder) as sup:
         waiter = await sup.add(TaskSpec.restartable("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
@@ -123,6 +125,7 @@ async def test_cancel_requested_is_true_after_stop(autojump_clock: trio.abc.Cloc
 
     async with supervisor(grace=60.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
         await sup.remove("t")
         await waiter.wait()
@@ -141,6 +144,7 @@ async def test_wait_cancel_requested_returns_at_stop(autojump_clock: trio.abc.Cl
 
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(4.0)
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
@@ -151,6 +155,7 @@ async def test_defer_cancel_block_runs_on_within_grace(autojump_clock: trio.abc.
     """A ``defer_cancel()`` block keeps running after the stop, within grace."""
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 4.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
         await sup.remove("t")
         outcome = await waiter.wait()
@@ -174,6 +179,7 @@ async def test_defer_cancel_block_cancelled_at_grace_deadline(
 
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.FORCE_ABORTED
@@ -196,6 +202,7 @@ async def test_checkpoint_after_deferred_block_ends_attempt(
 
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
         assert trio.current_time() == 3.0
@@ -223,6 +230,7 @@ async def test_nested_defer_cancel_blocks_forced_together(
 
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.FORCE_ABORTED
     assert exited == [("inner", 5.0), ("outer", 5.0)]
@@ -247,6 +255,7 @@ async def test_defer_cancel_in_child_task_forced_at_deadline(
 
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.FORCE_ABORTED
@@ -262,6 +271,7 @@ async def test_force_commits_outcome_at_grace_deadline(autojump_clock: trio.abc.
     """A task that ignores the stop is FORCE_ABORTED exactly at the deadline."""
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
         await sup.remove("t")
         outcome = await waiter.wait()
@@ -287,6 +297,7 @@ async def test_forced_task_stays_alive_until_physical_exit(
     """A forced task stays in ``alive_snapshot()`` until it physically exits."""
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         await waiter.wait()
         assert sup.alive_snapshot() == ("t",)
@@ -301,6 +312,7 @@ async def test_forced_task_keeps_name_reserved(autojump_clock: trio.abc.Clock) -
     """Adding the name of a forced but still running task raises TaskNameInUseError."""
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         await waiter.wait()
         with pytest.raises(TaskNameInUseError) as excinfo:
@@ -312,6 +324,7 @@ async def test_forced_task_name_rejects_add_nowait(autojump_clock: trio.abc.Cloc
     """``add_nowait`` of a forced but still running task's name resolves REJECTED."""
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         await waiter.wait()
         outcome = await sup.add_nowait(TaskSpec.once("t", forever)).wait()
@@ -323,6 +336,7 @@ async def test_forced_task_keeps_registered_tasks_unit(autojump_clock: trio.abc.
     """A forced but still running task counts against ``max_registered_tasks``."""
     async with supervisor(grace=5.0, max_registered_tasks=1) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         await waiter.wait()
         with pytest.raises(ResourceLimitError):
@@ -333,11 +347,13 @@ async def test_name_reusable_after_forced_task_exits(autojump_clock: trio.abc.Cl
     """After the physical exit the name is free again, under a new TaskId."""
     async with supervisor(grace=5.0, max_registered_tasks=1) as sup:
         old = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         await old.wait()
         await trio.sleep_until(20.0)
         await trio.testing.wait_all_tasks_blocked()
         new = await sup.add(TaskSpec.once("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         assert new.id > old.id
         assert [info.id for info in sup.list()] == [new.id]
 
@@ -357,6 +373,7 @@ async def test_defer_cancel_after_force_does_not_shield(autojump_clock: trio.abc
 
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.FORCE_ABORTED
     assert exited_at == [20.0]
@@ -368,6 +385,7 @@ async def test_outcome_cancelled_when_attempt_returns_within_grace(
     """An attempt that returns a value after the stop still ends CANCELLED."""
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 3.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         outcome = await waiter.wait()
         assert outcome.kind is OutcomeKind.CANCELLED
@@ -389,6 +407,7 @@ async def test_outcome_cancelled_when_attempt_raises_within_grace(
 
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         outcome = await waiter.wait()
         assert outcome.kind is OutcomeKind.CANCELLED
@@ -409,6 +428,7 @@ async def test_outcome_cancelled_when_attempt_swallows_cancellation(
 
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
 
@@ -417,6 +437,7 @@ async def test_grace_zero_forces_at_moment_of_stop(autojump_clock: trio.abc.Cloc
     """With ``grace=0`` a deferred task is FORCE_ABORTED when the stop is processed."""
     async with supervisor(grace=0.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 10.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(2.0)
         await sup.remove("t")
         outcome = await waiter.wait()
@@ -430,6 +451,7 @@ async def test_grace_zero_forces_even_cooperative_task(autojump_clock: trio.abc.
     """With ``grace=0`` even a task that would exit at its next checkpoint is forced."""
     async with supervisor(grace=0.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.FORCE_ABORTED
 
@@ -442,6 +464,7 @@ async def test_stop_during_backoff_ends_cancelled_without_attempt_event(
     spec = TaskSpec.restartable("t", failing, backoff=BackoffPolicy.constant(10.0))
     async with supervisor(recorder) as sup:
         waiter = await sup.add(spec)
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await recorder.wait_for(EventKind.BACKOFF_SCHEDULED, name="t")
         await trio.sleep(1.0)
         assert [info.state for info in sup.list()] == [TaskState.BACKOFF]
@@ -461,6 +484,7 @@ async def test_stop_while_waiting_for_permit_ends_cancelled_without_attempt_even
     recorder = EventRecorder()
     async with supervisor(recorder, max_concurrent=1) as sup:
         await sup.add(TaskSpec.once("holder", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         waiter = await sup.add(TaskSpec.once("queued", forever))
         await trio.testing.wait_all_tasks_blocked()
         assert sup.statistics().waiting_for_permit == 1
@@ -482,6 +506,7 @@ async def test_force_aborted_attempt_keeps_permit_until_exit(
         await sup.remove("stuck")
         await stuck.wait()
         await sup.add(TaskSpec.once("next", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         started = await recorder.wait_for(EventKind.ATTEMPT_STARTING, name="next")
         assert started.time == 20.0
 
@@ -493,6 +518,7 @@ async def test_remove_returns_true_to_claimer(autojump_clock: trio.abc.Clock) ->
     """``remove`` returns True to the caller that claims the stop."""
     async with supervisor() as sup:
         await sup.add(TaskSpec.once("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         assert await sup.remove("t") is True
 
 
@@ -508,6 +534,7 @@ async def test_concurrent_stops_have_exactly_one_claimer(
 
     async with supervisor(grace=10.0) as sup:
         await sup.add(TaskSpec.once("t", deferring, 4.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         async with trio.open_nursery() as nursery:
             for _ in range(5):
                 nursery.start_soon(stop, sup)
@@ -520,6 +547,7 @@ async def test_remove_returns_false_when_already_stopping(
     """A second ``remove`` of a stopping task returns False."""
     async with supervisor(grace=10.0) as sup:
         await sup.add(TaskSpec.once("t", deferring, 5.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         assert await sup.remove("t") is True
         assert await sup.remove("t") is False
 
@@ -541,6 +569,7 @@ async def test_remove_finished_task_returns_false(autojump_clock: trio.abc.Clock
 
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("t", quick))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await waiter.wait()
         assert await sup.remove(waiter.id) is False
         assert await sup.remove("t") is False
@@ -550,6 +579,7 @@ async def test_remove_does_not_wait_for_the_stop(autojump_clock: trio.abc.Clock)
     """``remove`` returns at once, while the task is still stopping."""
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 5.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         assert trio.current_time() == 0.0
         with pytest.raises(trio.WouldBlock):
@@ -562,6 +592,7 @@ async def test_remove_of_forced_running_task_returns_false(
     """A forced task that still runs is no longer a stop target."""
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         await waiter.wait()
         assert await sup.remove("t") is False
@@ -574,6 +605,7 @@ async def test_remove_targets_by_id_or_name(autojump_clock: trio.abc.Clock, by: 
     """``remove`` finds a task by its TaskId and by its name."""
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         assert await sup.remove(waiter.id if by == "id" else "t") is True
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
 
@@ -595,6 +627,7 @@ async def test_cancel_returns_true_after_outcome_committed(
     """``cancel`` claims the stop and returns once the outcome is committed."""
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 4.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         assert await sup.cancel("t") is True
         assert trio.current_time() == 4.0
         assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
@@ -607,6 +640,7 @@ async def test_cancel_joining_a_stop_returns_false_after_outcome(
     """A ``cancel`` that joins a claimed stop returns False, once the task ended."""
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 4.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         assert await sup.remove("t") is True
         assert await sup.cancel(waiter.id) is False
         assert trio.current_time() == 4.0
@@ -626,6 +660,7 @@ async def test_cancel_of_forced_task_returns_at_grace_deadline(
     """``cancel`` of a task that ignores the stop returns at the grace deadline."""
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
         assert await sup.cancel("t") is True
         assert trio.current_time() == 6.0
@@ -654,6 +689,7 @@ async def test_cancel_bounded_by_move_on_after_still_forces(
     """A stop whose ``cancel`` caller left early is still forced at the deadline."""
     async with supervisor(grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 100.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         with trio.move_on_after(1.0):
             await sup.cancel("t")
         assert (await waiter.wait()).kind is OutcomeKind.FORCE_ABORTED
@@ -667,6 +703,7 @@ async def test_stop_during_shutdown_returns_false(
     """``remove``/``cancel`` during shutdown join the shutdown's stop and return False."""
     async with supervisor(grace=10.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 4.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sup.shutdown)
             await trio.testing.wait_all_tasks_blocked()
@@ -682,6 +719,7 @@ async def test_stop_after_shutdown_returns_false(
     """``remove``/``cancel`` after the shutdown finished return False, without raising."""
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.shutdown()
         assert await getattr(sup, method)("t") is False
         assert await getattr(sup, method)(waiter.id) is False
@@ -717,6 +755,7 @@ async def test_stop_publishes_remove_requested_finished_removed(
     recorder = EventRecorder()
     async with supervisor(recorder) as sup:
         waiter = await sup.add(TaskSpec.once("t", forever))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(2.0)
         await sup.remove("t")
         await waiter.wait()
@@ -736,6 +775,7 @@ async def test_forced_stop_publishes_task_finished_at_deadline(
     recorder = EventRecorder()
     async with supervisor(recorder, grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         outcome = await waiter.wait()
         finished = await recorder.wait_for(EventKind.TASK_FINISHED, name="t")
@@ -749,6 +789,7 @@ async def test_stop_with_infinite_grace_never_forces(autojump_clock: trio.abc.Cl
     """With ``grace=inf`` a deferred block runs to its end, however long."""
     async with supervisor(grace=math.inf) as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 1000.0))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
         assert trio.current_time() == 1000.0

@@ -30,7 +30,6 @@ import contextvars
 import enum
 import math
 import types
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
 
     from ._controller import Controller
     from ._registry import Registry
+    from ._supervisor import Supervisor
 
 _PANICKED = TaskOutcome(OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled")
 _MIN_RESTART_GAP = 0.001
@@ -76,6 +76,7 @@ class TaskRecord:
 
     __slots__ = (
         "_flag",
+        "_task_context",
         "args",
         "attempt",
         "committed",
@@ -95,6 +96,7 @@ class TaskRecord:
         "state",
         "stop_requested",
         "stop_scope",
+        "supervisor",
         "waiter",
     )
 
@@ -125,8 +127,10 @@ class TaskRecord:
         self.stop_scope = trio.CancelScope()
         self.hard_deadline = math.inf
         self.force_deadline = math.inf
-        self.defer_scopes: set[trio.CancelScope] = set()
+        self.defer_scopes: set[trio.CancelScope] | None = None  # created on first use
         self._flag: AsyncBool | None = None
+        self._task_context: TaskContext | None = None
+        self.supervisor: Supervisor | None = None  # set when the registry admits it
         # Set for controller work: the controller to notify, and its slot machine entry.
         self.controller: Controller | None = None
         self.entry: Any = None
@@ -150,8 +154,15 @@ class TaskRecord:
     def force(self) -> None:
         """Unshield every deferred block so the pending stop reaches it."""
         self.forced = True
-        for scope in self.defer_scopes:
+        for scope in self.defer_scopes or ():
             scope.shield = False
+
+    def task_context(self) -> TaskContext:
+        """The public view of this task, created on first use."""
+        if self._task_context is None:
+            assert self.supervisor is not None
+            self._task_context = TaskContext(self, self.supervisor)
+        return self._task_context
 
 
 def _exit_code(error: BaseException) -> int | None:
@@ -172,11 +183,78 @@ def _only_cancellation(exc: BaseException) -> bool:
 
 
 async def run_actor(rec: TaskRecord, reg: Registry) -> None:
-    """Run ``rec``'s attempts until it ends, then commit its outcome."""
-    outcome: TaskOutcome = CANCELLED
+    """Run ``rec``'s attempts strictly in sequence until it ends; commit its outcome.
+
+    The retry loop and the attempt are inlined in this one coroutine, with few locals
+    and bookkeeping in plain helpers, on purpose: the memory of an idle supervised task
+    is mostly its coroutine frames.
+    """
+    current_task_context.set(rec)
+    retries = 0  # retries in the current failure streak
+    outcome: TaskOutcome | None = None
     try:
         with rec.stop_scope:
-            outcome = await _run_attempts(rec, reg)
+            while True:
+                if reg.limiter is not None:
+                    await _acquire_permit(rec, reg)
+                try:
+                    if rec.stop_requested:
+                        # Stopped before this attempt began (before the actor's first
+                        # step, or while it was being woken): begin none, as a stop during
+                        # a permit wait or backoff does. With grace=0 the outcome may even
+                        # be committed already; a body must never start after that.
+                        break
+                    started = _begin_attempt(rec, reg)
+                    status: str = _OK
+                    result: object = None
+                    try:
+                        result = rec.fn(*rec.args)
+                        if not _is_awaitable(result):
+                            status, result = _FATAL, _not_awaitable(rec, result)
+                        elif rec.policy.timeout is None:
+                            result = await result
+                        else:
+                            rec.hard_deadline = started + rec.policy.timeout
+                            with trio.CancelScope(deadline=rec.hard_deadline) as scope:
+                                result = await result
+                            if scope.cancel_called:
+                                status, result = _TIMED_OUT, _timed_out(rec)
+                    except TaskCancelled as exc:
+                        status, result = _CANCELLED, exc
+                    except FatalError as exc:
+                        status, result = _FATAL, exc
+                    except Exception as exc:
+                        status, result = _FAILED, exc
+                    except BaseException:
+                        _end_attempt(rec, reg, EventKind.ATTEMPT_CANCELLED, started, None)
+                        raise
+                    _end_attempt(
+                        rec, reg, _END_EVENTS[status], started, None if status is _OK else result
+                    )
+                finally:
+                    if reg.limiter is not None:
+                        reg.limiter.release_on_behalf_of(rec)
+                # -- what next ---------------------------------------------------------
+                if status is _OK:
+                    retries = 0
+                    if not rec.policy.restart.restarts_on_success:
+                        outcome = (
+                            COMPLETED_NONE
+                            if result is None
+                            else TaskOutcome(OutcomeKind.COMPLETED, value=result)
+                        )
+                        break
+                    started = _schedule_repeat(rec, reg, started)
+                else:
+                    assert isinstance(result, BaseException)
+                    outcome = _final_outcome(rec, status, result, retries)
+                    if outcome is not None:
+                        break
+                    started = _schedule_retry(rec, reg, result, retries)
+                    retries += 1
+                _fresh_context(rec)
+                rec.state = TaskState.BACKOFF
+                await trio.sleep_until(started)  # ``started`` now holds the wake-up time
     except BaseException as exc:
         if _only_cancellation(exc):
             # Only an internal fault cancels the supervisor's shielded region early.
@@ -185,184 +263,149 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
         reg.actor_exited(rec, CANCELLED)
         reg.crashed(exc)
         return
-    reg.actor_exited(rec, CANCELLED if rec.stop_requested else outcome)
+    reg.actor_exited(rec, CANCELLED if outcome is None or rec.stop_requested else outcome)
 
 
-async def _run_attempts(rec: TaskRecord, reg: Registry) -> TaskOutcome:
-    policy = rec.policy
-    restart = policy.restart
-    limiter = reg.limiter
-    bus = reg.bus
-    task_context = TaskContext(rec, reg.supervisor)
-    current_task_context.set(task_context)
-    retries = 0  # retries in the current failure streak
-    while True:
-        if limiter is not None:
-            rec.state = TaskState.WAITING
-            reg.waiting_for_permit += 1
-            try:
-                await limiter.acquire_on_behalf_of(rec)
-            finally:
-                reg.waiting_for_permit -= 1
-        try:
-            started, status, result = await _attempt(rec, reg)
-        finally:
-            if limiter is not None:
-                limiter.release_on_behalf_of(rec)
-
-        if status is _OK:
-            retries = 0
-            if not restart.restarts_on_success:
-                return (
-                    COMPLETED_NONE
-                    if result is None
-                    else TaskOutcome(OutcomeKind.COMPLETED, value=result)
-                )
-            interval = restart.interval
-            _fresh_context(rec, task_context)
-            rec.state = TaskState.BACKOFF
-            if interval is None:
-                await trio.sleep_until(max(started + _MIN_RESTART_GAP, trio.current_time()))
-            else:
-                if bus.active:
-                    bus.publish(
-                        EventKind.BACKOFF_SCHEDULED,
-                        task_id=rec.id,
-                        name=rec.name,
-                        slot=rec.slot,
-                        attempt=rec.attempt,
-                        delay=interval,
-                        backoff_source=BackoffSource.SUCCESS,
-                    )
-                await trio.sleep(interval)
-            continue
-
-        assert isinstance(result, BaseException)
-        if status is _CANCELLED:
-            return CANCELLED
-        reason = str(result)
-        exit_code = _exit_code(result)
-        if status is _FATAL:
-            return TaskOutcome(OutcomeKind.FATAL, error=result, reason=reason, exit_code=exit_code)
-        # A retryable failure or a timeout.
-        if not restart.restarts_on_failure:
-            return TaskOutcome(OutcomeKind.FAILED, error=result, reason=reason, exit_code=exit_code)
-        if policy.max_retries is not None and retries >= policy.max_retries:
-            return TaskOutcome(
-                OutcomeKind.FAILED,
-                error=result,
-                reason=f"retry limit reached after {retries} retries: {reason}",
-                exit_code=exit_code,
-            )
-        delay = policy.backoff.delay_for_retry(retries, reg.random)
-        retries += 1
-        if bus.active:
-            bus.publish(
-                EventKind.BACKOFF_SCHEDULED,
-                task_id=rec.id,
-                name=rec.name,
-                slot=rec.slot,
-                attempt=rec.attempt,
-                delay=delay,
-                reason=reason,
-                exit_code=exit_code,
-                backoff_source=BackoffSource.FAILURE,
-            )
-        _fresh_context(rec, task_context)
-        rec.state = TaskState.BACKOFF
-        await trio.sleep(delay)
+async def _acquire_permit(rec: TaskRecord, reg: Registry) -> None:
+    assert reg.limiter is not None
+    rec.state = TaskState.WAITING
+    reg.waiting_for_permit += 1
+    try:
+        await reg.limiter.acquire_on_behalf_of(rec)
+    finally:
+        reg.waiting_for_permit -= 1
 
 
-def _fresh_context(rec: TaskRecord, task_context: TaskContext) -> None:
-    """Make the next attempt run in a fresh copy of the captured context.
-
-    Takes effect at the actor's next checkpoint, which always precedes the attempt.
-    """
-    context = rec.context.copy()
-    context.run(current_task_context.set, task_context)
-    trio.lowlevel.current_task().context = context
-
-
-_OK = "ok"
-_FAILED = "failed"
-_FATAL = "fatal"
-_CANCELLED = "cancelled"
-
-
-async def _attempt(rec: TaskRecord, reg: Registry) -> tuple[float, str, Any]:
-    """Run one attempt; return (start time, status, value or error)."""
+def _begin_attempt(rec: TaskRecord, reg: Registry) -> float:
+    """Account for a starting attempt; return its start time."""
     rec.attempt += 1
     rec.state = TaskState.RUNNING
     rec.in_attempt = True
     reg.running_attempts += 1
-    bus = reg.bus
-    timeout = rec.policy.timeout
-    if bus.active:
-        bus.publish(
+    if reg.bus.active:
+        reg.bus.publish(
             EventKind.ATTEMPT_STARTING,
             task_id=rec.id,
             name=rec.name,
             slot=rec.slot,
             attempt=rec.attempt,
-            timeout=timeout,
+            timeout=rec.policy.timeout,
         )
-    started = trio.current_time()
-    rec.hard_deadline = math.inf if timeout is None else started + timeout
-    value: object = None
-    timed_out = False
-    try:
-        awaitable: Awaitable[object] = rec.fn(*rec.args)
-        if not _is_awaitable(awaitable):
-            error: Exception = TypeError(
-                f"task function {rec.fn!r} returned {type(awaitable).__name__}, not an awaitable"
-            )
-            _publish_end(rec, reg, EventKind.ATTEMPT_FAILED, started, error)
-            return started, _FATAL, error
-        if timeout is None:
-            value = await awaitable
-        else:
-            with trio.CancelScope(deadline=rec.hard_deadline) as scope:
-                value = await awaitable
-            timed_out = scope.cancel_called
-    except TaskCancelled as exc:
-        _publish_end(rec, reg, EventKind.ATTEMPT_CANCELLED, started, exc)
-        return started, _CANCELLED, exc
-    except FatalError as exc:
-        _publish_end(rec, reg, EventKind.ATTEMPT_FAILED, started, exc)
-        return started, _FATAL, exc
-    except Exception as exc:
-        _publish_end(rec, reg, EventKind.ATTEMPT_FAILED, started, exc)
-        return started, _FAILED, exc
-    except BaseException:
-        _publish_end(rec, reg, EventKind.ATTEMPT_CANCELLED, started, None)
-        raise
-    finally:
-        rec.in_attempt = False
-        rec.hard_deadline = math.inf
-        reg.running_attempts -= 1
-    if timed_out:
-        error = TimeoutError(f"attempt timed out after {timeout!r} s")
-        _publish_end(rec, reg, EventKind.ATTEMPT_TIMED_OUT, started, error)
-        return started, _FAILED, error
-    _publish_end(rec, reg, EventKind.ATTEMPT_SUCCEEDED, started, None)
-    return started, _OK, value
+    return trio.current_time()
 
 
-def _publish_end(
-    rec: TaskRecord, reg: Registry, kind: EventKind, started: float, error: BaseException | None
+def _end_attempt(
+    rec: TaskRecord, reg: Registry, kind: EventKind, started: float, error: object
 ) -> None:
+    """Account for an ended attempt and publish its terminal event."""
+    rec.in_attempt = False
+    rec.hard_deadline = math.inf
+    reg.running_attempts -= 1
     bus = reg.bus
     if not bus.active:
         return
-    reason = None if error is None or isinstance(error, trio.Cancelled) else str(error)
+    failure = error if isinstance(error, BaseException) else None
     bus.publish(
         kind,
         task_id=rec.id,
         name=rec.name,
         slot=rec.slot,
         attempt=rec.attempt,
-        reason=reason,
-        exit_code=None if error is None else _exit_code(error),
+        reason=None if failure is None else str(failure),
+        exit_code=None if failure is None else _exit_code(failure),
         duration=trio.current_time() - started,
         timeout=rec.policy.timeout if kind is EventKind.ATTEMPT_TIMED_OUT else None,
     )
+
+
+def _not_awaitable(rec: TaskRecord, value: object) -> TypeError:
+    return TypeError(f"task function {rec.fn!r} returned {type(value).__name__}, not an awaitable")
+
+
+def _timed_out(rec: TaskRecord) -> TimeoutError:
+    return TimeoutError(f"attempt timed out after {rec.policy.timeout!r} s")
+
+
+_OK = "ok"
+_FAILED = "failed"
+_TIMED_OUT = "timed out"
+_FATAL = "fatal"
+_CANCELLED = "cancelled"
+_END_EVENTS = {
+    _OK: EventKind.ATTEMPT_SUCCEEDED,
+    _FAILED: EventKind.ATTEMPT_FAILED,
+    _TIMED_OUT: EventKind.ATTEMPT_TIMED_OUT,
+    _FATAL: EventKind.ATTEMPT_FAILED,
+    _CANCELLED: EventKind.ATTEMPT_CANCELLED,
+}
+
+
+def _final_outcome(
+    rec: TaskRecord, status: str, error: BaseException, retries: int
+) -> TaskOutcome | None:
+    """The outcome an unsuccessful attempt ends the task with, or ``None`` to retry."""
+    if status is _CANCELLED:
+        return CANCELLED
+    reason = str(error)
+    exit_code = _exit_code(error)
+    if status is _FATAL:
+        return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=exit_code)
+    policy = rec.policy
+    if not policy.restart.restarts_on_failure:
+        return TaskOutcome(OutcomeKind.FAILED, error=error, reason=reason, exit_code=exit_code)
+    if policy.max_retries is not None and retries >= policy.max_retries:
+        return TaskOutcome(
+            OutcomeKind.FAILED,
+            error=error,
+            reason=f"retry limit reached after {retries} retries: {reason}",
+            exit_code=exit_code,
+        )
+    return None
+
+
+def _schedule_retry(rec: TaskRecord, reg: Registry, error: BaseException, retries: int) -> float:
+    """Publish the backoff after a retryable failure; return when to retry."""
+    delay = rec.policy.backoff.delay_for_retry(retries, reg.random)
+    if reg.bus.active:
+        reg.bus.publish(
+            EventKind.BACKOFF_SCHEDULED,
+            task_id=rec.id,
+            name=rec.name,
+            slot=rec.slot,
+            attempt=rec.attempt,
+            delay=delay,
+            reason=str(error),
+            exit_code=_exit_code(error),
+            backoff_source=BackoffSource.FAILURE,
+        )
+    return trio.current_time() + delay
+
+
+def _schedule_repeat(rec: TaskRecord, reg: Registry, started: float) -> float:
+    """Publish the wait after a success under ``always``; return when to run again."""
+    interval = rec.policy.restart.interval
+    now = trio.current_time()
+    if interval is None:
+        # Successive starts at least 1 ms apart; no event for an immediate repeat.
+        return max(started + _MIN_RESTART_GAP, now)
+    if reg.bus.active:
+        reg.bus.publish(
+            EventKind.BACKOFF_SCHEDULED,
+            task_id=rec.id,
+            name=rec.name,
+            slot=rec.slot,
+            attempt=rec.attempt,
+            delay=interval,
+            backoff_source=BackoffSource.SUCCESS,
+        )
+    return now + interval
+
+
+def _fresh_context(rec: TaskRecord) -> None:
+    """Make the next attempt run in a fresh copy of the captured context.
+
+    Takes effect at the actor's next checkpoint, which always precedes the attempt.
+    """
+    context = rec.context.copy()
+    context.run(current_task_context.set, rec)
+    trio.lowlevel.current_task().context = context

@@ -15,6 +15,10 @@ Decisions the design leaves open:
   in ``events_dropped`` but not in ``subscriber_dropped``. Closing the receive side
   early ends the stream quietly.
 * Events still queued when the drain deadline passes count as dropped.
+* A ``BaseException`` from ``on_event`` that is not trio's cancellation
+  (``KeyboardInterrupt``, ``SystemExit``) is not isolated: like one from a task, it
+  starts the graceful shutdown and propagates bare from ``open_supervisor``; that
+  subscriber's lane ends.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ class EventBus:
         self.published = 0
         self.dropped = 0
         self._initial = tuple(_subscriber_lane(s) for s in subscribers)
+        # Called with a BaseException from on_event (KeyboardInterrupt): not isolated.
+        self.on_crash: Callable[[BaseException], None] = lambda exc: None
 
     # -- publishing ---------------------------------------------------------------
 
@@ -100,10 +106,8 @@ class EventBus:
         event = self._build(kind, fields)
         try:
             self._send.send_nowait(event)
-        except trio.WouldBlock:
+        except (trio.WouldBlock, trio.ClosedResourceError):
             self.dropped += 1
-        except trio.ClosedResourceError:
-            pass
 
     def subscriber_dropped(self) -> dict[str, int]:
         """Drops per subscriber name (streams excluded)."""
@@ -177,44 +181,59 @@ class EventBus:
     # -- tasks ------------------------------------------------------------------------
 
     async def _fan_out(self) -> None:
+        recv = self._recv
         try:
-            async for event in self._drain():
-                origin = None
-                if event.kind is EventKind.SUBSCRIBER_FAILED:
-                    origin = self._failed_origin.pop(event.seq, None)
-                for lane in self._lanes:
-                    if lane is origin:
-                        continue
+            while True:
+                try:
+                    event = await recv.receive()
+                except trio.EndOfChannel:
+                    return
+                # Events already buffered are forwarded without a scheduler pass each.
+                while True:
+                    self._forward(event)
                     try:
-                        lane.send.send_nowait(event)
-                    except trio.WouldBlock:
-                        lane.pending += 1
-                        lane.dropped += 1
-                        self.dropped += 1
-                    except trio.ClosedResourceError:
-                        pass
+                        event = recv.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
         finally:
             for lane in self._lanes:
                 lane.send.close()
 
-    async def _drain(self) -> AsyncGenerator[TaskEvent]:
-        """Yield bus events; events already buffered cost no scheduler pass each."""
-        receive_nowait = self._recv.receive_nowait
-        async for event in self._recv:
-            yield event
-            while True:
-                try:
-                    yield receive_nowait()
-                except trio.WouldBlock:
-                    break
+    def _forward(self, event: TaskEvent) -> None:
+        origin = None
+        if event.kind is EventKind.SUBSCRIBER_FAILED:
+            origin = self._failed_origin.pop(event.seq, None)
+        for lane in self._lanes:
+            if lane is origin:
+                continue
+            try:
+                lane.send.send_nowait(event)
+            except trio.WouldBlock:
+                lane.pending += 1
+                lane.dropped += 1
+                self.dropped += 1
+            except trio.ClosedResourceError:
+                pass
 
     async def _run_lane(self, lane: _Lane) -> None:
+        recv = lane.recv
         try:
             with lane.scope:
-                async for event in lane.recv:
-                    if not await self._deliver(lane, event):
+                while True:
+                    try:
+                        event = await recv.receive()
+                    except trio.EndOfChannel:
                         return
-                    if lane.pending and not lane.recv.statistics().current_buffer_used:
+                    # Deliver what is buffered without a scheduler pass per event.
+                    while True:
+                        if not await self._deliver(lane, event):
+                            return
+                        try:
+                            event = recv.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    if lane.pending:
+                        # Caught up: report what this lane dropped meanwhile.
                         dropped, lane.pending = lane.pending, 0
                         marker = self._build(
                             EventKind.SUBSCRIBER_OVERFLOW, {"name": lane.name, "dropped": dropped}
@@ -246,12 +265,26 @@ class EventBus:
                 self._failed_origin[failure.seq] = lane
                 try:
                     self._send.send_nowait(failure)
-                except trio.WouldBlock:
+                except (trio.WouldBlock, trio.ClosedResourceError):
+                    # Full, or closed for the shutdown drain: the report is dropped.
                     self._failed_origin.pop(failure.seq)
                     self.dropped += 1
-                except trio.ClosedResourceError:
-                    self._failed_origin.pop(failure.seq)
+        except BaseException as exc:
+            if _only_cancellation(exc):
+                raise
+            # Not a subscriber failure (KeyboardInterrupt, SystemExit): like one raised
+            # by a task, it starts the graceful shutdown and then propagates from
+            # open_supervisor. This lane ends; the subscriber gets nothing more.
+            lane.send.close()
+            self.on_crash(exc)
+            return False
         return True
+
+
+def _only_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None  # pyright: ignore[reportUnknownMemberType]
+    return isinstance(exc, trio.Cancelled)
 
 
 def _subscriber_lane(subscriber: Subscriber) -> _Lane:

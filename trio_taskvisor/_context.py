@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from ._outcome import TaskId
     from ._supervisor import Supervisor
 
-current_task_context: Final = contextvars.ContextVar["TaskContext"]("trio_taskvisor_context")
+# Holds the running task's record; current_context() wraps it on first use.
+current_task_context: Final = contextvars.ContextVar["TaskRecord"]("trio_taskvisor_context")
 
 
 def current_context() -> TaskContext:
@@ -31,9 +32,10 @@ def current_context() -> TaskContext:
     Raises ``RuntimeError`` outside a supervised attempt.
     """
     try:
-        return current_task_context.get()
+        record = current_task_context.get()
     except LookupError:
         raise RuntimeError("current_context() called outside a supervised attempt") from None
+    return record.task_context()
 
 
 class TaskContext:
@@ -90,7 +92,10 @@ class TaskContext:
             yield
             return
         scope = trio.CancelScope(shield=True, deadline=record.hard_deadline)
-        record.defer_scopes.add(scope)
+        scopes = record.defer_scopes
+        if scopes is None:
+            scopes = record.defer_scopes = set()
+        scopes.add(scope)
         try:
             with scope:
                 try:
@@ -101,4 +106,4 @@ class TaskContext:
                     if scope.cancel_called:
                         scope.shield = False
         finally:
-            record.defer_scopes.discard(scope)
+            scopes.discard(scope)

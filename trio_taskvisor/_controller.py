@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import attrs
 import trio
@@ -33,7 +33,7 @@ from ._bus import EventBus, check_capacity
 from ._context import current_task_context
 from ._events import EventKind
 from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
-from ._outcome import RejectionKind, TaskId, TaskOutcome, TaskWaiter, allocate_id
+from ._outcome import RejectionKind, TaskId, TaskWaiter, allocate_id, rejected_outcome
 from ._registry import AddCommand, Command, Registry, Reply, StopCommand
 from ._slots import (
     ADMIT,
@@ -47,10 +47,7 @@ from ._slots import (
     SlotMachine,
     SlotStatus,
 )
-from ._spec import TaskSpec, resolve
-
-if TYPE_CHECKING:
-    from ._spec import TaskDefaults
+from ._spec import Resolver, TaskSpec
 
 
 def _check_limit(what: str, value: object, *, minimum: int, optional: bool = True) -> None:
@@ -87,7 +84,7 @@ def _check_slot(value: str | None) -> str | None:
     if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"slot must be a str or None, got {value!r}")
     if not value:
-        raise ConfigError("slot must not be empty")
+        raise ConfigError(f"slot must not be empty, got {value!r}")
     return value
 
 
@@ -145,8 +142,8 @@ class SlotView:
     """One tracked slot in a ``ControllerSnapshot``."""
 
     slot: str
-    status: SlotStatus | None
-    owner_id: TaskId | None
+    status: SlotStatus
+    owner_id: TaskId
     queue_depth: int
     waiting: int
     status_for: float
@@ -209,7 +206,13 @@ class PreparedSubmission:
     async def submit(self) -> TaskWaiter:
         """Submit; waits for controller command capacity (intake only)."""
         self._controller.check_open()
-        return await self._controller.send(self._claim())
+        entry = self._claim()
+        try:
+            return await self._controller.send(entry)
+        except BaseException:
+            # Not sent (cancelled or closed before intake): leave the submission unused.
+            self._used = False
+            raise
 
     def submit_nowait(self) -> TaskWaiter:
         """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
@@ -230,7 +233,7 @@ class Controller:
         config: ControllerConfig,
         registry: Registry,
         bus: EventBus,
-        defaults: TaskDefaults,
+        resolve: Resolver,
         is_closed: Callable[[], bool],
     ) -> None:
         self.machine = SlotMachine(
@@ -241,7 +244,7 @@ class Controller:
         )
         self.registry = registry
         self.bus = bus
-        self._defaults = defaults
+        self._resolve = resolve
         self._is_closed = is_closed
         self._send, self._recv = trio.open_memory_channel[ControllerCommand](config.queue_capacity)
         self._loop_scope = trio.CancelScope()
@@ -268,7 +271,7 @@ class Controller:
             spec.name,
             spec.fn,
             spec.args,
-            resolve(spec, self._defaults),
+            self._resolve(spec),
             contextvars.copy_context(),
             slot=key,
         )
@@ -298,11 +301,11 @@ class Controller:
 
     def _sending(self, entry: Entry) -> None:
         # Counted from intake until the entry leaves the controller's custody.
-        self.registry.busy.value += 1
+        self.registry.work.add()
         self._in_channel.add(entry.id)
 
     def _not_sent(self, entry: Entry, exc: BaseException) -> NoReturn:
-        self.registry.busy.value -= 1
+        self.registry.work.sub()
         self._in_channel.discard(entry.id)
         if isinstance(exc, trio.BrokenResourceError):
             raise SupervisorClosedError("the supervisor has shut down") from None
@@ -342,19 +345,24 @@ class Controller:
 
     def snapshot(self) -> ControllerSnapshot:
         now = trio.current_time()
-        views = tuple(
-            SlotView(
-                slot=slot.key,
-                status=slot.status,
-                owner_id=None if slot.owner is None else TaskId(slot.owner.id),
-                queue_depth=len(slot.queue),
-                waiting=len(slot.held),
-                status_for=now - slot.since,
+        views: list[SlotView] = []
+        for slot in sorted(self.machine.slots.values(), key=lambda s: s.key):
+            # Invariant: a tracked slot always has an owner (held or queued work of an
+            # ownerless slot starts at once).
+            assert slot.owner is not None
+            assert slot.status is not None
+            views.append(
+                SlotView(
+                    slot=slot.key,
+                    status=slot.status,
+                    owner_id=TaskId(slot.owner.id),
+                    queue_depth=len(slot.queue),
+                    waiting=len(slot.held),
+                    status_for=now - slot.since,
+                )
             )
-            for slot in sorted(self.machine.slots.values(), key=lambda s: s.key)
-        )
         return ControllerSnapshot(
-            slots=views,
+            slots=tuple(views),
             running_count=sum(1 for v in views if v.status is SlotStatus.RUNNING),
             total_queued=self.machine.pending,
         )
@@ -408,11 +416,11 @@ class Controller:
             admits = self._apply(self.machine.effects)
             for entry in admits:
                 rec: TaskRecord = entry.payload
-                self.registry.busy.value += 1
+                self.registry.work.add()
                 try:
                     await self._to_registry(AddCommand((rec,), None))
                 except trio.BrokenResourceError:
-                    self.registry.busy.value -= 1
+                    self.registry.work.sub()
                     self.on_admission(rec, False)
             return
         assert type(command) is RemoveCommand
@@ -447,7 +455,7 @@ class Controller:
 
     def on_admission(self, rec: TaskRecord, accepted: bool) -> None:
         """The registry decided on an owner sent through its channel."""
-        self.registry.busy.value -= 1  # the entry left the controller's custody
+        self.registry.work.sub()  # the entry left the controller's custody
         self.machine.admitted(rec.entry, accepted, trio.current_time())
         self._apply_direct()
 
@@ -465,14 +473,14 @@ class Controller:
             for entry in self._apply(machine.effects):
                 rec: TaskRecord = entry.payload
                 accepted = self.registry.admit_now(rec)
-                self.registry.busy.value -= 1  # the entry left the controller's custody
+                self.registry.work.sub()  # the entry left the controller's custody
                 machine.admitted(entry, accepted, trio.current_time())
 
     def _apply(self, effects: list[tuple[str, Entry, Any]]) -> list[Entry]:
         """Carry out every effect but admissions, which are returned in order."""
         self.machine.effects = []
         admits: list[Entry] = []
-        busy = self.registry.busy
+        work = self.registry.work
         bus = self.bus
         for tag, entry, arg in effects:
             rec: TaskRecord = entry.payload
@@ -482,9 +490,9 @@ class Controller:
                 self.registry.stop(rec.id)
             elif tag is REJECT or tag is DETACH:
                 rejection = RejectionKind(arg)
-                rec.waiter._resolve(TaskOutcome.rejected(rejection))  # pyright: ignore[reportPrivateUsage]
+                rec.waiter._resolve(rejected_outcome(rejection))  # pyright: ignore[reportPrivateUsage]
                 if tag is REJECT:
-                    busy.value -= 1
+                    work.sub()
                 if bus.active:
                     bus.publish(
                         EventKind.CONTROLLER_REJECTED,
@@ -495,7 +503,7 @@ class Controller:
                         reason=rejection.value,
                     )
             elif tag is JOIN:
-                busy.value -= 1
+                work.sub()
                 target: TaskRecord = arg.payload
                 rec.waiter._follow(target.waiter)  # pyright: ignore[reportPrivateUsage]
             elif bus.active:

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import enum
 import itertools
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
 
 from ._exceptions import OutcomeError
-
-if TYPE_CHECKING:
-    from typing import Self
 
 
 class TaskId(int):
@@ -111,10 +108,12 @@ class TaskOutcome:
             return self.value
         raise OutcomeError(self) from self.error
 
-    @classmethod
-    def rejected(cls, rejection: RejectionKind) -> Self:
-        """Build the outcome of work rejected before its body ran."""
-        return cls(OutcomeKind.REJECTED, reason=_REJECTION_REASONS[rejection], rejection=rejection)
+
+def rejected_outcome(rejection: RejectionKind) -> TaskOutcome:
+    """The outcome of work rejected before its body ran."""
+    return TaskOutcome(
+        OutcomeKind.REJECTED, reason=_REJECTION_REASONS[rejection], rejection=rejection
+    )
 
 
 COMPLETED_NONE: Final = TaskOutcome(OutcomeKind.COMPLETED)
@@ -157,9 +156,12 @@ class TaskWaiter:
         if self._outcome is None:
             if self._guard is not None:
                 await self._guard.check_deadlock(self)
-            if self._event is None:
-                self._event = trio.Event()
-            await self._event.wait()
+            # The check may have waited for the controller to take the work in, and
+            # taking it in may have resolved it (rejected at intake): then do not wait.
+            if self._outcome is None:
+                if self._event is None:
+                    self._event = trio.Event()
+                await self._event.wait()
         else:
             await trio.lowlevel.checkpoint()
         return self.outcome_nowait()
@@ -175,6 +177,7 @@ class TaskWaiter:
         if self._outcome is not None:
             return False
         self._outcome = outcome
+        self._guard = None  # only pending waits check; a kept waiter must not pin the controller
         if self._event is not None:
             self._event.set()
         if self._followers is not None:

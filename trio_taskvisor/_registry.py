@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 import trio
-from trio_util import AsyncValue
+from trio_util import AsyncBool
 
 from ._actor import TaskRecord, TaskState, run_actor
 from ._events import EventKind
 from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUseError
-from ._outcome import FORCE_ABORTED, RejectionKind, TaskId, TaskOutcome
+from ._outcome import FORCE_ABORTED, RejectionKind, TaskId, TaskOutcome, rejected_outcome
 
 if TYPE_CHECKING:
     from ._bus import EventBus
@@ -60,6 +60,30 @@ class TaskInfo:
     slot: str | None
     state: TaskState
     attempt: int
+
+
+class WorkCounter:
+    """Outstanding work: accepted commands and submissions not yet decided, live actors.
+
+    ``idle`` (a trio-util ``AsyncBool``, what ``wait_idle()`` waits on) changes only
+    when the count crosses zero, so counting is a plain integer update on hot paths.
+    """
+
+    __slots__ = ("count", "idle")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle = AsyncBool(True)
+
+    def add(self, n: int = 1) -> None:
+        if not self.count:
+            self.idle.value = False
+        self.count += n
+
+    def sub(self, n: int = 1) -> None:
+        self.count -= n
+        if not self.count:
+            self.idle.value = True
 
 
 class Reply:
@@ -137,8 +161,7 @@ class Registry:
         self._wait_scope: trio.CancelScope | None = None
         self.running_attempts = 0
         self.waiting_for_permit = 0
-        # Accepted-but-unprocessed adds plus live actors: zero means idle.
-        self.busy = AsyncValue(0)
+        self.work = WorkCounter()
         self.shutting_down = False
         self._shutdown_deadline = math.inf
         self.stuck: list[str] = []
@@ -214,7 +237,7 @@ class Registry:
                 error = self._admit_one(rec, command.reply)
                 if rec.controller is not None:
                     rec.controller.on_admission(rec, error is None)
-            self.busy.value -= len(command.records)
+            self.work.sub(len(command.records))
         elif type(command) is StopCommand:
             command.reply.set(self.stop(command.target))
         else:
@@ -224,7 +247,7 @@ class Registry:
     # -- admission ----------------------------------------------------------------------
 
     def _reject(self, rec: TaskRecord, rejection: RejectionKind) -> None:
-        outcome = TaskOutcome.rejected(rejection)
+        outcome = rejected_outcome(rejection)
         if self.bus.active:
             self.bus.publish(
                 EventKind.TASK_ADD_FAILED,
@@ -317,13 +340,14 @@ class Registry:
     def _register(self, rec: TaskRecord) -> None:
         self._tasks[rec.id] = rec
         self._names[rec.name] = rec
-        self.busy.value += 1
+        self.work.add()
         if self.bus.active:
             self.bus.publish(EventKind.TASK_ADDED, task_id=rec.id, name=rec.name, slot=rec.slot)
         if self.shutting_down:
             self._request_stop(rec, self._shutdown_deadline)
 
     def _spawn(self, rec: TaskRecord) -> None:
+        rec.supervisor = self.supervisor
         # start_soon copies the current context: call it inside the captured one.
         rec.context.run(self._start_actor, rec)
 
@@ -387,6 +411,13 @@ class Registry:
     def _commit(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
         rec.committed = True
         del self._tasks[rec.id]
+        heap = self._heap
+        if len(heap) > 2 * len(self._tasks):
+            # Invariant: at least half of the heap is live (one entry per stopping task
+            # at most), so an ended task's record is not kept until its grace deadline.
+            # In place: the loop holds the list. Amortised O(1) per entry.
+            heap[:] = [e for e in heap if not e[2].committed and e[2].force_deadline == e[0]]
+            heapq.heapify(heap)
         bus = self.bus
         if bus.active:
             fields = {"task_id": rec.id, "name": rec.name, "slot": rec.slot}
@@ -406,7 +437,7 @@ class Registry:
     def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
         """Called by the actor as it ends: free the name, then commit."""
         del self._names[rec.name]
-        self.busy.value -= 1
+        self.work.sub()
         if not rec.committed:
             self._commit(rec, outcome)
         if rec.controller is not None:

@@ -9,6 +9,9 @@ Decisions the design leaves open:
 * Wrong *types* (a name that is not a ``str``, ``max_retries=1.5``, a ``restart`` that
   is not a ``RestartPolicy``) raise ``TypeError``; wrong *values* raise ``ConfigError``.
 * ``timeout=math.inf`` is normalised to ``None`` like ``timeout=0``.
+* ``args`` may be any iterable except ``str`` / ``bytes`` (which would become one
+  argument per character); durations given as ints too large for a float raise
+  ``ConfigError``.
 * Objects whose ``__call__`` is synchronous are accepted at construction (``inspect``
   cannot tell what they return); an attempt whose call returns a non-awaitable ends
   ``FATAL`` with a ``TypeError``.
@@ -20,7 +23,8 @@ import enum
 import functools
 import inspect
 import math
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -44,6 +48,8 @@ TaskFn: TypeAlias = Callable[..., Awaitable[Any]]
 
 def check_async_callable(fn: object) -> None:
     """Raise ``TypeError`` unless ``fn`` is callable and not a plain sync function."""
+    if type(fn) is types.FunctionType and fn.__code__.co_flags & inspect.CO_COROUTINE:
+        return  # the common case, without inspect's general checks
     if not callable(fn):
         raise TypeError(f"task function must be callable, got {fn!r}")
     target: object = fn
@@ -51,6 +57,10 @@ def check_async_callable(fn: object) -> None:
         target = target.func  # pyright: ignore[reportUnknownMemberType]
     if inspect.iscoroutinefunction(target):
         return
+    if inspect.isasyncgenfunction(target):
+        raise TypeError(
+            f"task function must be an async function, got async generator function {fn!r}"
+        )
     if (
         inspect.isfunction(target)
         or inspect.ismethod(target)
@@ -66,9 +76,13 @@ def check_async_callable(fn: object) -> None:
 def _check_duration(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number of seconds, got {value!r}")
-    if math.isnan(value) or value < 0:
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise ConfigError(f"{what} is too large for a float, got {value!r}") from None
+    if math.isnan(seconds) or seconds < 0:
         raise ConfigError(f"{what} must be >= 0, got {value!r}")
-    return float(value)
+    return seconds
 
 
 def normalize_timeout(value: object) -> float | None:
@@ -121,7 +135,7 @@ def _name(value: str) -> str:
     if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"task name must be a str, got {value!r}")
     if not value:
-        raise ConfigError("task name must not be empty")
+        raise ConfigError(f"task name must not be empty, got {value!r}")
     return value
 
 
@@ -130,8 +144,16 @@ def _fn(value: TaskFn) -> TaskFn:
     return value
 
 
-def _args(value: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(value)
+def _args(value: Iterable[Any]) -> tuple[Any, ...]:
+    if type(value) is tuple:
+        return value  # pyright: ignore[reportUnknownVariableType]
+    # A string would silently become one argument per character.
+    if not isinstance(value, str | bytes):
+        try:
+            return tuple(value)
+        except TypeError:  # not iterable
+            pass
+    raise TypeError(f"args must be a tuple of arguments, got {value!r}")
 
 
 @attrs.frozen
@@ -258,3 +280,28 @@ def resolve(spec: TaskSpec, defaults: TaskDefaults) -> ResolvedSpec:
         defaults.timeout if spec.timeout is INHERIT else spec.timeout,
         defaults.max_retries if spec.max_retries is INHERIT else spec.max_retries,
     )
+
+
+class Resolver:
+    """Resolve specs against one ``TaskDefaults``, sharing one ``ResolvedSpec`` per policy.
+
+    Most tasks of a supervisor share a handful of policies, so a small cache saves an
+    object per task.
+    """
+
+    __slots__ = ("_cache", "_defaults")
+
+    _MAX_ENTRIES = 256
+
+    def __init__(self, defaults: TaskDefaults) -> None:
+        self._defaults = defaults
+        self._cache: dict[tuple[object, ...], ResolvedSpec] = {}
+
+    def __call__(self, spec: TaskSpec) -> ResolvedSpec:
+        key = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
+        resolved = self._cache.get(key)
+        if resolved is None:
+            resolved = resolve(spec, self._defaults)
+            if len(self._cache) < self._MAX_ENTRIES:
+                self._cache[key] = resolved
+        return resolved

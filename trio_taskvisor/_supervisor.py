@@ -17,7 +17,9 @@ Decisions the design leaves open:
 * A task that raises a non-task ``BaseException`` (``KeyboardInterrupt``) starts the
   shutdown (publishing ``SHUTDOWN_REQUESTED``) and cancels the body; after the
   shutdown the exception propagates bare from ``open_supervisor`` / ``run``, with the
-  body's own exception, if any, as its context.
+  body's own exception, if any, as its context. Only the first such exception
+  propagates; one raised later (during that shutdown) is logged at ERROR with its
+  traceback. A subscriber's ``on_event`` raising one is treated the same way.
 * ``run(handle_signals=True)`` turns the first SIGINT or SIGTERM into the graceful
   shutdown; a second signal gets trio's default handling.
 * A target that is neither a ``str`` nor an ``int`` raises ``TypeError``.
@@ -53,7 +55,7 @@ from ._outcome import TaskId, TaskWaiter, allocate_id
 from ._registry import AddCommand, Registry, Reply, StopCommand, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import AdmissionPolicy
-from ._spec import TaskDefaults, TaskSpec, resolve
+from ._spec import Resolver, TaskDefaults, TaskSpec
 
 logger = logging.getLogger("trio_taskvisor")
 T = TypeVar("T")
@@ -62,7 +64,11 @@ T = TypeVar("T")
 def _check_seconds(what: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number of seconds, got {value!r}")
-    if math.isnan(value) or value < 0:
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise ConfigError(f"{what} is too large for a float, got {value!r}") from None
+    if math.isnan(seconds) or seconds < 0:
         raise ConfigError(f"{what} must be >= 0, got {value!r}")
 
 
@@ -122,6 +128,12 @@ class SupervisorStatistics:
     subscriber_dropped: Mapping[str, int]
 
 
+def _check_iterable(what: str, value: object, items: str) -> None:
+    # A single item (or a str) where a collection is expected fails here, clearly.
+    if isinstance(value, TaskSpec | str) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be an iterable of {items}, got {value!r}")
+
+
 def _check_target(target: object) -> None:
     if isinstance(target, bool) or not isinstance(target, int | str):
         raise TypeError(f"target must be a TaskId or a task name, got {target!r}")
@@ -136,8 +148,10 @@ class Supervisor:
     def __init__(self, config: SupervisorConfig, subscribers: tuple[Subscriber, ...]) -> None:
         self._config = config
         self._bus = EventBus(config.bus_capacity, subscribers)
+        self._resolve = Resolver(config.task_defaults)
         self._registry = Registry(self, self._bus)
         self._registry.on_crash = self._on_crash
+        self._bus.on_crash = self._on_crash
         self._controller = (
             None
             if config.controller is None
@@ -145,7 +159,7 @@ class Supervisor:
                 config.controller,
                 self._registry,
                 self._bus,
-                config.task_defaults,
+                self._resolve,
                 lambda: self._shutdown.started,
             )
         )
@@ -194,6 +208,14 @@ class Supervisor:
     def _on_crash(self, exc: BaseException) -> None:
         if self._crash is None:
             self._crash = exc
+        elif exc is not self._crash:
+            # Only the first one propagates; never drop a later one silently.
+            logger.error(
+                "%s raised during the shutdown after %s; only the first is re-raised",
+                type(exc).__name__,
+                type(self._crash).__name__,
+                exc_info=exc,
+            )
         self._start_shutdown(explicit=True)
         if self._body_scope is not None:
             self._body_scope.cancel(reason=f"a task raised {type(exc).__name__}")
@@ -212,20 +234,20 @@ class Supervisor:
             spec.name,
             spec.fn,
             spec.args,
-            resolve(spec, self._config.task_defaults),
+            self._resolve(spec),
             contextvars.copy_context(),
         )
 
     async def _send(self, command: AddCommand, count: int) -> None:
-        busy = self._registry.busy
-        busy.value += count
+        work = self._registry.work
+        work.add(count)
         try:
             await self._registry.send.send(command)
         except trio.BrokenResourceError:
-            busy.value -= count
+            work.sub(count)
             raise SupervisorClosedError("the supervisor has shut down") from None
         except BaseException:
-            busy.value -= count
+            work.sub(count)
             raise
 
     async def add(self, spec: TaskSpec) -> TaskWaiter:
@@ -261,15 +283,15 @@ class Supervisor:
         """
         self._check_open()
         rec = self._record(spec)
-        busy = self._registry.busy
-        busy.value += 1
+        work = self._registry.work
+        work.add()
         try:
             self._registry.send.send_nowait(AddCommand((rec,), None))
         except trio.BrokenResourceError:
-            busy.value -= 1
+            work.sub()
             raise SupervisorClosedError("the supervisor has shut down") from None
         except BaseException:
-            busy.value -= 1
+            work.sub()
             raise
         return rec.waiter
 
@@ -281,6 +303,7 @@ class Supervisor:
         accepted batch start only after every item is registered.
         """
         self._check_open()
+        _check_iterable("specs", specs, "TaskSpec")
         recs = [self._record(spec) for spec in specs]
         if not recs:
             await trio.lowlevel.checkpoint()
@@ -381,6 +404,8 @@ class Supervisor:
         """
         controller = self._require_controller("run_in_slot")
         controller.check_open()
+        if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"slot must be a str, got {slot!r}")
         self._calls += 1
         spec = TaskSpec.once(f"{slot}/call-{self._calls}", fn, *args, **task_opts)
         wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
@@ -422,7 +447,7 @@ class Supervisor:
 
     async def wait_idle(self) -> None:
         """Wait until no task is registered or alive and no add is in flight."""
-        await self._registry.busy.wait_value(0)  # pyright: ignore[reportUnknownMemberType]
+        await self._registry.work.idle.wait_value(True)  # pyright: ignore[reportUnknownMemberType]
 
     def events(
         self, capacity: int = 1024
@@ -458,6 +483,7 @@ async def open_supervisor(
         config = SupervisorConfig()
     elif not isinstance(config, SupervisorConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"config must be a SupervisorConfig, got {config!r}")
+    _check_iterable("subscribers", subscribers, "subscribers")
     sup = Supervisor(config, tuple(subscribers))
     body_error: BaseException | None = None
     async with trio.open_nursery() as nursery:
