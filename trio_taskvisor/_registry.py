@@ -31,11 +31,12 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
@@ -134,7 +135,13 @@ class ShutdownCommand:
         self.deadline = deadline
 
 
-Command = AddCommand | StopCommand | ShutdownCommand
+class _Wake:
+    """A no-op command: makes the loop look at its force deadlines again."""
+
+
+WAKE: Final = _Wake()
+
+Command = AddCommand | StopCommand | ShutdownCommand | _Wake
 
 
 class Registry:
@@ -159,6 +166,7 @@ class Registry:
         # The loop's wait for the next command; a stop requested from another task
         # (the controller's REPLACE) brings its deadline forward, so the force is on time.
         self._wait_scope: trio.CancelScope | None = None
+        self._parked = False  # waiting for a command with no deadline pending
         self.running_attempts = 0
         self.waiting_for_permit = 0
         self.work = WorkCounter()
@@ -218,8 +226,16 @@ class Registry:
         while True:
             if heap:
                 self._force_due()
-            with trio.move_on_at(heap[0][0] if heap else math.inf) as self._wait_scope:
+            if heap:
+                with trio.move_on_at(heap[0][0]) as self._wait_scope:
+                    handle(await receive())
+                self._wait_scope = None
+            else:
+                # No deadline pending, so no scope; a stop requested meanwhile from
+                # another task wakes this wait with a WAKE command instead.
+                self._parked = True
                 handle(await receive())
+                self._parked = False
             # Commands already buffered are handled without a scheduler pass each.
             while True:
                 try:
@@ -240,8 +256,7 @@ class Registry:
             self.work.sub(len(command.records))
         elif type(command) is StopCommand:
             command.reply.set(self.stop(command.target))
-        else:
-            assert type(command) is ShutdownCommand
+        elif type(command) is ShutdownCommand:
             self._begin_shutdown(command.deadline)
 
     # -- admission ----------------------------------------------------------------------
@@ -388,9 +403,15 @@ class Registry:
             self._force(rec)
         elif not math.isinf(deadline):
             heapq.heappush(self._heap, (deadline, int(rec.id), rec))
+            # Called from another task (the controller's REPLACE, an actor's callback)
+            # while the loop waits: bring its wake-up forward.
             scope = self._wait_scope
             if scope is not None and deadline < scope.deadline:
                 scope.deadline = deadline
+            elif self._parked:
+                self._parked = False
+                with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                    self.send.send_nowait(WAKE)
 
     def _force_due(self) -> None:
         heap = self._heap
