@@ -1,76 +1,86 @@
-"""``python -m trio_taskvisor``: a short, self-contained tour of the supervisor.
+"""``python -m trio_taskvisor``: the demo, and a short tour.
 
-A flaky fetch that succeeds on its third attempt, a periodic heartbeat, a task that
-fails fatally, and a stubborn task that defers cancellation past the grace window at
-shutdown. Every event is logged; a summary of outcomes ends the run (about 2 s).
+Usage::
+
+    python -m trio_taskvisor demo [--duration SECONDS] [--plain | --live] [--seed N]
+    python -m trio_taskvisor tour
+
+``demo`` (also what runs with no subcommand, with its defaults) is the README's demo:
+about 20 s of a supervised service, shown live with ``rich`` (``pip install
+'trio_taskvisor[demo]'``), or as log lines with ``--plain`` (the default when stdout is
+not a terminal or ``rich`` is missing; ``--live`` insists on the live view, e.g. under
+``script`` or with ``TTY_COMPATIBLE=1``). See ``trio_taskvisor._demo``.
+
+``tour`` is the short walk-through (about 2 s, no extra dependency): a flaky fetch, a
+periodic heartbeat, a fatal failure and a task that overstays the grace window, logged
+event by event. See ``trio_taskvisor._tour``.
+
+The exit status is 0 when the run ends as designed (the demo's and the tour's stubborn
+task overrunning the grace window is part of the design), 130 after a Ctrl+C that
+arrives while the graceful shutdown is already running.
 """
 
 from __future__ import annotations
 
-import logging
+import argparse
 import sys
 
-import trio
 
-from . import (
-    BackoffPolicy,
-    FatalError,
-    GraceExceededError,
-    LoggingSubscriber,
-    SupervisorConfig,
-    TaskSpec,
-    TaskWaiter,
-    current_context,
-    open_supervisor,
-)
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
-async def fetch(url: str) -> int:
-    attempt = current_context().attempt
-    await trio.sleep(0.05)
-    if attempt < 3:
-        raise ConnectionError(f"{url} unreachable (attempt {attempt})")
-    return 200
-
-
-async def heartbeat() -> None:
-    await trio.sleep(0.01)
-
-
-async def migrate() -> None:
-    raise FatalError("schema version 7 is not supported", exit_code=2)
-
-
-async def stubborn() -> None:
-    with current_context().defer_cancel():
-        await trio.sleep_forever()
-
-
-async def main() -> None:
-    specs = [
-        TaskSpec.restartable(
-            "fetch", fetch, "https://example.org", backoff=BackoffPolicy.exponential(0.2)
-        ),
-        TaskSpec.periodic("heartbeat", 0.3, heartbeat),
-        TaskSpec.once("migrate", migrate),
-        TaskSpec.once("stubborn", stubborn),
-    ]
-    config = SupervisorConfig(grace=0.5)
-    waiters: list[TaskWaiter] = []
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trio_taskvisor", description="trio_taskvisor demo and tour."
+    )
+    parser.set_defaults(command="demo", duration=20.0, plain=None, seed=None)
+    commands = parser.add_subparsers(title="commands", metavar="{demo,tour}")
+    demo = commands.add_parser(
+        "demo", help="a supervised service for about 20 s, shown live (the default)"
+    )
+    demo.set_defaults(command="demo")
+    demo.add_argument(
+        "--duration",
+        type=_seconds,
+        default=20.0,
+        metavar="SECONDS",
+        help="how long the service runs before the graceful shutdown (default: 20)",
+    )
+    view = demo.add_mutually_exclusive_group()
+    view.add_argument(
+        "--plain",
+        action="store_const",
+        const=True,
+        help="log lines instead of the live view (the default when stdout is not a terminal)",
+    )
+    view.add_argument(
+        "--live",
+        dest="plain",
+        action="store_const",
+        const=False,
+        help="the live view even when stdout does not look like a terminal",
+    )
+    demo.add_argument("--seed", type=int, help="seed the demo's randomness")
+    tour = commands.add_parser("tour", help="a 2 s walk-through, logged event by event")
+    tour.set_defaults(command="tour")
+    args = parser.parse_args(argv)
     try:
-        async with open_supervisor(config, subscribers=[LoggingSubscriber()]) as sup:
-            waiters = await sup.add_batch(specs)
-            await trio.sleep(1.2)
-    except GraceExceededError as exc:
-        print(f"shutdown: {exc}")
-    print("outcomes:")
-    for waiter in waiters:
-        outcome = waiter.outcome_nowait()
-        print(f"  {waiter.name:<10} {outcome.kind.value:<14} {outcome.reason or outcome.value}")
+        if args.command == "tour":
+            from ._tour import main as tour_main
+
+            return tour_main()
+        from ._demo import main as demo_main
+
+        return demo_main(duration=args.duration, plain=args.plain, seed=args.seed)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
-    logging.basicConfig(
-        stream=sys.stdout, level=logging.INFO, format="%(relativeCreated)6.0f ms  %(message)s"
-    )
-    trio.run(main)
+    sys.exit(main())

@@ -11,8 +11,21 @@ from typing import Any
 import trio
 
 from ._events import EventKind, TaskEvent
+from ._exceptions import ConfigError
 
 __all__ = ["EventRecorder"]
+
+
+def _kind(kind: EventKind | str) -> EventKind:
+    """Accept an ``EventKind`` or its string value; fail at once for anything else."""
+    if isinstance(kind, EventKind):
+        return kind
+    if not isinstance(kind, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"kind must be an EventKind, got {kind!r}")
+    try:
+        return EventKind(kind)
+    except ValueError:
+        raise ConfigError(f"unknown event kind {kind!r}") from None
 
 
 def _matches(event: TaskEvent, kind: EventKind, fields: dict[str, Any]) -> bool:
@@ -39,15 +52,17 @@ class EventRecorder:
         """The kinds of the recorded events in order, only ``wanted`` ones if given."""
         return [e.kind for e in self.events if not wanted or e.kind in wanted]
 
-    def of(self, kind: EventKind, **fields: Any) -> list[TaskEvent]:
+    def of(self, kind: EventKind | str, **fields: Any) -> list[TaskEvent]:
         """Recorded events of ``kind`` whose attributes equal ``fields``."""
+        kind = _kind(kind)
         return [e for e in self.events if _matches(e, kind, fields)]
 
-    async def wait_for(self, kind: EventKind, **fields: Any) -> TaskEvent:
+    async def wait_for(self, kind: EventKind | str, **fields: Any) -> TaskEvent:
         """Return the first recorded match, waiting for one if there is none yet.
 
-        A checkpoint.
+        A checkpoint. ``kind`` is an ``EventKind`` or its string value.
         """
+        kind = _kind(kind)
         for event in self.events:
             if _matches(event, kind, fields):
                 await trio.lowlevel.checkpoint()

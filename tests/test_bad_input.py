@@ -1,0 +1,745 @@
+"""Bad input: every public constructor and method fails clearly at the call.
+
+Wrong *types* raise ``TypeError``, wrong *values* ``ConfigError``; the message starts
+with a lower-case letter and shows the offending value (its ``repr``). After a bad
+call on a running supervisor, the supervisor keeps working: a normal task added next
+completes.
+
+Decisions where DESIGN.md is silent
+-----------------------------------
+* Policy values (``BackoffPolicy``, ``RestartPolicy``) raise ``ConfigError`` for wrong
+  types as well (``jitter="full"``, ``first="1"``, ``always("5")``): ``_policies``
+  validates every field as a value. Everywhere else a wrong type is a ``TypeError``.
+* ``TaskSpec.args`` must be an iterable other than ``str`` / ``bytes`` (a string would
+  silently become one argument per character).
+* An ``async def`` generator function is not a task function (``TypeError``), and the
+  message says so.
+* A class (or any object whose ``__call__`` is synchronous) is accepted at
+  construction, as DESIGN says; its attempt ends ``FATAL`` with a ``TypeError``.
+* ``lambda: coro()`` is a plain synchronous function and is rejected (``TypeError``);
+  use ``functools.partial`` or an ``async def``.
+* Durations given as ints too large for a float (``10**400``) raise ``ConfigError``.
+* Names and slots have no length limit: a 1 MB name or slot works like any other.
+* ``run_in_slot`` needs a non-empty ``str`` slot; ``None`` is a ``TypeError`` (it does
+  not fall back to a per-call slot).
+* ``EventRecorder.of`` / ``wait_for`` take an ``EventKind`` or its string value; an
+  unknown kind raises at the call instead of waiting forever.
+* Subscriber attributes (``queue_capacity``, ``name``, ``on_event``) are checked by
+  ``open_supervisor``, which is where a subscriber is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_taskvisor import (
+    AdmissionPolicy,
+    BackoffPolicy,
+    ConfigError,
+    ControllerConfig,
+    ControllerSpec,
+    EventKind,
+    NoControllerError,
+    OutcomeKind,
+    RestartPolicy,
+    Supervisor,
+    SupervisorConfig,
+    TaskDefaults,
+    TaskNameInUseError,
+    TaskSpec,
+    open_supervisor,
+)
+from trio_taskvisor.testing import EventRecorder
+
+HUGE = 10**400  # an int too large for a float
+
+
+async def async_fn(*args: Any) -> object:
+    return args
+
+
+async def agen_fn() -> AsyncGenerator[int]:
+    yield 1
+
+
+def sync_fn() -> None:
+    pass
+
+
+class Service:
+    def sync_method(self) -> None:
+        pass
+
+
+class NotAwaitable:
+    """A class: callable, but calling it returns a non-awaitable."""
+
+
+def check_message(exc: BaseException, shown: str, *, lower: bool = True) -> None:
+    message = str(exc)
+    if lower:
+        assert message[:1].islower(), message
+    assert shown in message, message
+
+
+@asynccontextmanager
+async def supervisor(**config: Any) -> AsyncGenerator[Supervisor]:
+    config.setdefault("grace", 5.0)
+    async with open_supervisor(SupervisorConfig(**config)) as sup:
+        yield sup
+
+
+async def assert_still_works(sup: Supervisor) -> None:
+    """A normal task added now completes, and nothing from the bad call is left."""
+    assert sup.list() == ()
+    t0 = trio.current_time()
+
+    async def job() -> str:
+        await trio.sleep(1.0)
+        return "fine"
+
+    waiter = await sup.add(TaskSpec.once("still-works", job))
+    assert (await waiter.wait()).value == "fine"
+    assert trio.current_time() == t0 + 1.0
+    if sup.config.controller is not None:
+        assert await sup.run_in_slot("slot", job) == "fine"
+        assert sup.controller_snapshot().slots == ()
+
+
+async def invoke(call: Callable[[Supervisor], Any], sup: Supervisor) -> None:
+    """Make the call; await it, or enter it, if that is what it returns."""
+    result = call(sup)
+    if hasattr(result, "__aenter__"):
+        async with result:
+            pass
+    elif hasattr(result, "__await__"):
+        await result
+
+
+SPEC = TaskSpec.once("job", async_fn)
+
+
+# -- constructors ------------------------------------------------------------------------------
+
+CONSTRUCTOR_CASES: list[Any] = [
+    # TaskSpec: name
+    pytest.param(lambda: TaskSpec.once(123, async_fn), TypeError, "123", id="name-int"),
+    pytest.param(lambda: TaskSpec.once(None, async_fn), TypeError, "None", id="name-none"),
+    pytest.param(lambda: TaskSpec.once(b"job", async_fn), TypeError, "b'job'", id="name-bytes"),
+    pytest.param(lambda: TaskSpec.once("", async_fn), ConfigError, "''", id="name-empty"),
+    # TaskSpec: fn
+    pytest.param(lambda: TaskSpec.once("job", 42), TypeError, "42", id="fn-int"),
+    pytest.param(lambda: TaskSpec.once("job", "fn"), TypeError, "'fn'", id="fn-str"),
+    pytest.param(lambda: TaskSpec.once("job", None), TypeError, "None", id="fn-none"),
+    pytest.param(lambda: TaskSpec.once("job", sync_fn), TypeError, "sync_fn", id="fn-sync"),
+    pytest.param(
+        lambda: TaskSpec.once("job", lambda: async_fn()), TypeError, "<lambda>", id="fn-lambda"
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", Service().sync_method),
+        TypeError,
+        "sync_method",
+        id="fn-sync-method",
+    ),
+    pytest.param(lambda: TaskSpec.once("job", len), TypeError, "len", id="fn-builtin"),
+    pytest.param(
+        lambda: TaskSpec.once("job", functools.partial(sync_fn)),
+        TypeError,
+        "partial",
+        id="fn-partial-of-sync",
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", agen_fn), TypeError, "async generator", id="fn-async-gen"
+    ),
+    # TaskSpec: args
+    pytest.param(lambda: TaskSpec("job", async_fn, 5), TypeError, "5", id="args-int"),
+    pytest.param(lambda: TaskSpec("job", async_fn, "abc"), TypeError, "'abc'", id="args-str"),
+    pytest.param(lambda: TaskSpec("job", async_fn, None), TypeError, "None", id="args-none"),
+    # TaskSpec: options
+    pytest.param(
+        lambda: TaskSpec("job", async_fn, restart="always"),
+        TypeError,
+        "'always'",
+        id="restart-str",
+    ),
+    pytest.param(
+        lambda: TaskSpec("job", async_fn, restart=None), TypeError, "None", id="restart-none"
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", async_fn, backoff=1.0), TypeError, "1.0", id="backoff-float"
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", async_fn, timeout=-1), ConfigError, "-1", id="timeout-neg"
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", async_fn, timeout=math.nan),
+        ConfigError,
+        "nan",
+        id="timeout-nan",
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", async_fn, timeout="5"), TypeError, "'5'", id="timeout-str"
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", async_fn, timeout=True), TypeError, "True", id="timeout-bool"
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", async_fn, timeout=HUGE),
+        ConfigError,
+        "timeout",
+        id="timeout-huge-int",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, max_retries=0),
+        ConfigError,
+        "0",
+        id="max-retries-zero",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, max_retries=-2),
+        ConfigError,
+        "-2",
+        id="max-retries-neg",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, max_retries=1.5),
+        TypeError,
+        "1.5",
+        id="max-retries-float",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, max_retries=True),
+        TypeError,
+        "True",
+        id="max-retries-bool",
+    ),
+    pytest.param(
+        lambda: TaskSpec.periodic("job", -1.0, async_fn), ConfigError, "-1", id="every-neg"
+    ),
+    pytest.param(
+        lambda: TaskSpec.periodic("job", math.nan, async_fn), ConfigError, "nan", id="every-nan"
+    ),
+    pytest.param(
+        lambda: TaskSpec.periodic("job", math.inf, async_fn), ConfigError, "inf", id="every-inf"
+    ),
+    # BackoffPolicy (wrong types are ConfigError too: see the module docstring)
+    pytest.param(lambda: BackoffPolicy(first=-1), ConfigError, "-1", id="backoff-first-neg"),
+    pytest.param(lambda: BackoffPolicy(first=math.nan), ConfigError, "nan", id="backoff-first-nan"),
+    pytest.param(lambda: BackoffPolicy(max=math.inf), ConfigError, "inf", id="backoff-max-inf"),
+    pytest.param(lambda: BackoffPolicy(factor=0.5), ConfigError, "0.5", id="backoff-factor"),
+    pytest.param(
+        lambda: BackoffPolicy(first=5, max=2), ConfigError, "first=5.0", id="backoff-first-gt-max"
+    ),
+    pytest.param(lambda: BackoffPolicy(jitter="full"), ConfigError, "'full'", id="jitter-str"),
+    pytest.param(lambda: BackoffPolicy(first="1"), ConfigError, "'1'", id="backoff-first-str"),
+    pytest.param(lambda: BackoffPolicy(first=HUGE), ConfigError, "first", id="backoff-huge"),
+    pytest.param(lambda: BackoffPolicy.constant(-1), ConfigError, "-1", id="constant-neg"),
+    pytest.param(
+        lambda: BackoffPolicy.exponential(1.0, factor=math.nan),
+        ConfigError,
+        "nan",
+        id="exponential-factor-nan",
+    ),
+    pytest.param(
+        lambda: BackoffPolicy().delay_for_retry(-1, random.Random(0)),
+        ConfigError,
+        "-1",
+        id="delay-for-retry-neg",
+    ),
+    # RestartPolicy
+    pytest.param(lambda: RestartPolicy.always(-1), ConfigError, "-1", id="always-neg"),
+    pytest.param(lambda: RestartPolicy.always(math.nan), ConfigError, "nan", id="always-nan"),
+    pytest.param(lambda: RestartPolicy.always("5"), ConfigError, "'5'", id="always-str"),
+    # TaskDefaults
+    pytest.param(lambda: TaskDefaults(restart="x"), TypeError, "'x'", id="defaults-restart"),
+    pytest.param(lambda: TaskDefaults(backoff=None), TypeError, "None", id="defaults-backoff"),
+    pytest.param(lambda: TaskDefaults(timeout=-1), ConfigError, "-1", id="defaults-timeout"),
+    pytest.param(lambda: TaskDefaults(max_retries=0), ConfigError, "0", id="defaults-retries"),
+    # SupervisorConfig
+    pytest.param(lambda: SupervisorConfig(grace=-1), ConfigError, "-1", id="grace-neg"),
+    pytest.param(lambda: SupervisorConfig(grace=math.nan), ConfigError, "nan", id="grace-nan"),
+    pytest.param(lambda: SupervisorConfig(grace="5"), TypeError, "'5'", id="grace-str"),
+    pytest.param(lambda: SupervisorConfig(grace=None), TypeError, "None", id="grace-none"),
+    pytest.param(lambda: SupervisorConfig(grace=HUGE), ConfigError, "grace", id="grace-huge"),
+    pytest.param(
+        lambda: SupervisorConfig(subscriber_shutdown_timeout=-0.5),
+        ConfigError,
+        "-0.5",
+        id="drain-neg",
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(subscriber_shutdown_timeout=math.nan),
+        ConfigError,
+        "nan",
+        id="drain-nan",
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(max_concurrent=0), ConfigError, "0", id="max-concurrent-zero"
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(max_concurrent=1.5), TypeError, "1.5", id="max-concurrent-float"
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(max_registered_tasks=-1),
+        ConfigError,
+        "-1",
+        id="max-registered-neg",
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(max_registered_tasks="10"),
+        TypeError,
+        "'10'",
+        id="max-registered-str",
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(command_capacity=0), ConfigError, "0", id="command-capacity-zero"
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(command_capacity=None),
+        TypeError,
+        "None",
+        id="command-capacity-none",
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(bus_capacity=-3), ConfigError, "-3", id="bus-capacity-neg"
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(bus_capacity=2.0), TypeError, "2.0", id="bus-capacity-float"
+    ),
+    pytest.param(
+        lambda: SupervisorConfig(task_defaults={}), TypeError, "{}", id="task-defaults-dict"
+    ),
+    pytest.param(lambda: SupervisorConfig(controller={}), TypeError, "{}", id="controller-dict"),
+    pytest.param(lambda: SupervisorConfig(random=42), TypeError, "42", id="random-int"),
+    # ControllerConfig
+    pytest.param(
+        lambda: ControllerConfig(queue_capacity=0), ConfigError, "0", id="queue-capacity-zero"
+    ),
+    pytest.param(
+        lambda: ControllerConfig(queue_capacity="1"), TypeError, "'1'", id="queue-capacity-str"
+    ),
+    pytest.param(
+        lambda: ControllerConfig(max_slot_queue=-1), ConfigError, "-1", id="max-slot-queue-neg"
+    ),
+    pytest.param(
+        lambda: ControllerConfig(max_slot_queue=None),
+        TypeError,
+        "None",
+        id="max-slot-queue-none",
+    ),
+    pytest.param(
+        lambda: ControllerConfig(max_total_pending=-1),
+        ConfigError,
+        "-1",
+        id="max-total-pending-neg",
+    ),
+    pytest.param(lambda: ControllerConfig(max_slots=0), ConfigError, "0", id="max-slots-zero"),
+    pytest.param(lambda: ControllerConfig(max_waiters=1.0), TypeError, "1.0", id="waiters-float"),
+    # ControllerSpec
+    pytest.param(lambda: ControllerSpec("job"), TypeError, "'job'", id="cspec-task-str"),
+    pytest.param(lambda: ControllerSpec(None), TypeError, "None", id="cspec-task-none"),
+    pytest.param(
+        lambda: ControllerSpec(SPEC, "queue"), TypeError, "'queue'", id="cspec-policy-str"
+    ),
+    pytest.param(lambda: ControllerSpec.queue(SPEC, slot=5), TypeError, "5", id="cspec-slot-int"),
+    pytest.param(
+        lambda: ControllerSpec.queue(SPEC, slot=""), ConfigError, "''", id="cspec-slot-empty"
+    ),
+    pytest.param(
+        lambda: ControllerSpec.queue(SPEC, slot=["a"]),
+        TypeError,
+        "['a']",
+        id="cspec-slot-unhashable",
+    ),
+    pytest.param(
+        lambda: ControllerSpec.join(SPEC, slot={"a": 1}),
+        TypeError,
+        "{'a': 1}",
+        id="cspec-slot-dict",
+    ),
+    pytest.param(lambda: ControllerSpec(SPEC, wait="yes"), TypeError, "'yes'", id="cspec-wait-str"),
+    pytest.param(
+        lambda: ControllerSpec(SPEC, AdmissionPolicy.JOIN, wait=True),
+        ConfigError,
+        "JOIN",
+        id="cspec-join-wait",
+    ),
+    pytest.param(
+        lambda: ControllerSpec(SPEC, AdmissionPolicy.DROP_IF_RUNNING, wait=True),
+        ConfigError,
+        "DROP_IF_RUNNING",
+        id="cspec-drop-wait",
+    ),
+    # EventRecorder queries
+    pytest.param(
+        lambda: EventRecorder().of("task_addded"), ConfigError, "'task_addded'", id="of-typo"
+    ),
+    pytest.param(lambda: EventRecorder().of(5), TypeError, "5", id="of-int"),
+]
+
+
+@pytest.mark.parametrize(("make", "exc_type", "shown"), CONSTRUCTOR_CASES)
+def test_constructor_rejects_bad_input_clearly(
+    make: Callable[[], object], exc_type: type[Exception], shown: str
+) -> None:
+    with pytest.raises(exc_type) as info:
+        make()
+    check_message(info.value, shown)
+
+
+def test_unknown_option_is_a_type_error() -> None:
+    """Python's own message (not lower-case first) names the unknown keyword."""
+    with pytest.raises(TypeError) as info:
+        TaskSpec.once("job", async_fn, retries=3)  # type: ignore[call-arg]
+    check_message(info.value, "retries", lower=False)
+
+
+def test_wrong_types_are_also_value_errors_only_where_documented() -> None:
+    """ConfigError is a ValueError: ``except ValueError`` catches every bad value."""
+    assert issubclass(ConfigError, ValueError)
+    assert not issubclass(ConfigError, TypeError)
+
+
+def test_event_recorder_accepts_the_string_value_of_a_kind() -> None:
+    recorder = EventRecorder()
+    assert recorder.of("task_added") == []
+    assert recorder.kinds() == []
+
+
+async def test_regression_event_recorder_wait_for_unknown_kind_raises_at_once(
+    autojump_clock: Any,
+) -> None:
+    """A misspelled kind used to wait forever (``is`` never matched a str)."""
+    recorder = EventRecorder()
+    with pytest.raises(ConfigError, match="task_finnished"):
+        await recorder.wait_for("task_finnished")  # type: ignore[arg-type]
+    async with open_supervisor(subscribers=[recorder]) as sup:
+        await sup.add(TaskSpec.once("job", async_fn))
+        event = await recorder.wait_for("task_finished", name="job")  # type: ignore[arg-type]
+    assert event.kind is EventKind.TASK_FINISHED
+
+
+def test_regression_args_string_is_not_split_into_characters() -> None:
+    with pytest.raises(TypeError, match="'abc'"):
+        TaskSpec("job", async_fn, "abc")
+    assert TaskSpec("job", async_fn, ["a", "b"]).args == ("a", "b")
+
+
+def test_regression_huge_int_durations_raise_config_error() -> None:
+    for make in (
+        lambda: TaskSpec.once("job", async_fn, timeout=HUGE),
+        lambda: TaskDefaults(timeout=HUGE),
+        lambda: SupervisorConfig(grace=HUGE),
+        lambda: SupervisorConfig(subscriber_shutdown_timeout=HUGE),
+    ):
+        with pytest.raises(ConfigError, match="too large"):
+            make()
+
+
+async def test_class_as_task_function_is_accepted_and_ends_fatal(autojump_clock: Any) -> None:
+    async with supervisor() as sup:
+        waiter = await sup.add(TaskSpec.restartable("job", NotAwaitable))
+        outcome = await waiter.wait()
+        assert outcome.kind is OutcomeKind.FATAL
+        assert isinstance(outcome.error, TypeError)
+        assert "not an awaitable" in str(outcome.error)
+        await assert_still_works(sup)
+
+
+# -- open_supervisor and subscribers ---------------------------------------------------------
+
+
+class NoOnEvent:
+    name = "no-on-event"
+
+
+class SyncOnEvent:
+    def on_event(self, event: object) -> None:
+        pass
+
+
+class ZeroCapacity:
+    queue_capacity = 0
+
+    async def on_event(self, event: object) -> None:
+        pass
+
+
+class IntName:
+    name = 5
+
+    async def on_event(self, event: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc_type", "shown"),
+    [
+        pytest.param({"config": "config"}, TypeError, "'config'", id="config-str"),
+        pytest.param({"config": ControllerConfig()}, TypeError, "ControllerConfig", id="config"),
+        pytest.param({"subscribers": [NoOnEvent()]}, TypeError, "NoOnEvent", id="no-on-event"),
+        pytest.param({"subscribers": [SyncOnEvent()]}, TypeError, "SyncOnEvent", id="sync"),
+        pytest.param({"subscribers": [ZeroCapacity()]}, ConfigError, "0", id="capacity-zero"),
+        pytest.param(
+            {"subscribers": [EventRecorder(queue_capacity=0)]},
+            ConfigError,
+            "EventRecorder",
+            id="recorder-capacity-zero",
+        ),
+        pytest.param({"subscribers": [IntName()]}, TypeError, "5", id="name-int"),
+        pytest.param({"subscribers": 5}, TypeError, "5", id="subscribers-int"),
+        pytest.param({"subscribers": EventRecorder()}, TypeError, "EventRecorder", id="not-list"),
+    ],
+)
+async def test_open_supervisor_rejects_bad_input_clearly(
+    autojump_clock: Any, kwargs: dict[str, Any], exc_type: type[Exception], shown: str
+) -> None:
+    with pytest.raises(exc_type) as info:
+        async with open_supervisor(**kwargs):
+            pytest.fail("the block must not run")
+    check_message(info.value, shown)
+    # Nothing was left running: a correct supervisor opens and works.
+    async with supervisor() as sup:
+        await assert_still_works(sup)
+
+
+# -- supervisor methods -------------------------------------------------------------------------
+
+BAD_CALLS: list[Any] = [
+    # add / add_nowait
+    pytest.param(lambda sup: sup.add(None), TypeError, "None", id="add-none"),
+    pytest.param(lambda sup: sup.add("job"), TypeError, "'job'", id="add-str"),
+    pytest.param(
+        lambda sup: sup.add(ControllerSpec.queue(SPEC)),
+        TypeError,
+        "ControllerSpec",
+        id="add-controller-spec",
+    ),
+    pytest.param(lambda sup: sup.add_nowait(42), TypeError, "42", id="add-nowait-int"),
+    # add_batch
+    pytest.param(lambda sup: sup.add_batch(None), TypeError, "None", id="batch-none"),
+    pytest.param(lambda sup: sup.add_batch(5), TypeError, "5", id="batch-int"),
+    pytest.param(lambda sup: sup.add_batch(SPEC), TypeError, "TaskSpec", id="batch-one-spec"),
+    pytest.param(
+        lambda sup: sup.add_batch([TaskSpec.once("good", async_fn), "bad"]),
+        TypeError,
+        "'bad'",
+        id="batch-mixed",
+    ),
+    # remove / cancel
+    pytest.param(lambda sup: sup.remove(None), TypeError, "None", id="remove-none"),
+    pytest.param(lambda sup: sup.remove(1.5), TypeError, "1.5", id="remove-float"),
+    pytest.param(lambda sup: sup.remove(True), TypeError, "True", id="remove-bool"),
+    pytest.param(lambda sup: sup.remove(b"job"), TypeError, "b'job'", id="remove-bytes"),
+    pytest.param(lambda sup: sup.cancel(["job"]), TypeError, "['job']", id="cancel-list"),
+    pytest.param(lambda sup: sup.cancel(SPEC), TypeError, "TaskSpec", id="cancel-spec"),
+    # submit / submit_nowait / prepare_submission
+    pytest.param(lambda sup: sup.submit(SPEC), TypeError, "TaskSpec", id="submit-task-spec"),
+    pytest.param(lambda sup: sup.submit(None), TypeError, "None", id="submit-none"),
+    pytest.param(lambda sup: sup.submit_nowait("job"), TypeError, "'job'", id="submit-nowait"),
+    pytest.param(lambda sup: sup.prepare_submission(5), TypeError, "5", id="prepare-int"),
+    # events
+    pytest.param(lambda sup: sup.events(0), ConfigError, "0", id="events-zero"),
+    pytest.param(lambda sup: sup.events(-1), ConfigError, "-1", id="events-neg"),
+    pytest.param(lambda sup: sup.events("5"), TypeError, "'5'", id="events-str"),
+    pytest.param(lambda sup: sup.events(1.5), TypeError, "1.5", id="events-float"),
+    pytest.param(lambda sup: sup.events(None), TypeError, "None", id="events-none"),
+    # run_in_slot
+    pytest.param(lambda sup: sup.run_in_slot(None, async_fn), TypeError, "None", id="ris-none"),
+    pytest.param(lambda sup: sup.run_in_slot(5, async_fn), TypeError, "5", id="ris-int"),
+    pytest.param(lambda sup: sup.run_in_slot("", async_fn), ConfigError, "''", id="ris-empty"),
+    pytest.param(
+        lambda sup: sup.run_in_slot(["s"], async_fn), TypeError, "['s']", id="ris-unhashable"
+    ),
+    pytest.param(lambda sup: sup.run_in_slot("s", sync_fn), TypeError, "sync_fn", id="ris-sync-fn"),
+    pytest.param(lambda sup: sup.run_in_slot("s", 42), TypeError, "42", id="ris-not-callable"),
+    pytest.param(
+        lambda sup: sup.run_in_slot("s", async_fn, policy="queue"),
+        TypeError,
+        "'queue'",
+        id="ris-policy-str",
+    ),
+    pytest.param(
+        lambda sup: sup.run_in_slot("s", async_fn, timeout=-1),
+        ConfigError,
+        "-1",
+        id="ris-timeout-neg",
+    ),
+    pytest.param(
+        lambda sup: sup.run_in_slot("s", async_fn, timeout=math.nan),
+        ConfigError,
+        "nan",
+        id="ris-timeout-nan",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "exc_type", "shown"), BAD_CALLS)
+async def test_supervisor_method_rejects_bad_input_and_keeps_working(
+    autojump_clock: Any,
+    call: Callable[[Supervisor], Any],
+    exc_type: type[Exception],
+    shown: str,
+) -> None:
+    async with supervisor(controller=ControllerConfig()) as sup:
+        with pytest.raises(exc_type) as info:
+            await invoke(call, sup)
+        check_message(info.value, shown)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sup.statistics().events_published == 0
+        await assert_still_works(sup)
+
+
+async def test_rejected_mixed_batch_registers_none_of_its_items(autojump_clock: Any) -> None:
+    async with supervisor() as sup:
+        with pytest.raises(TypeError):
+            await sup.add_batch([TaskSpec.once("good", async_fn), "bad"])  # type: ignore[list-item]
+        # The good item's name is free: nothing of the batch was registered.
+        waiter = await sup.add(TaskSpec.once("good", async_fn, 1))
+        assert (await waiter.wait()).value == (1,)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda sup: sup.submit(ControllerSpec.queue(SPEC)), id="submit"),
+        pytest.param(lambda sup: sup.submit_nowait(ControllerSpec.queue(SPEC)), id="nowait"),
+        pytest.param(lambda sup: sup.prepare_submission(ControllerSpec.queue(SPEC)), id="prep"),
+        pytest.param(lambda sup: sup.run_in_slot("s", async_fn), id="run-in-slot"),
+        pytest.param(lambda sup: sup.controller_snapshot(), id="snapshot"),
+    ],
+)
+async def test_controller_calls_without_a_controller_raise_no_controller_error(
+    autojump_clock: Any, call: Callable[[Supervisor], Any]
+) -> None:
+    async with supervisor() as sup:
+        with pytest.raises(NoControllerError) as info:
+            await invoke(call, sup)
+        check_message(info.value, "controller")
+        await assert_still_works(sup)
+
+
+async def test_unknown_targets_are_not_errors(autojump_clock: Any) -> None:
+    """Ids and names that match nothing are valid input: ``False``."""
+    async with supervisor(controller=ControllerConfig()) as sup:
+        for target in (0, -1, 10**30, "", "nobody", "x" * 100_000):
+            assert await sup.remove(target) is False
+            assert await sup.cancel(target) is False
+        await assert_still_works(sup)
+
+
+# -- huge and odd names --------------------------------------------------------------------------
+
+
+async def test_one_megabyte_name_works(autojump_clock: Any) -> None:
+    name = "n" * 1_000_000
+    recorder = EventRecorder()
+    async with open_supervisor(SupervisorConfig(), subscribers=[recorder]) as sup:
+        release = trio.Event()
+
+        async def job() -> int:
+            await release.wait()
+            return 1
+
+        waiter = await sup.add(TaskSpec.once(name, job))
+        assert waiter.name == name
+        assert sup.is_alive(name) or [i.name for i in sup.list()] == [name]
+        with pytest.raises(TaskNameInUseError) as info:
+            await sup.add(TaskSpec.once(name, async_fn))
+        assert info.value.name == name
+        release.set()
+        assert (await waiter.wait()).value == 1
+        await sup.wait_idle()
+    [finished] = recorder.of(EventKind.TASK_FINISHED)
+    assert finished.name == name
+
+
+async def test_one_megabyte_slot_works(autojump_clock: Any) -> None:
+    slot = "s" * 1_000_000
+
+    async def job() -> str:
+        await trio.sleep(1.0)
+        return "done"
+
+    async with supervisor(controller=ControllerConfig()) as sup:
+        assert await sup.run_in_slot(slot, job) == "done"
+        waiter = await sup.submit(ControllerSpec.queue(TaskSpec.once("job", job), slot=slot))
+        await trio.testing.wait_all_tasks_blocked()
+        view = sup.controller_snapshot().slot(slot)
+        assert view is not None
+        assert view.owner_id == waiter.id
+        assert (await waiter.wait()).value == "done"
+        await assert_still_works(sup)
+
+
+@pytest.mark.parametrize(
+    "name", [" ", "\n", "naïve ☃", "a/b", "#7", "x" * 10_000], ids=lambda n: repr(n)[:12]
+)
+async def test_odd_names_work(autojump_clock: Any, name: str) -> None:
+    async with supervisor() as sup:
+        waiter = await sup.add(TaskSpec.once(name, async_fn, name))
+        [info] = sup.list()
+        assert info.name == name
+        assert (await waiter.wait()).value == (name,)
+        assert await sup.remove(name) is False
+
+
+# -- regressions ----------------------------------------------------------------------------------
+
+
+def test_regression_async_generator_function_is_named_as_such() -> None:
+    """It used to be called "synchronous", which it is not."""
+    with pytest.raises(TypeError) as info:
+        TaskSpec.once("job", agen_fn)
+    check_message(info.value, "async generator function")
+    assert "synchronous" not in str(info.value)
+
+
+def test_regression_empty_name_and_slot_messages_show_the_value() -> None:
+    with pytest.raises(ConfigError, match="got ''"):
+        TaskSpec.once("", async_fn)
+    with pytest.raises(ConfigError, match="got ''"):
+        ControllerSpec.queue(SPEC, slot="")
+
+
+async def test_regression_add_batch_of_a_non_collection_names_it(autojump_clock: Any) -> None:
+    """A single spec, a str or an int used to fail with Python's unhelpful iteration error."""
+    async with supervisor() as sup:
+        for bad in (SPEC, "job", 5):
+            with pytest.raises(TypeError, match="specs must be an iterable of TaskSpec") as info:
+                await sup.add_batch(bad)  # type: ignore[arg-type]
+            check_message(info.value, repr(bad))
+        await assert_still_works(sup)
+
+
+async def test_regression_subscribers_not_a_collection_names_it(autojump_clock: Any) -> None:
+    recorder = EventRecorder()
+    with pytest.raises(TypeError, match="subscribers must be an iterable") as info:
+        async with open_supervisor(subscribers=recorder):  # type: ignore[arg-type]
+            pytest.fail("the block must not run")
+    check_message(info.value, "EventRecorder")
+
+
+async def test_regression_run_in_slot_rejects_a_none_slot(autojump_clock: Any) -> None:
+    """``None`` used to run the call in a per-call slot named after it."""
+    body_runs: list[int] = []
+
+    async def body() -> None:
+        body_runs.append(1)
+
+    async with supervisor(controller=ControllerConfig()) as sup:
+        with pytest.raises(TypeError, match="slot must be a str, got None"):
+            await sup.run_in_slot(None, body)  # type: ignore[arg-type]
+        await trio.testing.wait_all_tasks_blocked()
+        assert body_runs == []
+        assert sup.controller_snapshot().slots == ()
+        await assert_still_works(sup)

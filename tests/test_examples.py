@@ -1,0 +1,320 @@
+"""Every example, and ``python -m trio_taskvisor``, runs and prints what it promises.
+
+Each run is a subprocess of ``sys.executable`` in the repository root, with the
+repository on ``PYTHONPATH``. The runs the selected tests need all start together
+(they mostly sleep, so they overlap well even on two cores), then each test waits for
+its own, at most ``TIMEOUT`` seconds from the start. The checks are on output only,
+never on timing: expected lines must appear in the given order, and no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 60.0  # seconds per run, from the moment every run was started
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class Run(NamedTuple):
+    args: list[str]  # after the interpreter
+    expected: list[str]  # substrings of the output, in this order
+    env: dict[str, str] = {}  # read-only default
+    interrupt: bool = False  # send SIGINT once the run prints "ready"
+
+
+def example(name: str, *args: str) -> list[str]:
+    return [str(ROOT / "examples" / f"{name}.py"), *args]
+
+
+RUNS: dict[str, Run] = {
+    "quickstart": Run(example("quickstart"), ["OutcomeKind.COMPLETED 200"]),
+    "resident_worker": Run(
+        example("resident_worker"),
+        [
+            "ready: press Ctrl+C to stop",
+            "shutdown_requested",
+            "all_stopped_within_grace",
+            "stopped cleanly",
+        ],
+        interrupt=True,
+    ),
+    "resident_worker_duration": Run(
+        example("resident_worker", "--duration", "0.5"),
+        ["ready", "shutdown_requested", "all_stopped_within_grace", "stopped cleanly"],
+    ),
+    "reconnecting_consumer": Run(
+        example("reconnecting_consumer"),
+        [
+            "attempt 1: connected, resuming at message 1",
+            "connection lost after message 3; reconnecting in",
+            "broker refused the connection; reconnecting in",
+            "attempt 5: connected, resuming at message 8",
+            "COMPLETED: 12 messages over 5 connections",
+        ],
+    ),
+    "periodic_job": Run(
+        example("periodic_job"),
+        ["timed out after 0.25 s", "outcome: CANCELLED", "attempt 1 at", "successful runs"],
+    ),
+    "dynamic_tasks": Run(
+        example("dynamic_tasks"),
+        [
+            "registered: telemetry-cam-1 #1 running, telemetry-cam-2 #2 running",
+            "duplicate: task name 'telemetry-cam-1' is already in use",
+            "remove cam-1: True",
+            "remove cam-1 again: False",
+            "cam-1 ended CANCELLED",
+            "cam-1 back as #4 (was #1)",
+            "idle: 0 registered",
+        ],
+    ),
+    "watched_outcomes": Run(
+        example("watched_outcomes"),
+        [
+            "task_finished      config: FATAL",
+            "outcomes:",
+            "resize    COMPLETED cat-small.png",
+            "flaky-api FAILED    retry limit reached after 2 retries: 503 from upstream",
+            "(exit code 75)",
+            "config    FATAL     config.toml: unknown key 'colour' (exit code 78)",
+            "report    FAILED    attempt timed out after 0.05 s",
+            "optional  CANCELLED",
+            "resize    REJECTED  task name already in use",
+            "unwrap: cat-small.png",
+            "unwrap: OutcomeError, caused by FatalError",
+        ],
+    ),
+    "slot_policies": Run(
+        example("slot_policies"),
+        [
+            "sync-acme-r1: CANCELLED",
+            "sync-acme-r2: REJECTED RejectionKind.SUPERSEDED",
+            "sync-acme-r3: COMPLETED acme@r3",
+            "sync-acme-r4: REJECTED RejectionKind.SLOT_BUSY",
+            "sync-acme-r5: COMPLETED acme@r3",
+        ],
+    ),
+    "tenant_sync": Run(
+        example("tenant_sync"),
+        [
+            "tenant:acme is ",  # TERMINATING, 1 waiting (unless the machine is very slow)
+            "sync-acme-r1: CANCELLED",
+            "sync-acme-r2: REJECTED SUPERSEDED",
+            "sync-acme-r3: COMPLETED 3",
+            "sync-globex-r1: COMPLETED 1",
+            "pages applied:",
+            "acme r3 page 3",
+        ],
+    ),
+    "keyed_calls": Run(
+        example("keyed_calls"),
+        [
+            "revision 1 cancelled",
+            "revision 2 cancelled",
+            "revision 3 synced -> 3",
+            "5 readers, 1 refresh",
+        ],
+    ),
+    "custom_subscriber": Run(
+        example("custom_subscriber"),
+        [
+            "index: 1 attempts, 0 failed",
+            "ingest: 3 attempts, 2 failed",
+            "auditor failed: KeyError",
+            "auditor was told it lost",
+            "dropped per subscriber: {'attempt-stats': 0, 'auditor':",
+        ],
+    ),
+    "metrics": Run(
+        example("metrics"),
+        [
+            "RejectionKind.SLOT_BUSY",
+            "-- scrape during",
+            "taskvisor_registered_tasks 1.0",
+            'taskvisor_slots{slot="billing",status="running"} 1.0',
+            "-- scrape after",
+            'taskvisor_attempts_total{result="failed",slot=""} 2.0',
+            'taskvisor_outcomes_total{outcome="completed",slot="billing"} 1.0',
+            'taskvisor_outcomes_total{outcome="rejected",slot="billing"} 2.0',
+            'taskvisor_rejections_total{rejection="slot_busy",slot="billing"} 2.0',
+        ],
+    ),
+    "tracing": Run(
+        example("tracing"),
+        [
+            "acme synced",
+            "shutdown: 1 task(s) did not stop within the grace of 0.1 s: export",
+            "POST /tenants/acme/sync",
+            "  sync_tenant attempt.number=1 attempt.result=failed event:exception "
+            "status=ERROR(ConnectionError: acme: upstream timed out)",
+            "  sync_tenant attempt.number=2 attempt.result=succeeded event:taskvisor.backoff",
+            "    apply changes",
+            "nightly export",
+            "  export_audit_log attempt.number=1 attempt.result=force_aborted "
+            "event:taskvisor.force_aborted",
+        ],
+    ),
+    "threads": Run(
+        example("threads"),
+        [
+            "cooperative CANCELLED",
+            "thread finished: True; alive: False",
+            "abandon     CANCELLED",
+            "thread finished: False; alive: False",
+            "blocking    FORCE_ABORTED",
+            "thread finished: False; alive: True",
+            "'blocking' is still reserved: its thread has not exited",
+            "alive: ('blocking',)",
+            "shutdown done; blocking thread finished: True",
+            "every thread has finished",
+        ],
+    ),
+    "several_supervisors": Run(
+        example("several_supervisors"),
+        [
+            "frontend ids #1, #2, #3; background #7",
+            "handler req-1 start",
+            "handler req-3 done -> bob:+70",
+            "frontend: shutdown_requested",
+            "frontend: all_stopped_within_grace",
+            "background: shutdown_requested",
+        ],
+    ),
+    "demo_plain": Run(
+        ["-m", "trio_taskvisor", "demo", "--duration", "2", "--plain", "--seed", "1"],
+        [
+            "task_added 'poll-orders'",
+            "shutdown_requested",
+            "grace_exceeded - forced: audit-writer",
+            "summary:",
+            "GraceExceededError, as expected: audit-writer force-aborted",
+        ],
+    ),
+    "demo_live": Run(
+        ["-m", "trio_taskvisor", "demo", "--duration", "2", "--live"],
+        [
+            "trio_taskvisor demo",
+            "tasks (",
+            "slots (",
+            "counters",
+            "recent events",
+            "summary",
+            "GraceExceededError, as expected",
+        ],
+        env={"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120", "LINES": "40"},
+    ),
+    "demo_without_rich": Run(
+        [
+            "-c",
+            "import sys; sys.modules['rich'] = None; from trio_taskvisor.__main__ import main; "
+            "sys.exit(main(['demo', '--duration', '1', '--live']))",
+        ],
+        ["rich is not installed", "summary:", "GraceExceededError, as expected"],
+    ),
+    "tour": Run(
+        ["-m", "trio_taskvisor", "tour"],
+        [
+            "shutdown: 1 task(s) did not stop within the grace of 0.5 s: stubborn",
+            "outcomes:",
+            "fetch      completed      200",
+            "stubborn   force_aborted",
+        ],
+    ),
+}
+
+
+class Started(NamedTuple):
+    process: subprocess.Popen[str]
+    deadline: float
+
+
+def _start(run: Run) -> Started:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(run.env)
+    process = subprocess.Popen(
+        [sys.executable, *run.args],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+    )
+    return Started(process, time.monotonic() + TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def started(request: pytest.FixtureRequest) -> Iterator[dict[str, Started]]:
+    """Start every selected run at once; kill what is left at the end."""
+    wanted = [
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.module is request.module and hasattr(item, "callspec")
+    ]
+    runs = {name: _start(RUNS[name]) for name in wanted}
+    yield runs
+    for run in runs.values():
+        if run.process.poll() is None:
+            run.process.kill()
+            run.process.communicate()
+
+
+def _wait_ready(started: Started) -> str:
+    """Read output up to the line saying "ready"; kill the run if it never comes."""
+    assert started.process.stdout is not None
+    killer = threading.Timer(max(0.0, started.deadline - time.monotonic()), started.process.kill)
+    killer.start()
+    lines: list[str] = []
+    try:
+        for line in started.process.stdout:
+            lines.append(line)
+            if "ready" in line:
+                break
+    finally:
+        killer.cancel()
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_runs(name: str, started: dict[str, Started]) -> None:
+    """The run exits 0 and prints the expected lines, in order."""
+    run, process = RUNS[name], started[name].process
+    output = ""
+    if run.interrupt:
+        output = _wait_ready(started[name])
+        assert "ready" in output, output
+        process.send_signal(signal.SIGINT)
+    try:
+        rest, _ = process.communicate(timeout=max(0.0, started[name].deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        rest, _ = process.communicate()
+        pytest.fail(f"{name} did not end within {TIMEOUT} s:\n{output}{rest}")
+    output = _ANSI.sub("", output + rest)
+    assert process.returncode == 0, output
+    assert "Traceback" not in output, output
+    position = 0
+    for expected in run.expected:
+        found = output.find(expected, position)
+        assert found >= 0, f"{expected!r} missing (in order) from:\n{output}"
+        position = found + len(expected)
+
+
+def test_every_example_is_run() -> None:
+    """Each file in examples/ has a run above."""
+    runs = {Path(run.args[0]).stem for run in RUNS.values() if run.args[0].endswith(".py")}
+    assert {path.stem for path in (ROOT / "examples").glob("*.py")} == runs

@@ -1,0 +1,312 @@
+"""The Prometheus subscriber: counters from events, gauges from the bound supervisor."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry, generate_latest
+
+from trio_taskvisor import (
+    ControllerConfig,
+    ControllerSpec,
+    EventKind,
+    OutcomeKind,
+    RejectionKind,
+    SupervisorConfig,
+    TaskFailure,
+    TaskSpec,
+    current_context,
+    open_supervisor,
+)
+from trio_taskvisor.contrib.prometheus import PrometheusSubscriber
+from trio_taskvisor.testing import EventRecorder
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+async def flaky() -> str:
+    """Fail the first two attempts after 1 s each; succeed after 1 s on the third."""
+    await trio.sleep(1.0)
+    if current_context().attempt < 3:
+        raise TaskFailure("not yet", exit_code=3)
+    return "ok"
+
+
+async def forever() -> None:
+    await trio.sleep_forever()
+
+
+# -- counters -------------------------------------------------------------------------------
+
+
+async def test_attempts_are_counted_by_result(autojump_clock: trio.testing.MockClock) -> None:
+    """Two failed attempts and one success count as such."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(subscribers=[metrics]) as sup:
+        await (await sup.add(TaskSpec.restartable("flaky", flaky))).wait()
+    assert value(registry, "taskvisor_attempts_total", result="failed") == 2.0
+    assert value(registry, "taskvisor_attempts_total", result="succeeded") == 1.0
+    assert value(registry, "taskvisor_attempts_total", result="timed_out") == 0.0
+
+
+async def test_attempt_durations_are_observed_exactly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each attempt's event duration (1 s in virtual time) lands in the histogram."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    recorder = EventRecorder()
+    async with open_supervisor(subscribers=[metrics, recorder]) as sup:
+        await (await sup.add(TaskSpec.restartable("flaky", flaky))).wait()
+    failed = [e.duration for e in recorder.of(EventKind.ATTEMPT_FAILED)]
+    assert failed == [pytest.approx(1.0)] * 2
+    name = "taskvisor_attempt_duration_seconds"
+    assert value(registry, f"{name}_count", result="failed") == 2.0
+    assert value(registry, f"{name}_sum", result="failed") == sum(d for d in failed if d)
+    assert value(registry, f"{name}_bucket", result="succeeded", le="0.5") == 0.0
+    assert value(registry, f"{name}_bucket", result="succeeded", le="1.0") == 1.0
+
+
+async def test_timeouts_are_a_result_of_their_own(autojump_clock: trio.testing.MockClock) -> None:
+    """An attempt that exceeds its timeout counts as ``timed_out``, not ``failed``."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(subscribers=[metrics]) as sup:
+        await (await sup.add(TaskSpec.once("slow", forever, timeout=2.0))).wait()
+    assert value(registry, "taskvisor_attempts_total", result="timed_out") == 1.0
+    assert value(registry, "taskvisor_attempts_total", result="failed") == 0.0
+    assert value(registry, "taskvisor_outcomes_total", outcome="failed") == 1.0
+
+
+async def test_outcomes_are_counted_by_kind(autojump_clock: trio.testing.MockClock) -> None:
+    """Every TASK_FINISHED counts once under its outcome kind."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(subscribers=[metrics]) as sup:
+        await (await sup.add(TaskSpec.restartable("flaky", flaky))).wait()
+        await sup.add(TaskSpec.once("forever", forever))
+        await sup.cancel("forever")
+    assert value(registry, "taskvisor_outcomes_total", outcome="completed") == 1.0
+    assert value(registry, "taskvisor_outcomes_total", outcome="cancelled") == 1.0
+    assert value(registry, "taskvisor_outcomes_total", outcome="fatal") == 0.0
+
+
+async def test_rejections_are_counted_by_kind_and_as_rejected_outcomes() -> None:
+    """Registry and controller rejections count by RejectionKind and as ``rejected``."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    config = SupervisorConfig(controller=ControllerConfig())
+    async with open_supervisor(config, subscribers=[metrics]) as sup:
+        await sup.add(TaskSpec.once("busy", forever))
+        duplicate = sup.add_nowait(TaskSpec.once("busy", forever))
+        await duplicate.wait()
+        await sup.submit(ControllerSpec.queue(TaskSpec.once("owner", forever), slot="k"))
+        dropped = await sup.submit(
+            ControllerSpec.drop_if_running(TaskSpec.once("late", forever), slot="k")
+        )
+        assert (await dropped.wait()).rejection is RejectionKind.SLOT_BUSY
+        await sup.cancel("busy")
+        await sup.cancel("owner")
+    assert value(registry, "taskvisor_rejections_total", rejection="already_exists") == 1.0
+    assert value(registry, "taskvisor_rejections_total", rejection="slot_busy") == 1.0
+    assert value(registry, "taskvisor_outcomes_total", outcome="rejected") == 2.0
+
+
+def test_every_label_value_is_exported_from_the_start() -> None:
+    """Each result, outcome and rejection kind has a series at 0 before any event."""
+    registry = CollectorRegistry()
+    PrometheusSubscriber(registry)
+    for result in ("succeeded", "failed", "timed_out", "cancelled"):
+        assert value(registry, "taskvisor_attempts_total", result=result) == 0.0
+    for outcome in OutcomeKind:
+        assert value(registry, "taskvisor_outcomes_total", outcome=outcome.value) == 0.0
+    for rejection in RejectionKind:
+        assert value(registry, "taskvisor_rejections_total", rejection=rejection.value) == 0.0
+
+
+def test_no_slot_or_task_label_by_default() -> None:
+    """Without an allow-list the exposition has no ``slot`` or task label at all."""
+    registry = CollectorRegistry()
+    PrometheusSubscriber(registry)
+    text = generate_latest(registry).decode()
+    assert "slot=" not in text
+    assert "name=" not in text
+
+
+def test_namespace_prefixes_every_metric() -> None:
+    """``namespace`` replaces ``taskvisor`` in every name."""
+    registry = CollectorRegistry()
+    PrometheusSubscriber(registry, namespace="jobs")
+    assert value(registry, "jobs_attempts_total", result="failed") == 0.0
+    names = {m.name for m in registry.collect()}
+    assert names
+    assert {name for name in names if not name.startswith("jobs_")} == set()
+
+
+async def test_allow_listed_slots_get_their_own_label_value() -> None:
+    """A listed slot keeps its name; other slots aggregate as "other"; no slot is ""."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry, slot_labels=["billing"])
+    config = SupervisorConfig(controller=ControllerConfig())
+
+    async def done() -> None:
+        await trio.lowlevel.checkpoint()
+
+    async with open_supervisor(config, subscribers=[metrics]) as sup:
+        for slot in ("billing", "tenant-1", "tenant-2"):
+            waiter = await sup.submit(ControllerSpec.queue(TaskSpec.once(slot, done), slot=slot))
+            await waiter.wait()
+        await (await sup.add(TaskSpec.once("plain", done))).wait()
+    attempts = "taskvisor_attempts_total"
+    assert value(registry, attempts, result="succeeded", slot="billing") == 1.0
+    assert value(registry, attempts, result="succeeded", slot="other") == 2.0
+    assert value(registry, attempts, result="succeeded", slot="") == 1.0
+    assert value(registry, attempts, result="succeeded", slot="tenant-1") is None
+
+
+def test_slot_labels_must_not_be_a_bare_string() -> None:
+    """``slot_labels="billing"`` would allow-list single letters: a TypeError instead."""
+    with pytest.raises(TypeError, match="slot_labels"):
+        PrometheusSubscriber(CollectorRegistry(), slot_labels="billing")
+
+
+async def test_missed_events_are_counted_from_overflow_markers() -> None:
+    """Events lost to this subscriber's full queue are counted, equal to its drops."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry, queue_capacity=1)
+
+    async def done() -> None:
+        await trio.lowlevel.checkpoint()
+
+    async with open_supervisor(subscribers=[metrics]) as sup:
+        waiters = await sup.add_batch([TaskSpec.once(f"t{i}", done) for i in range(5)])
+        for waiter in waiters:
+            await waiter.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        dropped = sup.statistics().subscriber_dropped["PrometheusSubscriber"]
+    assert dropped > 0
+    assert value(registry, "taskvisor_metrics_missed_events_total") == dropped
+
+
+def test_unregister_removes_every_metric() -> None:
+    """After ``unregister()`` the same namespace can be registered again."""
+    registry = CollectorRegistry()
+    PrometheusSubscriber(registry).unregister()
+    assert list(registry.collect()) == []
+    PrometheusSubscriber(registry)
+
+
+# -- gauges -----------------------------------------------------------------------------------
+
+
+async def test_gauges_are_absent_until_bound() -> None:
+    """Unbound, the subscriber exports counters only."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(subscribers=[metrics]) as sup:
+        await sup.add(TaskSpec.once("forever", forever))
+        assert value(registry, "taskvisor_registered_tasks") is None
+        await sup.cancel("forever")
+
+
+async def test_bound_gauges_read_the_supervisor_at_collection() -> None:
+    """Registered, alive and running follow the supervisor without any event."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor() as sup:  # not even subscribed: gauges need no events
+        metrics.bind(sup)
+        await sup.add(TaskSpec.once("a", forever))
+        await sup.add(TaskSpec.once("b", forever))
+        await trio.testing.wait_all_tasks_blocked()
+        assert value(registry, "taskvisor_registered_tasks") == 2.0
+        assert value(registry, "taskvisor_alive_tasks") == 2.0
+        assert value(registry, "taskvisor_running_attempts") == 2.0
+        assert value(registry, "taskvisor_waiting_for_permit") == 0.0
+        await sup.cancel("a")
+        assert value(registry, "taskvisor_registered_tasks") == 1.0
+        await sup.cancel("b")
+        assert value(registry, "taskvisor_alive_tasks") == 0.0
+
+
+async def test_bound_gauges_show_slots_queued_and_held_work() -> None:
+    """Live slots by status, queued and held submissions come from the snapshot."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    config = SupervisorConfig(controller=ControllerConfig(max_slot_queue=1))
+    async with open_supervisor(config, subscribers=[metrics]) as sup:
+        metrics.bind(sup)
+        for i, wait in ((1, False), (2, False), (3, True)):
+            spec = ControllerSpec.queue(TaskSpec.once(f"w{i}", forever), slot="k", wait=wait)
+            await sup.submit(spec)
+        await sup.submit(ControllerSpec.queue(TaskSpec.once("other", forever), slot="j"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert value(registry, "taskvisor_slots", status="running") == 2.0
+        assert value(registry, "taskvisor_slots", status="terminating") == 0.0
+        assert value(registry, "taskvisor_queued_submissions") == 1.0
+        assert value(registry, "taskvisor_held_submissions") == 1.0
+        await sup.shutdown()
+        assert value(registry, "taskvisor_slots", status="running") == 0.0
+
+
+async def test_bound_gauges_with_slot_labels_split_by_slot() -> None:
+    """With an allow-list, slot gauges carry the slot label too."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry, slot_labels=["k"])
+    config = SupervisorConfig(controller=ControllerConfig())
+    async with open_supervisor(config) as sup:
+        metrics.bind(sup)
+        for name, slot in (("k1", "k"), ("k2", "k"), ("x1", "x")):
+            await sup.submit(ControllerSpec.queue(TaskSpec.once(name, forever), slot=slot))
+        await trio.testing.wait_all_tasks_blocked()
+        assert value(registry, "taskvisor_slots", slot="k", status="running") == 1.0
+        assert value(registry, "taskvisor_slots", slot="other", status="running") == 1.0
+        assert value(registry, "taskvisor_queued_submissions", slot="k") == 1.0
+        assert value(registry, "taskvisor_queued_submissions", slot="other") == 0.0
+        await sup.shutdown()
+
+
+async def test_bound_gauges_can_be_scraped_from_another_thread() -> None:
+    """A scrape from a worker thread (an HTTP exporter) hops into the trio thread."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor() as sup:
+        metrics.bind(sup)
+        await sup.add(TaskSpec.once("a", forever))
+        text = await trio.to_thread.run_sync(generate_latest, registry)
+        assert b"taskvisor_registered_tasks 1.0" in text
+        await sup.cancel("a")
+
+
+def test_after_the_run_ended_the_last_values_are_exported() -> None:
+    """A scrape after ``trio.run`` returned reports the last values read."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+
+    async def main() -> None:
+        async with open_supervisor() as sup:
+            metrics.bind(sup)
+            await sup.add(TaskSpec.once("a", forever))
+            assert value(registry, "taskvisor_registered_tasks") == 1.0
+            await sup.cancel("a")
+
+    trio.run(main)
+    assert value(registry, "taskvisor_registered_tasks") == 1.0
+
+
+async def test_events_published_and_dropped_follow_statistics() -> None:
+    """The bound supervisor's event counters are exported as counters."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(subscribers=[metrics]) as sup:
+        metrics.bind(sup)
+        await (await sup.add(TaskSpec.once("a", trio.lowlevel.checkpoint))).wait()
+        stats = sup.statistics()
+        assert value(registry, "taskvisor_events_published_total") == stats.events_published
+        assert value(registry, "taskvisor_events_dropped_total") == stats.events_dropped

@@ -1,0 +1,406 @@
+"""The pytest plugin, tested on small inner test suites run by ``pytester``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RunInner = Callable[..., pytest.RunResult]
+
+TRIO_MODE_INI = "[pytest]\ntrio_mode = true\n"
+
+COMMON = """
+import random
+
+import pytest
+import trio
+import trio.testing
+
+from trio_taskvisor import (
+    BackoffPolicy, ControllerConfig, ControllerSpec, EventKind, OutcomeKind,
+    SupervisorConfig, TaskFailure, TaskSpec, current_context,
+)
+
+
+async def flaky():
+    if current_context().attempt < 3:
+        raise TaskFailure("not yet")
+    return "ok"
+
+
+async def stubborn():
+    with current_context().defer_cancel():
+        await trio.sleep_forever()
+"""
+
+
+@pytest.fixture
+def plugin_args(pytestconfig: pytest.Config) -> list[str]:
+    """Load the plugin by hand unless the installed entry point already did."""
+    if pytestconfig.pluginmanager.has_plugin("trio_taskvisor"):
+        return []
+    return ["-p", "trio_taskvisor.pytest_plugin"]
+
+
+@pytest.fixture
+def run_inner(pytester: pytest.Pytester, plugin_args: list[str]) -> RunInner:
+    """Write an inner test module (after ``COMMON``) and run it in-process."""
+
+    def run(source: str, *args: str, trio_mode: bool = True) -> pytest.RunResult:
+        if trio_mode:
+            pytester.makeini(TRIO_MODE_INI)
+        pytester.makepyfile(test_inner=COMMON + textwrap.dedent(source))
+        return pytester.runpytest("--strict-markers", *plugin_args, *args)
+
+    return run
+
+
+# -- both modes ------------------------------------------------------------------------------
+
+RECIPES = """
+async def test_retries_back_off(supervisor, autojump_clock):
+    t0 = trio.current_time()
+    waiter = await supervisor.add(
+        TaskSpec.restartable("t", flaky, backoff=BackoffPolicy.constant(2.0))
+    )
+    assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+    assert trio.current_time() - t0 == 4.0
+
+
+async def test_backoff_is_scheduled_after_the_failure(
+    supervisor, event_recorder, autojump_clock
+):
+    await supervisor.add(
+        TaskSpec.restartable("t", flaky, backoff=BackoffPolicy.constant(2.0))
+    )
+    failed = await event_recorder.wait_for(EventKind.ATTEMPT_FAILED, name="t")
+    started = await event_recorder.wait_for(EventKind.ATTEMPT_STARTING, attempt=2)
+    assert started.time - failed.time == 2.0
+
+
+async def test_recorder_is_subscribed(supervisor, event_recorder):
+    await (await supervisor.add(TaskSpec.once("t", trio.lowlevel.checkpoint))).wait()
+    await event_recorder.wait_for(EventKind.TASK_REMOVED, name="t")
+    assert event_recorder.kinds(EventKind.TASK_ADDED, EventKind.TASK_FINISHED) == [
+        EventKind.TASK_ADDED, EventKind.TASK_FINISHED
+    ]
+"""
+
+
+def test_fixtures_work_in_trio_mode(run_inner: RunInner) -> None:
+    """With ``trio_mode = true`` the fixtures and the documented recipes just work."""
+    result = run_inner(RECIPES)
+    result.assert_outcomes(passed=3)
+
+
+def test_fixtures_work_with_the_explicit_trio_marker(run_inner: RunInner) -> None:
+    """Without trio mode, ``@pytest.mark.trio`` tests get the same fixtures."""
+    result = run_inner("pytestmark = pytest.mark.trio\n" + RECIPES, trio_mode=False)
+    result.assert_outcomes(passed=3)
+
+
+def test_the_supervisor_runs_in_the_tests_trio_run(run_inner: RunInner) -> None:
+    """The fixture's supervisor shares the test's clock and trio run."""
+    result = run_inner(
+        """
+        async def test_same_run(supervisor, autojump_clock):
+            async def now():
+                return trio.current_time()
+
+            await trio.sleep(5.0)
+            outcome = await (await supervisor.add(TaskSpec.once("t", now))).wait()
+            assert outcome.value == trio.current_time() == 5.0
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+# -- teardown checks -------------------------------------------------------------------------
+
+
+def test_a_forced_teardown_fails_the_test(run_inner: RunInner) -> None:
+    """A task that overstays grace at teardown fails the test, naming it."""
+    result = run_inner(
+        """
+        @pytest.mark.taskvisor_config(grace=1.0)
+        async def test_leaves_a_stubborn_task(supervisor, autojump_clock):
+            await supervisor.add(TaskSpec.once("stubborn", stubborn))
+            await trio.testing.wait_all_tasks_blocked()
+        """
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*shutdown had to force stubborn after grace=1.0 s*taskvisor_allow_force*"]
+    )
+
+
+def test_allow_force_accepts_a_forced_teardown(run_inner: RunInner) -> None:
+    """``taskvisor_allow_force`` opts out of the force check."""
+    result = run_inner(
+        """
+        @pytest.mark.taskvisor_allow_force
+        @pytest.mark.taskvisor_config(grace=1.0)
+        async def test_leaves_a_stubborn_task(supervisor, event_recorder, autojump_clock):
+            await supervisor.add(TaskSpec.once("stubborn", stubborn))
+            await trio.testing.wait_all_tasks_blocked()
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_tasks_stopped_within_grace_pass(run_inner: RunInner) -> None:
+    """Tasks still running at teardown are fine when they stop within grace."""
+    result = run_inner(
+        """
+        async def test_leaves_a_task(supervisor):
+            await supervisor.add(TaskSpec.once("forever", trio.sleep_forever))
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+BROKEN_SUBSCRIBER = """
+class Broken:
+    async def on_event(self, event):
+        raise RuntimeError("boom")
+
+
+@pytest.fixture
+def taskvisor_subscribers():
+    return [Broken()]
+"""
+
+
+def test_a_failing_subscriber_fails_the_test(run_inner: RunInner) -> None:
+    """SUBSCRIBER_FAILED seen during the test fails it, with the subscriber's error."""
+    result = run_inner(
+        BROKEN_SUBSCRIBER
+        + """
+async def test_runs_work(supervisor):
+    await (await supervisor.add(TaskSpec.once("t", trio.lowlevel.checkpoint))).wait()
+"""
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*subscriber 'Broken' failed*: RuntimeError: boom*"])
+
+
+def test_allow_subscriber_failure_accepts_it(run_inner: RunInner) -> None:
+    """``taskvisor_allow_subscriber_failure`` opts out of the subscriber check."""
+    result = run_inner(
+        BROKEN_SUBSCRIBER
+        + """
+@pytest.mark.taskvisor_allow_subscriber_failure
+async def test_runs_work(supervisor, event_recorder):
+    await (await supervisor.add(TaskSpec.once("t", trio.lowlevel.checkpoint))).wait()
+    failed = await event_recorder.wait_for(EventKind.SUBSCRIBER_FAILED)
+    assert failed.name == "Broken"
+"""
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_a_failing_test_reports_its_own_error(run_inner: RunInner) -> None:
+    """A test that fails with tasks running reports its assertion; teardown still runs."""
+    result = run_inner(
+        """
+        async def test_fails(supervisor):
+            await supervisor.add(TaskSpec.once("forever", trio.sleep_forever))
+            assert 1 == 2, "the test's own failure"
+        """
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the test's own failure*"])
+    result.stdout.no_fnmatch_line("*had to force*")
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def test_config_marker_fields_build_the_config(run_inner: RunInner) -> None:
+    """``taskvisor_config(**fields)`` becomes the fixture's ``SupervisorConfig``."""
+    result = run_inner(
+        """
+        @pytest.mark.taskvisor_config(grace=1.0, controller=ControllerConfig())
+        async def test_configured(supervisor):
+            assert supervisor.config.grace == 1.0
+            spec = ControllerSpec.queue(TaskSpec.once("t", trio.lowlevel.checkpoint), slot="k")
+            outcome = await (await supervisor.submit(spec)).wait()
+            assert outcome.kind is OutcomeKind.COMPLETED
+
+
+        async def test_default(supervisor):
+            assert supervisor.config == SupervisorConfig()
+        """
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_config_marker_fields_replace_those_of_a_config(run_inner: RunInner) -> None:
+    """A positional config with fields: the fields win; the closest marker wins."""
+    result = run_inner(
+        """
+        pytestmark = pytest.mark.taskvisor_config(SupervisorConfig(grace=3.0, max_concurrent=2))
+
+
+        @pytest.mark.taskvisor_config(SupervisorConfig(grace=3.0, max_concurrent=2), grace=1.0)
+        async def test_evolved(supervisor):
+            assert supervisor.config.grace == 1.0
+            assert supervisor.config.max_concurrent == 2
+
+
+        async def test_module_marker(supervisor):
+            assert supervisor.config.grace == 3.0
+        """
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_config_marker_rejects_what_is_not_a_config(run_inner: RunInner) -> None:
+    """A positional argument that is not a SupervisorConfig is a TypeError."""
+    result = run_inner(
+        """
+        @pytest.mark.taskvisor_config({"grace": 1.0})
+        async def test_bad(supervisor):
+            pass
+        """
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*taskvisor_config needs a SupervisorConfig*"])
+
+
+def test_config_fixture_can_be_overridden(
+    pytester: pytest.Pytester,
+    run_inner: RunInner,
+) -> None:
+    """A ``taskvisor_config`` fixture in a conftest sets the default of a directory."""
+    pytester.makeconftest(
+        """
+        import pytest
+        from trio_taskvisor import SupervisorConfig
+
+        @pytest.fixture
+        def taskvisor_config():
+            return SupervisorConfig(grace=2.5)
+        """
+    )
+    result = run_inner(
+        """
+        async def test_overridden(supervisor):
+            assert supervisor.config.grace == 2.5
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_jitter_can_be_seeded(run_inner: RunInner) -> None:
+    """``random=random.Random(seed)`` makes jittered backoff reproducible."""
+    result = run_inner(
+        """
+        @pytest.mark.taskvisor_config(random=random.Random(0))
+        async def test_seeded(supervisor, event_recorder, autojump_clock):
+            waiter = await supervisor.add(
+                TaskSpec.restartable("t", flaky, backoff=BackoffPolicy(first=1.0))
+            )
+            await waiter.wait()
+            delays = [e.delay for e in event_recorder.of(EventKind.BACKOFF_SCHEDULED)]
+            rng = random.Random(0)
+            assert delays == [BackoffPolicy(first=1.0).delay_for_retry(n, rng) for n in (0, 1)]
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+# -- the plugin itself -------------------------------------------------------------------------
+
+
+def test_markers_are_registered(pytester: pytest.Pytester, plugin_args: list[str]) -> None:
+    """``pytest --markers`` lists the three markers (``--strict-markers`` accepts them)."""
+    result = pytester.runpytest("--markers", *plugin_args)
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.taskvisor_config(config=None, **fields):*",
+            "@pytest.mark.taskvisor_allow_force:*",
+            "@pytest.mark.taskvisor_allow_subscriber_failure:*",
+        ]
+    )
+
+
+def test_fixtures_are_not_autouse(run_inner: RunInner) -> None:
+    """A test that asks for none of the fixtures gets none of them."""
+    result = run_inner(
+        """
+        async def test_plain():
+            await trio.lowlevel.checkpoint()
+
+
+        def test_sync():
+            pass
+
+
+        def test_asks_for_the_recorder(event_recorder):
+            pass
+        """,
+        "--setup-plan",
+    )
+    # Fixtures in use are listed: only the one a test asked for.
+    result.stdout.fnmatch_lines(["*SETUP*F event_recorder*"])
+    result.stdout.no_fnmatch_line("*supervisor*")
+    result.stdout.no_fnmatch_line("*taskvisor_*")
+
+
+def test_event_recorder_works_in_a_sync_test(run_inner: RunInner) -> None:
+    """``event_recorder`` alone is an ordinary fixture, no trio run needed."""
+    result = run_inner(
+        """
+        def test_sync(event_recorder):
+            assert event_recorder.events == []
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_importing_the_package_does_not_import_the_plugin() -> None:
+    """``import trio_taskvisor`` neither loads the plugin nor pytest."""
+    done = python(
+        "import sys, trio_taskvisor, trio_taskvisor.testing\n"
+        "assert 'trio_taskvisor.pytest_plugin' not in sys.modules\n"
+        "assert 'pytest' not in sys.modules\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_plugin_does_not_import_pytest_trio() -> None:
+    """The plugin imports without pytest-trio; only its async fixture needs it."""
+    done = python(
+        "import sys\n"
+        "sys.modules['pytest_trio'] = None  # importing it would raise ImportError\n"
+        "import trio_taskvisor.pytest_plugin\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_entry_point_is_declared() -> None:
+    """pyproject.toml registers the plugin as a ``pytest11`` entry point."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {"trio_taskvisor": "trio_taskvisor.pytest_plugin"}

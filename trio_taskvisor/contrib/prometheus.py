@@ -1,0 +1,341 @@
+"""Prometheus metrics for a supervisor: ``PrometheusSubscriber``.
+
+Needs the ``prometheus`` extra (``pip install 'trio_taskvisor[prometheus]'``)::
+
+    metrics = PrometheusSubscriber()            # registers on prometheus_client.REGISTRY
+    async with open_supervisor(config, subscribers=[metrics]) as sup:
+        metrics.bind(sup)                       # optional: the gauges below
+        ...
+
+Exported (``taskvisor`` is the default ``namespace``):
+
+====================================================  ========================================
+metric                                                from
+====================================================  ========================================
+``taskvisor_attempts_total{result}``                  attempt events: ``succeeded``, ``failed``
+                                                      (fatal included), ``timed_out``,
+                                                      ``cancelled``
+``taskvisor_attempt_duration_seconds{result}``        the same events' ``duration`` (histogram)
+``taskvisor_outcomes_total{outcome}``                 ``TASK_FINISHED.outcome``, and ``rejected``
+                                                      for every rejection
+``taskvisor_rejections_total{rejection}``             ``TASK_ADD_FAILED`` and
+                                                      ``CONTROLLER_REJECTED`` by ``RejectionKind``
+``taskvisor_metrics_missed_events_total``             events this subscriber lost to overflow
+``taskvisor_registered_tasks``                        bound: ``statistics().registered``
+``taskvisor_alive_tasks``                             bound: ``statistics().alive``
+``taskvisor_running_attempts``                        bound: ``statistics().running_attempts``
+``taskvisor_waiting_for_permit``                      bound: ``statistics().waiting_for_permit``
+``taskvisor_events_published_total``                  bound: ``statistics().events_published``
+``taskvisor_events_dropped_total``                    bound: ``statistics().events_dropped``
+``taskvisor_slots{status}``                           bound: live controller slots by status
+                                                      (``idle``: held work only)
+``taskvisor_queued_submissions``                      bound: ``controller_snapshot().total_queued``
+``taskvisor_held_submissions``                        bound: held wait-mode submissions
+====================================================  ========================================
+
+Every label value of every kind is exported from the start (at 0), so rates and
+absent series never need special cases.
+
+Decisions the design leaves open:
+
+* **Counters come from events; gauges come from the bound supervisor.** Counting
+  ``TASK_ADDED`` minus ``TASK_REMOVED`` would drift for ever after one dropped event,
+  so gauges are read from ``sup.statistics()`` and ``sup.controller_snapshot()`` at
+  scrape time instead. A scrape from another thread (``prometheus_client``'s
+  ``start_http_server``) hops into the supervisor's trio thread with
+  ``trio.from_thread.run_sync`` and waits for it; a scrape in the trio thread itself
+  (an ASGI ``/metrics`` handler) reads directly. After the trio run has ended, the last
+  values read are exported. Without ``bind`` the gauges are not exported. ``bind`` again
+  to follow another supervisor; one subscriber can count the events of several
+  supervisors but its gauges follow one.
+* **Counters are lossy like events.** When this subscriber's queue overflows, the lost
+  events are counted in ``taskvisor_metrics_missed_events_total`` (from its
+  ``SUBSCRIBER_OVERFLOW`` markers); raise ``queue_capacity`` if it grows.
+* **Cardinality.** No metric has a task or slot label by default. ``slot_labels`` is an
+  allow-list: it adds a ``slot`` label to every metric that has a slot (attempts,
+  durations, outcomes, rejections, slots, queued, held), whose value is the slot's name
+  for the listed slots, ``"other"`` for every other slot, and ``""`` for work added with
+  ``add`` (no slot). Do not list a slot called ``"other"``.
+* ``registry=None`` means ``prometheus_client.REGISTRY``, as for ``prometheus_client``'s
+  own metrics; two subscribers with the same ``namespace`` cannot share a registry.
+  ``unregister()`` removes this subscriber's metrics from its registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
+
+import attrs
+import trio
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from .._events import EventKind, TaskEvent
+from .._outcome import OutcomeKind, RejectionKind
+from .._slots import SlotStatus
+from .._supervisor import Supervisor
+
+__all__ = ["PrometheusSubscriber"]
+
+_RESULTS: Final = {
+    EventKind.ATTEMPT_SUCCEEDED: "succeeded",
+    EventKind.ATTEMPT_FAILED: "failed",
+    EventKind.ATTEMPT_TIMED_OUT: "timed_out",
+    EventKind.ATTEMPT_CANCELLED: "cancelled",
+}
+_OTHER: Final = "other"
+_NO_SLOT: Final = ""
+# A tracked slot without an owner (only held work) has no status: "idle".
+_STATUSES: Final = (*(status.value for status in SlotStatus), "idle")
+
+
+@attrs.frozen
+class _Sample:
+    """The bound supervisor's gauges at one instant (label values -> value)."""
+
+    registered: int
+    alive: int
+    running_attempts: int
+    waiting_for_permit: int
+    events_published: int
+    events_dropped: int
+    slots: dict[tuple[str, ...], int]
+    queued: dict[tuple[str, ...], int]
+    held: dict[tuple[str, ...], int]
+
+
+class PrometheusSubscriber:
+    """Export a supervisor's events as Prometheus counters, gauges and a histogram.
+
+    ``slot_labels`` lists the slots that get their own ``slot`` label value (the rest
+    aggregate under ``"other"``); ``buckets`` are the attempt-duration histogram's
+    upper bounds in seconds. ``name`` and ``queue_capacity`` are the subscriber's.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        namespace: str = "taskvisor",
+        slot_labels: Iterable[str] = (),
+        buckets: Sequence[float] = Histogram.DEFAULT_BUCKETS,
+        name: str = "PrometheusSubscriber",
+        queue_capacity: int = 1024,
+    ) -> None:
+        if isinstance(slot_labels, str):
+            raise TypeError(f"slot_labels must be an iterable of slot names, got {slot_labels!r}")
+        self.name = name
+        self.queue_capacity = queue_capacity
+        self.registry = REGISTRY if registry is None else registry
+        self.namespace = namespace
+        self.slot_labels: frozenset[str] = frozenset(slot_labels)
+        self._binding: tuple[Supervisor, trio.lowlevel.TrioToken] | None = None
+        self._last: _Sample | None = None
+
+        # The label values of the optional slot label: () when there is no slot label.
+        slot: tuple[str, ...] = ()
+        self._slot_values: tuple[tuple[str, ...], ...] = ((),)
+        if self.slot_labels:
+            slot = ("slot",)
+            values = [*sorted(self.slot_labels), _OTHER, _NO_SLOT]
+            self._slot_values = tuple((value,) for value in values)
+        registry = self.registry
+        self._attempts = Counter(
+            "attempts",
+            "Attempts that ended, by result.",
+            ("result", *slot),
+            namespace=namespace,
+            registry=registry,
+        )
+        self._durations = Histogram(
+            "attempt_duration_seconds",
+            "Duration of attempts that ended, by result.",
+            ("result", *slot),
+            namespace=namespace,
+            registry=registry,
+            buckets=buckets,
+        )
+        self._outcomes = Counter(
+            "outcomes",
+            "Final task outcomes, by kind.",
+            ("outcome", *slot),
+            namespace=namespace,
+            registry=registry,
+        )
+        self._rejections = Counter(
+            "rejections",
+            "Rejected work, by rejection kind.",
+            ("rejection", *slot),
+            namespace=namespace,
+            registry=registry,
+        )
+        self._missed = Counter(
+            "metrics_missed_events",
+            "Events this subscriber lost to a full queue (its counters miss them).",
+            namespace=namespace,
+            registry=registry,
+        )
+        for labels in self._slot_values:
+            for result in _RESULTS.values():
+                self._attempts.labels(result, *labels)
+                self._durations.labels(result, *labels)
+            for outcome in OutcomeKind:
+                self._outcomes.labels(outcome.value, *labels)
+            for rejection in RejectionKind:
+                self._rejections.labels(rejection.value, *labels)
+        self._gauges = _GaugeCollector(self)
+        self.registry.register(self._gauges)
+
+    def __repr__(self) -> str:
+        return f"<PrometheusSubscriber namespace={self.namespace!r} name={self.name!r}>"
+
+    def bind(self, supervisor: Supervisor) -> None:
+        """Export the gauges of ``supervisor`` (call it in the supervisor's trio run)."""
+        self._binding = (supervisor, trio.lowlevel.current_trio_token())
+        self._last = None
+
+    def unregister(self) -> None:
+        """Remove every metric of this subscriber from its registry."""
+        for collector in (
+            self._attempts,
+            self._durations,
+            self._outcomes,
+            self._rejections,
+            self._missed,
+            self._gauges,
+        ):
+            self.registry.unregister(collector)
+
+    async def on_event(self, event: TaskEvent) -> None:
+        """Count ``event``. Never blocks."""
+        kind = event.kind
+        result = _RESULTS.get(kind)
+        if result is not None:
+            labels = self._slot(event.slot)
+            self._attempts.labels(result, *labels).inc()
+            if event.duration is not None:
+                self._durations.labels(result, *labels).observe(event.duration)
+        elif kind is EventKind.TASK_FINISHED:
+            if event.outcome is not None:
+                self._outcomes.labels(event.outcome.value, *self._slot(event.slot)).inc()
+        elif kind is EventKind.TASK_ADD_FAILED or kind is EventKind.CONTROLLER_REJECTED:
+            if event.rejection is not None:
+                labels = self._slot(event.slot)
+                self._rejections.labels(event.rejection.value, *labels).inc()
+                self._outcomes.labels(OutcomeKind.REJECTED.value, *labels).inc()
+        elif kind is EventKind.SUBSCRIBER_OVERFLOW and event.dropped:
+            self._missed.inc(event.dropped)
+
+    def _slot(self, slot: str | None) -> tuple[str, ...]:
+        if not self.slot_labels:
+            return ()
+        if slot is None:
+            return (_NO_SLOT,)
+        return (slot if slot in self.slot_labels else _OTHER,)
+
+    # -- gauges ---------------------------------------------------------------------------
+
+    def _take(self, supervisor: Supervisor) -> _Sample:
+        """Read the gauges; runs in the supervisor's trio thread."""
+        stats = supervisor.statistics()
+        slots = {(*labels, status): 0 for labels in self._slot_values for status in _STATUSES}
+        queued = dict.fromkeys(self._slot_values, 0)
+        held = dict.fromkeys(self._slot_values, 0)
+        if supervisor.config.controller is not None:
+            for view in supervisor.controller_snapshot().slots:
+                labels = self._slot(view.slot)
+                key = (*labels, view.status.value)
+                slots[key] = slots.get(key, 0) + 1
+                queued[labels] = queued.get(labels, 0) + view.queue_depth
+                held[labels] = held.get(labels, 0) + view.waiting
+        return _Sample(
+            registered=stats.registered,
+            alive=stats.alive,
+            running_attempts=stats.running_attempts,
+            waiting_for_permit=stats.waiting_for_permit,
+            events_published=stats.events_published,
+            events_dropped=stats.events_dropped,
+            slots=slots,
+            queued=queued,
+            held=held,
+        )
+
+    def _sample(self) -> _Sample | None:
+        """The bound supervisor's gauges now, from whatever thread asks."""
+        binding = self._binding
+        if binding is None:
+            return None
+        supervisor, token = binding
+        try:
+            current = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            current = None
+        if current is token:
+            sample = self._take(supervisor)
+        elif current is None:
+            try:
+                sample = trio.from_thread.run_sync(self._take, supervisor, trio_token=token)
+            except trio.RunFinishedError:
+                return self._last
+        else:
+            # Another trio run's thread cannot block on this one: report what we had.
+            return self._last
+        self._last = sample
+        return sample
+
+
+class _GaugeCollector:
+    """The gauge families of a ``PrometheusSubscriber``, read at collection time."""
+
+    def __init__(self, owner: PrometheusSubscriber) -> None:
+        self._owner = owner
+
+    def _families(self, sample: _Sample | None) -> Iterator[Metric]:
+        ns = self._owner.namespace
+        slot = ("slot",) if self._owner.slot_labels else ()
+        scalars = (
+            ("registered_tasks", "Registered and stopping tasks.", "registered"),
+            ("alive_tasks", "Tasks with an attempt physically in progress.", "alive"),
+            ("running_attempts", "Attempts in progress.", "running_attempts"),
+            (
+                "waiting_for_permit",
+                "Tasks waiting for a max_concurrent permit.",
+                "waiting_for_permit",
+            ),
+        )
+        for metric, doc, field in scalars:
+            family = GaugeMetricFamily(f"{ns}_{metric}", doc)
+            if sample is not None:
+                family.add_metric((), getattr(sample, field))
+            yield family
+        for metric, doc, field in (
+            ("events_published", "Events published by the supervisor.", "events_published"),
+            ("events_dropped", "Events dropped (bus, subscribers, streams).", "events_dropped"),
+        ):
+            counter = CounterMetricFamily(f"{ns}_{metric}", doc)
+            if sample is not None:
+                counter.add_metric((), getattr(sample, field))
+            yield counter
+        for metric, doc, labels, field in (
+            ("slots", "Live controller slots, by status.", (*slot, "status"), "slots"),
+            ("queued_submissions", "Submissions queued behind slot owners.", slot, "queued"),
+            ("held_submissions", "Wait-mode submissions held for capacity.", slot, "held"),
+        ):
+            family = GaugeMetricFamily(f"{ns}_{metric}", doc, labels=labels)
+            if sample is not None:
+                values: dict[tuple[str, ...], int] = getattr(sample, field)
+                for key, value in sorted(values.items()):
+                    family.add_metric(key, value)
+            yield family
+
+    def describe(self) -> Iterable[Metric]:
+        """The families without samples: lets the registry check names without a read."""
+        return list(self._families(None))
+
+    def collect(self) -> Iterable[Metric]:
+        """The families with the bound supervisor's values; none when unbound."""
+        sample = self._owner._sample()  # pyright: ignore[reportPrivateUsage]
+        if sample is None:
+            return []
+        return list(self._families(sample))

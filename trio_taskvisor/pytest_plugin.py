@@ -1,0 +1,191 @@
+"""pytest plugin: a supervisor per test, for pytest-trio test suites.
+
+Installed with the package (a ``pytest11`` entry point), so its fixtures are available
+in every test of a project that has trio_taskvisor installed; it defines fixtures and
+markers only (nothing autouse). The async fixture needs pytest-trio: use it in trio
+tests, with ``trio_mode = true`` or ``@pytest.mark.trio``.
+
+Fixtures
+--------
+``supervisor``
+    An open ``Supervisor``, started in the test's trio run (it can use the test's
+    clock) and shut down at teardown. The test **fails** if that shutdown had to force
+    a task (``GraceExceededError``) or if a subscriber failed during the test
+    (``SUBSCRIBER_FAILED``), unless the test is marked ``taskvisor_allow_force`` /
+    ``taskvisor_allow_subscriber_failure``. The check runs as part of the test, so a
+    failure here is a test failure, not a teardown error.
+``event_recorder``
+    A ``trio_taskvisor.testing.EventRecorder``, subscribed to ``supervisor`` when both
+    are used. Alone, it is a recorder to pass to your own ``open_supervisor``.
+``taskvisor_config``
+    The ``SupervisorConfig`` of ``supervisor``: ``SupervisorConfig()`` (the library's
+    defaults, ``grace=60.0``), or what the ``taskvisor_config`` marker says. Override
+    the fixture in a ``conftest.py`` to change the default of a whole directory.
+``taskvisor_subscribers``
+    More subscribers for ``supervisor`` (default: none). Override it to add some.
+
+Markers
+-------
+``@pytest.mark.taskvisor_config(config=None, **fields)``
+    ``fields`` are ``SupervisorConfig`` fields; with a ``config`` too, they replace its
+    fields (``attrs.evolve``). The closest marker wins (function, then class, then
+    module ``pytestmark``)::
+
+        @pytest.mark.taskvisor_config(grace=1.0, controller=ControllerConfig())
+
+``@pytest.mark.taskvisor_allow_force``
+    Teardown may force tasks (a test of the grace window itself). A test that calls
+    ``await supervisor.shutdown()`` and expects ``GraceExceededError`` needs it too:
+    the shared shutdown's result is raised again when the fixture closes.
+``@pytest.mark.taskvisor_allow_subscriber_failure``
+    A subscriber may fail (a test of a failing subscriber).
+
+Recipes
+-------
+Virtual time: request pytest-trio's ``autojump_clock``. Backoff, timeouts and grace
+windows then take no real time, the clock jumps only when every task is blocked, and
+durations are exact::
+
+    async def test_retries_back_off(supervisor, autojump_clock):
+        t0 = trio.current_time()
+        waiter = await supervisor.add(
+            TaskSpec.restartable("t", flaky, backoff=BackoffPolicy.constant(2.0))
+        )
+        assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+        assert trio.current_time() - t0 == 4.0  # two failures, two 2 s back-offs
+
+Exact event times: ``TaskEvent.time`` is ``trio.current_time()`` at publication, so
+compare differences with the clock of the test::
+
+    async def test_backoff_is_scheduled_after_the_failure(
+        supervisor, event_recorder, autojump_clock
+    ):
+        await supervisor.add(TaskSpec.restartable("t", flaky, backoff=...))
+        failed = await event_recorder.wait_for(EventKind.ATTEMPT_FAILED, name="t")
+        started = await event_recorder.wait_for(EventKind.ATTEMPT_STARTING, attempt=2)
+        assert started.time - failed.time == 2.0
+
+Wait for events with ``await event_recorder.wait_for(kind, **fields)`` rather than
+sleeping; ``await trio.testing.wait_all_tasks_blocked()`` lets every task (the
+subscriber lanes included) run until it blocks. Seed the jitter with
+``@pytest.mark.taskvisor_config(random=random.Random(0))``. A test that leaves tasks
+running ends them at teardown: with ``autojump_clock`` a ``defer_cancel()`` block
+costs no real time, but under the real clock the default 60 s grace is real, and the
+force fails the test; mark it ``taskvisor_allow_force`` if the force is the point.
+
+``event_recorder`` keeps up to 1024 undelivered events (``queue_capacity``); a burst
+larger than that drops events for it (``SUBSCRIBER_OVERFLOW``), and the subscriber
+failure check could miss one. Override the fixture for a larger capacity.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+
+import attrs
+import pytest
+
+from ._bus import Subscriber
+from ._events import EventKind
+from ._exceptions import GraceExceededError
+from ._supervisor import Supervisor, SupervisorConfig, open_supervisor
+from .testing import EventRecorder
+
+__all__ = [
+    "event_recorder",
+    "pytest_configure",
+    "supervisor",
+    "taskvisor_config",
+    "taskvisor_subscribers",
+]
+
+_ALLOW_FORCE = "taskvisor_allow_force"
+_ALLOW_SUBSCRIBER_FAILURE = "taskvisor_allow_subscriber_failure"
+_CONFIG = "taskvisor_config"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers (so ``--strict-markers`` accepts them)."""
+    config.addinivalue_line(
+        "markers",
+        f"{_CONFIG}(config=None, **fields): the SupervisorConfig of the trio_taskvisor "
+        "`supervisor` fixture (fields replace those of config)",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{_ALLOW_FORCE}: the `supervisor` fixture's teardown may force tasks "
+        "(GraceExceededError does not fail the test)",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{_ALLOW_SUBSCRIBER_FAILURE}: a subscriber of the `supervisor` fixture may fail "
+        "(SUBSCRIBER_FAILED does not fail the test)",
+    )
+
+
+@pytest.fixture
+def taskvisor_config(request: pytest.FixtureRequest) -> SupervisorConfig:
+    """The ``SupervisorConfig`` of ``supervisor``, from the ``taskvisor_config`` marker."""
+    marker = request.node.get_closest_marker(_CONFIG)
+    if marker is None:
+        return SupervisorConfig()
+    if len(marker.args) > 1:
+        raise TypeError(
+            f"@pytest.mark.{_CONFIG} takes at most one positional argument (a "
+            f"SupervisorConfig), got {len(marker.args)}"
+        )
+    base = marker.args[0] if marker.args else None
+    if base is None:
+        return SupervisorConfig(**marker.kwargs)
+    if not isinstance(base, SupervisorConfig):
+        raise TypeError(f"@pytest.mark.{_CONFIG} needs a SupervisorConfig, got {base!r}")
+    return attrs.evolve(base, **marker.kwargs)
+
+
+@pytest.fixture
+def taskvisor_subscribers() -> Sequence[Subscriber]:
+    """Subscribers of ``supervisor`` besides ``event_recorder``: none by default."""
+    return ()
+
+
+@pytest.fixture
+def event_recorder() -> EventRecorder:
+    """An ``EventRecorder``; subscribed to ``supervisor`` when the test uses both."""
+    return EventRecorder()
+
+
+@pytest.fixture
+async def supervisor(
+    request: pytest.FixtureRequest,
+    taskvisor_config: SupervisorConfig,
+    taskvisor_subscribers: Sequence[Subscriber],
+    event_recorder: EventRecorder,
+) -> AsyncIterator[Supervisor]:
+    """An open supervisor for the test, shut down (and checked) at teardown."""
+    node = request.node
+    allow_force = node.get_closest_marker(_ALLOW_FORCE) is not None
+    allow_failure = node.get_closest_marker(_ALLOW_SUBSCRIBER_FAILURE) is not None
+    subscribers: list[Subscriber] = [event_recorder, *taskvisor_subscribers]
+    problems: list[str] = []
+    try:
+        async with open_supervisor(taskvisor_config, subscribers=subscribers) as sup:
+            yield sup
+    except GraceExceededError as exc:
+        if not allow_force:
+            problems.append(
+                f"the supervisor fixture's shutdown had to force {', '.join(exc.stuck)} "
+                f"after grace={exc.grace!r} s (mark the test "
+                f"@pytest.mark.{_ALLOW_FORCE} if that is expected)"
+            )
+    if not allow_failure:
+        failures = Counter(
+            (event.name, event.reason) for event in event_recorder.of(EventKind.SUBSCRIBER_FAILED)
+        )
+        problems.extend(
+            f"subscriber {name!r} failed{'' if n == 1 else f' ({n} times)'}: {reason} (mark "
+            f"the test @pytest.mark.{_ALLOW_SUBSCRIBER_FAILURE} if that is expected)"
+            for (name, reason), n in failures.items()
+        )
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
