@@ -111,15 +111,16 @@ def starts(recorder: EventRecorder, waiter: TaskWaiter) -> list[float]:
     return [e.time for e in recorder.of(EventKind.ATTEMPT_STARTING, task_id=waiter.id)]
 
 
-def stall_registry(sup: Supervisor, count: int = 8) -> None:
-    """Put ``count`` no-op adds in the registry's channel.
+def stall_registry(sup: Supervisor) -> None:
+    """Keep controller admissions ADMITTING until the registry's loop takes them.
 
-    The registry takes one command per scheduling round, so controller work handed
-    to it after these stays ADMITTING for ``count`` rounds, while the controller
-    itself keeps taking submissions in.
+    When the registry is idle, the controller admits an owner directly (nothing is
+    queued before it) and the owner is RUNNING at once. Reporting the registry as busy
+    makes the controller queue every admission behind the registry's channel, as it
+    does under load, so the owner stays ADMITTING while the controller takes the next
+    buffered submission in.
     """
-    for i in range(count):
-        sup.add_nowait(once(f"filler-{i}", nothing))
+    sup._registry.idle = lambda: False  # type: ignore[method-assign]
 
 
 class Occupancy:

@@ -208,7 +208,7 @@ class PreparedSubmission:
         self._controller.check_open()
         entry = self._claim()
         try:
-            return await self._controller.send(entry)
+            return await self._controller.submit(entry)
         except BaseException:
             # Not sent (cancelled or closed before intake): leave the submission unused.
             self._used = False
@@ -280,6 +280,19 @@ class Controller:
         entry = Entry(rec.id, key, request.policy, wait=request.wait, payload=rec)
         rec.entry = entry
         return entry
+
+    async def submit(self, entry: Entry) -> TaskWaiter:
+        """Submit: take it in here when nothing is queued before it, else send it.
+
+        The fast path runs after the checkpoint every async method owes, so a caller
+        cancelled there leaves no trace, as with the channel.
+        """
+        if self.idle():
+            await trio.lowlevel.checkpoint()
+            self.check_open()
+            if self.idle():
+                return self.take_in_now(entry)
+        return await self.send(entry)
 
     async def send(self, entry: Entry) -> TaskWaiter:
         """Send a submission, waiting for channel capacity."""
@@ -413,15 +426,7 @@ class Controller:
     async def _handle(self, command: ControllerCommand) -> None:
         if type(command) is SubmitCommand:
             self._take_in(command.entry)
-            admits = self._apply(self.machine.effects)
-            for entry in admits:
-                rec: TaskRecord = entry.payload
-                self.registry.work.add()
-                try:
-                    await self._to_registry(AddCommand((rec,), None))
-                except trio.BrokenResourceError:
-                    self.registry.work.sub()
-                    self.on_admission(rec, False)
+            self._apply_direct()
             return
         assert type(command) is RemoveCommand
         removed = self._remove_held(command.target)
@@ -467,14 +472,50 @@ class Controller:
     # -- effects ------------------------------------------------------------------------------
 
     def _apply_direct(self) -> None:
-        """Carry out pending effects now; owners are admitted by a direct registry call."""
+        """Carry out pending effects now, without waiting."""
         machine = self.machine
         while machine.effects:
             for entry in self._apply(machine.effects):
-                rec: TaskRecord = entry.payload
-                accepted = self.registry.admit_now(rec)
-                self.registry.work.sub()  # the entry left the controller's custody
-                machine.admitted(entry, accepted, trio.current_time())
+                if not self._queue_admission(entry):
+                    self._admit_now(entry)
+
+    def _queue_admission(self, entry: Entry) -> bool:
+        """Send an owner's admission behind the registry's pending commands.
+
+        Returns ``False`` when the registry is idle (nothing is ordered before this
+        admission, so it is admitted directly) or its channel is full or closed. While
+        the command waits in the registry's channel, the owner is ``ADMITTING``.
+        """
+        registry = self.registry
+        if registry.idle():
+            return False
+        registry.work.add()
+        try:
+            registry.send.send_nowait(AddCommand((entry.payload,), None))
+        except (trio.WouldBlock, trio.BrokenResourceError):
+            registry.work.sub()
+            return False
+        return True
+
+    def _admit_now(self, entry: Entry) -> None:
+        accepted = self.registry.admit_now(entry.payload)
+        self.registry.work.sub()  # the entry left the controller's custody
+        self.machine.admitted(entry, accepted, trio.current_time())
+
+    def idle(self) -> bool:
+        """Whether no submission is queued or in flight: the loop is parked in ``receive``.
+
+        Then a caller may take its submission in itself (see ``take_in_now``).
+        """
+        stats = self._send.statistics()
+        return stats.current_buffer_used == 0 and stats.tasks_waiting_receive == 1
+
+    def take_in_now(self, entry: Entry) -> TaskWaiter:
+        """Take a submission in, in the caller's task; only when ``idle()``."""
+        self.registry.work.add()  # counted until it leaves the controller's custody
+        self._take_in(entry)
+        self._apply_direct()
+        return entry.payload.waiter  # type: ignore[no-any-return]
 
     def _apply(self, effects: list[tuple[str, Entry, Any]]) -> list[Entry]:
         """Carry out every effect but admissions, which are returned in order."""

@@ -366,7 +366,7 @@ class Supervisor:
         """
         controller = self._require_controller("submit")
         controller.check_open()
-        return await controller.send(controller.prepare(request))
+        return await controller.submit(controller.prepare(request))
 
     def submit_nowait(self, request: ControllerSpec) -> TaskWaiter:
         """Hand ``request`` to the controller without blocking.
@@ -409,7 +409,9 @@ class Supervisor:
         self._calls += 1
         spec = TaskSpec.once(f"{slot}/call-{self._calls}", fn, *args, **task_opts)
         wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
-        waiter = await controller.send(controller.prepare(ControllerSpec(spec, policy, slot, wait)))
+        waiter = await controller.submit(
+            controller.prepare(ControllerSpec(spec, policy, slot, wait))
+        )
         try:
             outcome = await waiter.wait()
         except BaseException:
