@@ -115,7 +115,7 @@ class TaskRecord:
         self.fn = fn
         self.args = args
         self.policy = policy
-        self.context = context
+        self.context: contextvars.Context | None = context
         self.slot = slot
         self.waiter = TaskWaiter(id, name)
         self.state = TaskState.WAITING
@@ -406,6 +406,7 @@ def _fresh_context(rec: TaskRecord) -> None:
 
     Takes effect at the actor's next checkpoint, which always precedes the attempt.
     """
+    assert rec.context is not None  # kept for every policy that restarts
     context = rec.context.copy()
     context.run(current_task_context.set, rec)
     trio.lowlevel.current_task().context = context

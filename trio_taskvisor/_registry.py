@@ -364,7 +364,11 @@ class Registry:
     def _spawn(self, rec: TaskRecord) -> None:
         rec.supervisor = self.supervisor
         # start_soon copies the current context: call it inside the captured one.
+        assert rec.context is not None
         rec.context.run(self._start_actor, rec)
+        restart = rec.policy.restart
+        if not (restart.restarts_on_failure or restart.restarts_on_success):
+            rec.context = None  # one attempt only: the actor's own copy is all it needs
 
     def _start_actor(self, rec: TaskRecord) -> None:
         assert self._nursery is not None
