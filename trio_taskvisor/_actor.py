@@ -44,8 +44,9 @@ from ._outcome import (
     TaskId,
     TaskOutcome,
     TaskWaiter,
+    allocate_id,
 )
-from ._spec import ResolvedSpec, TaskFn
+from ._spec import ResolvedSpec, TaskFn, TaskSpec
 
 if TYPE_CHECKING:
     from trio_util import AsyncBool
@@ -134,6 +135,13 @@ class TaskRecord:
         # Set for controller work: the controller to notify, and its slot machine entry.
         self.controller: Controller | None = None
         self.entry: Any = None
+
+    @classmethod
+    def for_spec(cls, spec: TaskSpec, policy: ResolvedSpec, slot: str | None = None) -> TaskRecord:
+        """A new record for ``spec``: allocates its ``TaskId``, captures the caller's context."""
+        return cls(
+            allocate_id(), spec.name, spec.fn, spec.args, policy, contextvars.copy_context(), slot
+        )
 
     def cancel_flag(self) -> AsyncBool:
         """The observable stop request, created on first use."""

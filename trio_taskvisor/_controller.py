@@ -21,7 +21,6 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -33,7 +32,7 @@ from ._bus import EventBus, check_capacity
 from ._context import current_task_context
 from ._events import EventKind
 from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
-from ._outcome import RejectionKind, TaskId, TaskWaiter, allocate_id, rejected_outcome
+from ._outcome import RejectionKind, TaskId, TaskWaiter, rejected_outcome
 from ._registry import AddCommand, Command, Registry, Reply, StopCommand
 from ._slots import (
     ADMIT,
@@ -266,15 +265,7 @@ class Controller:
             raise TypeError(f"expected a ControllerSpec, got {request!r}")
         spec = request.task
         key = request.slot_name
-        rec = TaskRecord(
-            allocate_id(),
-            spec.name,
-            spec.fn,
-            spec.args,
-            self._resolve(spec),
-            contextvars.copy_context(),
-            slot=key,
-        )
+        rec = TaskRecord.for_spec(spec, self._resolve(spec), slot=key)
         rec.controller = self
         rec.waiter._guard = self  # pyright: ignore[reportPrivateUsage]
         entry = Entry(rec.id, key, request.policy, wait=request.wait, payload=rec)

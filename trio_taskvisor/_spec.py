@@ -73,7 +73,8 @@ def check_async_callable(fn: object) -> None:
         )
 
 
-def _check_duration(what: str, value: object) -> float:
+def check_duration(what: str, value: object) -> float:
+    """Validate a duration in seconds: a finite-or-infinite number ``>= 0``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number of seconds, got {value!r}")
     try:
@@ -89,7 +90,7 @@ def normalize_timeout(value: object) -> float | None:
     """Validate an attempt timeout; ``0`` and ``inf`` mean no timeout (``None``)."""
     if value is None:
         return None
-    seconds = _check_duration("timeout", value)
+    seconds = check_duration("timeout", value)
     return None if seconds == 0 or math.isinf(seconds) else seconds
 
 

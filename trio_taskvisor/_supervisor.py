@@ -28,9 +28,7 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 import builtins
-import contextvars
 import logging
-import math
 import random
 import signal
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
@@ -51,25 +49,14 @@ from ._controller import (
 )
 from ._events import TaskEvent
 from ._exceptions import ConfigError, NoControllerError, SupervisorClosedError
-from ._outcome import TaskId, TaskWaiter, allocate_id
+from ._outcome import TaskId, TaskWaiter
 from ._registry import AddCommand, Registry, Reply, StopCommand, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import AdmissionPolicy
-from ._spec import Resolver, TaskDefaults, TaskSpec
+from ._spec import Resolver, TaskDefaults, TaskSpec, check_duration
 
 logger = logging.getLogger("trio_taskvisor")
 T = TypeVar("T")
-
-
-def _check_seconds(what: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        raise ConfigError(f"{what} is too large for a float, got {value!r}") from None
-    if math.isnan(seconds) or seconds < 0:
-        raise ConfigError(f"{what} must be >= 0, got {value!r}")
 
 
 def _check_limit(what: str, value: object) -> None:
@@ -104,8 +91,8 @@ class SupervisorConfig:
     random: random.Random = attrs.field(factory=random.Random, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        _check_seconds("grace", self.grace)
-        _check_seconds("subscriber_shutdown_timeout", self.subscriber_shutdown_timeout)
+        check_duration("grace", self.grace)
+        check_duration("subscriber_shutdown_timeout", self.subscriber_shutdown_timeout)
         _check_limit("max_concurrent", self.max_concurrent)
         _check_limit("max_registered_tasks", self.max_registered_tasks)
         check_capacity("command_capacity", self.command_capacity)
@@ -229,14 +216,7 @@ class Supervisor:
     def _record(self, spec: TaskSpec) -> TaskRecord:
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
-        return TaskRecord(
-            allocate_id(),
-            spec.name,
-            spec.fn,
-            spec.args,
-            self._resolve(spec),
-            contextvars.copy_context(),
-        )
+        return TaskRecord.for_spec(spec, self._resolve(spec))
 
     async def _send(self, command: AddCommand, count: int) -> None:
         work = self._registry.work
