@@ -73,7 +73,7 @@ Effect = tuple[str, "Entry", Any]
 class Entry:
     """One submission as the machine sees it; ``payload`` belongs to the driver."""
 
-    __slots__ = ("followers", "id", "key", "payload", "policy", "target", "wait")
+    __slots__ = ("followers", "id", "key", "payload", "policy", "seq", "target", "wait")
 
     def __init__(
         self,
@@ -91,6 +91,7 @@ class Entry:
         self.payload = payload
         self.followers: list[Entry] | None = None  # joiners following this entry
         self.target: Entry | None = None  # for a joiner: the entry it follows
+        self.seq = 0  # for held entries: the order in which they were held
 
     def __repr__(self) -> str:
         return f"Entry({self.id}, {self.key!r}, {self.policy.name})"
@@ -128,6 +129,8 @@ class SlotMachine:
         self.slots: dict[str, Slot] = {}
         self.pending = 0  # queued entries in every slot (the max_total_pending budget)
         self.held: dict[int, Entry] = {}  # held entries, oldest first
+        self._held_slots: dict[str, Slot] = {}  # the slots that have held entries
+        self._held_count = 0
         self.joiners: dict[int, Entry] = {}
         self.queued: dict[int, Entry] = {}
         self.closed = False
@@ -205,6 +208,8 @@ class SlotMachine:
             # The registry rejected the owner: on to the next item, with no removal.
             self._ended(entry)
             self._advance(slot, now)
+        elif slot.status is SlotStatus.RUNNING:
+            return  # a repeated acceptance: nothing changes
         elif slot.status is SlotStatus.ADMITTING:
             self._set_status(slot, SlotStatus.RUNNING, now, "admitting->running")
         else:
@@ -233,6 +238,8 @@ class SlotMachine:
         if entry is not None:
             slot = self.slots[entry.key]
             slot.held.remove(entry)
+            if not slot.held:
+                del self._held_slots[slot.key]
             self._reject(entry, REMOVED_FROM_QUEUE)
             self._drop_if_empty(slot)
             self._place_held(now)
@@ -256,9 +263,7 @@ class SlotMachine:
                 self.pending -= 1
                 self._reject(entry, SHUTTING_DOWN)
             while slot.held:
-                entry = slot.held.popleft()
-                del self.held[entry.id]
-                self._reject(entry, SHUTTING_DOWN)
+                self._reject(self._unhold_head(slot), SHUTTING_DOWN)
             self._drop_if_empty(slot)
 
     # -- internals ------------------------------------------------------------------------
@@ -312,6 +317,9 @@ class SlotMachine:
             return
         slot.held.append(entry)
         self.held[entry.id] = entry
+        self._held_slots[slot.key] = slot
+        entry.seq = self._held_count
+        self._held_count += 1
         self.effects.append((SUBMITTED, entry, "held"))
 
     def _join(self, slot: Slot, entry: Entry) -> None:
@@ -359,26 +367,36 @@ class SlotMachine:
             self._start(slot, entry, now, "admitting: next in queue")
         elif slot.held:
             # An owner needs no queue room: the oldest held submission starts at once.
-            entry = slot.held.popleft()
-            del self.held[entry.id]
-            self._start(slot, entry, now, "admitting: held, slot idle")
+            self._start(slot, self._unhold_head(slot), now, "admitting: held, slot idle")
         else:
             del self.slots[slot.key]
         self._place_held(now)
 
     def _place_held(self, now: float) -> None:
-        """Place held heads, oldest first, while the budgets they need have room."""
-        progress = True
-        while progress and self.held:
-            progress = False
-            for entry in list(self.held.values()):
-                slot = self.slots[entry.key]
-                if slot.held[0] is not entry or self._missing_budget(slot, entry) is not None:
-                    continue  # FIFO per slot: only the oldest held entry is eligible
-                slot.held.popleft()
-                del self.held[entry.id]
-                self._place(slot, entry, now)
-                progress = True
+        """Place held heads, oldest first, while the budgets they need have room.
+
+        Only the oldest held entry of a slot is eligible (FIFO per slot), so each pick
+        scans the slots with held work, not every held entry.
+        """
+        while self._held_slots:
+            best: Entry | None = None
+            for slot in self._held_slots.values():
+                head = slot.held[0]
+                if (best is None or head.seq < best.seq) and self._missing_budget(
+                    slot, head
+                ) is None:
+                    best = head
+            if best is None:
+                return
+            slot = self.slots[best.key]
+            self._place(slot, self._unhold_head(slot), now)
+
+    def _unhold_head(self, slot: Slot) -> Entry:
+        entry = slot.held.popleft()
+        del self.held[entry.id]
+        if not slot.held:
+            del self._held_slots[slot.key]
+        return entry
 
     def _drop_if_empty(self, slot: Slot) -> None:
         if slot.owner is None and not slot.queue and not slot.held:
