@@ -261,7 +261,8 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
                     started = _schedule_retry(rec, reg, result, retries)
                     retries += 1
                 _fresh_context(rec)
-                rec.state = TaskState.BACKOFF
+                if not rec.stop_requested:  # a stopping task stays STOPPING
+                    rec.state = TaskState.BACKOFF
                 await trio.sleep_until(started)  # ``started`` now holds the wake-up time
     except BaseException as exc:
         if _only_cancellation(exc):
@@ -276,7 +277,8 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
 
 async def _acquire_permit(rec: TaskRecord, reg: Registry) -> None:
     assert reg.limiter is not None
-    rec.state = TaskState.WAITING
+    if not rec.stop_requested:  # a stopping task stays STOPPING
+        rec.state = TaskState.WAITING
     reg.waiting_for_permit += 1
     try:
         await reg.limiter.acquire_on_behalf_of(rec)
@@ -354,21 +356,16 @@ def _final_outcome(
     """The outcome an unsuccessful attempt ends the task with, or ``None`` to retry."""
     if status is _CANCELLED:
         return CANCELLED
-    reason = str(error)
-    exit_code = _exit_code(error)
-    if status is _FATAL:
-        return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=exit_code)
     policy = rec.policy
-    if not policy.restart.restarts_on_failure:
-        return TaskOutcome(OutcomeKind.FAILED, error=error, reason=reason, exit_code=exit_code)
-    if policy.max_retries is not None and retries >= policy.max_retries:
-        return TaskOutcome(
-            OutcomeKind.FAILED,
-            error=error,
-            reason=f"retry limit reached after {retries} retries: {reason}",
-            exit_code=exit_code,
-        )
-    return None
+    if status is _FATAL:
+        kind, prefix = OutcomeKind.FATAL, ""
+    elif not policy.restart.restarts_on_failure:
+        kind, prefix = OutcomeKind.FAILED, ""
+    elif policy.max_retries is not None and retries >= policy.max_retries:
+        kind, prefix = OutcomeKind.FAILED, f"retry limit reached after {retries} retries: "
+    else:
+        return None  # retry: no outcome, so no reason text to build
+    return TaskOutcome(kind, error=error, reason=prefix + str(error), exit_code=_exit_code(error))
 
 
 def _schedule_retry(rec: TaskRecord, reg: Registry, error: BaseException, retries: int) -> float:
