@@ -1,14 +1,16 @@
 """The keyed controller: one owner per slot, with queue / replace / drop / join policies.
 
 The controller loop receives submissions and id-based removes on its own bounded
-channel and drives the pure ``SlotMachine`` (``_slots``). A slot's first owner is
-handed to the registry through the registry's command channel, so the owner is
-observably ``ADMITTING`` until the registry decides. The registry reports back by
-calling ``on_admission`` (after its decision) and ``on_exit`` (after the owner
-physically exited and its outcome was committed) directly: those calls run in the
-registry's or the actor's task, between two checkpoints, so they are as atomic as a
-message and need no lock. The next owner of a slot is admitted by a direct registry
-call from there, so a slot never waits an extra loop hop between two owners.
+channel and drives the pure ``SlotMachine`` (``_slots``). When the loop is idle (its
+channel empty), ``submit`` takes the submission in itself, in the caller's task: nothing
+is ordered before it, and the code is as atomic there as in the loop. An owner is
+handed to the registry behind the registry's pending commands (through its channel,
+``ADMITTING`` until the registry decides), or directly when the registry is idle.
+The registry reports back by calling ``on_admission`` (after its decision) and
+``on_exit`` (after the owner physically exited and its outcome was committed)
+directly: those calls run in the registry's or the actor's task, between two
+checkpoints, so they are as atomic as a message and need no lock, and a slot never
+waits an extra loop hop between two owners.
 
 Decisions the design leaves open:
 
