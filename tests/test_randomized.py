@@ -4,9 +4,12 @@ Hypothesis draws a small configuration (grace, budgets, capacities) and a sequen
 operations: ``add`` / ``add_nowait`` / ``add_batch`` / ``remove`` / ``cancel`` (by id and
 by name) / ``submit`` and ``submit_nowait`` with every policy and ``wait`` /
 ``run_in_slot`` (in a background task, possibly cancelled) / advancing time / shutdown
-(inline or in the background). Task bodies succeed, fail, raise ``FatalError``, hang,
-defer cancellation, ignore it (their own shield) or swallow it and return late; any of
-them may carry an attempt timeout and a restart policy.
+(inline or in the background) / ``wait_idle``. Task bodies succeed, fail, raise
+``FatalError`` or ``TaskCancelled``, hang, defer cancellation, ignore it (their own
+shield), swallow it and return late, or make a keyed call themselves (into their own
+slot that must raise ``DeadlockError``); any of them may carry an attempt timeout and a
+restart policy. Two property tests share the harness: one over the whole API, one
+focused on two contended slots; a ``slow`` variant runs many more, longer sequences.
 
 Each example runs with ``trio.run(..., clock=MockClock(autojump_threshold=0))`` and a
 trio ``Instrument`` that checks the supervisor's observable state after every task
@@ -22,11 +25,17 @@ step, so invariants hold "at every instant", not just between operations:
 * every accepted submission ends with exactly one outcome, consistent with what its
   body did; a refused or rejected submission's body never runs, and no body starts
   after its outcome was committed;
-* QUEUE work of one slot starts in submission order;
+* QUEUE work of one slot starts in submission order (for submissions whose order the
+  test knows: those of the main task; concurrent callers race for intake);
+* ``cancel()`` returns only once the outcome is committed; one claim per stop;
+* with events (no drops): one ``TASK_ADDED`` and one ``TASK_FINISHED`` per registered
+  task agreeing with its outcome, one terminal event per attempt and one attempt per
+  body, ``CANCELLED`` within grace and ``FORCE_ABORTED`` at the deadline;
 * after shutdown nothing is registered, alive, pending or tracked.
 
 Operations are small frozen values with short reprs, so a failing example shrinks to a
-readable script; ``run_case(config, ops)`` replays one deterministically.
+readable script; ``run_case(config, ops)`` replays one (trio's scheduler is seeded by
+Hypothesis inside ``@given``, so examples are reproducible there).
 """
 
 from __future__ import annotations
@@ -415,14 +424,15 @@ class Harness:
         self.calls_in_flight = 0  # run_in_slot calls not returned yet
         self.in_flight: Counter[str] = Counter()  # names of add/submit calls not returned yet
         self.shutdown_results: list[tuple[str, ...] | None] = []
-        self.log: list[str] = []
+        self.log: list[str] = []  # reprs of the operations applied so far
 
     # -- recording ---------------------------------------------------------------------
 
     def expect(self, condition: bool, message: str) -> None:
         if not condition and len(self.violations) < 20:
+            # Where: virtual time, and the operation being applied (0-based).
             now = trio.current_time()
-            self.violations.append(f"t={now:g}: {message}")
+            self.violations.append(f"t={now:g} op {len(self.log) - 1}: {message}")
 
     def raise_violations(self) -> None:
         if self.violations:
@@ -1142,14 +1152,14 @@ def run_case(config: Config, operations: Sequence[Op]) -> Harness:
 op_lists = scripts(max_size=25)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=900, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs, operations=op_lists)
 def test_random_operation_sequences(config: Config, operations: list[Op]) -> None:
     """Every invariant holds at every step, whatever the operations and budgets."""
     run_case(config, operations)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=900, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs, operations=scripts(max_size=25, ops=keyed_ops))
 def test_random_keyed_sequences(config: Config, operations: list[Op]) -> None:
     """The same invariants, with the operations focused on two contended slots."""
@@ -1157,7 +1167,7 @@ def test_random_keyed_sequences(config: Config, operations: list[Op]) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=configs,
     operations=st.one_of(scripts(max_size=60), scripts(max_size=60, ops=keyed_ops)),

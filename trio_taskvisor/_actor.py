@@ -371,18 +371,7 @@ def _final_outcome(
 def _schedule_retry(rec: TaskRecord, reg: Registry, error: BaseException, retries: int) -> float:
     """Publish the backoff after a retryable failure; return when to retry."""
     delay = rec.policy.backoff.delay_for_retry(retries, reg.random)
-    if reg.bus.active:
-        reg.bus.publish(
-            EventKind.BACKOFF_SCHEDULED,
-            task_id=rec.id,
-            name=rec.name,
-            slot=rec.slot,
-            attempt=rec.attempt,
-            delay=delay,
-            reason=str(error),
-            exit_code=_exit_code(error),
-            backoff_source=BackoffSource.FAILURE,
-        )
+    _publish_backoff(rec, reg, delay, BackoffSource.FAILURE, error)
     return trio.current_time() + delay
 
 
@@ -393,6 +382,17 @@ def _schedule_repeat(rec: TaskRecord, reg: Registry, started: float) -> float:
     if interval is None:
         # Successive starts at least 1 ms apart; no event for an immediate repeat.
         return max(started + _MIN_RESTART_GAP, now)
+    _publish_backoff(rec, reg, interval, BackoffSource.SUCCESS, None)
+    return now + interval
+
+
+def _publish_backoff(
+    rec: TaskRecord,
+    reg: Registry,
+    delay: float,
+    source: BackoffSource,
+    error: BaseException | None,
+) -> None:
     if reg.bus.active:
         reg.bus.publish(
             EventKind.BACKOFF_SCHEDULED,
@@ -400,10 +400,11 @@ def _schedule_repeat(rec: TaskRecord, reg: Registry, started: float) -> float:
             name=rec.name,
             slot=rec.slot,
             attempt=rec.attempt,
-            delay=interval,
-            backoff_source=BackoffSource.SUCCESS,
+            delay=delay,
+            reason=None if error is None else str(error),
+            exit_code=None if error is None else _exit_code(error),
+            backoff_source=source,
         )
-    return now + interval
 
 
 def _fresh_context(rec: TaskRecord) -> None:
