@@ -234,11 +234,18 @@ class Shutdown:
 
 
 @attrs.frozen
+class Spawn:
+    """Run an intake operation in a background task, concurrently with what follows."""
+
+    op: Add | AddBatch | Submit
+
+
+@attrs.frozen
 class WaitIdle:
     """``wait_idle()``, bounded: when it returns, nothing may be registered or held."""
 
 
-Op = Add | AddBatch | Submit | RunInSlot | Remove | Cancel | Sleep | Shutdown | WaitIdle
+Op = Add | AddBatch | Submit | RunInSlot | Remove | Cancel | Sleep | Shutdown | WaitIdle | Spawn
 
 # -- strategies (first choices are the simplest: they are what examples shrink to) --------
 
@@ -309,6 +316,7 @@ ops = st.one_of(
         ).map(tuple),
     ),
     st.just(WaitIdle()),
+    st.builds(Spawn, st.one_of(st.builds(Add, names, works), submits())),
 )
 
 
@@ -332,6 +340,7 @@ keyed_ops = st.one_of(
     keyed_submits(),
     keyed_submits(),
     keyed_submits(),
+    st.builds(Spawn, keyed_submits()),
     st.builds(Sleep, st.sampled_from((0.5, 0.0, 1.0, 3.0))),
     st.builds(Remove, refs),
     st.builds(Cancel, refs, st.booleans()),
@@ -395,6 +404,8 @@ class Sub:
     attempts: int = 0  # bodies entered
     withdrawn: bool = False  # a run_in_slot caller was cancelled and returned
     claims: int = 0  # True results of remove/cancel by id
+    # Submitted by the main task: its intake order is the order of the operations.
+    ordered: bool = True
     results: list[object] = attrs.Factory(list)  # run_in_slot: what the call ended with
 
 
@@ -421,7 +432,7 @@ class Harness:
         self.slot_body: dict[str, TaskId] = {}
         self.starts: dict[str, list[Sub]] = defaultdict(list)
         self.closing = False
-        self.calls_in_flight = 0  # run_in_slot calls not returned yet
+        self.calls_in_flight = 0  # background intake calls not returned yet
         self.in_flight: Counter[str] = Counter()  # names of add/submit calls not returned yet
         self.shutdown_results: list[tuple[str, ...] | None] = []
         self.log: list[str] = []  # reprs of the operations applied so far
@@ -447,8 +458,17 @@ class Harness:
         finally:
             self.in_flight.subtract(names)
 
-    def new_sub(self, how: str, name: str | None, slot: str | None, policy: Any, work: Work) -> Sub:
-        sub = Sub(next(self.tokens), how, name, slot, policy, work)
+    def new_sub(
+        self,
+        how: str,
+        name: str | None,
+        slot: str | None,
+        policy: Any,
+        work: Work,
+        *,
+        ordered: bool = True,
+    ) -> Sub:
+        sub = Sub(next(self.tokens), how, name, slot, policy, work, ordered=ordered)
         self.subs[sub.token] = sub
         return sub
 
@@ -657,9 +677,7 @@ class Harness:
         # for intake (the controller's fast path), whatever their TaskIds.
         for slot, subs in self.starts.items():
             queued = [
-                int(s.id or 0)
-                for s in subs
-                if s.policy is AdmissionPolicy.QUEUE and s.how != "run_in_slot"
+                int(s.id or 0) for s in subs if s.policy is AdmissionPolicy.QUEUE and s.ordered
             ]
             expect(queued == sorted(queued), f"slot {slot!r} started QUEUE work as {queued}")
         if self.recorder is not None:
@@ -842,7 +860,7 @@ class Harness:
                     # An attempt still ran at the deadline (or ended at that very instant:
                     # a tie between the exit and the force, either outcome is right).
                     expect(
-                        in_progress == 1 or (end_times and end_times[-1] == done.time),
+                        in_progress == 1 or (bool(end_times) and end_times[-1] == done.time),
                         f"{where} with {in_progress} attempts in progress",
                     )
             else:
@@ -913,7 +931,9 @@ async def _nested_call(h: Harness, ctx: TaskContext, work: Work) -> None:
     another slot it is an ordinary call.
     """
     slot = ctx.slot or "s2"
-    inner = h.new_sub("run_in_slot", None, slot, AdmissionPolicy.QUEUE, Work("ok", work.dur))
+    inner = h.new_sub(
+        "run_in_slot", None, slot, AdmissionPolicy.QUEUE, Work("ok", work.dur), ordered=False
+    )
     try:
         value = await ctx.supervisor.run_in_slot(slot, task_body, h, inner.token)
     except DeadlockError:
@@ -954,10 +974,14 @@ class StateChecker(trio.abc.Instrument):
 # -- running operations --------------------------------------------------------------------
 
 
-async def apply(h: Harness, sup: Supervisor, op: Op) -> None:
+async def apply(h: Harness, sup: Supervisor, op: Op, *, ordered: bool = True) -> None:
     """Run one operation, checking what its call returned."""
     assert h.nursery is not None
     closing = h.closing
+    if isinstance(op, Spawn):
+        h.calls_in_flight += 1
+        h.nursery.start_soon(_spawned, h, sup, op.op)
+        return
     intake_ok = "intake succeeded after shutdown began"
     if isinstance(op, Add):
         sub = h.new_sub("add_nowait" if op.nowait else "add", op.name, None, None, op.work)
@@ -996,7 +1020,7 @@ async def apply(h: Harness, sup: Supervisor, op: Op) -> None:
     elif isinstance(op, Submit):
         how = "submit_nowait" if op.nowait else "submit"
         slot = op.name if op.slot is None else op.slot
-        sub = h.new_sub(how, op.name, slot, op.policy, op.work)
+        sub = h.new_sub(how, op.name, slot, op.policy, op.work, ordered=ordered)
         request = ControllerSpec(h.spec(op.name, op.work, sub), op.policy, op.slot, op.wait)
         try:
             if op.nowait:
@@ -1010,7 +1034,8 @@ async def apply(h: Harness, sup: Supervisor, op: Op) -> None:
             h.expect(not closing, f"{op}: {intake_ok}")
             h.accepted(sub, waiter)
     elif isinstance(op, RunInSlot):
-        sub = h.new_sub("run_in_slot", None, op.slot, op.policy, op.work)
+        sub = h.new_sub("run_in_slot", None, op.slot, op.policy, op.work, ordered=False)
+        h.calls_in_flight += 1
         h.nursery.start_soon(_call_in_slot, h, sup, op, sub)
     elif isinstance(op, Remove | Cancel):
         target: TaskId | str
@@ -1034,10 +1059,12 @@ async def apply(h: Harness, sup: Supervisor, op: Op) -> None:
     elif isinstance(op, Sleep):
         await trio.sleep(op.seconds)
     elif isinstance(op, WaitIdle):
+        # Background intake calls may submit again as soon as it returns: check only
+        # when none was in flight (only this task starts them).
+        quiet = not h.calls_in_flight
         with trio.move_on_after(3.0) as scope:
             await sup.wait_idle()
-        # Background run_in_slot calls may submit again as soon as it returns.
-        if not scope.cancelled_caught and not h.calls_in_flight:
+        if not scope.cancelled_caught and quiet:
             stats = sup.statistics()
             h.expect(
                 sup.list() == () and stats.alive == 0 and sup.controller_snapshot().slots == (),
@@ -1050,6 +1077,13 @@ async def apply(h: Harness, sup: Supervisor, op: Op) -> None:
         else:
             await _shutdown(h, sup)
             h.check_after_shutdown(sup)
+
+
+async def _spawned(h: Harness, sup: Supervisor, op: Op) -> None:
+    try:
+        await apply(h, sup, op, ordered=False)
+    finally:
+        h.calls_in_flight -= 1
 
 
 async def _cancel(h: Harness, sup: Supervisor, target: TaskId | str, sub: Sub | None) -> None:
@@ -1073,7 +1107,6 @@ async def _shutdown(h: Harness, sup: Supervisor) -> None:
 
 async def _call_in_slot(h: Harness, sup: Supervisor, op: RunInSlot, sub: Sub) -> None:
     closing = h.closing
-    h.calls_in_flight += 1
     try:
         await _call_in_slot_inner(h, sup, op, sub, closing)
     finally:
