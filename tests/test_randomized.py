@@ -354,6 +354,26 @@ keyed_ops = st.one_of(
 )
 
 
+short_works = st.builds(
+    Work,
+    body=st.sampled_from(("ok", "fail", "quit", "defer")),
+    dur=st.sampled_from((0.5, 1.0)),
+)
+queue_ops = st.one_of(
+    st.builds(
+        Submit,
+        name=st.sampled_from(("p", "q", "r")),
+        slot=st.sampled_from(SLOTS),
+        policy=st.just(AdmissionPolicy.QUEUE),
+        work=short_works,
+        wait=st.booleans(),
+        nowait=st.booleans(),
+    ),
+    st.builds(Sleep, st.sampled_from((0.5, 0.0, 1.0))),
+    st.builds(Remove, refs),
+)
+
+
 @st.composite
 def scripts(draw: st.DrawFn, max_size: int, ops: st.SearchStrategy[Op] = ops) -> list[Op]:
     """Operations, with at most one explicit shutdown, usually near the end.
@@ -507,6 +527,8 @@ class Harness:
         sub = self.subs[token]
         where = f"body {ctx.name!r} ({ctx.id}, attempt {ctx.attempt})"
         self.expect(not sub.refused, f"{where} runs, but its submission was refused")
+        # The actor checks for a stop in the same step in which it calls the body.
+        self.expect(not ctx.cancel_requested, f"{where} began after a stop request")
         self.expect(not sub.withdrawn, f"{where} runs after its run_in_slot caller withdrew it")
         if sub.id is None:
             sub.id = ctx.id
@@ -1199,11 +1221,22 @@ def test_random_keyed_sequences(config: Config, operations: list[Op]) -> None:
     run_case(config, operations)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs, operations=scripts(max_size=25, ops=queue_ops))
+def test_random_queue_order(config: Config, operations: list[Op]) -> None:
+    """The same invariants, on QUEUE work alone: FIFO per slot under every budget."""
+    run_case(config, operations)
+
+
 @pytest.mark.slow
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=configs,
-    operations=st.one_of(scripts(max_size=60), scripts(max_size=60, ops=keyed_ops)),
+    operations=st.one_of(
+        scripts(max_size=60),
+        scripts(max_size=60, ops=keyed_ops),
+        scripts(max_size=60, ops=queue_ops),
+    ),
 )
 def test_random_operation_sequences_long(config: Config, operations: list[Op]) -> None:
     """The same properties, with many more and longer sequences."""
