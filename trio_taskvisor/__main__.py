@@ -9,11 +9,11 @@ Usage::
 about 20 s of a supervised service, shown live with ``rich`` (``pip install
 'trio_taskvisor[demo]'``), or as log lines with ``--plain`` (the default when stdout is
 not a terminal or ``rich`` is missing; ``--live`` insists on the live view, e.g. under
-``script`` or with ``TTY_COMPATIBLE=1``). See ``trio_taskvisor._demo``.
+``script`` or with ``TTY_COMPATIBLE=1``). See ``trio_taskvisor._cli.demo``.
 
 ``tour`` is the short walk-through (about 2 s, no extra dependency): a flaky fetch, a
 periodic heartbeat, a fatal failure and a task that overstays the grace window, logged
-event by event. See ``trio_taskvisor._tour``.
+event by event. See ``trio_taskvisor._cli.tour``.
 
 The exit status is 0 when the run ends as designed (the demo's and the tour's stubborn
 task overrunning the grace window is part of the design), 130 after a Ctrl+C that
@@ -71,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "tour":
-            from ._tour import main as tour_main
+            from ._cli.tour import main as tour_main
 
             return tour_main()
-        from ._demo import main as demo_main
+        from ._cli.demo import main as demo_main
 
         return demo_main(duration=args.duration, plain=args.plain, seed=args.seed)
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ import sys
 
 import trio
 
-from . import (
+from .. import (
     BackoffPolicy,
     FatalError,
     GraceExceededError,

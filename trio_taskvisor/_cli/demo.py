@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from . import (
+from .. import (
     AdmissionPolicy,
     BackoffPolicy,
     BackoffSource,
