@@ -15,7 +15,8 @@ trio, so a supervised task that runs one has three ways to meet a stop:
 * ``blocking``: plain ``run_sync``; the stop waits for the thread. At the grace
   deadline the task is ``FORCE_ABORTED`` (its waiter resolves), but the attempt is
   still physically running: it stays in ``alive_snapshot()``, keeps its name reserved,
-  and the shutdown waits for it, as trio must.
+  and the shutdown waits for it, as trio must. Still running when the shutdown's own
+  grace passes, it counts as stuck: leaving the block raises ``GraceExceededError``.
 """
 
 import hashlib
@@ -25,6 +26,7 @@ import time
 import trio
 
 from trio_taskvisor import (
+    GraceExceededError,
     SupervisorConfig,
     TaskNameInUseError,
     TaskSpec,
@@ -63,6 +65,17 @@ async def blocking() -> str:
 
 
 async def main() -> None:
+    try:
+        await supervise()
+    except GraceExceededError as exc:
+        print(f"shutdown: {exc}")
+    # Leaving the block waited for the blocking thread; the abandoned one is on its own.
+    print(f"shutdown done; blocking thread finished: {finished['blocking'].is_set()}")
+    await trio.to_thread.run_sync(finished["abandon"].wait)
+    print("every thread has finished")
+
+
+async def supervise() -> None:
     async with open_supervisor(SupervisorConfig(grace=0.5)) as sup:
         waiters = [
             await sup.add(TaskSpec.once(fn.__name__, fn)) for fn in (cooperative, abandon, blocking)
@@ -82,10 +95,6 @@ async def main() -> None:
         except TaskNameInUseError:
             print("'blocking' is still reserved: its thread has not exited")
         print("alive:", sup.alive_snapshot())
-    # Leaving the block waited for the blocking thread; the abandoned one is on its own.
-    print(f"shutdown done; blocking thread finished: {finished['blocking'].is_set()}")
-    await trio.to_thread.run_sync(finished["abandon"].wait)
-    print("every thread has finished")
 
 
 if __name__ == "__main__":

@@ -998,6 +998,38 @@ async def test_remove_held_by_id_rejects_at_once(autojump_clock: trio.abc.Clock)
         assert view.waiting == 0
 
 
+@pytest.mark.parametrize("how", ["queued", "held", "joiner"])
+async def test_regression_removing_controller_work_publishes_remove_requested_first(
+    autojump_clock: trio.abc.Clock, how: str
+) -> None:
+    """Removing queued, held or joined work by id: TASK_REMOVE_REQUESTED, then the rejection."""
+    recorder = EventRecorder()
+    async with supervisor(recorder, controller=ControllerConfig(max_slot_queue=1)) as sup:
+        await sup.submit(queue("owner"))
+        await sup.submit(queue("queued-0"))
+        request = {
+            "queued": ControllerSpec.queue(once("target"), slot="k2"),
+            "held": ControllerSpec.queue(once("target"), slot="k", wait=True),
+            "joiner": ControllerSpec.join(once("target"), slot="k"),
+        }[how]
+        if how == "queued":
+            await sup.submit(queue("owner-2", slot="k2"))
+        target = await sup.submit(request)
+        assert await sup.remove(target.id) is True
+        await trio.testing.wait_all_tasks_blocked()
+    kinds = [
+        (e.kind, e.rejection)
+        for e in recorder.events
+        if e.task_id == target.id and e.kind is not EventKind.CONTROLLER_SUBMITTED
+    ]
+    assert kinds == [
+        (EventKind.TASK_REMOVE_REQUESTED, None),
+        (EventKind.CONTROLLER_REJECTED, RejectionKind.REMOVED_FROM_QUEUE),
+    ]
+    [requested] = recorder.of(EventKind.TASK_REMOVE_REQUESTED, task_id=target.id)
+    assert (requested.name, requested.slot) == ("target", "k2" if how == "queued" else "k")
+
+
 # -- the snapshot ------------------------------------------------------------------------------
 
 

@@ -177,6 +177,7 @@ RUNS: dict[str, Run] = {
             "thread finished: False; alive: True",
             "'blocking' is still reserved: its thread has not exited",
             "alive: ('blocking',)",
+            "shutdown: 1 task(s) did not stop within the grace of 0.5 s: blocking",
             "shutdown done; blocking thread finished: True",
             "every thread has finished",
         ],

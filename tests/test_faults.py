@@ -48,10 +48,13 @@ from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from trio_taskvisor import (
     BackoffPolicy,
+    ControllerConfig,
+    ControllerSpec,
     EventKind,
     FatalError,
     GraceExceededError,
@@ -919,3 +922,204 @@ async def test_regression_second_base_exception_is_logged_not_swallowed(
     assert "SystemExit raised during the shutdown after KeyboardInterrupt" in record.getMessage()
     assert record.exc_info is not None
     assert isinstance(record.exc_info[1], SystemExit)
+
+
+# -- exception groups that mix trio.Cancelled with other exceptions ------------------------
+# DESIGN section 8: what remains of a group once trio.Cancelled is removed decides. Only
+# Exceptions left: an ordinary failure. A non-Exception BaseException left: the supervisor
+# goes down. No trio.Cancelled ever leaves the scope it belongs to.
+
+
+def nursery_whose_child_cleanup_raises(exc: BaseException) -> Any:
+    """A body running a nursery whose child raises ``exc`` while being cancelled."""
+
+    async def body() -> None:
+        async def child() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                raise exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            await trio.sleep_forever()
+
+    return body
+
+
+async def test_regression_stopped_task_whose_nursery_raises_ends_cancelled(
+    autojump_clock: Any,
+) -> None:
+    """A stop that makes the task's own nursery raise [Cancelled, ValueError] is a stop."""
+    recorder = EventRecorder()
+    async with supervisor(recorder) as sup:
+        waiter = await sup.add(
+            TaskSpec.once("t", nursery_whose_child_cleanup_raises(ValueError("cleanup failed")))
+        )
+        await trio.sleep(1.0)
+        assert await sup.cancel(waiter.id) is True
+        assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+        # The supervisor is unharmed: later work runs.
+        after = await sup.add(TaskSpec.once("ok", trio.sleep, 0))
+        assert (await after.wait()).kind is OutcomeKind.COMPLETED
+    [failed] = recorder.of(EventKind.ATTEMPT_FAILED, name="t")
+    assert failed.reason == "Exceptions from Trio nursery (1 sub-exception)"  # str(error)
+    assert trio.current_time() == 1.0
+
+
+async def test_regression_replaced_owner_whose_nursery_raises_lets_the_replacement_run(
+    autojump_clock: Any,
+) -> None:
+    """REPLACE of an owner whose nursery raises on the stop: the replacement runs."""
+    config = SupervisorConfig(grace=5.0, controller=ControllerConfig())
+    async with open_supervisor(config) as sup:
+        body = nursery_whose_child_cleanup_raises(ValueError("cleanup failed"))
+        owner = await sup.submit(ControllerSpec.queue(TaskSpec.once("a", body), slot="k"))
+        await trio.sleep(1.0)
+        newer = await sup.submit(
+            ControllerSpec.replace(TaskSpec.once("b", trio.sleep, 1.0), slot="k")
+        )
+        assert (await owner.wait()).kind is OutcomeKind.CANCELLED
+        assert (await newer.wait()).kind is OutcomeKind.COMPLETED
+    assert trio.current_time() == 2.0
+
+
+async def test_mixed_group_on_a_failing_attempt_without_a_stop_is_a_retryable_failure(
+    autojump_clock: Any,
+) -> None:
+    """[Cancelled, ValueError] from a child's own cancel scope is an ordinary failure."""
+
+    async def body() -> None:
+        # The child's Cancelled belongs to this scope; the error joins it in a group that
+        # leaves the scope: what reaches the actor is a plain ExceptionGroup.
+        attempt = current_context().attempt
+        if attempt > 1:
+            return
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(nursery_whose_child_cleanup_raises(ValueError("x")))
+                await trio.sleep(1.0)
+                scope.cancel()
+                await trio.sleep_forever()
+
+    async with supervisor() as sup:
+        spec = TaskSpec.restartable("t", body, backoff=BackoffPolicy.constant(1.0))
+        outcome = await (await sup.add(spec)).wait()
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert trio.current_time() == 2.0
+
+
+async def test_stopped_task_whose_nursery_raises_keyboard_interrupt_takes_it_down(
+    autojump_clock: Any,
+) -> None:
+    """[Cancelled, KeyboardInterrupt] on a stop: the KeyboardInterrupt propagates, no Cancelled."""
+    with pytest.raises(BaseExceptionGroup) as info:  # noqa: PT012
+        async with supervisor() as sup:
+            waiter = await sup.add(
+                TaskSpec.once("t", nursery_whose_child_cleanup_raises(KeyboardInterrupt()))
+            )
+            await trio.sleep(1.0)
+            await sup.remove(waiter.id)
+            await trio.sleep_forever()
+    assert info.value.split(KeyboardInterrupt)[1] is None  # no Cancelled left in it
+    assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+
+
+class NurserySubscriber:
+    """``on_event`` runs a nursery whose child's cleanup raises, on ``TASK_ADDED``."""
+
+    name = "nursery"
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        self.seen: list[EventKind] = []
+
+    async def on_event(self, event: Any) -> None:
+        self.seen.append(event.kind)
+        if event.kind is EventKind.TASK_ADDED:
+            await nursery_whose_child_cleanup_raises(self.exc)()
+
+
+async def test_regression_subscriber_nursery_raising_at_the_drain_deadline_is_isolated(
+    autojump_clock: Any,
+) -> None:
+    """Cancelled at the drain deadline, [ValueError, Cancelled] from on_event leaks nothing."""
+    subscriber = NurserySubscriber(ValueError("cleanup failed"))
+    async with supervisor(subscriber, subscriber_shutdown_timeout=3.0) as sup:
+        await sup.add(TaskSpec.once("t", trio.sleep, 1.0))
+    assert trio.current_time() == 3.0  # the task stops at once; then the 3 s drain deadline
+
+
+async def test_subscriber_nursery_raising_keyboard_interrupt_at_the_drain_deadline(
+    autojump_clock: Any,
+) -> None:
+    """[KeyboardInterrupt, Cancelled] from on_event: the KeyboardInterrupt, no Cancelled."""
+    subscriber = NurserySubscriber(KeyboardInterrupt())
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with supervisor(subscriber, subscriber_shutdown_timeout=3.0) as sup:
+            await sup.add(TaskSpec.once("t", trio.sleep, 1.0))
+    assert info.value.split(KeyboardInterrupt)[1] is None
+
+
+async def test_subscriber_mixed_group_while_running_is_an_isolated_failure(
+    autojump_clock: Any,
+) -> None:
+    """A group of [Cancelled, ValueError] whose Cancelled is on_event's own: SUBSCRIBER_FAILED."""
+
+    class Failing:
+        name = "failing"
+
+        async def on_event(self, event: Any) -> None:
+            if event.kind is EventKind.TASK_ADDED:
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(nursery_whose_child_cleanup_raises(ValueError("x")))
+                        await trio.lowlevel.checkpoint()
+                        scope.cancel()
+
+    recorder = EventRecorder()
+    async with supervisor(Failing(), recorder) as sup:
+        await (await sup.add(TaskSpec.once("t", trio.sleep, 1.0))).wait()
+    [failed] = recorder.of(EventKind.SUBSCRIBER_FAILED)
+    assert failed.name == "failing"
+
+
+async def test_body_group_mixing_an_outer_cancelled_propagates_to_its_scope(
+    autojump_clock: Any,
+) -> None:
+    """A body's [Cancelled, ValueError] leaves unchanged; its scope takes the Cancelled."""
+    with pytest.raises(ExceptionGroup) as info:  # noqa: PT012
+        with trio.move_on_after(1.0):
+            async with supervisor() as sup:
+                await sup.add(TaskSpec.once("t", forever))
+                await nursery_whose_child_cleanup_raises(ValueError("body cleanup"))()
+    assert info.value.split(trio.Cancelled)[0] is None
+    assert info.value.split(ValueError)[0] is not None
+    assert trio.current_time() == 1.0
+
+
+async def test_body_group_holding_a_keyboard_interrupt_propagates_as_raised(
+    autojump_clock: Any,
+) -> None:
+    """A body's group of [KeyboardInterrupt] propagates after the graceful shutdown."""
+    with pytest.raises(BaseExceptionGroup) as info:  # noqa: PT012
+        async with supervisor() as sup:
+            waiter = await sup.add(TaskSpec.once("t", forever))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(raising_after(1.0, KeyboardInterrupt()))
+                await trio.sleep_forever()
+    assert info.value.split(KeyboardInterrupt)[1] is None
+    assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+
+
+async def test_cancelled_keyed_call_whose_body_nursery_raises_on_the_stop(
+    autojump_clock: Any,
+) -> None:
+    """A run_in_slot caller cancelled while its work's nursery raises on the stop leaves cleanly."""
+    config = SupervisorConfig(grace=5.0, controller=ControllerConfig())
+    async with open_supervisor(config) as sup:
+        with trio.move_on_after(1.0) as scope:
+            await sup.run_in_slot("k", nursery_whose_child_cleanup_raises(ValueError("x")))
+        assert scope.cancelled_caught
+        assert trio.current_time() == 1.0
+        assert await sup.run_in_slot("k", trio.sleep, 0) is None  # the slot is free again

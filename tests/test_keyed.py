@@ -455,6 +455,39 @@ async def test_run_in_slot_uses_unique_automatic_names(autojump_clock: Any) -> N
     assert first[0] != second[0]
 
 
+async def test_regression_run_in_slot_works_beside_user_tasks_named_like_its_calls(
+    autojump_clock: Any,
+) -> None:
+    """User tasks named like keyed calls' automatic work never make a keyed call fail."""
+
+    async def whoami() -> str:
+        return current_context().name
+
+    async with supervisor() as sup:
+        # The names of an earlier scheme, and the one a call would get now (its TaskId
+        # comes next: ids are allocated in order).
+        for n in range(1, 4):
+            await sup.add(TaskSpec.once(f"s/call-{n}", trio.sleep_forever))
+        next_id = sup.prepare_submission(queue("probe", "p")).id + 1
+        await sup.add(TaskSpec.once(f"whoami#{next_id}", trio.sleep_forever))
+        names = [await sup.run_in_slot("s", whoami) for _ in range(3)]
+        assert len(set(names)) == 3
+        # A running keyed call reserves no name either.
+        gate = trio.Event()
+        seen: list[str] = []
+
+        async def held_open() -> None:
+            seen.append(current_context().name)
+            await gate.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sup.run_in_slot, "s", held_open)
+            await trio.testing.wait_all_tasks_blocked()
+            await sup.add(TaskSpec.once(seen[0], trio.sleep_forever))
+            gate.set()
+        await sup.shutdown()
+
+
 async def test_run_in_slot_queues_behind_the_owner(autojump_clock: Any) -> None:
     """The default policy QUEUE runs the call after the slot's owner."""
     async with supervisor() as sup:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -358,3 +359,48 @@ async def test_nested_traced_calls_open_plain_child_spans(
     assert inner.parent is not None
     assert attempt.context is not None
     assert inner.parent.span_id == attempt.context.span_id
+
+
+def stopped_nursery_raising(exc: BaseException) -> Any:
+    """A body whose child raises ``exc`` while the stop cancels its nursery."""
+
+    async def body() -> None:
+        async def child() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                raise exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            await trio.sleep_forever()
+
+    return body
+
+
+async def test_stopped_attempt_whose_nursery_raises_is_failed_as_the_actor_says(
+    autojump_clock: trio.testing.MockClock, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """[Cancelled, ValueError] on a stop: ``failed``, like its ATTEMPT_FAILED event."""
+    body = traced(stopped_nursery_raising(ValueError("cleanup")), tracer=tracer, span_name="b")
+    async with open_supervisor() as sup:
+        await sup.add(TaskSpec.once("b", body))
+        await trio.testing.wait_all_tasks_blocked()
+        await sup.cancel("b")
+    (attempt,) = spans(exporter, "b")
+    assert attr(attempt, "taskvisor.attempt.result") == "failed"
+    assert attempt.status.status_code is StatusCode.ERROR
+
+
+async def test_stopped_attempt_whose_nursery_raises_keyboard_interrupt_is_cancelled(
+    autojump_clock: trio.testing.MockClock, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """[Cancelled, KeyboardInterrupt] on a stop: not a failure of the attempt."""
+    body = traced(stopped_nursery_raising(KeyboardInterrupt()), tracer=tracer, span_name="b")
+    with pytest.raises(BaseExceptionGroup):  # noqa: PT012
+        async with open_supervisor() as sup:
+            await sup.add(TaskSpec.once("b", body))
+            await trio.testing.wait_all_tasks_blocked()
+            await sup.cancel("b")
+    (attempt,) = spans(exporter, "b")
+    assert attr(attempt, "taskvisor.attempt.result") == "cancelled"

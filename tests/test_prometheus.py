@@ -310,3 +310,29 @@ async def test_events_published_and_dropped_follow_statistics() -> None:
         stats = sup.statistics()
         assert value(registry, "taskvisor_events_published_total") == stats.events_published
         assert value(registry, "taskvisor_events_dropped_total") == stats.events_dropped
+
+
+async def test_stopped_attempt_whose_nursery_raises_counts_as_failed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """[Cancelled, ValueError] from a stopped attempt: a failed attempt, a cancelled task."""
+
+    async def body() -> None:
+        async def child() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                raise ValueError("cleanup")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            await trio.sleep_forever()
+
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(subscribers=[metrics]) as sup:
+        await sup.add(TaskSpec.once("b", body))
+        await trio.testing.wait_all_tasks_blocked()
+        await sup.cancel("b")
+    assert value(registry, "taskvisor_attempts_total", result="failed") == 1.0
+    assert value(registry, "taskvisor_outcomes_total", outcome="cancelled") == 1.0

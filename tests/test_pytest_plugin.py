@@ -404,3 +404,60 @@ def test_the_entry_point_is_declared() -> None:
     """pyproject.toml registers the plugin as a ``pytest11`` entry point."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["pytest11"] == {"trio_taskvisor": "trio_taskvisor.pytest_plugin"}
+
+
+# -- exception groups mixing trio.Cancelled --------------------------------------------------
+
+NURSERY_RAISING = """
+def nursery_raising(exc):
+    async def body():
+        async def child():
+            try:
+                await trio.sleep_forever()
+            finally:
+                raise exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            await trio.sleep_forever()
+
+    return body
+
+
+async def test_leaves_it_running(supervisor, autojump_clock):
+    await supervisor.add(TaskSpec.once("t", nursery_raising(EXC)))
+    await trio.testing.wait_all_tasks_blocked()
+"""
+
+
+def test_a_task_whose_nursery_raises_on_the_teardown_stop_passes(run_inner: RunInner) -> None:
+    """[Cancelled, ValueError] from a task stopped at teardown is that task's business."""
+    result = run_inner(NURSERY_RAISING.replace("EXC", 'ValueError("x")'))
+    result.assert_outcomes(passed=1)
+
+
+def test_a_task_whose_nursery_raises_keyboard_interrupt_fails_the_test(
+    run_inner: RunInner, pytester: pytest.Pytester
+) -> None:
+    """[Cancelled, KeyboardInterrupt] at teardown: the test fails with it, not with Cancelled."""
+    pytester.makeconftest(
+        """
+        import pytest
+        import trio
+
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(item, call):
+            report = yield
+            if call.excinfo is not None:
+                exc = call.excinfo.value
+                if isinstance(exc, BaseExceptionGroup):
+                    cancelled = exc.split(trio.Cancelled)[0] is not None
+                    interrupted = exc.split(KeyboardInterrupt)[0] is not None
+                    print(f"\\ncancelled={cancelled} interrupted={interrupted}")
+            return report
+        """
+    )
+    result = run_inner(NURSERY_RAISING.replace("EXC", "KeyboardInterrupt()"), "-s")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*cancelled=False interrupted=True*"])

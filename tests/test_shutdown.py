@@ -354,16 +354,57 @@ async def test_already_stopping_task_keeps_later_deadline(
     assert excinfo.value.stuck == ("t",)
 
 
-async def test_task_forced_before_shutdown_is_waited_for_but_not_stuck(
-    autojump_clock: trio.abc.Clock,
+async def test_regression_task_forced_before_shutdown_still_running_at_its_deadline_is_stuck(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A task forced before shutdown delays its end until it exits, but is not stuck."""
-    async with open_supervisor(config()) as sup:
-        waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+    """Forced before shutdown and still running at the shared deadline: stuck, GRACE_EXCEEDED."""
+    recorder = EventRecorder()
+    with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
+        async with open_supervisor(config(), subscribers=[recorder]) as sup:
+            waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+            await sup.remove("t")
+            await waiter.wait()  # forced at 5.0; the shutdown begins then
+    assert waiter.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    assert trio.current_time() == 20.0  # its physical exit
+    assert excinfo.value.stuck == ("t",)
+    [exceeded] = recorder.of(EventKind.GRACE_EXCEEDED)
+    assert exceeded.time == 10.0  # the shared deadline: 5.0 + grace
+    assert recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE) == []
+    waiting = [r for r in caplog.records if "physical exit" in r.getMessage()]
+    assert len(waiting) == 1
+    assert waiting[0].levelname == "WARNING"
+    assert "'t'" in waiting[0].getMessage()
+
+
+async def test_task_forced_before_shutdown_that_exits_within_the_shared_grace_is_not_stuck(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Forced before shutdown, it exits before the shared deadline: all stopped within grace."""
+    recorder = EventRecorder()
+    async with open_supervisor(config(), subscribers=[recorder]) as sup:
+        waiter = await sup.add(TaskSpec.once("t", stubborn, 8.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
-        await waiter.wait()
-    assert trio.current_time() == 20.0
+        await waiter.wait()  # forced at 5.0
+    assert trio.current_time() == 8.0
+    [stopped] = recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)
+    assert stopped.time == 8.0  # published once the forced work has exited
+    assert recorder.of(EventKind.GRACE_EXCEEDED) == []
+    assert len([r for r in caplog.records if "physical exit" in r.getMessage()]) == 1
+
+
+async def test_shutdown_logs_once_the_forced_tasks_it_waits_for(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tasks forced by the shutdown itself and still running are named in one warning."""
+    with pytest.raises(GraceExceededError):  # noqa: PT012
+        async with open_supervisor(config()) as sup:
+            await sup.add(TaskSpec.once("b", stubborn, 20.0))
+            await sup.add(TaskSpec.once("a", stubborn, 30.0))
+            await trio.testing.wait_all_tasks_blocked()
+    [waiting] = [r for r in caplog.records if "physical exit" in r.getMessage()]
+    assert "'a', 'b'" in waiting.getMessage()
 
 
 async def test_all_stopped_within_grace_event(autojump_clock: trio.abc.Clock) -> None:

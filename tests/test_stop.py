@@ -15,6 +15,7 @@ from trio_taskvisor import (
     BackoffPolicy,
     EventKind,
     FatalError,
+    GraceExceededError,
     OutcomeKind,
     RejectionKind,
     ResourceLimitError,
@@ -41,13 +42,23 @@ ATTEMPT_KINDS = (
 
 @asynccontextmanager
 async def supervisor(
-    recorder: EventRecorder | None = None, **config: Any
+    recorder: EventRecorder | None = None, *, stuck: tuple[str, ...] = (), **config: Any
 ) -> AsyncGenerator[Supervisor]:
-    """Open a supervisor (``grace=5`` unless given), recording events if asked."""
+    """Open a supervisor (``grace=5`` unless given), recording events if asked.
+
+    ``stuck``: the forced tasks still running when the shutdown's grace passes, which
+    leaving the block must report in ``GraceExceededError``.
+    """
     config.setdefault("grace", 5.0)
     subscribers = () if recorder is None else (recorder,)
-    async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-        yield sup
+    if not stuck:
+        async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
+            yield sup
+        return
+    with pytest.raises(GraceExceededError) as info:
+        async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
+            yield sup
+    assert info.value.stuck == stuck
 
 
 async def forever() -> None:
@@ -269,7 +280,7 @@ async def test_defer_cancel_in_child_task_forced_at_deadline(
 
 async def test_force_commits_outcome_at_grace_deadline(autojump_clock: trio.abc.Clock) -> None:
     """A task that ignores the stop is FORCE_ABORTED exactly at the deadline."""
-    async with supervisor(grace=5.0) as sup:
+    async with supervisor(stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
@@ -282,7 +293,7 @@ async def test_force_commits_outcome_at_grace_deadline(autojump_clock: trio.abc.
 
 async def test_forced_task_leaves_list_at_deadline(autojump_clock: trio.abc.Clock) -> None:
     """``list()`` drops a forced task at the deadline, before it exits."""
-    async with supervisor(grace=5.0) as sup:
+    async with supervisor(stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
@@ -310,7 +321,7 @@ async def test_forced_task_stays_alive_until_physical_exit(
 
 async def test_forced_task_keeps_name_reserved(autojump_clock: trio.abc.Clock) -> None:
     """Adding the name of a forced but still running task raises TaskNameInUseError."""
-    async with supervisor(grace=5.0) as sup:
+    async with supervisor(stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
@@ -322,7 +333,7 @@ async def test_forced_task_keeps_name_reserved(autojump_clock: trio.abc.Clock) -
 
 async def test_forced_task_name_rejects_add_nowait(autojump_clock: trio.abc.Clock) -> None:
     """``add_nowait`` of a forced but still running task's name resolves REJECTED."""
-    async with supervisor(grace=5.0) as sup:
+    async with supervisor(stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
@@ -334,7 +345,7 @@ async def test_forced_task_name_rejects_add_nowait(autojump_clock: trio.abc.Cloc
 
 async def test_forced_task_keeps_registered_tasks_unit(autojump_clock: trio.abc.Clock) -> None:
     """A forced but still running task counts against ``max_registered_tasks``."""
-    async with supervisor(grace=5.0, max_registered_tasks=1) as sup:
+    async with supervisor(stuck=("t",), grace=5.0, max_registered_tasks=1) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
@@ -371,7 +382,7 @@ async def test_defer_cancel_after_force_does_not_shield(autojump_clock: trio.abc
         finally:
             exited_at.append(trio.current_time())
 
-    async with supervisor(grace=5.0) as sup:
+    async with supervisor(stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", body))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
@@ -590,7 +601,7 @@ async def test_remove_of_forced_running_task_returns_false(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """A forced task that still runs is no longer a stop target."""
-    async with supervisor(grace=5.0) as sup:
+    async with supervisor(stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
@@ -658,7 +669,7 @@ async def test_cancel_of_forced_task_returns_at_grace_deadline(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """``cancel`` of a task that ignores the stop returns at the grace deadline."""
-    async with supervisor(grace=5.0) as sup:
+    async with supervisor(stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await trio.sleep(1.0)
@@ -773,7 +784,7 @@ async def test_forced_stop_publishes_task_finished_at_deadline(
 ) -> None:
     """A forced stop publishes TASK_FINISHED(FORCE_ABORTED) and TASK_REMOVED at the deadline."""
     recorder = EventRecorder()
-    async with supervisor(recorder, grace=5.0) as sup:
+    async with supervisor(recorder, stuck=("t",), grace=5.0) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")

@@ -22,6 +22,11 @@ Decisions the design leaves open:
 * A ``BaseException`` that is not a task failure (``KeyboardInterrupt``,
   ``SystemExit``) ends that task ``CANCELLED``; the supervisor then shuts down
   gracefully and re-raises it.
+* An exception group is judged by what remains once trio's ``Cancelled`` is removed
+  (``split_cancelled``): only ``Exception`` instances left make an ordinary failed attempt
+  (``ATTEMPT_FAILED``; a stopped task still ends ``CANCELLED``); a non-``Exception``
+  remainder is re-raised without its ``Cancelled``, so no ``Cancelled`` leaves the scope
+  it belongs to.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import trio
 
 from ._context import TaskContext, current_task_context
 from ._events import BackoffSource, EventKind
-from ._exceptions import FatalError, TaskCancelled
+from ._exceptions import FatalError, TaskCancelled, split_cancelled
 from ._outcome import (
     CANCELLED,
     COMPLETED_NONE,
@@ -93,6 +98,7 @@ class TaskRecord:
         "in_attempt",
         "name",
         "policy",
+        "reserved",
         "slot",
         "state",
         "stop_requested",
@@ -118,6 +124,7 @@ class TaskRecord:
         self.policy = policy
         self.context: contextvars.Context | None = context
         self.slot = slot
+        self.reserved = True  # its name is reserved while the actor lives (not keyed calls)
         self.waiter = TaskWaiter(id, name)
         self.state = TaskState.WAITING
         self.attempt = 0
@@ -182,14 +189,6 @@ def _is_awaitable(value: object) -> bool:
     return type(value) is types.CoroutineType or hasattr(value, "__await__")
 
 
-def _only_cancellation(exc: BaseException) -> bool:
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(trio.Cancelled)[1] is None  # pyright: ignore[reportUnknownMemberType]
-    return False
-
-
 async def run_actor(rec: TaskRecord, reg: Registry) -> None:
     """Run ``rec``'s attempts strictly in sequence until it ends; commit its outcome.
 
@@ -233,9 +232,16 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
                         status, result = _FATAL, exc
                     except Exception as exc:
                         status, result = _FAILED, exc
-                    except BaseException:
-                        _end_attempt(rec, reg, EventKind.ATTEMPT_CANCELLED, started, None)
-                        raise
+                    except BaseException as exc:
+                        _, rest = split_cancelled(exc)
+                        if not isinstance(rest, Exception):
+                            _end_attempt(rec, reg, EventKind.ATTEMPT_CANCELLED, started, None)
+                            if rest is None or rest is exc:
+                                raise
+                            raise rest from None  # the group without its Cancelled
+                        # Cancelled mixed with Exceptions (the task's own nursery, stopped
+                        # while a child's cleanup raised): the Exceptions decide.
+                        status, result = _FAILED, rest
                     _end_attempt(
                         rec, reg, _END_EVENTS[status], started, None if status is _OK else result
                     )
@@ -265,7 +271,7 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
                     rec.state = TaskState.BACKOFF
                 await trio.sleep_until(started)  # ``started`` now holds the wake-up time
     except BaseException as exc:
-        if _only_cancellation(exc):
+        if split_cancelled(exc)[1] is None:
             # Only an internal fault cancels the supervisor's shielded region early.
             reg.actor_exited(rec, _PANICKED)
             raise

@@ -19,6 +19,10 @@ Decisions the design leaves open:
   (``KeyboardInterrupt``, ``SystemExit``) is not isolated: like one from a task, it
   starts the graceful shutdown and propagates bare from ``open_supervisor``; that
   subscriber's lane ends.
+* An exception group from ``on_event`` is judged by what remains once trio's
+  ``Cancelled`` is removed: only ``Exception`` instances left are an isolated failure
+  (``SUBSCRIBER_FAILED``) and the ``Cancelled`` part is re-raised to the lane's scope;
+  anything else is handled as above, without its ``Cancelled``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any, Protocol
 import trio
 
 from ._events import EventKind, TaskEvent
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, split_cancelled
 
 
 class Subscriber(Protocol):
@@ -259,37 +263,44 @@ class EventBus:
                 # The consumer of an events() stream closed its end: end the stream.
                 self._remove_lane(lane)
                 return False
-            # Isolate the failure, whatever it is (trio's resource errors from a
-            # subscriber's own channels included): report it to the other lanes,
-            # keep this one going.
-            if self.active:
-                failure = self._build(
-                    EventKind.SUBSCRIBER_FAILED,
-                    {"name": lane.name, "reason": f"{type(exc).__name__}: {exc}"},
-                )
-                self._failed_origin[failure.seq] = lane
-                try:
-                    self._send.send_nowait(failure)
-                except (trio.WouldBlock, trio.ClosedResourceError):
-                    # Full, or closed for the shutdown drain: the report is dropped.
-                    self._failed_origin.pop(failure.seq)
-                    self.dropped += 1
+            self._report_failure(lane, exc)
         except BaseException as exc:
-            if _only_cancellation(exc):
+            cancelled, rest = split_cancelled(exc)
+            if rest is None:
                 raise
+            if isinstance(rest, Exception):
+                # Cancelled mixed with Exceptions (the subscriber's own nursery, cancelled
+                # at the drain deadline while a child's cleanup raised): a failure, and
+                # the Cancelled goes on to the scope it belongs to.
+                self._report_failure(lane, rest)
+                assert cancelled is not None  # else exc would have been an Exception
+                raise cancelled from None
             # Not a subscriber failure (KeyboardInterrupt, SystemExit): like one raised
             # by a task, it starts the graceful shutdown and then propagates from
-            # open_supervisor. This lane ends; the subscriber gets nothing more.
+            # open_supervisor, without any Cancelled. This lane ends; the subscriber
+            # gets nothing more.
             lane.send.close()
-            self.on_crash(exc)
+            self.on_crash(rest)
             return False
         return True
 
-
-def _only_cancellation(exc: BaseException) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(trio.Cancelled)[1] is None  # pyright: ignore[reportUnknownMemberType]
-    return isinstance(exc, trio.Cancelled)
+    def _report_failure(self, lane: _Lane, exc: Exception) -> None:
+        """Isolate a subscriber's failure: report it to the other lanes, keep this one."""
+        # Whatever it is (trio's resource errors from a subscriber's own channels
+        # included), it is the subscriber's.
+        if not self.active:
+            return
+        failure = self._build(
+            EventKind.SUBSCRIBER_FAILED,
+            {"name": lane.name, "reason": f"{type(exc).__name__}: {exc}"},
+        )
+        self._failed_origin[failure.seq] = lane
+        try:
+            self._send.send_nowait(failure)
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            # Full, or closed for the shutdown drain: the report is dropped.
+            self._failed_origin.pop(failure.seq)
+            self.dropped += 1
 
 
 def _subscriber_lane(subscriber: Subscriber) -> _Lane:

@@ -446,8 +446,14 @@ class Controller:
         entry = self.machine.remove(target, trio.current_time())
         if entry is None:
             return None
+        rec: TaskRecord = entry.payload
+        if self.bus.active:
+            # As for registered work, before the rejection the removal causes.
+            self.bus.publish(
+                EventKind.TASK_REMOVE_REQUESTED, task_id=rec.id, name=rec.name, slot=entry.key
+            )
         self._apply_direct()
-        return True, entry.payload
+        return True, rec
 
     # -- registry callbacks (registry's or actor's task) ------------------------------------
 

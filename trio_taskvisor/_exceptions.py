@@ -21,7 +21,7 @@ Messages are lower-case and name the offending value.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -112,3 +112,21 @@ class TaskCancelled(Exception):
 
 class SupervisorClosedError(trio.ClosedResourceError):
     """Intake (add, submit) after the supervisor's shutdown has begun."""
+
+
+def split_cancelled(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
+    """Split ``exc`` into trio's ``Cancelled`` and the rest, which decides how it is handled.
+
+    The rest is ``None`` when ``exc`` is only cancellation. A group that mixes
+    ``Cancelled`` with other exceptions (a task's or a subscriber's own nursery, cancelled
+    while a child's cleanup raised) leaves the group of the others: an ``Exception`` when
+    only ``Exception`` instances remain (an ordinary failure), else a ``BaseException``
+    that takes the supervisor down. The ``Cancelled`` part belongs to its scope: re-raise
+    it, or let trio deliver it again at the next checkpoint inside that scope.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        parts = exc.split(trio.Cancelled)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        return cast("tuple[BaseException | None, BaseException | None]", parts)
+    if isinstance(exc, trio.Cancelled):
+        return exc, None
+    return None, exc

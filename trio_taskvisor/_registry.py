@@ -5,12 +5,13 @@ order, so a remove sent after an add always sees that add. It spawns one actor p
 admitted task in its own nursery, and keeps a heap of force deadlines: while stops are
 pending it waits for the next command only until the earliest deadline, then forces.
 
-Membership has two views:
+Membership has three views:
 
 * ``_tasks``: registered and stopping tasks, whose outcome is not committed yet
-  (``list()``, name targets);
-* ``_names``: every name reserved by a live actor, including force-aborted actors that
-  have not physically exited (duplicate checks, ``max_registered_tasks``).
+  (``list()``);
+* ``_live``: every live actor, including force-aborted actors that have not physically
+  exited (``max_registered_tasks``, ``alive_snapshot()``);
+* ``_names``: the names those actors reserve (duplicate checks, name targets).
 
 Actors call ``actor_exited`` directly when they end: the call runs in the actor's
 task but between two checkpoints, so it is as atomic as a command.
@@ -25,14 +26,21 @@ Decisions the design leaves open:
 * For a batch, the "first conflicting" name is that of the first item, in batch order,
   that clashes with a registered name or with an earlier item. Duplicates are checked
   before the limit.
-* ``GraceExceededError.stuck`` lists the tasks forced after shutdown began; a task
-  force-aborted before it (and still running) is waited for but not listed.
+* ``GraceExceededError.stuck`` lists the tasks forced after shutdown began, and the
+  tasks forced before it that are still physically running at the shared grace
+  deadline (DESIGN section 8); ``ALL_STOPPED_WITHIN_GRACE`` is published only once no
+  forced work is left running or due to be listed. Once every outcome is committed and
+  forced work still runs, one warning names the tasks the shutdown waits for.
+* Keyed calls (``run_in_slot``) reserve no name: their automatic names are labels, so
+  a user task of the same name never collides with one. Name targets do not find them;
+  their ``TaskId`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import logging
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -50,6 +58,8 @@ from ._outcome import FORCE_ABORTED, RejectionKind, TaskId, TaskOutcome, rejecte
 if TYPE_CHECKING:
     from ._bus import EventBus
     from ._supervisor import Supervisor
+
+logger = logging.getLogger("trio_taskvisor")
 
 
 @attrs.frozen
@@ -159,6 +169,7 @@ class Registry:
         )
         self.send, self._recv = trio.open_memory_channel[Command](config.command_capacity)
         self._tasks: dict[TaskId, TaskRecord] = {}
+        self._live: dict[TaskId, TaskRecord] = {}
         self._names: dict[str, TaskRecord] = {}
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
@@ -172,6 +183,10 @@ class Registry:
         self.work = WorkCounter()
         self.shutting_down = False
         self._shutdown_deadline = math.inf
+        # Forced before shutdown began and still running: stuck if so at the deadline.
+        self._overstaying: dict[TaskId, TaskRecord] = {}
+        self._overstay_deadline = math.inf
+        self._warned = False
         self.stuck: list[str] = []
         self.stopped = trio.Event()  # every outcome committed after shutdown began
         self.exited = trio.Event()  # the loop ended: every actor physically exited
@@ -186,11 +201,13 @@ class Registry:
         )
 
     def alive(self) -> tuple[str, ...]:
-        return tuple(sorted(name for name, rec in self._names.items() if rec.in_attempt))
+        return tuple(sorted(rec.name for rec in self._live.values() if rec.in_attempt))
 
     def is_alive(self, name: str) -> bool:
         rec = self._names.get(name)
-        return rec is not None and rec.in_attempt
+        if rec is None:  # a keyed call's name is not reserved
+            return any(rec.name == name and rec.in_attempt for rec in self._live.values())
+        return rec.in_attempt
 
     @property
     def registered(self) -> int:
@@ -224,10 +241,11 @@ class Registry:
         handle = self._handle
         heap = self._heap
         while True:
-            if heap:
+            if heap or self._overstaying:
                 self._force_due()
-            if heap:
-                with trio.move_on_at(heap[0][0]) as self._wait_scope:
+            if heap or self._overstaying:
+                wake = min(heap[0][0] if heap else math.inf, self._overstay_deadline)
+                with trio.move_on_at(wake) as self._wait_scope:
                     handle(await receive())
                 self._wait_scope = None
             else:
@@ -300,10 +318,10 @@ class Registry:
         if self.shutting_down:
             self._reject(rec, RejectionKind.SHUTTING_DOWN)
             error = SupervisorClosedError("the supervisor is shutting down")
-        elif rec.name in self._names:
+        elif rec.reserved and rec.name in self._names:
             self._reject(rec, RejectionKind.ALREADY_EXISTS)
             error = TaskNameInUseError(rec.name)
-        elif self.limit is not None and len(self._names) >= self.limit:
+        elif self.limit is not None and len(self._live) >= self.limit:
             self._reject(rec, RejectionKind.RESOURCE_LIMIT)
             error = ResourceLimitError("max_registered_tasks", self.limit)
         else:
@@ -336,7 +354,7 @@ class Registry:
             if (
                 error is None
                 and self.limit is not None
-                and len(self._names) + len(recs) > self.limit
+                and len(self._live) + len(recs) > self.limit
             ):
                 kinds = [RejectionKind.RESOURCE_LIMIT] * len(recs)
                 error = ResourceLimitError("max_registered_tasks", self.limit)
@@ -354,7 +372,9 @@ class Registry:
 
     def _register(self, rec: TaskRecord) -> None:
         self._tasks[rec.id] = rec
-        self._names[rec.name] = rec
+        self._live[rec.id] = rec
+        if rec.reserved:
+            self._names[rec.name] = rec
         self.work.add()
         if self.bus.active:
             self.bus.publish(EventKind.TASK_ADDED, task_id=rec.id, name=rec.name, slot=rec.slot)
@@ -420,6 +440,8 @@ class Registry:
     def _force_due(self) -> None:
         heap = self._heap
         now = trio.current_time()
+        if now >= self._overstay_deadline:
+            self._overstayed()
         while heap and heap[0][0] <= now:
             deadline, _, rec = heapq.heappop(heap)
             if not rec.committed and rec.force_deadline == deadline:
@@ -457,17 +479,22 @@ class Registry:
             bus.publish(EventKind.TASK_REMOVED, **fields)
         rec.waiter._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
         if self.shutting_down and not self._tasks:
-            self._all_stopped()
+            self._check_all_stopped()
 
     def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
         """Called by the actor as it ends: free the name, then commit."""
-        del self._names[rec.name]
+        del self._live[rec.id]
+        if rec.reserved:
+            del self._names[rec.name]
         self.work.sub()
         if not rec.committed:
             self._commit(rec, outcome)
+        elif self._overstaying.pop(rec.id, None) is not None and not self._overstaying:
+            self._overstay_deadline = math.inf  # every one exited within the grace
+            self._check_all_stopped()
         if rec.controller is not None:
             rec.controller.on_exit(rec)
-        if self.shutting_down and not self._names:
+        if self.shutting_down and not self._live:
             self._loop_scope.cancel(reason="shutdown: every actor exited")
 
     def crashed(self, exc: BaseException) -> None:
@@ -478,6 +505,10 @@ class Registry:
     def _begin_shutdown(self, deadline: float) -> None:
         self.shutting_down = True
         self._shutdown_deadline = deadline
+        # Forced earlier, still running: stuck too if still so at the shared deadline.
+        self._overstaying = {id: rec for id, rec in self._live.items() if rec.committed}
+        if self._overstaying:
+            self._overstay_deadline = deadline
         for rec in list(self._tasks.values()):
             if rec.stop_requested:
                 # Already stopping: keep the later of its own deadline and the shared one.
@@ -485,10 +516,34 @@ class Registry:
                     self._set_force_deadline(rec, deadline)
             else:
                 self._request_stop(rec, deadline)
-        if not self._tasks:
-            self._all_stopped()
-        if not self._names:
+        if self._overstaying and deadline <= trio.current_time():
+            self._overstayed()  # grace=0
+        elif not self._tasks:
+            self._check_all_stopped()
+        if not self._live:
             self._loop_scope.cancel(reason="shutdown: no actor left")
+
+    def _overstayed(self) -> None:
+        """The shared deadline passed: forced work still running from before is stuck."""
+        self.stuck.extend(rec.name for rec in self._overstaying.values())
+        self._overstaying = {}
+        self._overstay_deadline = math.inf
+        self._check_all_stopped()
+
+    def _check_all_stopped(self) -> None:
+        """Every outcome is committed: warn about forced work still running, end the stop."""
+        if self._tasks:
+            return
+        if self._live and not self._warned:
+            self._warned = True
+            names = ", ".join(repr(name) for name in sorted(r.name for r in self._live.values()))
+            logger.warning(
+                "shutdown is waiting for the physical exit of %d force-aborted task(s): %s",
+                len(self._live),
+                names,
+            )
+        if not self._overstaying:
+            self._all_stopped()
 
     def _all_stopped(self) -> None:
         if self.stopped.is_set():

@@ -389,9 +389,9 @@ class Supervisor:
         self._calls += 1
         spec = TaskSpec.once(f"{slot}/call-{self._calls}", fn, *args, **task_opts)
         wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
-        waiter = await controller.submit(
-            controller.prepare(ControllerSpec(spec, policy, slot, wait))
-        )
+        entry = controller.prepare(ControllerSpec(spec, policy, slot, wait))
+        entry.payload.reserved = False  # an automatic name: a label, never a collision
+        waiter = await controller.submit(entry)
         try:
             outcome = await waiter.wait()
         except BaseException:

@@ -71,7 +71,7 @@ from opentelemetry.util.types import AttributeValue
 from .._actor import TaskRecord
 from .._context import current_task_context
 from .._events import EventKind, TaskEvent
-from .._exceptions import FatalError, TaskCancelled
+from .._exceptions import FatalError, TaskCancelled, split_cancelled
 from .._outcome import OutcomeKind, TaskId
 
 __all__ = ["TracingSubscriber", "traced"]
@@ -173,6 +173,9 @@ def _finish(
 ) -> None:
     """Classify the attempt as the actor does, and annotate its span."""
     timed_out = trio.current_time() >= record.hard_deadline
+    rest = None if error is None else split_cancelled(error)[1]
+    if isinstance(rest, Exception):
+        error = rest  # a group of Cancelled and Exceptions counts as its Exceptions
     if record.forced:
         result = "force_aborted"
     elif isinstance(error, TaskCancelled):
