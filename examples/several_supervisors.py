@@ -71,10 +71,12 @@ async def main() -> None:
     ):
         t0 = trio.current_time()
         requests = [("req-1", "alice", 50), ("req-2", "alice", -20), ("req-3", "bob", 70)]
-        waiters = [
-            await frontend.add(TaskSpec.once(name, handle_request, background, name, acct, amt))
-            for name, acct, amt in requests
-        ]
+        waiters = await frontend.add_batch(
+            [
+                TaskSpec.once(name, handle_request, background, name, acct, amt)
+                for name, acct, amt in requests
+            ]
+        )
         for waiter in waiters:
             await waiter.wait()
         # The keyed calls took #4-#6 in the background: one id sequence for both.

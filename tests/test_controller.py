@@ -120,7 +120,21 @@ def stall_registry(sup: Supervisor) -> None:
     does under load, so the owner stays ADMITTING while the controller takes the next
     buffered submission in.
     """
-    sup._registry.idle = lambda: False  # type: ignore[method-assign]
+    registry = sup._registry  # pyright: ignore[reportPrivateUsage]
+
+    class Stalled:
+        """The registry's inbox, reporting itself busy."""
+
+        def __init__(self, inbox: Any) -> None:
+            self._inbox = inbox
+
+        def idle(self) -> bool:
+            return False
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inbox, name)
+
+    registry._inbox = Stalled(registry._inbox)  # type: ignore[assignment]  # pyright: ignore[reportPrivateUsage]
 
 
 class Occupancy:

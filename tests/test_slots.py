@@ -20,25 +20,59 @@ from hypothesis.stateful import (
     rule,
 )
 
+from trio_taskvisor._outcome import RejectionKind
 from trio_taskvisor._slots import (
-    ADMIT,
-    DETACH,
-    JOIN,
-    QUEUE_FULL,
-    REJECT,
-    REMOVED_FROM_QUEUE,
-    RESOURCE_LIMIT,
-    SHUTTING_DOWN,
-    SLOT_BUSY,
-    STOP,
-    SUBMITTED,
-    SUPERSEDED,
-    TRANSITION,
-    AdmissionPolicy,
+    Admit,
+    Detach,
+    Effect,
     Entry,
+    Join,
+    Reject,
     SlotMachine,
     SlotStatus,
+    Stop,
+    Submitted,
+    Transition,
 )
+from trio_taskvisor._spec import AdmissionPolicy
+
+# The effects as (tag, entry, argument) triples, which the tests below compare.
+ADMIT = "admit"
+STOP = "stop"
+REJECT = "reject"
+JOIN = "join"
+DETACH = "detach"
+SUBMITTED = "submitted"
+TRANSITION = "transition"
+SLOT_BUSY = RejectionKind.SLOT_BUSY
+QUEUE_FULL = RejectionKind.QUEUE_FULL
+SUPERSEDED = RejectionKind.SUPERSEDED
+REMOVED_FROM_QUEUE = RejectionKind.REMOVED_FROM_QUEUE
+SHUTTING_DOWN = RejectionKind.SHUTTING_DOWN
+RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
+
+
+def triples(effects: list[Effect[Any]]) -> list[tuple[str, Entry[Any], Any]]:
+    """The machine's typed effects as (tag, entry, argument) triples."""
+    out: list[tuple[str, Entry[Any], Any]] = []
+    for effect in effects:
+        match effect:
+            case Admit(entry):
+                out.append((ADMIT, entry, None))
+            case Stop(entry):
+                out.append((STOP, entry, None))
+            case Reject(entry, kind):
+                out.append((REJECT, entry, kind))
+            case Detach(entry, kind):
+                out.append((DETACH, entry, kind))
+            case Join(entry, target):
+                out.append((JOIN, entry, target))
+            case Submitted(entry, reason):
+                out.append((SUBMITTED, entry, reason))
+            case Transition(entry, reason):
+                out.append((TRANSITION, entry, reason))
+    return out
+
 
 QUEUE = AdmissionPolicy.QUEUE
 REPLACE = AdmissionPolicy.REPLACE
@@ -85,7 +119,7 @@ class Harness:
 
     def take(self) -> list[tuple[Any, ...]]:
         """The effects so far, SUBMITTED reasons other than "held" left out; then clear."""
-        effects, self.m.effects = self.m.effects, []
+        effects, self.m.effects = triples(self.m.effects), []
         out: list[tuple[Any, ...]] = []
         for tag, entry, arg in effects:
             if tag == SUBMITTED:
@@ -897,7 +931,7 @@ class SlotMachineModel(RuleBasedStateMachine):
             pre["where"][self.fresh] = "new"
             self.fresh = None
         action()
-        effects, m.effects = m.effects, []
+        effects, m.effects = triples(m.effects), []
         post = self.snapshot()
         per_entry: dict[int, list[str]] = {}
         rejected = {e.id: arg for tag, e, arg in effects if tag == REJECT}

@@ -7,14 +7,13 @@ typed lifecycle events. See ``open_supervisor``.
 
 import contextlib
 
-from ._actor import TaskState as TaskState
 from ._bus import Subscriber as Subscriber
+from ._config import ControllerConfig as ControllerConfig
+from ._config import SupervisorConfig as SupervisorConfig
+from ._config import TaskDefaults as TaskDefaults
 from ._context import TaskContext as TaskContext
 from ._context import current_context as current_context
-from ._controller import ControllerConfig as ControllerConfig
 from ._controller import ControllerSnapshot as ControllerSnapshot
-from ._controller import ControllerSpec as ControllerSpec
-from ._controller import PreparedSubmission as PreparedSubmission
 from ._controller import SlotView as SlotView
 from ._events import BackoffSource as BackoffSource
 from ._events import EventKind as EventKind
@@ -35,21 +34,22 @@ from ._outcome import OutcomeKind as OutcomeKind
 from ._outcome import RejectionKind as RejectionKind
 from ._outcome import TaskId as TaskId
 from ._outcome import TaskOutcome as TaskOutcome
-from ._outcome import TaskWaiter as TaskWaiter
 from ._policies import BackoffPolicy as BackoffPolicy
 from ._policies import Jitter as Jitter
 from ._policies import RestartPolicy as RestartPolicy
+from ._record import TaskState as TaskState
 from ._registry import TaskInfo as TaskInfo
-from ._slots import AdmissionPolicy as AdmissionPolicy
 from ._slots import SlotStatus as SlotStatus
 from ._spec import INHERIT as INHERIT
-from ._spec import TaskDefaults as TaskDefaults
+from ._spec import AdmissionPolicy as AdmissionPolicy
+from ._spec import ControllerSpec as ControllerSpec
 from ._spec import TaskSpec as TaskSpec
+from ._supervisor import PreparedSubmission as PreparedSubmission
 from ._supervisor import Supervisor as Supervisor
-from ._supervisor import SupervisorConfig as SupervisorConfig
 from ._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._supervisor import open_supervisor as open_supervisor
 from ._supervisor import run as run
+from ._waiter import TaskWaiter as TaskWaiter
 
 __all__ = [
     "AdmissionPolicy",

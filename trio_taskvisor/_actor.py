@@ -11,6 +11,11 @@ A soft stop cancels ``stop_scope``; deferred blocks keep running until the regis
 forces the stop at the grace deadline by unshielding them. The timeout is hard: the
 deferred blocks carry the attempt deadline themselves and unshield when it passes.
 
+The actor knows its host (the registry) only through ``ActorHost``, declared here. When
+it ends it reports to the host (``actor_exited``: the name is free, the outcome
+committed) and then, for controller work, to the record's listener (``owner_exited``):
+two calls in sequence from the actor's task, neither calling back into the other.
+
 Decisions the design leaves open:
 
 * Each attempt after the first runs in a fresh copy of the submitter's captured
@@ -23,161 +28,55 @@ Decisions the design leaves open:
   ``SystemExit``) ends that task ``CANCELLED``; the supervisor then shuts down
   gracefully and re-raises it.
 * An exception group is judged by what remains once trio's ``Cancelled`` is removed
-  (``split_cancelled``): only ``Exception`` instances left make an ordinary failed attempt
-  (``ATTEMPT_FAILED``; a stopped task still ends ``CANCELLED``); a non-``Exception``
-  remainder is re-raised without its ``Cancelled``, so no ``Cancelled`` leaves the scope
-  it belongs to.
+  (``split_cancelled``): only ``Exception`` instances left make an ordinary failed
+  attempt (``ATTEMPT_FAILED``; a stopped task still ends ``CANCELLED``); a
+  non-``Exception`` remainder is re-raised without its ``Cancelled``, so no
+  ``Cancelled`` leaves the scope it belongs to.
+* A retry whose backoff is zero waits for one plain checkpoint (never a timer), so a
+  failing task cannot starve the others.
 """
 
 from __future__ import annotations
 
-import contextvars
-import enum
 import math
+import random
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import trio
 
-from ._context import TaskContext, current_task_context
+from ._bus import EventBus
 from ._events import BackoffSource, EventKind
 from ._exceptions import FatalError, TaskCancelled, split_cancelled
-from ._outcome import (
-    CANCELLED,
-    COMPLETED_NONE,
-    OutcomeKind,
-    TaskId,
-    TaskOutcome,
-    TaskWaiter,
-    allocate_id,
-)
-from ._spec import ResolvedSpec, TaskFn, TaskSpec
+from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
+from ._record import TaskRecord, TaskState, current_task_context
 
-if TYPE_CHECKING:
-    from trio_util import AsyncBool
-
-    from ._controller import Controller
-    from ._registry import Registry
-    from ._supervisor import Supervisor
-
-_PANICKED = TaskOutcome(OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled")
 _MIN_RESTART_GAP = 0.001
 
 
-class TaskState(enum.Enum):
-    """Where a registered task is in its life."""
+class ActorHost(Protocol):
+    """What an actor needs from the registry that spawned it."""
 
-    WAITING = "waiting"
-    RUNNING = "running"
-    BACKOFF = "backoff"
-    STOPPING = "stopping"
+    bus: EventBus
+    random: random.Random
+    running_attempts: int
 
+    @property
+    def limited(self) -> bool:
+        """Whether attempts need a ``max_concurrent`` permit."""
+        ...
 
-class TaskRecord:
-    """The registry's and the actor's shared state for one task.
+    async def acquire_permit(self, rec: TaskRecord, /) -> None:
+        """Wait (FIFO) for a permit for the attempt after the first."""
 
-    Mutated only by code of the owning supervisor; every change between two
-    checkpoints is atomic.
-    """
+    def release_permit(self, rec: TaskRecord, /) -> None:
+        """An attempt holding a permit ended."""
 
-    __slots__ = (
-        "_flag",
-        "_task_context",
-        "args",
-        "attempt",
-        "committed",
-        "context",
-        "controller",
-        "defer_scopes",
-        "entry",
-        "fn",
-        "force_deadline",
-        "forced",
-        "hard_deadline",
-        "id",
-        "in_attempt",
-        "name",
-        "policy",
-        "reserved",
-        "slot",
-        "state",
-        "stop_requested",
-        "stop_scope",
-        "supervisor",
-        "waiter",
-    )
+    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome, /) -> None:
+        """The actor ends: free its name and commit ``outcome`` unless committed."""
 
-    def __init__(
-        self,
-        id: TaskId,
-        name: str,
-        fn: TaskFn,
-        args: tuple[Any, ...],
-        policy: ResolvedSpec,
-        context: contextvars.Context,
-        slot: str | None = None,
-    ) -> None:
-        self.id = id
-        self.name = name
-        self.fn = fn
-        self.args = args
-        self.policy = policy
-        self.context: contextvars.Context | None = context
-        self.slot = slot
-        self.reserved = True  # its name is reserved while the actor lives (not keyed calls)
-        self.waiter = TaskWaiter(id, name)
-        self.state = TaskState.WAITING
-        self.attempt = 0
-        self.stop_requested = False
-        self.forced = False
-        self.committed = False
-        self.in_attempt = False
-        self.stop_scope = trio.CancelScope()
-        self.hard_deadline = math.inf
-        self.force_deadline = math.inf
-        self.defer_scopes: set[trio.CancelScope] | None = None  # created on first use
-        self._flag: AsyncBool | None = None
-        self._task_context: TaskContext | None = None
-        self.supervisor: Supervisor | None = None  # set when the registry admits it
-        # Set for controller work: the controller to notify, and its slot machine entry.
-        self.controller: Controller | None = None
-        self.entry: Any = None
-
-    @classmethod
-    def for_spec(cls, spec: TaskSpec, policy: ResolvedSpec, slot: str | None = None) -> TaskRecord:
-        """A new record for ``spec``: allocates its ``TaskId``, captures the caller's context."""
-        return cls(
-            allocate_id(), spec.name, spec.fn, spec.args, policy, contextvars.copy_context(), slot
-        )
-
-    def cancel_flag(self) -> AsyncBool:
-        """The observable stop request, created on first use."""
-        if self._flag is None:
-            from trio_util import AsyncBool
-
-            self._flag = AsyncBool(self.stop_requested)
-        return self._flag
-
-    def request_stop(self, reason: str) -> None:
-        """Soft-stop: flag the request and cancel the stop scope."""
-        self.stop_requested = True
-        self.state = TaskState.STOPPING
-        if self._flag is not None:
-            self._flag.value = True
-        self.stop_scope.cancel(reason=reason)
-
-    def force(self) -> None:
-        """Unshield every deferred block so the pending stop reaches it."""
-        self.forced = True
-        for scope in self.defer_scopes or ():
-            scope.shield = False
-
-    def task_context(self) -> TaskContext:
-        """The public view of this task, created on first use."""
-        if self._task_context is None:
-            assert self.supervisor is not None
-            self._task_context = TaskContext(self, self.supervisor)
-        return self._task_context
+    def crashed(self, exc: BaseException, /) -> None:
+        """A non-task ``BaseException`` ended the actor: take the supervisor down."""
 
 
 def _exit_code(error: BaseException) -> int | None:
@@ -189,21 +88,27 @@ def _is_awaitable(value: object) -> bool:
     return type(value) is types.CoroutineType or hasattr(value, "__await__")
 
 
-async def run_actor(rec: TaskRecord, reg: Registry) -> None:
+async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> None:
     """Run ``rec``'s attempts strictly in sequence until it ends; commit its outcome.
 
+    ``holds_permit``: the host acquired the first attempt's permit before spawning it.
     The retry loop and the attempt are inlined in this one coroutine, with few locals
     and bookkeeping in plain helpers, on purpose: the memory of an idle supervised task
     is mostly its coroutine frames.
     """
     current_task_context.set(rec)
+    rec.stop_scope = stop_scope = trio.CancelScope()
+    if rec.stop_requested:  # stopped between its admission and this first step
+        stop_scope.cancel(reason="stop requested")
+    limited = host.limited
     retries = 0  # retries in the current failure streak
     outcome: TaskOutcome | None = None
     try:
-        with rec.stop_scope:
+        with stop_scope:
             while True:
-                if reg.limiter is not None:
-                    await _acquire_permit(rec, reg)
+                if limited and not holds_permit:
+                    await _acquire_permit(rec, host)
+                holds_permit = False
                 try:
                     if rec.stop_requested:
                         # Stopped before this attempt began (before the actor's first
@@ -211,16 +116,18 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
                         # a permit wait or backoff does. With grace=0 the outcome may even
                         # be committed already; a body must never start after that.
                         break
-                    started = _begin_attempt(rec, reg)
+                    started = _begin_attempt(rec, host)
                     status: str = _OK
                     result: object = None
                     try:
+                        assert rec.fn is not None
                         result = rec.fn(*rec.args)
                         if not _is_awaitable(result):
                             status, result = _FATAL, _not_awaitable(rec, result)
                         elif rec.policy.timeout is None:
                             result = await result
                         else:
+                            assert started is not None
                             rec.hard_deadline = started + rec.policy.timeout
                             with trio.CancelScope(deadline=rec.hard_deadline) as scope:
                                 result = await result
@@ -235,7 +142,7 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
                     except BaseException as exc:
                         _, rest = split_cancelled(exc)
                         if not isinstance(rest, Exception):
-                            _end_attempt(rec, reg, EventKind.ATTEMPT_CANCELLED, started, None)
+                            _end_attempt(rec, host, EventKind.ATTEMPT_CANCELLED, started, None)
                             if rest is None or rest is exc:
                                 raise
                             raise rest from None  # the group without its Cancelled
@@ -243,11 +150,11 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
                         # while a child's cleanup raised): the Exceptions decide.
                         status, result = _FAILED, rest
                     _end_attempt(
-                        rec, reg, _END_EVENTS[status], started, None if status is _OK else result
+                        rec, host, _END_EVENTS[status], started, None if status is _OK else result
                     )
                 finally:
-                    if reg.limiter is not None:
-                        reg.limiter.release_on_behalf_of(rec)
+                    if limited:
+                        host.release_permit(rec)
                 # -- what next ---------------------------------------------------------
                 if status is _OK:
                     retries = 0
@@ -258,78 +165,88 @@ async def run_actor(rec: TaskRecord, reg: Registry) -> None:
                             else TaskOutcome(OutcomeKind.COMPLETED, value=result)
                         )
                         break
-                    started = _schedule_repeat(rec, reg, started)
+                    wake: float | None = _schedule_repeat(rec, host, started)
                 else:
                     assert isinstance(result, BaseException)
                     outcome = _final_outcome(rec, status, result, retries)
                     if outcome is not None:
                         break
-                    started = _schedule_retry(rec, reg, result, retries)
+                    wake = _schedule_retry(rec, host, result, retries)
                     retries += 1
                 _fresh_context(rec)
                 if not rec.stop_requested:  # a stopping task stays STOPPING
                     rec.state = TaskState.BACKOFF
-                await trio.sleep_until(started)  # ``started`` now holds the wake-up time
+                if wake is None:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.sleep_until(wake)
     except BaseException as exc:
         if split_cancelled(exc)[1] is None:
             # Only an internal fault cancels the supervisor's shielded region early.
-            reg.actor_exited(rec, _PANICKED)
+            _exit(rec, host, PANICKED)
             raise
-        reg.actor_exited(rec, CANCELLED)
-        reg.crashed(exc)
+        _exit(rec, host, CANCELLED)
+        host.crashed(exc)
         return
-    reg.actor_exited(rec, CANCELLED if outcome is None or rec.stop_requested else outcome)
+    _exit(rec, host, CANCELLED if outcome is None or rec.stop_requested else outcome)
 
 
-async def _acquire_permit(rec: TaskRecord, reg: Registry) -> None:
-    assert reg.limiter is not None
+def _exit(rec: TaskRecord, host: ActorHost, outcome: TaskOutcome) -> None:
+    """Report the exit: to the host, then to the record's listener; then let go."""
+    host.actor_exited(rec, outcome)
+    if rec.listener is not None:
+        rec.listener.owner_exited(rec)
+    rec.release()
+
+
+async def _acquire_permit(rec: TaskRecord, host: ActorHost) -> None:
     if not rec.stop_requested:  # a stopping task stays STOPPING
         rec.state = TaskState.WAITING
-    reg.waiting_for_permit += 1
-    try:
-        await reg.limiter.acquire_on_behalf_of(rec)
-    finally:
-        reg.waiting_for_permit -= 1
+    await host.acquire_permit(rec)
 
 
-def _begin_attempt(rec: TaskRecord, reg: Registry) -> float:
-    """Account for a starting attempt; return its start time."""
+def _begin_attempt(rec: TaskRecord, host: ActorHost) -> float | None:
+    """Account for a starting attempt; return its start time (``None``: nobody needs it)."""
     rec.attempt += 1
     rec.state = TaskState.RUNNING
     rec.in_attempt = True
-    reg.running_attempts += 1
-    if reg.bus.active:
-        reg.bus.publish(
+    host.running_attempts += 1
+    bus = host.bus
+    policy = rec.policy
+    if bus.active:
+        bus.publish(
             EventKind.ATTEMPT_STARTING,
-            task_id=rec.id,
-            name=rec.name,
-            slot=rec.slot,
-            attempt=rec.attempt,
-            timeout=rec.policy.timeout,
+            rec.id,
+            rec.name,
+            rec.slot,
+            rec.attempt,
+            timeout=policy.timeout,
         )
+    elif policy.timeout is None and not policy.restart.restarts_on_success:
+        return None  # no deadline, no duration, no repeat gap: no clock read
     return trio.current_time()
 
 
 def _end_attempt(
-    rec: TaskRecord, reg: Registry, kind: EventKind, started: float, error: object
+    rec: TaskRecord, host: ActorHost, kind: EventKind, started: float | None, error: object
 ) -> None:
     """Account for an ended attempt and publish its terminal event."""
     rec.in_attempt = False
     rec.hard_deadline = math.inf
-    reg.running_attempts -= 1
-    bus = reg.bus
+    host.running_attempts -= 1
+    bus = host.bus
     if not bus.active:
         return
     failure = error if isinstance(error, BaseException) else None
     bus.publish(
         kind,
-        task_id=rec.id,
-        name=rec.name,
-        slot=rec.slot,
-        attempt=rec.attempt,
-        reason=None if failure is None else str(failure),
+        rec.id,
+        rec.name,
+        rec.slot,
+        rec.attempt,
+        None if failure is None else str(failure),
         exit_code=None if failure is None else _exit_code(failure),
-        duration=trio.current_time() - started,
+        duration=None if started is None else trio.current_time() - started,
         timeout=rec.policy.timeout if kind is EventKind.ATTEMPT_TIMED_OUT else None,
     )
 
@@ -374,40 +291,43 @@ def _final_outcome(
     return TaskOutcome(kind, error=error, reason=prefix + str(error), exit_code=_exit_code(error))
 
 
-def _schedule_retry(rec: TaskRecord, reg: Registry, error: BaseException, retries: int) -> float:
-    """Publish the backoff after a retryable failure; return when to retry."""
-    delay = rec.policy.backoff.delay_for_retry(retries, reg.random)
-    _publish_backoff(rec, reg, delay, BackoffSource.FAILURE, error)
-    return trio.current_time() + delay
+def _schedule_retry(
+    rec: TaskRecord, host: ActorHost, error: BaseException, retries: int
+) -> float | None:
+    """Publish the backoff after a retryable failure; when to retry (``None``: at once)."""
+    delay = rec.policy.backoff.delay_for_retry(retries, host.random)
+    _publish_backoff(rec, host, delay, BackoffSource.FAILURE, error)
+    return None if delay == 0 else trio.current_time() + delay
 
 
-def _schedule_repeat(rec: TaskRecord, reg: Registry, started: float) -> float:
+def _schedule_repeat(rec: TaskRecord, host: ActorHost, started: float | None) -> float:
     """Publish the wait after a success under ``always``; return when to run again."""
+    assert started is not None  # read for every policy that repeats
     interval = rec.policy.restart.interval
     now = trio.current_time()
     if interval is None:
         # Successive starts at least 1 ms apart; no event for an immediate repeat.
         return max(started + _MIN_RESTART_GAP, now)
-    _publish_backoff(rec, reg, interval, BackoffSource.SUCCESS, None)
+    _publish_backoff(rec, host, interval, BackoffSource.SUCCESS, None)
     return now + interval
 
 
 def _publish_backoff(
     rec: TaskRecord,
-    reg: Registry,
+    host: ActorHost,
     delay: float,
     source: BackoffSource,
     error: BaseException | None,
 ) -> None:
-    if reg.bus.active:
-        reg.bus.publish(
+    if host.bus.active:
+        host.bus.publish(
             EventKind.BACKOFF_SCHEDULED,
-            task_id=rec.id,
-            name=rec.name,
-            slot=rec.slot,
-            attempt=rec.attempt,
+            rec.id,
+            rec.name,
+            rec.slot,
+            rec.attempt,
+            None if error is None else str(error),
             delay=delay,
-            reason=None if error is None else str(error),
             exit_code=None if error is None else _exit_code(error),
             backoff_source=source,
         )

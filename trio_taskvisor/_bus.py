@@ -35,8 +35,9 @@ from typing import Any, Protocol
 
 import trio
 
-from ._events import EventKind, TaskEvent
-from ._exceptions import ConfigError, split_cancelled
+from ._config import check_capacity
+from ._events import EventKind, TaskEvent, new_event
+from ._exceptions import split_cancelled
 
 
 class Subscriber(Protocol):
@@ -47,15 +48,6 @@ class Subscriber(Protocol):
     """
 
     async def on_event(self, event: TaskEvent, /) -> None: ...
-
-
-def check_capacity(what: str, value: object) -> int:
-    """Validate a channel capacity: an ``int >= 1``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {value!r}")
-    if value < 1:
-        raise ConfigError(f"{what} must be >= 1, got {value!r}")
-    return value
 
 
 class _Lane:
@@ -81,7 +73,12 @@ class _Lane:
 class EventBus:
     """Owns sequence numbers, the bus channel and the lanes of one supervisor."""
 
-    def __init__(self, capacity: int, subscribers: tuple[Subscriber, ...]) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        subscribers: tuple[Subscriber, ...],
+        on_crash: Callable[[BaseException], None],
+    ) -> None:
         self._send, self._recv = trio.open_memory_channel[TaskEvent](capacity)
         self._lanes: tuple[_Lane, ...] = ()
         self._seq = 0
@@ -95,22 +92,30 @@ class EventBus:
         self.dropped = 0
         self._initial = tuple(_subscriber_lane(s) for s in subscribers)
         # Called with a BaseException from on_event (KeyboardInterrupt): not isolated.
-        self.on_crash: Callable[[BaseException], None] = lambda exc: None
+        self.on_crash = on_crash
 
     # -- publishing ---------------------------------------------------------------
 
-    def _build(self, kind: EventKind, fields: dict[str, Any]) -> TaskEvent:
+    def _build(self, kind: EventKind, **fields: Any) -> TaskEvent:
         self._seq += 1
         self.published += 1
-        return TaskEvent(self._seq, self._clock.current_time(), time.time(), kind, **fields)
+        return new_event(self._seq, self._clock.current_time(), time.time(), kind, **fields)
 
-    def publish(self, kind: EventKind, **fields: Any) -> None:
-        """Publish an event to every lane; never blocks, drops when full."""
+    def publish(self, kind: EventKind, *fields: Any, **named: Any) -> None:
+        """Publish an event to every lane; never blocks, drops when full.
+
+        ``fields`` are the event's fields after ``kind`` in declaration order
+        (``task_id``, ``name``, ``slot``, ...), ``named`` any others. Callers on hot
+        paths check ``active`` first and skip the call (and its arguments) without
+        subscribers.
+        """
         if not self.active:
             return
         self._seq += 1
         self.published += 1
-        event = TaskEvent(self._seq, self._clock.current_time(), time.time(), kind, **fields)
+        event = new_event(
+            self._seq, self._clock.current_time(), time.time(), kind, *fields, **named
+        )
         try:
             self._send.send_nowait(event)
         except (trio.WouldBlock, trio.ClosedResourceError):
@@ -226,6 +231,7 @@ class EventBus:
 
     async def _run_lane(self, lane: _Lane) -> None:
         recv = lane.recv
+        deliver = lane.deliver
         try:
             with lane.scope:
                 while True:
@@ -233,56 +239,68 @@ class EventBus:
                         event = await recv.receive()
                     except trio.EndOfChannel:
                         return
-                    # Deliver what is buffered without a scheduler pass per event.
+                    # Deliver what is buffered without a scheduler pass per event, and
+                    # with no coroutine but the subscriber's own per event.
                     while True:
-                        if not await self._deliver(lane, event):
-                            return
+                        try:
+                            await deliver(event)
+                        except Exception as exc:
+                            if not self._isolate(lane, exc):
+                                return
+                        except BaseException as exc:
+                            if not self._not_a_failure(lane, exc):
+                                return
                         try:
                             event = recv.receive_nowait()
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
                     if lane.pending:
-                        # Caught up: report what this lane dropped meanwhile.
+                        # Caught up: report what this lane dropped meanwhile, once.
                         dropped, lane.pending = lane.pending, 0
                         marker = self._build(
-                            EventKind.SUBSCRIBER_OVERFLOW, {"name": lane.name, "dropped": dropped}
+                            EventKind.SUBSCRIBER_OVERFLOW, name=lane.name, dropped=dropped
                         )
-                        if not await self._deliver(lane, marker):
-                            return
+                        try:
+                            await deliver(marker)
+                        except Exception as exc:
+                            if not self._isolate(lane, exc):
+                                return
+                        except BaseException as exc:
+                            if not self._not_a_failure(lane, exc):
+                                return
         finally:
             if lane.closer is not None:
                 lane.closer()
 
-    async def _deliver(self, lane: _Lane, event: TaskEvent) -> bool:
-        try:
-            await lane.deliver(event)
-        except Exception as exc:
-            if lane.closer is not None and isinstance(
-                exc, trio.BrokenResourceError | trio.ClosedResourceError
-            ):
-                # The consumer of an events() stream closed its end: end the stream.
-                self._remove_lane(lane)
-                return False
-            self._report_failure(lane, exc)
-        except BaseException as exc:
-            cancelled, rest = split_cancelled(exc)
-            if rest is None:
-                raise
-            if isinstance(rest, Exception):
-                # Cancelled mixed with Exceptions (the subscriber's own nursery, cancelled
-                # at the drain deadline while a child's cleanup raised): a failure, and
-                # the Cancelled goes on to the scope it belongs to.
-                self._report_failure(lane, rest)
-                assert cancelled is not None  # else exc would have been an Exception
-                raise cancelled from None
-            # Not a subscriber failure (KeyboardInterrupt, SystemExit): like one raised
-            # by a task, it starts the graceful shutdown and then propagates from
-            # open_supervisor, without any Cancelled. This lane ends; the subscriber
-            # gets nothing more.
-            lane.send.close()
-            self.on_crash(rest)
+    def _isolate(self, lane: _Lane, exc: Exception) -> bool:
+        """``on_event`` raised: isolate it. Whether the lane goes on."""
+        if lane.closer is not None and isinstance(
+            exc, trio.BrokenResourceError | trio.ClosedResourceError
+        ):
+            # The consumer of an events() stream closed its end: end the stream.
+            self._remove_lane(lane)
             return False
+        self._report_failure(lane, exc)
         return True
+
+    def _not_a_failure(self, lane: _Lane, exc: BaseException) -> bool:
+        """``on_event`` raised a ``BaseException``: re-raise or report. Whether to go on."""
+        cancelled, rest = split_cancelled(exc)
+        if rest is None:
+            raise exc
+        if isinstance(rest, Exception):
+            # Cancelled mixed with Exceptions (the subscriber's own nursery, cancelled
+            # at the drain deadline while a child's cleanup raised): a failure, and
+            # the Cancelled goes on to the scope it belongs to.
+            self._report_failure(lane, rest)
+            assert cancelled is not None  # else exc would have been an Exception
+            raise cancelled from None
+        # Not a subscriber failure (KeyboardInterrupt, SystemExit): like one raised by a
+        # task, it starts the graceful shutdown and then propagates from open_supervisor,
+        # without any Cancelled. This lane ends; the subscriber gets nothing more.
+        lane.send.close()
+        self.on_crash(rest)
+        return False
 
     def _report_failure(self, lane: _Lane, exc: Exception) -> None:
         """Isolate a subscriber's failure: report it to the other lanes, keep this one."""
@@ -291,8 +309,7 @@ class EventBus:
         if not self.active:
             return
         failure = self._build(
-            EventKind.SUBSCRIBER_FAILED,
-            {"name": lane.name, "reason": f"{type(exc).__name__}: {exc}"},
+            EventKind.SUBSCRIBER_FAILED, name=lane.name, reason=f"{type(exc).__name__}: {exc}"
         )
         self._failed_origin[failure.seq] = lane
         try:

@@ -10,20 +10,17 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, cast
 
 import trio
 
-if TYPE_CHECKING:
-    from ._actor import TaskRecord
-    from ._outcome import TaskId
-    from ._supervisor import Supervisor
+from ._record import TaskRecord, current_task_context
 
-# Holds the running task's record; current_context() wraps it on first use.
-current_task_context: Final = contextvars.ContextVar["TaskRecord"]("trio_taskvisor_context")
+if TYPE_CHECKING:
+    from ._outcome import TaskId
+    from ._supervisor import Supervisor  # the one upward edge: a type annotation only
 
 
 def current_context() -> TaskContext:
@@ -35,7 +32,10 @@ def current_context() -> TaskContext:
         record = current_task_context.get()
     except LookupError:
         raise RuntimeError("current_context() called outside a supervised attempt") from None
-    return record.task_context()
+    extras = record.extras()
+    if extras.task_context is None:
+        extras.task_context = TaskContext(record)
+    return cast("TaskContext", extras.task_context)
 
 
 class TaskContext:
@@ -43,9 +43,9 @@ class TaskContext:
 
     __slots__ = ("_record", "supervisor")
 
-    def __init__(self, record: TaskRecord, supervisor: Supervisor) -> None:
+    def __init__(self, record: TaskRecord) -> None:
         self._record = record
-        self.supervisor = supervisor
+        self.supervisor = cast("Supervisor", record.owner)
 
     def __repr__(self) -> str:
         return f"<TaskContext {self.id} {self.name!r} attempt={self.attempt}>"
@@ -92,9 +92,10 @@ class TaskContext:
             yield
             return
         scope = trio.CancelScope(shield=True, deadline=record.hard_deadline)
-        scopes = record.defer_scopes
-        if scopes is None:
-            scopes = record.defer_scopes = set()
+        extras = record.extras()
+        if extras.defer_scopes is None:
+            extras.defer_scopes = set()
+        scopes = extras.defer_scopes
         scopes.add(scope)
         try:
             with scope:

@@ -1,22 +1,30 @@
 """The keyed controller: one owner per slot, with queue / replace / drop / join policies.
 
-The controller loop receives submissions and id-based removes on its own bounded
-channel and drives the pure ``SlotMachine`` (``_slots``). When the loop is idle (its
-channel empty), ``submit`` takes the submission in itself, in the caller's task: nothing
-is ordered before it, and the code is as atomic there as in the loop. An owner is
-handed to the registry behind the registry's pending commands (through its channel,
-``ADMITTING`` until the registry decides), or directly when the registry is idle.
-The registry reports back by calling ``on_admission`` (after its decision) and
-``on_exit`` (after the owner physically exited and its outcome was committed)
-directly: those calls run in the registry's or the actor's task, between two
-checkpoints, so they are as atomic as a message and need no lock, and a slot never
-waits an extra loop hop between two owners.
+The controller loop takes submissions, id-based removes and the registry's reports from
+one ``Inbox`` and drives the pure ``SlotMachine`` (``_slots``), carrying out its effects.
+Its callers use these methods:
+
+* ``submit`` (the facade) takes a submission in with the loop's own core (``_take_in``)
+  in the caller's task when the inbox is idle (nothing queued, the loop parked in
+  ``get()``), after the caller's checkpoint: nothing is ordered before it then, and code
+  between two checkpoints is as atomic there as in the loop. Otherwise it is queued.
+* ``submit_nowait`` and ``remove`` always queue, in call order. A remove by ``TaskId``
+  that the controller does not hold is forwarded to the registry's inbox with the
+  caller's reply (``Registry.forward_stop``), so it is ordered after the submission it
+  targets.
+* ``close`` (the shutdown) runs directly: from then on nothing is admitted, and queued
+  and held work is rejected.
+* ``RecordListener`` (``_record``): ``owner_exited`` runs directly in the exiting actor's
+  task, after the registry has committed the owner's outcome, so a slot never waits a loop
+  hop between two owners; ``admission_decided`` (the registry's loop, for an admission it
+  had queued) is handed to this loop's inbox, so the registry never calls back into itself.
+
+Owners go to the registry with ``Registry.admit``: decided at once when the registry is
+idle (then ``ADMITTING`` is not observable), or queued behind its commands (``ADMITTING``
+until the decision).
 
 Decisions the design leaves open:
 
-* A ``remove``/``cancel`` by ``TaskId`` always goes through the controller's channel
-  when a controller is installed (so it is ordered after the submission it targets);
-  work the controller does not hold is forwarded to the registry's channel.
 * A JOIN on an idle slot starts its own work, like any policy on an idle slot.
 * ``prepare_submission`` captures the caller's context variables when it is called.
 """
@@ -24,118 +32,35 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import NamedTuple
 
 import attrs
 import trio
+from trio_util import AsyncBool
 
-from ._actor import TaskRecord
-from ._bus import EventBus, check_capacity
-from ._context import current_task_context
+from ._bus import EventBus
+from ._config import ControllerConfig
 from ._events import EventKind
-from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
-from ._outcome import RejectionKind, TaskId, TaskWaiter, rejected_outcome
-from ._registry import AddCommand, Command, Registry, Reply, StopCommand
+from ._exceptions import DeadlockError, SupervisorClosedError
+from ._inbox import Inbox, Reply
+from ._outcome import RejectionKind, TaskId, rejected_outcome
+from ._record import TaskRecord, current_task_context
+from ._registry import Registry
 from ._slots import (
-    ADMIT,
-    DETACH,
-    JOIN,
-    REJECT,
-    STOP,
-    SUBMITTED,
-    AdmissionPolicy,
+    Admit,
+    Detach,
+    Effect,
     Entry,
+    Join,
+    Reject,
     SlotMachine,
     SlotStatus,
+    Stop,
+    Submitted,
+    Transition,
 )
-from ._spec import Resolver, TaskSpec
-
-
-def _check_limit(what: str, value: object, *, minimum: int, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        kind = "an int or None" if optional else "an int"
-        raise TypeError(f"{what} must be {kind}, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{what} must be >= {minimum}, got {value!r}")
-
-
-@attrs.frozen
-class ControllerConfig:
-    """Budgets of the keyed controller; ``None`` means unlimited where allowed."""
-
-    queue_capacity: int = 1024
-    max_slot_queue: int = 100
-    max_total_pending: int | None = 1024
-    max_slots: int | None = 1024
-    max_waiters: int | None = 1024
-
-    def __attrs_post_init__(self) -> None:
-        check_capacity("queue_capacity", self.queue_capacity)
-        _check_limit("max_slot_queue", self.max_slot_queue, minimum=0, optional=False)
-        _check_limit("max_total_pending", self.max_total_pending, minimum=0)
-        _check_limit("max_slots", self.max_slots, minimum=1)
-        _check_limit("max_waiters", self.max_waiters, minimum=0)
-
-
-def _check_slot(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError(f"slot must be a str or None, got {value!r}")
-    if not value:
-        raise ConfigError(f"slot must not be empty, got {value!r}")
-    return value
-
-
-@attrs.frozen
-class ControllerSpec:
-    """A submission to the controller: the task, its slot and the busy-slot policy."""
-
-    task: TaskSpec
-    policy: AdmissionPolicy = AdmissionPolicy.QUEUE
-    slot: str | None = attrs.field(default=None, converter=_check_slot)
-    wait: bool = False
-
-    def __attrs_post_init__(self) -> None:
-        if not isinstance(self.task, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"task must be a TaskSpec, got {self.task!r}")
-        if not isinstance(self.policy, AdmissionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"policy must be an AdmissionPolicy, got {self.policy!r}")
-        if not isinstance(self.wait, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"wait must be a bool, got {self.wait!r}")
-        if self.wait and self.policy in (AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING):
-            raise ConfigError(f"policy {self.policy.name} has no wait mode, got wait=True")
-
-    @property
-    def slot_name(self) -> str:
-        """The slot: ``slot``, or the task name."""
-        return self.task.name if self.slot is None else self.slot
-
-    @classmethod
-    def queue(
-        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
-    ) -> ControllerSpec:
-        """Run when the slot is free; queue FIFO behind its owner."""
-        return cls(task, AdmissionPolicy.QUEUE, slot, wait)
-
-    @classmethod
-    def replace(
-        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
-    ) -> ControllerSpec:
-        """Stop the slot's owner and become the head of its queue."""
-        return cls(task, AdmissionPolicy.REPLACE, slot, wait)
-
-    @classmethod
-    def drop_if_running(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
-        """Run only if the slot is idle; otherwise reject ``SLOT_BUSY``."""
-        return cls(task, AdmissionPolicy.DROP_IF_RUNNING, slot)
-
-    @classmethod
-    def join(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
-        """On a busy slot, start nothing: resolve to the outcome of the slot's last work."""
-        return cls(task, AdmissionPolicy.JOIN, slot)
+from ._spec import ControllerSpec, TaskSpec
+from ._waiter import TaskWaiter
 
 
 @attrs.frozen
@@ -166,171 +91,140 @@ class ControllerSnapshot:
         return None
 
 
-class SubmitCommand:
-    __slots__ = ("entry",)
-
-    def __init__(self, entry: Entry) -> None:
-        self.entry = entry
+class _Submit(NamedTuple):
+    entry: Entry[TaskRecord]
 
 
-class RemoveCommand:
-    __slots__ = ("reply", "target")
-
-    def __init__(self, target: TaskId, reply: Reply) -> None:
-        self.target = target
-        self.reply = reply
+class _Remove(NamedTuple):
+    target: TaskId
+    reply: Reply[tuple[bool, TaskRecord | None]]
 
 
-ControllerCommand = SubmitCommand | RemoveCommand
+class _Decided(NamedTuple):
+    """The registry's loop decided on an owner it had queued."""
+
+    entry: Entry[TaskRecord]
+    accepted: bool
 
 
-class PreparedSubmission:
-    """A submission whose ``TaskId`` is allocated; submit it once."""
+_Command = _Submit | _Remove | _Decided
 
-    __slots__ = ("_controller", "_entry", "_used", "id")
-
-    def __init__(self, controller: Controller, entry: Entry) -> None:
-        self._controller = controller
-        self._entry = entry
-        self._used = False
-        self.id: TaskId = entry.payload.id
-
-    def __repr__(self) -> str:
-        return f"<PreparedSubmission {self.id} slot={self._entry.key!r}>"
-
-    def _claim(self) -> Entry:
-        if self._used:
-            raise RuntimeError(f"prepared submission {self.id} was already submitted")
-        self._used = True
-        return self._entry
-
-    async def submit(self) -> TaskWaiter:
-        """Submit; waits for controller command capacity (intake only)."""
-        self._controller.check_open()
-        entry = self._claim()
-        try:
-            return await self._controller.submit(entry)
-        except BaseException:
-            # Not sent (cancelled or closed before intake): leave the submission unused.
-            self._used = False
-            raise
-
-    def submit_nowait(self) -> TaskWaiter:
-        """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
-        self._controller.check_open()
-        if self._used:
-            self._claim()  # raises: a second use must not send the entry again
-        entry = self._entry
-        self._controller.send_nowait(entry)
-        self._claim()  # only now: a WouldBlock leaves the submission unused
-        return entry.payload.waiter  # type: ignore[no-any-return]
+NewRecord = Callable[[TaskSpec, str], TaskRecord]
 
 
 class Controller:
-    """The controller loop and the driver of its ``SlotMachine``."""
+    """The controller loop and the driver of its ``SlotMachine``; a ``RecordListener``."""
 
     def __init__(
         self,
         config: ControllerConfig,
         registry: Registry,
         bus: EventBus,
-        resolve: Resolver,
-        is_closed: Callable[[], bool],
+        new_record: NewRecord,
     ) -> None:
-        self.machine = SlotMachine(
+        self.machine: SlotMachine[TaskRecord] = SlotMachine(
             max_slot_queue=config.max_slot_queue,
             max_total_pending=config.max_total_pending,
             max_slots=config.max_slots,
             max_waiters=config.max_waiters,
         )
-        self.registry = registry
-        self.bus = bus
-        self._resolve = resolve
-        self._is_closed = is_closed
-        self._send, self._recv = trio.open_memory_channel[ControllerCommand](config.queue_capacity)
+        self._registry = registry
+        self._bus = bus
+        self._new_record = new_record
+        self._inbox: Inbox[_Command] = Inbox(config.queue_capacity)
         self._loop_scope = trio.CancelScope()
         self.exited = trio.Event()
-        # Submissions sent but not yet taken in by the loop, and callers that wait
-        # for one to be taken in (deadlock checks).
-        self._in_channel: set[int] = set()
+        # Submissions in the inbox, and callers waiting for one to be taken in (deadlock
+        # checks).
+        self._in_inbox: set[int] = set()
         self._taken_in: dict[int, trio.Event] = {}
+        # Entries in the controller's custody: from intake until rejected, joined or
+        # handed to the registry. No custody: what wait_idle() waits for.
+        self._custody = 0
+        self.idle = AsyncBool(True)
 
-    # -- intake (caller's task) ----------------------------------------------------------
+    # -- intake (the caller's task) --------------------------------------------------------
 
-    def check_open(self) -> None:
-        if self._is_closed():
-            raise SupervisorClosedError("the supervisor is shutting down; intake is closed")
-
-    def prepare(self, request: ControllerSpec) -> Entry:
+    def prepare(self, request: ControllerSpec) -> Entry[TaskRecord]:
         """Build the entry (and its record) of ``request``; allocates the ``TaskId``."""
         if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a ControllerSpec, got {request!r}")
-        spec = request.task
         key = request.slot_name
-        rec = TaskRecord.for_spec(spec, self._resolve(spec), slot=key)
-        rec.controller = self
-        rec.waiter._guard = self  # pyright: ignore[reportPrivateUsage]
+        rec = self._new_record(request.task, key)
+        rec.listener = self
+        rec._guard = self  # pyright: ignore[reportPrivateUsage]
         entry = Entry(rec.id, key, request.policy, wait=request.wait, payload=rec)
         rec.entry = entry
         return entry
 
-    async def submit(self, entry: Entry) -> TaskWaiter:
-        """Submit: take it in here when nothing is queued before it, else send it.
+    def submit_nowait(self, entry: Entry[TaskRecord]) -> None:
+        """Queue ``entry``; ``trio.WouldBlock`` when the inbox is full."""
+        try:
+            self._inbox.put_nowait(_Submit(entry))
+        except trio.BrokenResourceError:
+            raise SupervisorClosedError from None
+        self._accept(entry)
+        self._in_inbox.add(entry.id)
 
-        The fast path runs after the checkpoint every async method owes, so a caller
-        cancelled there leaves no trace, as with the channel.
-        """
-        if self.idle():
+    async def submit(self, entry: Entry[TaskRecord]) -> None:
+        """Take ``entry`` in: a checkpoint first; cancelled before intake, it is not."""
+        if self._inbox.idle():
             await trio.lowlevel.checkpoint()
-            self.check_open()
-            if self.idle():
-                return self.take_in_now(entry)
-        return await self.send(entry)
-
-    async def send(self, entry: Entry) -> TaskWaiter:
-        """Send a submission, waiting for channel capacity."""
-        self._sending(entry)
+            self._registry.check_intake()  # the shutdown may have begun meanwhile
+            if self._inbox.idle():  # still nothing queued before it: take it in here
+                self._accept(entry)
+                self._take_in(entry)
+                return
+        self._accept(entry)
+        self._in_inbox.add(entry.id)
         try:
-            await self._send.send(SubmitCommand(entry))
+            await self._inbox.put(_Submit(entry))
         except BaseException as exc:
-            self._not_sent(entry, exc)
-        return entry.payload.waiter  # type: ignore[no-any-return]
+            self._in_inbox.discard(entry.id)
+            self._release_custody()
+            if isinstance(exc, trio.BrokenResourceError):
+                raise SupervisorClosedError from None
+            raise
 
-    def send_nowait(self, entry: Entry) -> TaskWaiter:
-        """Send a submission; ``trio.WouldBlock`` when the channel is full."""
-        self._sending(entry)
+    async def remove(self, target: TaskId) -> tuple[bool, TaskRecord | None] | None:
+        """Stop work by id, ordered after every submission before it.
+
+        Queued, held or joined work is taken out here: ``(True, its record)``; any other
+        target is stopped by the registry. ``None`` once the loop has ended.
+        """
+        reply: Reply[tuple[bool, TaskRecord | None]] = Reply()
         try:
-            self._send.send_nowait(SubmitCommand(entry))
-        except BaseException as exc:
-            self._not_sent(entry, exc)
-        return entry.payload.waiter  # type: ignore[no-any-return]
+            await self._inbox.put(_Remove(target, reply))
+        except trio.BrokenResourceError:
+            return None
+        return await reply.wait()
 
-    def _sending(self, entry: Entry) -> None:
-        # Counted from intake until the entry leaves the controller's custody.
-        self.registry.work.add()
-        self._in_channel.add(entry.id)
+    def _accept(self, entry: Entry[TaskRecord]) -> None:
+        if not self._custody:
+            self.idle.value = False
+        self._custody += 1
 
-    def _not_sent(self, entry: Entry, exc: BaseException) -> NoReturn:
-        self.registry.work.sub()
-        self._in_channel.discard(entry.id)
-        if isinstance(exc, trio.BrokenResourceError):
-            raise SupervisorClosedError("the supervisor has shut down") from None
-        raise exc
+    def _release_custody(self) -> None:
+        self._custody -= 1
+        if not self._custody:
+            self.idle.value = True
 
-    def _take_in(self, entry: Entry) -> None:
-        self._in_channel.discard(entry.id)
+    def _take_in(self, entry: Entry[TaskRecord]) -> None:
         if self._taken_in:
             event = self._taken_in.pop(entry.id, None)
             if event is not None:
                 event.set()
         self.machine.submit(entry, trio.current_time())
+        self._apply()
 
-    async def check_deadlock(self, waiter: TaskWaiter) -> None:
+    # -- waits (a waiter's task) -------------------------------------------------------------
+
+    async def check_wait(self, waiter: TaskWaiter) -> None:
         """Raise ``DeadlockError`` if the calling attempt waits behind its own slot."""
         context = current_task_context.get(None)
         if context is None or context.slot is None:
             return
-        if waiter.id in self._in_channel:
+        if waiter.id in self._in_inbox:
             event = self._taken_in.setdefault(waiter.id, trio.Event())
             await event.wait()
         if self.machine.is_behind(waiter.id, context.slot):
@@ -338,16 +232,6 @@ class Controller:
                 f"task {context.name!r} ({context.id}) waits for {waiter.name!r} ({waiter.id}), "
                 f"which is queued behind the task's own slot {context.slot!r}"
             )
-
-    async def stop(self, target: TaskId) -> tuple[bool, TaskRecord | None] | None:
-        """Route a stop by id through the controller; ``None`` if the loop has ended."""
-        reply = Reply()
-        try:
-            await self._send.send(RemoveCommand(target, reply))
-        except trio.BrokenResourceError:
-            return None
-        await reply.wait()
-        return reply.value  # type: ignore[return-value]
 
     def snapshot(self) -> ControllerSnapshot:
         now = trio.current_time()
@@ -376,181 +260,149 @@ class Controller:
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve submissions and removes until the shutdown ends the loop."""
+        """Serve the inbox until the shutdown ends the loop."""
+        get = self._inbox.get
+        get_nowait = self._inbox.get_nowait
         try:
             with self._loop_scope:
                 task_status.started()
-                receive = self._recv.receive
-                receive_nowait = self._recv.receive_nowait
                 while True:
-                    await self._handle(await receive())
-                    # Submissions already buffered: no scheduler pass each.
+                    self._handle(await get())
+                    # Commands already queued: no scheduler pass each.
                     while True:
                         try:
-                            command = receive_nowait()
+                            command = get_nowait()
                         except trio.WouldBlock:
                             break
-                        await self._handle(command)
+                        self._handle(command)
         finally:
-            # The registry has ended: what is still queued gets the shutdown's replies.
+            # The registry has ended: what is still queued gets the shutdown's answers.
+            self._inbox.close()
             while True:
                 try:
-                    command = self._recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
+                    command = get_nowait()
+                except trio.WouldBlock:
                     break
-                if type(command) is SubmitCommand:
-                    self._take_in(command.entry)
-                    self._apply_direct()
-                else:
-                    assert type(command) is RemoveCommand
-                    command.reply.set(self._remove_held(command.target) or (False, None))
-            self._recv.close()
+                self._handle(command)
             self.exited.set()
 
     def close(self) -> None:
-        """Shutdown began: reject queued and held work; queues never advance again."""
+        """Shutdown began: reject queued and held work; nothing advances any more."""
         self.machine.close()
-        self._apply_direct()
+        self._apply()
 
     def end(self) -> None:
-        """The registry has ended: stop the loop once it drained its channel."""
+        """The registry has ended: stop the loop once it drained its inbox."""
         self._loop_scope.cancel(reason="supervisor shut down")
 
-    async def _handle(self, command: ControllerCommand) -> None:
-        if type(command) is SubmitCommand:
-            self._take_in(command.entry)
-            self._apply_direct()
-            return
-        assert type(command) is RemoveCommand
-        removed = self._remove_held(command.target)
-        if removed is not None:
-            command.reply.set(removed)
-            return
-        try:
-            await self._to_registry(StopCommand(command.target, command.reply))
-        except trio.BrokenResourceError:
-            command.reply.set((False, None))
+    def _handle(self, command: _Command) -> None:
+        match command:
+            case _Submit(entry):
+                self._in_inbox.discard(entry.id)
+                self._take_in(entry)
+            case _Remove(target, reply):
+                removed = self._remove(target)
+                if removed is None:
+                    self._registry.forward_stop(target, reply)
+                else:
+                    reply.set(removed)
+            case _Decided(entry, accepted):
+                # Stale when the owner has exited meanwhile: the machine ignores it.
+                self.machine.admitted(entry, accepted, trio.current_time())
+                self._apply()
+                if not accepted:
+                    entry.payload.release()
 
-    async def _to_registry(self, command: Command) -> None:
-        """Send to the registry, yielding only when its channel is full.
-
-        Not yielding keeps the loop on its buffered submissions, which thus see this
-        owner still ``ADMITTING``; the loop's next ``receive`` is its checkpoint.
-        """
-        try:
-            self.registry.send.send_nowait(command)
-        except trio.WouldBlock:
-            await self.registry.send.send(command)
-
-    def _remove_held(self, target: TaskId) -> tuple[bool, TaskRecord] | None:
+    def _remove(self, target: TaskId) -> tuple[bool, TaskRecord] | None:
         entry = self.machine.remove(target, trio.current_time())
         if entry is None:
             return None
-        rec: TaskRecord = entry.payload
-        if self.bus.active:
+        rec = entry.payload
+        if self._bus.active:
             # As for registered work, before the rejection the removal causes.
-            self.bus.publish(
-                EventKind.TASK_REMOVE_REQUESTED, task_id=rec.id, name=rec.name, slot=entry.key
-            )
-        self._apply_direct()
+            self._bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, entry.key)
+        self._apply()
         return True, rec
 
-    # -- registry callbacks (registry's or actor's task) ------------------------------------
+    # -- the registry's reports (RecordListener) ----------------------------------------------
 
-    def on_admission(self, rec: TaskRecord, accepted: bool) -> None:
-        """The registry decided on an owner sent through its channel."""
-        self.registry.work.sub()  # the entry left the controller's custody
-        self.machine.admitted(rec.entry, accepted, trio.current_time())
-        self._apply_direct()
+    def admission_decided(self, rec: TaskRecord, accepted: bool) -> None:
+        # The entry now: an accepted owner may run and exit before this loop gets to it.
+        entry = rec.entry
+        assert isinstance(entry, Entry)
+        self._inbox.put_nowait(_Decided(entry, accepted), force=True)  # pyright: ignore[reportUnknownArgumentType]
 
-    def on_exit(self, rec: TaskRecord) -> None:
-        """An owner physically exited and its outcome is committed."""
-        self.machine.exited(rec.entry, trio.current_time())
-        self._apply_direct()
+    def owner_exited(self, rec: TaskRecord) -> None:
+        entry = rec.entry
+        assert isinstance(entry, Entry)
+        self.machine.exited(entry, trio.current_time())  # pyright: ignore[reportUnknownArgumentType]
+        self._apply()
 
     # -- effects ------------------------------------------------------------------------------
 
-    def _apply_direct(self) -> None:
-        """Carry out pending effects now, without waiting."""
+    def _apply(self) -> None:
+        """Carry out the machine's effects: all but admissions in order, then those."""
         machine = self.machine
         while machine.effects:
-            for entry in self._apply(machine.effects):
-                if not self._queue_admission(entry):
-                    self._admit_now(entry)
+            effects, machine.effects = machine.effects, []
+            admits = [effect.entry for effect in effects if type(effect) is Admit]
+            for effect in effects:
+                self._carry_out(effect)
+            for entry in admits:
+                self._admit(entry)
 
-    def _queue_admission(self, entry: Entry) -> bool:
-        """Send an owner's admission behind the registry's pending commands.
-
-        Returns ``False`` when the registry is idle (nothing is ordered before this
-        admission, so it is admitted directly) or its channel is full or closed. While
-        the command waits in the registry's channel, the owner is ``ADMITTING``.
-        """
-        registry = self.registry
-        if registry.idle():
-            return False
-        registry.work.add()
-        try:
-            registry.send.send_nowait(AddCommand((entry.payload,), None))
-        except (trio.WouldBlock, trio.BrokenResourceError):
-            registry.work.sub()
-            return False
-        return True
-
-    def _admit_now(self, entry: Entry) -> None:
-        accepted = self.registry.admit_now(entry.payload)
-        self.registry.work.sub()  # the entry left the controller's custody
-        self.machine.admitted(entry, accepted, trio.current_time())
-
-    def idle(self) -> bool:
-        """Whether no submission is queued or in flight: the loop is parked in ``receive``.
-
-        Then a caller may take its submission in itself (see ``take_in_now``).
-        """
-        stats = self._send.statistics()
-        return stats.current_buffer_used == 0 and stats.tasks_waiting_receive == 1
-
-    def take_in_now(self, entry: Entry) -> TaskWaiter:
-        """Take a submission in, in the caller's task; only when ``idle()``."""
-        self.registry.work.add()  # counted until it leaves the controller's custody
-        self._take_in(entry)
-        self._apply_direct()
-        return entry.payload.waiter  # type: ignore[no-any-return]
-
-    def _apply(self, effects: list[tuple[str, Entry, Any]]) -> list[Entry]:
-        """Carry out every effect but admissions, which are returned in order."""
-        self.machine.effects = []
-        admits: list[Entry] = []
-        work = self.registry.work
-        bus = self.bus
-        for tag, entry, arg in effects:
-            rec: TaskRecord = entry.payload
-            if tag is ADMIT:
-                admits.append(entry)
-            elif tag is STOP:
-                self.registry.stop(rec.id)
-            elif tag is REJECT or tag is DETACH:
-                rejection = RejectionKind(arg)
-                rec.waiter._resolve(rejected_outcome(rejection))  # pyright: ignore[reportPrivateUsage]
-                if tag is REJECT:
-                    work.sub()
+    def _carry_out(self, effect: Effect[TaskRecord]) -> None:
+        bus = self._bus
+        match effect:
+            case Admit():
+                pass  # after the others (see _apply)
+            case Stop(entry):
+                self._registry.stop_record(entry.payload)
+            case Reject(entry, kind):
+                self._release_custody()
+                self._rejected(entry, kind)
+                entry.payload.release()
+            case Detach(entry, kind):
+                self._rejected(entry, kind)  # a joiner: out of custody since it joined
+            case Join(entry, target):
+                self._release_custody()  # it only follows: the followed work is counted
+                entry.payload._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
+            case Submitted(entry, reason):
                 if bus.active:
+                    rec = entry.payload
                     bus.publish(
-                        EventKind.CONTROLLER_REJECTED,
-                        task_id=rec.id,
-                        name=rec.name,
-                        slot=entry.key,
-                        rejection=rejection,
-                        reason=rejection.value,
+                        EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
                     )
-            elif tag is JOIN:
-                work.sub()
-                target: TaskRecord = arg.payload
-                rec.waiter._follow(target.waiter)  # pyright: ignore[reportPrivateUsage]
-            elif bus.active:
-                kind = (
-                    EventKind.CONTROLLER_SUBMITTED
-                    if tag is SUBMITTED
-                    else EventKind.CONTROLLER_SLOT_TRANSITION
-                )
-                bus.publish(kind, task_id=rec.id, name=rec.name, slot=entry.key, reason=arg)
-        return admits
+            case Transition(entry, reason):
+                if bus.active:
+                    rec = entry.payload
+                    bus.publish(
+                        EventKind.CONTROLLER_SLOT_TRANSITION,
+                        rec.id,
+                        rec.name,
+                        entry.key,
+                        reason=reason,
+                    )
+
+    def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
+        rec = entry.payload
+        rec._resolve(rejected_outcome(kind))  # pyright: ignore[reportPrivateUsage]
+        if self._bus.active:
+            self._bus.publish(
+                EventKind.CONTROLLER_REJECTED,
+                rec.id,
+                rec.name,
+                entry.key,
+                reason=kind.value,
+                rejection=kind,
+            )
+
+    def _admit(self, entry: Entry[TaskRecord]) -> None:
+        """Hand an owner to the registry; learn its decision now or from its loop."""
+        rec = entry.payload
+        accepted = self._registry.admit(rec)
+        self._release_custody()  # the registry counts it from here
+        if accepted is not None:
+            self.machine.admitted(entry, accepted, trio.current_time())
+            if not accepted:
+                rec.release()

@@ -2,14 +2,23 @@
 
 Events are best-effort observability. Reliable results come from ``TaskWaiter``,
 never from events.
+
+Decisions the design leaves open:
+
+* ``TaskEvent`` supports no weak references: the bus builds events with
+  ``new_event`` (fields in declaration order, no checks), which skips attrs' frozen
+  ``__init__`` and needs a layout without a weak-reference slot (``_frozen``).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from typing import Final
 
 import attrs
 
+from ._frozen import trusted_constructor
 from ._outcome import OutcomeKind, RejectionKind, TaskId
 
 
@@ -45,7 +54,7 @@ class BackoffSource(enum.Enum):
     FAILURE = "failure"
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(weakref_slot=False)
 class TaskEvent:
     """One lifecycle event.
 
@@ -70,3 +79,7 @@ class TaskEvent:
     exit_code: int | None = None
     backoff_source: BackoffSource | None = None
     dropped: int | None = None
+
+
+new_event: Final[Callable[..., TaskEvent]] = trusted_constructor(TaskEvent)
+"""Build a ``TaskEvent`` from trusted fields, positionally in declaration order."""

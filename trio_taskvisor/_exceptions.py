@@ -9,7 +9,7 @@
      ├── NoControllerError(RuntimeError)      submit without a controller
      ├── DeadlockError(RuntimeError)          waiting on own slot's queued work
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
-     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap()
+     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
      ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
      ├── TaskFailure(Exception)               raised by tasks: retryable, with .exit_code
      └── TaskCancelled(Exception)             raised by tasks: stop as CANCELLED
@@ -21,12 +21,11 @@ Messages are lower-case and name the offending value.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import Final, cast
 
 import trio
 
-if TYPE_CHECKING:
-    from ._outcome import TaskOutcome
+from ._outcome import OutcomeError as OutcomeError
 
 
 class ConfigError(ValueError):
@@ -75,15 +74,6 @@ class GraceExceededError(Exception):
         self.stuck = stuck
 
 
-class OutcomeError(Exception):
-    """``TaskOutcome.unwrap()`` of an outcome that is not a success."""
-
-    def __init__(self, outcome: TaskOutcome) -> None:
-        detail = f": {outcome.reason}" if outcome.reason else ""
-        super().__init__(f"task ended {outcome.kind.value}{detail}")
-        self.outcome = outcome
-
-
 class FatalError(Exception):
     """Raised by a task to stop at once, without retry (outcome ``FATAL``)."""
 
@@ -110,8 +100,14 @@ class TaskCancelled(Exception):
         self.reason = reason
 
 
+_CLOSED: Final = "the supervisor is closed: its shutdown has begun, so it takes no new work"
+
+
 class SupervisorClosedError(trio.ClosedResourceError):
     """Intake (add, submit) after the supervisor's shutdown has begun."""
+
+    def __init__(self, message: str = _CLOSED) -> None:
+        super().__init__(message)
 
 
 def split_cancelled(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:

@@ -1,26 +1,22 @@
-"""Identity and final results: ``TaskId``, ``TaskOutcome`` and ``TaskWaiter``.
+"""Identity and final results: ``TaskId``, ``OutcomeKind``, ``RejectionKind``, ``TaskOutcome``.
 
-Every piece of accepted work ends with exactly one ``TaskOutcome``; its ``TaskWaiter``
-resolves once, and never depends on events.
+Plain values with no trio import: the pure slot machine uses the rejection kinds
+directly. ``OutcomeError`` (what ``TaskOutcome.unwrap()`` raises) lives here too, next to
+the value it carries; ``_exceptions`` draws it in the error tree and re-exports it.
 
 Decisions the design leaves open:
 
 * ``TaskId`` values come from one process-wide counter, so ids are unique across
   supervisors too.
-* ``TaskWaiter.wait()`` creates its ``trio.Event`` lazily, so a waiter nobody awaits
-  costs no event.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import attrs
-import trio
-
-from ._exceptions import OutcomeError
 
 
 class TaskId(int):
@@ -82,6 +78,15 @@ _REJECTION_REASONS: Final = {
 FORCE_ABORTED_REASON: Final = "force-aborted: did not stop within the grace window"
 
 
+class OutcomeError(Exception):
+    """``TaskOutcome.unwrap()`` of an outcome that is not a success."""
+
+    def __init__(self, outcome: TaskOutcome) -> None:
+        detail = f": {outcome.reason}" if outcome.reason else ""
+        super().__init__(f"task ended {outcome.kind.value}{detail}")
+        self.outcome = outcome
+
+
 @attrs.frozen
 class TaskOutcome:
     """The final result of one task.
@@ -109,88 +114,18 @@ class TaskOutcome:
         raise OutcomeError(self) from self.error
 
 
+_REJECTED: Final = {
+    kind: TaskOutcome(OutcomeKind.REJECTED, reason=reason, rejection=kind)
+    for kind, reason in _REJECTION_REASONS.items()
+}
+
+
 def rejected_outcome(rejection: RejectionKind) -> TaskOutcome:
-    """The outcome of work rejected before its body ran."""
-    return TaskOutcome(
-        OutcomeKind.REJECTED, reason=_REJECTION_REASONS[rejection], rejection=rejection
-    )
+    """The outcome of work rejected before its body ran (one shared value per kind)."""
+    return _REJECTED[rejection]
 
 
 COMPLETED_NONE: Final = TaskOutcome(OutcomeKind.COMPLETED)
 CANCELLED: Final = TaskOutcome(OutcomeKind.CANCELLED)
 FORCE_ABORTED: Final = TaskOutcome(OutcomeKind.FORCE_ABORTED, reason=FORCE_ABORTED_REASON)
-
-
-class _DeadlockGuard(Protocol):
-    async def check_deadlock(self, waiter: TaskWaiter, /) -> None: ...
-
-
-class TaskWaiter:
-    """The handle to one task's final outcome.
-
-    Dropping a waiter never affects the task.
-    """
-
-    __slots__ = ("_event", "_followers", "_guard", "_outcome", "id", "name")
-
-    def __init__(self, id: TaskId, name: str) -> None:
-        self.id = id
-        self.name = name
-        self._outcome: TaskOutcome | None = None
-        self._event: trio.Event | None = None
-        self._followers: list[TaskWaiter] | None = None
-        # Set for controller work: raises DeadlockError when waiting would never end.
-        self._guard: _DeadlockGuard | None = None
-
-    def __repr__(self) -> str:
-        state = self._outcome.kind.value if self._outcome else "pending"
-        return f"<TaskWaiter {self.id} {self.name!r} {state}>"
-
-    async def wait(self) -> TaskOutcome:
-        """Wait for the task's final outcome and return it.
-
-        Always a checkpoint, even when the outcome is already known. Raises
-        ``DeadlockError`` when called from a task that owns a slot, on work queued or
-        held behind that same slot (or joined to such work or to the caller).
-        """
-        if self._outcome is None:
-            if self._guard is not None:
-                await self._guard.check_deadlock(self)
-            # The check may have waited for the controller to take the work in, and
-            # taking it in may have resolved it (rejected at intake): then do not wait.
-            if self._outcome is None:
-                if self._event is None:
-                    self._event = trio.Event()
-                await self._event.wait()
-        else:
-            await trio.lowlevel.checkpoint()
-        return self.outcome_nowait()
-
-    def outcome_nowait(self) -> TaskOutcome:
-        """Return the final outcome; raise ``trio.WouldBlock`` if not yet final."""
-        if self._outcome is None:
-            raise trio.WouldBlock
-        return self._outcome
-
-    def _resolve(self, outcome: TaskOutcome) -> bool:
-        """Set the outcome once; return whether this call set it."""
-        if self._outcome is not None:
-            return False
-        self._outcome = outcome
-        self._guard = None  # only pending waits check; a kept waiter must not pin the controller
-        if self._event is not None:
-            self._event.set()
-        if self._followers is not None:
-            for follower in self._followers:
-                follower._resolve(outcome)
-            self._followers = None
-        return True
-
-    def _follow(self, target: TaskWaiter) -> None:
-        """Resolve to ``target``'s outcome (a JOIN)."""
-        if target._outcome is not None:
-            self._resolve(target._outcome)
-        elif target._followers is None:
-            target._followers = [self]
-        else:
-            target._followers.append(self)
+PANICKED: Final = TaskOutcome(OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled")

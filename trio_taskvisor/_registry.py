@@ -1,28 +1,50 @@
 """The registry loop: sole owner of membership, and of every stop's deadline.
 
-The registry receives commands on one bounded memory channel and processes them in
-order, so a remove sent after an add always sees that add. It spawns one actor per
-admitted task in its own nursery, and keeps a heap of force deadlines: while stops are
-pending it waits for the next command only until the earliest deadline, then forces.
+The registry takes commands from one ``Inbox`` and handles them in order, so a stop
+sent after an add always sees that add. It spawns one actor per admitted task in its own
+nursery, and keeps a heap of force deadlines: while stops are pending it waits for the
+next command only until the earliest deadline, then forces.
 
-Membership has three views:
+Nothing outside the registry builds a command, touches its inbox or its counters; its
+callers use these methods:
 
-* ``_tasks``: registered and stopping tasks, whose outcome is not committed yet
-  (``list()``);
-* ``_live``: every live actor, including force-aborted actors that have not physically
-  exited (``max_registered_tasks``, ``alive_snapshot()``);
-* ``_names``: the names those actors reserve (duplicate checks, name targets).
+* ``add`` (the facade) and ``admit`` (the controller) run the loop's own admission core
+  (``_admit_one``) in the caller's task when the inbox is idle (nothing queued, the loop
+  parked in ``get()``): nothing is ordered before the call then, and code between two
+  checkpoints is as atomic there as in the loop. ``add`` passes its checkpoint first, so
+  a caller cancelled there leaves no trace and an added task is registered on return.
+  Otherwise the command is queued behind the others: ``add`` waits for room and for the
+  decision; a controller's admission is never refused, and its decision reaches
+  ``rec.listener.admission_decided`` (handed to the controller's own loop).
+* ``add_nowait``, ``add_batch`` and ``stop`` always queue their command, in call order
+  (``add_nowait`` raises ``trio.WouldBlock`` when the inbox is full).
+* ``forward_stop`` (the controller's loop, for a stop by id it does not hold) queues the
+  caller's stop without waiting; ``stop_record`` (the controller's REPLACE) runs directly:
+  its target is registered.
+* ``close_intake`` (the shutdown's start) closes intake for the whole supervisor:
+  ``check_intake`` is the one intake check, used by the facade and the controller too.
+* ``ActorHost`` (``_actor``): actors report their exit and borrow permits directly,
+  between two checkpoints of their own.
 
-Actors call ``actor_exited`` directly when they end: the call runs in the actor's
-task but between two checkpoints, so it is as atomic as a command.
+Membership has two views:
+
+* ``_live``: every live record, from admission until its actor physically exited,
+  force-aborted ones included (``max_registered_tasks``, ``alive_snapshot()``,
+  ``list()`` without the committed ones);
+* ``_names``: the names those records reserve (duplicate checks, name targets).
+
+With ``max_concurrent``, an admitted task's actor is spawned only once a permit is free
+for its first attempt: until then the record waits (``WAITING``) in the registry's own
+FIFO, which is also where actors wait for the permits of later attempts, so permits go
+out in the order they were asked for, first attempts and retries alike.
 
 Decisions the design leaves open:
 
 * ``TASK_ADD_REQUESTED`` is published when the registry takes the command in, just
   before ``TASK_ADDED`` / ``TASK_ADD_FAILED``.
-* An add accepted on the channel before shutdown began is admitted and then stopped
-  with everything else; one that reaches the registry after the shutdown command is
-  rejected ``SHUTTING_DOWN`` (``add`` raises ``SupervisorClosedError``).
+* An add accepted before shutdown began is admitted and then stopped with everything
+  else; one that reaches the registry after the shutdown is rejected
+  ``SHUTTING_DOWN`` (``add`` raises ``SupervisorClosedError``).
 * For a batch, the "first conflicting" name is that of the first item, in batch order,
   that clashes with a registered name or with an earlier item. Duplicates are checked
   before the limit.
@@ -38,28 +60,28 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import logging
 import math
-import random
+from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final, NamedTuple, TypeVar
 
 import attrs
 import trio
 from trio_util import AsyncBool
 
-from ._actor import TaskRecord, TaskState, run_actor
+from ._actor import run_actor
+from ._bus import EventBus
+from ._config import SupervisorConfig
 from ._events import EventKind
 from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUseError
+from ._inbox import Inbox, Reply
 from ._outcome import FORCE_ABORTED, RejectionKind, TaskId, TaskOutcome, rejected_outcome
-
-if TYPE_CHECKING:
-    from ._bus import EventBus
-    from ._supervisor import Supervisor
+from ._record import TaskRecord, TaskState
 
 logger = logging.getLogger("trio_taskvisor")
+R = TypeVar("R")
 
 
 @attrs.frozen
@@ -73,104 +95,119 @@ class TaskInfo:
     attempt: int
 
 
-class WorkCounter:
-    """Outstanding work: accepted commands and submissions not yet decided, live actors.
+class _Add(NamedTuple):
+    recs: Sequence[TaskRecord]
+    reply: Reply[BaseException | None] | None
+    batch: bool
 
-    ``idle`` (a trio-util ``AsyncBool``, what ``wait_idle()`` waits on) changes only
-    when the count crosses zero, so counting is a plain integer update on hot paths.
+
+class _Stop(NamedTuple):
+    target: TaskId | str
+    reply: Reply[tuple[bool, TaskRecord | None]]
+
+
+class _Shutdown(NamedTuple):
+    deadline: float
+
+
+class _Wake(NamedTuple):
+    """A no-op: makes the loop look at its force deadlines again."""
+
+
+_WAKE: Final = _Wake()
+
+_Command = _Add | _Stop | _Shutdown | _Wake
+
+
+class _Permits:
+    """``max_concurrent``: one FIFO of records waiting for an attempt's permit.
+
+    An entry is a record whose first attempt has no actor yet (``task`` is ``None``: it
+    is spawned with the permit), or one whose actor is parked for a later attempt.
     """
 
-    __slots__ = ("count", "idle")
+    __slots__ = ("_queue", "_spawn", "in_use", "total")
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.idle = AsyncBool(True)
+    def __init__(self, total: int, spawn: Callable[[TaskRecord], None]) -> None:
+        self.total = total
+        self.in_use = 0
+        self._queue: deque[tuple[TaskRecord, trio.lowlevel.Task | None]] = deque()
+        self._spawn = spawn
 
-    def add(self, n: int = 1) -> None:
-        if not self.count:
-            self.idle.value = False
-        self.count += n
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
 
-    def sub(self, n: int = 1) -> None:
-        self.count -= n
-        if not self.count:
-            self.idle.value = True
+    def first(self, rec: TaskRecord) -> bool:
+        """Take the permit of ``rec``'s first attempt now, or queue ``rec``; whether taken."""
+        if self.in_use < self.total and not self._queue:
+            self.in_use += 1
+            return True
+        self._queue.append((rec, None))
+        return False
 
+    async def acquire(self, rec: TaskRecord) -> None:
+        """Wait in the FIFO for a permit (the actor's task, before a later attempt)."""
+        if self.in_use < self.total and not self._queue:
+            self.in_use += 1
+            return  # the backoff sleep before it was the checkpoint
+        entry = (rec, trio.lowlevel.current_task())
+        self._queue.append(entry)
 
-class Reply:
-    """A one-shot answer from a loop to a waiting caller."""
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._queue.remove(entry)
+            return trio.lowlevel.Abort.SUCCEEDED
 
-    __slots__ = ("error", "event", "value")
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.error: BaseException | None = None
-        self.value: object = None
+    def withdraw(self, rec: TaskRecord) -> bool:
+        """Take a record that has no actor yet out of the FIFO; whether it was there."""
+        try:
+            self._queue.remove((rec, None))
+        except ValueError:
+            return False
+        return True
 
-    def set(self, value: object = None, error: BaseException | None = None) -> None:
-        self.value = value
-        self.error = error
-        self.event.set()
-
-    async def wait(self) -> object:
-        await self.event.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-class AddCommand:
-    __slots__ = ("batch", "records", "reply")
-
-    def __init__(
-        self, records: Sequence[TaskRecord], reply: Reply | None, *, batch: bool = False
-    ) -> None:
-        self.records = records
-        self.reply = reply
-        self.batch = batch
-
-
-class StopCommand:
-    __slots__ = ("reply", "target")
-
-    def __init__(self, target: TaskId | str, reply: Reply) -> None:
-        self.target = target
-        self.reply = reply
-
-
-class ShutdownCommand:
-    __slots__ = ("deadline",)
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-
-
-class _Wake:
-    """A no-op command: makes the loop look at its force deadlines again."""
-
-
-WAKE: Final = _Wake()
-
-Command = AddCommand | StopCommand | ShutdownCommand | _Wake
+    def release(self) -> None:
+        """An attempt's permit is free: hand it on, first come first served."""
+        self.in_use -= 1
+        queue = self._queue
+        while queue and self.in_use < self.total:
+            rec, task = queue.popleft()
+            self.in_use += 1
+            if task is None:
+                self._spawn(rec)
+            else:
+                trio.lowlevel.reschedule(task)
 
 
 class Registry:
-    """Membership, admission, stops and forces of one supervisor."""
+    """Membership, admission, stops and forces of one supervisor; the actors' host."""
 
-    def __init__(self, supervisor: Supervisor, bus: EventBus) -> None:
-        config = supervisor.config
-        self.supervisor = supervisor
+    def __init__(
+        self,
+        config: SupervisorConfig,
+        bus: EventBus,
+        on_crash: Callable[[BaseException], None],
+    ) -> None:
         self.bus = bus
-        self.random: random.Random = config.random
-        self.grace: float = config.grace
-        self.limit: int | None = config.max_registered_tasks
-        self.limiter = (
-            None if config.max_concurrent is None else trio.CapacityLimiter(config.max_concurrent)
+        self.random = config.random
+        self._grace = config.grace
+        self._limit = config.max_registered_tasks
+        self._on_crash = on_crash
+        self._permits = (
+            None
+            if config.max_concurrent is None
+            else _Permits(config.max_concurrent, self._spawn_with_permit)
         )
-        self.send, self._recv = trio.open_memory_channel[Command](config.command_capacity)
-        self._tasks: dict[TaskId, TaskRecord] = {}
+        self._inbox: Inbox[_Command] = Inbox(config.command_capacity)
+        self._intake_closed = False
         self._live: dict[TaskId, TaskRecord] = {}
         self._names: dict[str, TaskRecord] = {}
+        self.registered = 0  # live records whose outcome is not committed
+        self._pending = 0  # records in queued add commands
+        # No pending add and no live record: what wait_idle() waits for.
+        self.idle = AsyncBool(True)
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
@@ -179,8 +216,6 @@ class Registry:
         self._wait_scope: trio.CancelScope | None = None
         self._parked = False  # waiting for a command with no deadline pending
         self.running_attempts = 0
-        self.waiting_for_permit = 0
-        self.work = WorkCounter()
         self.shutting_down = False
         self._shutdown_deadline = math.inf
         # Forced before shutdown began and still running: stuck if so at the deadline.
@@ -190,14 +225,14 @@ class Registry:
         self.stuck: list[str] = []
         self.stopped = trio.Event()  # every outcome committed after shutdown began
         self.exited = trio.Event()  # the loop ended: every actor physically exited
-        self.on_crash: Callable[[BaseException], None] = lambda exc: None
 
     # -- reading (any task) -----------------------------------------------------------
 
     def infos(self) -> tuple[TaskInfo, ...]:
         return tuple(
             TaskInfo(rec.id, rec.name, rec.slot, rec.state, rec.attempt)
-            for rec in sorted(self._tasks.values(), key=lambda rec: rec.id)
+            for rec in sorted(self._live.values(), key=lambda rec: rec.id)
+            if not rec.committed
         )
 
     def alive(self) -> tuple[str, ...]:
@@ -210,8 +245,110 @@ class Registry:
         return rec.in_attempt
 
     @property
-    def registered(self) -> int:
-        return len(self._tasks)
+    def waiting_for_permit(self) -> int:
+        return 0 if self._permits is None else self._permits.waiting
+
+    # -- intake (the facade's and the controller's tasks) -----------------------------------
+
+    def check_intake(self) -> None:
+        """Raise ``SupervisorClosedError`` once the shutdown has begun."""
+        if self._intake_closed:
+            raise SupervisorClosedError
+
+    def close_intake(self) -> None:
+        """The shutdown began: refuse intake from now on."""
+        self._intake_closed = True
+
+    def add_nowait(self, rec: TaskRecord) -> None:
+        """Queue the admission of ``rec``; a rejection resolves it ``REJECTED``.
+
+        Raises ``trio.WouldBlock`` when the inbox is full.
+        """
+        command = _Add((rec,), None, False)
+        try:
+            self._inbox.put_nowait(command)
+        except trio.BrokenResourceError:
+            raise SupervisorClosedError from None
+        self._queued(command)
+
+    async def add(self, rec: TaskRecord) -> None:
+        """Admit ``rec``: a checkpoint first, then the decision; raise a rejection."""
+        if self._inbox.idle():
+            await trio.lowlevel.checkpoint()
+            self.check_intake()  # the shutdown may have begun meanwhile
+            if self._inbox.idle():  # still nothing queued before it: decide here
+                error = self._admit_one(rec)
+                if error is not None:
+                    raise error
+                return
+        reply: Reply[BaseException | None] = Reply()
+        error = await self._ask(_Add((rec,), reply, False), reply)
+        if error is not None:
+            raise error
+
+    async def add_batch(self, recs: Sequence[TaskRecord]) -> None:
+        """Admit every record or none, in one command; raise a rejection."""
+        reply: Reply[BaseException | None] = Reply()
+        error = await self._ask(_Add(recs, reply, True), reply)
+        if error is not None:
+            raise error
+
+    def admit(self, rec: TaskRecord) -> bool | None:
+        """Admit a controller's owner: whether accepted now, or ``None`` when queued.
+
+        Never refused: a queued decision reaches ``rec.listener.admission_decided``.
+        """
+        if self._inbox.idle() or self._inbox.closed:
+            return self._admit_one(rec) is None
+        command = _Add((rec,), None, False)
+        self._inbox.put_nowait(command, force=True)
+        self._queued(command)
+        return None
+
+    async def stop(self, target: TaskId | str) -> tuple[bool, TaskRecord | None]:
+        """Claim or join the stop of ``target``: (claimed, the task if it is stopping)."""
+        reply: Reply[tuple[bool, TaskRecord | None]] = Reply()
+        try:
+            return await self._ask(_Stop(target, reply), reply)
+        except SupervisorClosedError:
+            await trio.lowlevel.checkpoint()
+            return False, None  # the registry has ended: every task is gone
+
+    def forward_stop(self, target: TaskId, reply: Reply[tuple[bool, TaskRecord | None]]) -> None:
+        """Queue a caller's stop by id (the controller's loop); the caller awaits ``reply``."""
+        try:
+            self._inbox.put_nowait(_Stop(target, reply), force=True)
+        except trio.BrokenResourceError:
+            reply.set((False, None))
+
+    def stop_record(self, rec: TaskRecord) -> None:
+        """Stop a registered record (the controller's REPLACE); nothing if already stopping."""
+        if not rec.stop_requested and not rec.committed:
+            self._request_stop(rec, trio.current_time() + self._grace)
+
+    def begin_shutdown(self, deadline: float) -> None:
+        """Queue the shutdown behind every command already accepted."""
+        self._inbox.put_nowait(_Shutdown(deadline), force=True)
+
+    def _queued(self, command: _Command, sign: int = 1) -> None:
+        """Count (or, ``sign=-1``, uncount) the records of a queued add."""
+        if type(command) is _Add:
+            self._pending += sign * len(command.recs)
+            self._busy()
+
+    async def _ask(self, command: _Add | _Stop, reply: Reply[R]) -> R:
+        """Queue ``command`` (a checkpoint; cancelled before it is queued, nothing is) and
+        wait for its ``reply`` (cancelled then, the command still runs)."""
+        self._queued(command, 1)  # before the put: the loop may take it during its yield
+        try:
+            await self._inbox.put(command)
+        except BaseException as exc:
+            self._queued(command, -1)
+            self._maybe_idle()
+            if isinstance(exc, trio.BrokenResourceError):
+                raise SupervisorClosedError from None
+            raise
+        return await reply.wait()
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -224,20 +361,20 @@ class Registry:
                 with self._loop_scope:
                     await self._serve()
         finally:
-            # Answer whatever is still queued (with the shutdown's replies), then
-            # close: later senders get BrokenResourceError.
+            # Later callers get SupervisorClosedError; what is still queued gets the
+            # shutdown's replies.
+            self._inbox.close()
             while True:
                 try:
-                    command = self._recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
+                    command = self._inbox.get_nowait()
+                except trio.WouldBlock:
                     break
                 self._handle(command)
-            self._recv.close()
             self.exited.set()
 
     async def _serve(self) -> None:
-        receive = self._recv.receive
-        receive_nowait = self._recv.receive_nowait
+        get = self._inbox.get
+        get_nowait = self._inbox.get_nowait
         handle = self._handle
         heap = self._heap
         while True:
@@ -246,36 +383,43 @@ class Registry:
             if heap or self._overstaying:
                 wake = min(heap[0][0] if heap else math.inf, self._overstay_deadline)
                 with trio.move_on_at(wake) as self._wait_scope:
-                    handle(await receive())
+                    handle(await get())
                 self._wait_scope = None
             else:
                 # No deadline pending, so no scope; a stop requested meanwhile from
-                # another task wakes this wait with a WAKE command instead.
+                # another task wakes this wait with a no-op command instead.
                 self._parked = True
-                handle(await receive())
+                handle(await get())
                 self._parked = False
-            # Commands already buffered are handled without a scheduler pass each.
+            # Commands already queued are handled without a scheduler pass each.
             while True:
                 try:
-                    command = receive_nowait()
+                    command = get_nowait()
                 except trio.WouldBlock:
                     break
                 handle(command)
 
-    def _handle(self, command: Command) -> None:
-        if type(command) is AddCommand:
-            if command.batch:
-                self._admit_batch(command.records, command.reply)
-            else:
-                rec = command.records[0]
-                error = self._admit_one(rec, command.reply)
-                if rec.controller is not None:
-                    rec.controller.on_admission(rec, error is None)
-            self.work.sub(len(command.records))
-        elif type(command) is StopCommand:
-            command.reply.set(self.stop(command.target))
-        elif type(command) is ShutdownCommand:
-            self._begin_shutdown(command.deadline)
+    def _handle(self, command: _Command) -> None:
+        match command:
+            case _Add(recs, reply, batch):
+                if batch:
+                    error = self._admit_batch(recs)
+                else:
+                    rec = recs[0]
+                    listener = rec.listener
+                    error = self._admit_one(rec)
+                    if reply is None and listener is not None:
+                        listener.admission_decided(rec, error is None)
+                self._pending -= len(recs)
+                self._maybe_idle()
+                if reply is not None:
+                    reply.set(error)
+            case _Stop(target, reply):
+                reply.set(self._stop_now(target))
+            case _Shutdown(deadline):
+                self._begin_shutdown(deadline)
+            case _Wake():
+                pass
 
     # -- admission ----------------------------------------------------------------------
 
@@ -284,65 +428,45 @@ class Registry:
         if self.bus.active:
             self.bus.publish(
                 EventKind.TASK_ADD_FAILED,
-                task_id=rec.id,
-                name=rec.name,
-                slot=rec.slot,
+                rec.id,
+                rec.name,
+                rec.slot,
                 reason=outcome.reason,
                 outcome=outcome.kind,
                 rejection=rejection,
             )
-        rec.waiter._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        if rec.listener is None:
+            rec.release()  # controller work: its listener releases it after the decision
 
-    def admit_now(self, rec: TaskRecord) -> bool:
-        """Admit controller work directly (no channel hop); return whether accepted."""
-        return self._admit_one(rec, None) is None
-
-    def idle(self) -> bool:
-        """Whether no command is queued or in flight: the loop is parked in ``receive``.
-
-        Then a caller may run an admission itself, in its own task: nothing is ordered
-        before it, and the registry code is as atomic there as in the loop.
-        """
-        stats = self.send.statistics()
-        return stats.current_buffer_used == 0 and stats.tasks_waiting_receive == 1
-
-    def admit_direct(self, rec: TaskRecord) -> BaseException | None:
-        """Admit in the caller's task (see ``idle``); return the rejection error."""
-        return self._admit_one(rec, None)
-
-    def _admit_one(self, rec: TaskRecord, reply: Reply | None) -> BaseException | None:
+    def _admit_one(self, rec: TaskRecord) -> BaseException | None:
+        """Decide on one record: register and spawn it, or reject it; the error."""
         bus = self.bus
         if bus.active:
-            bus.publish(EventKind.TASK_ADD_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot)
-        error: BaseException | None = None
+            bus.publish(EventKind.TASK_ADD_REQUESTED, rec.id, rec.name, rec.slot)
         if self.shutting_down:
             self._reject(rec, RejectionKind.SHUTTING_DOWN)
-            error = SupervisorClosedError("the supervisor is shutting down")
-        elif rec.reserved and rec.name in self._names:
+            return SupervisorClosedError()
+        if rec.reserved and rec.name in self._names:
             self._reject(rec, RejectionKind.ALREADY_EXISTS)
-            error = TaskNameInUseError(rec.name)
-        elif self.limit is not None and len(self._live) >= self.limit:
+            return TaskNameInUseError(rec.name)
+        if self._limit is not None and len(self._live) >= self._limit:
             self._reject(rec, RejectionKind.RESOURCE_LIMIT)
-            error = ResourceLimitError("max_registered_tasks", self.limit)
-        else:
-            self._register(rec)
-            self._spawn(rec)
-        if reply is not None:
-            reply.set(rec.waiter, error)
-        return error
+            return ResourceLimitError("max_registered_tasks", self._limit)
+        self._register(rec)
+        self._spawn(rec)
+        return None
 
-    def _admit_batch(self, recs: Sequence[TaskRecord], reply: Reply | None) -> None:
+    def _admit_batch(self, recs: Sequence[TaskRecord]) -> BaseException | None:
         bus = self.bus
         if bus.active:
             for rec in recs:
-                bus.publish(
-                    EventKind.TASK_ADD_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot
-                )
+                bus.publish(EventKind.TASK_ADD_REQUESTED, rec.id, rec.name, rec.slot)
         error: BaseException | None = None
         kinds = [RejectionKind.BATCH_REJECTED] * len(recs)
         if self.shutting_down:
             kinds = [RejectionKind.SHUTTING_DOWN] * len(recs)
-            error = SupervisorClosedError("the supervisor is shutting down")
+            error = SupervisorClosedError()
         else:
             seen: set[str] = set()
             for i, rec in enumerate(recs):
@@ -353,72 +477,107 @@ class Registry:
                 seen.add(rec.name)
             if (
                 error is None
-                and self.limit is not None
-                and len(self._live) + len(recs) > self.limit
+                and self._limit is not None
+                and len(self._live) + len(recs) > self._limit
             ):
                 kinds = [RejectionKind.RESOURCE_LIMIT] * len(recs)
-                error = ResourceLimitError("max_registered_tasks", self.limit)
+                error = ResourceLimitError("max_registered_tasks", self._limit)
         if error is not None:
             for rec, kind in zip(recs, kinds, strict=True):
                 self._reject(rec, kind)
-        else:
-            for rec in recs:
-                self._register(rec)
-            # Bodies start only once every item of the batch is registered.
-            for rec in recs:
-                self._spawn(rec)
-        if reply is not None:
-            reply.set([rec.waiter for rec in recs], error)
+            return error
+        for rec in recs:
+            self._register(rec)
+        # Bodies start only once every item of the batch is registered.
+        for rec in recs:
+            self._spawn(rec)
+        return None
 
     def _register(self, rec: TaskRecord) -> None:
-        self._tasks[rec.id] = rec
+        self._busy()
         self._live[rec.id] = rec
         if rec.reserved:
             self._names[rec.name] = rec
-        self.work.add()
+        self.registered += 1
         if self.bus.active:
-            self.bus.publish(EventKind.TASK_ADDED, task_id=rec.id, name=rec.name, slot=rec.slot)
-        if self.shutting_down:
-            self._request_stop(rec, self._shutdown_deadline)
+            self.bus.publish(EventKind.TASK_ADDED, rec.id, rec.name, rec.slot)
 
     def _spawn(self, rec: TaskRecord) -> None:
-        rec.supervisor = self.supervisor
+        if self._permits is None or self._permits.first(rec):
+            self._start_actor(rec, holds_permit=self._permits is not None)
+        # else: it waits in the permits' FIFO, with no actor yet.
+
+    def _spawn_with_permit(self, rec: TaskRecord) -> None:
+        self._start_actor(rec, holds_permit=True)
+
+    def _start_actor(self, rec: TaskRecord, *, holds_permit: bool) -> None:
+        context = rec.context
+        assert context is not None
         # start_soon copies the current context: call it inside the captured one.
-        assert rec.context is not None
-        rec.context.run(self._start_actor, rec)
+        context.run(self._start_soon, rec, holds_permit)
         restart = rec.policy.restart
         if not (restart.restarts_on_failure or restart.restarts_on_success):
             rec.context = None  # one attempt only: the actor's own copy is all it needs
 
-    def _start_actor(self, rec: TaskRecord) -> None:
+    def _start_soon(self, rec: TaskRecord, holds_permit: bool) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(run_actor, rec, self, name=rec.name)
+        self._nursery.start_soon(run_actor, rec, self, holds_permit, name=rec.name)
+
+    # -- the actors' host (their tasks) -------------------------------------------------------
+
+    @property
+    def limited(self) -> bool:
+        return self._permits is not None
+
+    async def acquire_permit(self, rec: TaskRecord) -> None:
+        assert self._permits is not None
+        await self._permits.acquire(rec)
+
+    def release_permit(self, rec: TaskRecord) -> None:
+        assert self._permits is not None
+        self._permits.release()
+
+    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
+        """Free the name, then commit ``outcome`` unless the force committed one."""
+        del self._live[rec.id]
+        if rec.reserved:
+            del self._names[rec.name]
+        if not rec.committed:
+            self._commit(rec, outcome)
+        elif self._overstaying.pop(rec.id, None) is not None and not self._overstaying:
+            self._overstay_deadline = math.inf  # every one exited within the grace
+            self._check_all_stopped()
+        self._maybe_idle()
+        if self.shutting_down and not self._live:
+            self._loop_scope.cancel(reason="shutdown: every actor exited")
+
+    def crashed(self, exc: BaseException) -> None:
+        self._on_crash(exc)
 
     # -- stops ----------------------------------------------------------------------------
 
-    def lookup(self, target: TaskId | str) -> TaskRecord | None:
+    def _lookup(self, target: TaskId | str) -> TaskRecord | None:
         """Find a registered (not yet committed) task by id or name."""
-        if isinstance(target, str):
-            rec = self._names.get(target)
-            return None if rec is None or rec.committed else rec
-        return self._tasks.get(target)  # pyright: ignore[reportArgumentType]
+        rec = self._names.get(target) if isinstance(target, str) else self._live.get(target)
+        return None if rec is None or rec.committed else rec
 
-    def stop(self, target: TaskId | str) -> tuple[bool, TaskRecord | None]:
-        """Claim or join the stop of ``target``: (claimed, the task if it is stopping)."""
-        rec = self.lookup(target)
+    def _stop_now(self, target: TaskId | str) -> tuple[bool, TaskRecord | None]:
+        rec = self._lookup(target)
         if rec is None:
             return False, None
         if rec.stop_requested:
             return False, rec
-        self._request_stop(rec, trio.current_time() + self.grace)
+        self._request_stop(rec, trio.current_time() + self._grace)
         return True, rec
 
     def _request_stop(self, rec: TaskRecord, deadline: float) -> None:
         if self.bus.active:
-            self.bus.publish(
-                EventKind.TASK_REMOVE_REQUESTED, task_id=rec.id, name=rec.name, slot=rec.slot
-            )
+            self.bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, rec.slot)
         rec.request_stop("stop requested")
+        if self._permits is not None and self._permits.withdraw(rec):
+            # It had no actor yet: spawn one, which sees the stop and ends at once
+            # (its exit is reported as every actor's is).
+            self._start_actor(rec, holds_permit=False)
         self._set_force_deadline(rec, deadline)
 
     def _set_force_deadline(self, rec: TaskRecord, deadline: float) -> None:
@@ -427,15 +586,14 @@ class Registry:
             self._force(rec)
         elif not math.isinf(deadline):
             heapq.heappush(self._heap, (deadline, int(rec.id), rec))
-            # Called from another task (the controller's REPLACE, an actor's callback)
+            # Called from another task (the controller's REPLACE, a caller's stop)
             # while the loop waits: bring its wake-up forward.
             scope = self._wait_scope
             if scope is not None and deadline < scope.deadline:
                 scope.deadline = deadline
             elif self._parked:
                 self._parked = False
-                with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
-                    self.send.send_nowait(WAKE)
+                self._inbox.put_nowait(_WAKE, force=True)
 
     def _force_due(self) -> None:
         heap = self._heap
@@ -457,9 +615,9 @@ class Registry:
 
     def _commit(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
         rec.committed = True
-        del self._tasks[rec.id]
+        self.registered -= 1
         heap = self._heap
-        if len(heap) > 2 * len(self._tasks):
+        if len(heap) > 2 * self.registered:
             # Invariant: at least half of the heap is live (one entry per stopping task
             # at most), so an ended task's record is not kept until its grace deadline.
             # In place: the loop holds the list. Amortised O(1) per entry.
@@ -467,38 +625,28 @@ class Registry:
             heapq.heapify(heap)
         bus = self.bus
         if bus.active:
-            fields = {"task_id": rec.id, "name": rec.name, "slot": rec.slot}
             bus.publish(
                 EventKind.TASK_FINISHED,
-                outcome=outcome.kind,
-                reason=outcome.reason,
+                rec.id,
+                rec.name,
+                rec.slot,
+                rec.attempt,
+                outcome.reason,
+                outcome.kind,
                 exit_code=outcome.exit_code,
-                attempt=rec.attempt,
-                **fields,
             )
-            bus.publish(EventKind.TASK_REMOVED, **fields)
-        rec.waiter._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
-        if self.shutting_down and not self._tasks:
+            bus.publish(EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot)
+        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        if self.shutting_down and not self.registered:
             self._check_all_stopped()
 
-    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
-        """Called by the actor as it ends: free the name, then commit."""
-        del self._live[rec.id]
-        if rec.reserved:
-            del self._names[rec.name]
-        self.work.sub()
-        if not rec.committed:
-            self._commit(rec, outcome)
-        elif self._overstaying.pop(rec.id, None) is not None and not self._overstaying:
-            self._overstay_deadline = math.inf  # every one exited within the grace
-            self._check_all_stopped()
-        if rec.controller is not None:
-            rec.controller.on_exit(rec)
-        if self.shutting_down and not self._live:
-            self._loop_scope.cancel(reason="shutdown: every actor exited")
+    def _busy(self) -> None:
+        if self.idle.value:  # pyright: ignore[reportUnknownMemberType]
+            self.idle.value = False
 
-    def crashed(self, exc: BaseException) -> None:
-        self.on_crash(exc)
+    def _maybe_idle(self) -> None:
+        if not self._live and not self._pending:
+            self.idle.value = True
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -509,7 +657,7 @@ class Registry:
         self._overstaying = {id: rec for id, rec in self._live.items() if rec.committed}
         if self._overstaying:
             self._overstay_deadline = deadline
-        for rec in list(self._tasks.values()):
+        for rec in [rec for rec in self._live.values() if not rec.committed]:
             if rec.stop_requested:
                 # Already stopping: keep the later of its own deadline and the shared one.
                 if deadline > rec.force_deadline:
@@ -518,7 +666,7 @@ class Registry:
                 self._request_stop(rec, deadline)
         if self._overstaying and deadline <= trio.current_time():
             self._overstayed()  # grace=0
-        elif not self._tasks:
+        elif not self.registered:
             self._check_all_stopped()
         if not self._live:
             self._loop_scope.cancel(reason="shutdown: no actor left")
@@ -532,7 +680,7 @@ class Registry:
 
     def _check_all_stopped(self) -> None:
         """Every outcome is committed: warn about forced work still running, end the stop."""
-        if self._tasks:
+        if self.registered:
             return
         if self._live and not self._warned:
             self._warned = True

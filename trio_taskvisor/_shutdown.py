@@ -1,14 +1,15 @@
 """The one shared, cached shutdown workflow of a supervisor.
 
-1. Close intake; publish ``SHUTDOWN_REQUESTED`` (explicit calls, leaving the
-   ``open_supervisor`` block, signals and crashes; not ``run()``'s natural completion).
-2. Send the shutdown command behind every command already accepted, so those are
-   processed with real replies.
-3. The registry soft-stops every task under one grace deadline and forces the rest
-   at that deadline (``GRACE_EXCEEDED``, else ``ALL_STOPPED_WITHIN_GRACE``).
+1. Close intake (the facade's flag: ``started``); publish ``SHUTDOWN_REQUESTED``
+   (explicit calls, leaving the ``open_supervisor`` block, signals and crashes; not
+   ``run()``'s natural completion).
+2. The controller rejects queued and held work; the registry gets the shutdown behind
+   every command already accepted, so those are processed with real replies.
+3. The registry soft-stops every task under one grace deadline and forces the rest at
+   that deadline (``GRACE_EXCEEDED``, else ``ALL_STOPPED_WITHIN_GRACE``).
 4. Wait for every actor to exit physically (this wait cannot be bounded in trio: a
-   forced task that never reaches a checkpoint keeps it open), then drain
-   subscribers for at most ``subscriber_shutdown_timeout`` and drop the rest.
+   forced task that never reaches a checkpoint keeps it open), then drain subscribers
+   for at most ``subscriber_shutdown_timeout`` and drop the rest.
 
 The workflow runs as a task in the supervisor's shielded background nursery, so
 cancelling a caller of ``shutdown()`` only stops that caller's wait.
@@ -16,18 +17,13 @@ cancelling a caller of ``shutdown()`` only stops that caller's wait.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import trio
 
+from ._bus import EventBus
+from ._controller import Controller
 from ._events import EventKind
 from ._exceptions import GraceExceededError
-from ._registry import ShutdownCommand
-
-if TYPE_CHECKING:
-    from ._bus import EventBus
-    from ._controller import Controller
-    from ._registry import Registry
+from ._registry import Registry
 
 
 class Shutdown:
@@ -67,6 +63,7 @@ class Shutdown:
         if self.started:
             return
         self.started = True
+        self._registry.close_intake()
         if explicit and self._bus.active:
             self._bus.publish(EventKind.SHUTDOWN_REQUESTED)
         nursery.start_soon(self._run, name="taskvisor shutdown")
@@ -89,7 +86,7 @@ class Shutdown:
             deadline = trio.current_time() + self._grace
             if self._controller is not None:
                 self._controller.close()
-            await registry.send.send(ShutdownCommand(deadline))
+            registry.begin_shutdown(deadline)
             await registry.exited.wait()
             if self._controller is not None:
                 self._controller.end()

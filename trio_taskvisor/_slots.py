@@ -2,7 +2,10 @@
 
 No trio here. The controller loop drives a ``SlotMachine`` with submissions, registry
 decisions, physical exits, removals and the shutdown; each call appends *effects*
-(admit, stop, reject, join, event) to ``machine.effects`` for the driver to carry out.
+(``Admit``, ``Stop``, ``Reject``, ``Join``, ``Detach``, ``Submitted``, ``Transition``:
+small frozen tuples, handled with ``match``) to ``machine.effects`` for the driver to
+carry out. An ``Entry`` carries the driver's ``payload`` (the controller's record),
+which the machine never looks at.
 
 Invariants (checked by the property tests):
 
@@ -30,16 +33,19 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import Any, Final
+from typing import Generic, NamedTuple, TypeAlias, TypeVar, Union
 
+from ._outcome import RejectionKind
+from ._spec import AdmissionPolicy
 
-class AdmissionPolicy(enum.Enum):
-    """What a submission does when its slot is busy."""
+P = TypeVar("P")
 
-    QUEUE = "queue"
-    REPLACE = "replace"
-    DROP_IF_RUNNING = "drop_if_running"
-    JOIN = "join"
+SLOT_BUSY = RejectionKind.SLOT_BUSY
+QUEUE_FULL = RejectionKind.QUEUE_FULL
+SUPERSEDED = RejectionKind.SUPERSEDED
+REMOVED_FROM_QUEUE = RejectionKind.REMOVED_FROM_QUEUE
+SHUTTING_DOWN = RejectionKind.SHUTTING_DOWN
+RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
 
 
 class SlotStatus(enum.Enum):
@@ -50,27 +56,7 @@ class SlotStatus(enum.Enum):
     TERMINATING = "terminating"
 
 
-# Rejection kinds, spelled as RejectionKind values (kept as strings: no trio here).
-SLOT_BUSY: Final = "slot_busy"
-QUEUE_FULL: Final = "queue_full"
-SUPERSEDED: Final = "superseded"
-REMOVED_FROM_QUEUE: Final = "removed_from_queue"
-SHUTTING_DOWN: Final = "shutting_down"
-RESOURCE_LIMIT: Final = "resource_limit"
-
-# Effect tags.
-ADMIT: Final = "admit"
-STOP: Final = "stop"
-REJECT: Final = "reject"
-JOIN: Final = "join"
-DETACH: Final = "detach"
-SUBMITTED: Final = "submitted"
-TRANSITION: Final = "transition"
-
-Effect = tuple[str, "Entry", Any]
-
-
-class Entry:
+class Entry(Generic[P]):
     """One submission as the machine sees it; ``payload`` belongs to the driver."""
 
     __slots__ = ("followers", "id", "key", "payload", "policy", "seq", "target", "wait")
@@ -82,22 +68,77 @@ class Entry:
         policy: AdmissionPolicy,
         *,
         wait: bool = False,
-        payload: Any = None,
+        payload: P = None,  # type: ignore[assignment]  # the machine's own tests carry none
     ) -> None:
         self.id = id
         self.key = key
         self.policy = policy
         self.wait = wait
         self.payload = payload
-        self.followers: list[Entry] | None = None  # joiners following this entry
-        self.target: Entry | None = None  # for a joiner: the entry it follows
+        self.followers: list[Entry[P]] | None = None  # joiners following this entry
+        self.target: Entry[P] | None = None  # for a joiner: the entry it follows
         self.seq = 0  # for held entries: the order in which they were held
 
     def __repr__(self) -> str:
         return f"Entry({self.id}, {self.key!r}, {self.policy.name})"
 
 
-class Slot:
+# -- effects: what the driver must do, in order ------------------------------------------
+
+
+class Admit(NamedTuple, Generic[P]):
+    """Hand ``entry`` to the registry as its slot's owner."""
+
+    entry: Entry[P]
+
+
+class Stop(NamedTuple, Generic[P]):
+    """Stop the owner ``entry`` (a REPLACE)."""
+
+    entry: Entry[P]
+
+
+class Reject(NamedTuple, Generic[P]):
+    """``entry`` ends ``REJECTED(kind)`` without running."""
+
+    entry: Entry[P]
+    kind: RejectionKind
+
+
+class Detach(NamedTuple, Generic[P]):
+    """The joiner ``entry`` stops following its target and ends ``REJECTED(kind)``."""
+
+    entry: Entry[P]
+    kind: RejectionKind
+
+
+class Join(NamedTuple, Generic[P]):
+    """The joiner ``entry`` resolves to ``target``'s outcome."""
+
+    entry: Entry[P]
+    target: Entry[P]
+
+
+class Submitted(NamedTuple, Generic[P]):
+    """``entry`` entered admission, a queue, held work or a join (``reason``)."""
+
+    entry: Entry[P]
+    reason: str
+
+
+class Transition(NamedTuple, Generic[P]):
+    """The owner ``entry``'s slot changed status (``reason``: ``"a->b"``)."""
+
+    entry: Entry[P]
+    reason: str
+
+
+Effect: TypeAlias = Union[  # noqa: UP007 - a generic alias: Effect[P]
+    Admit[P], Stop[P], Reject[P], Detach[P], Join[P], Submitted[P], Transition[P]
+]
+
+
+class Slot(Generic[P]):
     """State of one busy slot."""
 
     __slots__ = ("held", "key", "owner", "queue", "since", "status")
@@ -105,13 +146,13 @@ class Slot:
     def __init__(self, key: str, now: float) -> None:
         self.key = key
         self.status: SlotStatus | None = None
-        self.owner: Entry | None = None
-        self.queue: deque[Entry] = deque()
-        self.held: deque[Entry] = deque()
+        self.owner: Entry[P] | None = None
+        self.queue: deque[Entry[P]] = deque()
+        self.held: deque[Entry[P]] = deque()
         self.since = now
 
 
-class SlotMachine:
+class SlotMachine(Generic[P]):
     """Slots, queues, held submissions, joiners and budgets of one controller."""
 
     def __init__(
@@ -126,15 +167,15 @@ class SlotMachine:
         self.max_total_pending = max_total_pending
         self.max_slots = max_slots
         self.max_waiters = max_waiters
-        self.slots: dict[str, Slot] = {}
+        self.slots: dict[str, Slot[P]] = {}
         self.pending = 0  # queued entries in every slot (the max_total_pending budget)
-        self.held: dict[int, Entry] = {}  # held entries, oldest first
-        self._held_slots: dict[str, Slot] = {}  # the slots that have held entries
+        self.held: dict[int, Entry[P]] = {}  # held entries, oldest first
+        self._held_slots: dict[str, Slot[P]] = {}  # the slots that have held entries
         self._held_count = 0
-        self.joiners: dict[int, Entry] = {}
-        self.queued: dict[int, Entry] = {}
+        self.joiners: dict[int, Entry[P]] = {}
+        self.queued: dict[int, Entry[P]] = {}
         self.closed = False
-        self.effects: list[Effect] = []
+        self.effects: list[Effect[P]] = []
 
     # -- queries ------------------------------------------------------------------------
 
@@ -143,7 +184,7 @@ class SlotMachine:
         """Held submissions plus joiners: the ``max_waiters`` budget in use."""
         return len(self.held) + len(self.joiners)
 
-    def owner_of(self, key: str) -> Entry | None:
+    def owner_of(self, key: str) -> Entry[P] | None:
         slot = self.slots.get(key)
         return None if slot is None else slot.owner
 
@@ -167,7 +208,7 @@ class SlotMachine:
 
     # -- transitions --------------------------------------------------------------------
 
-    def submit(self, entry: Entry, now: float) -> None:
+    def submit(self, entry: Entry[P], now: float) -> None:
         """Take a new submission in."""
         if self.closed:
             self._reject(entry, SHUTTING_DOWN)
@@ -199,7 +240,7 @@ class SlotMachine:
             else:
                 self._reject(entry, missing)
 
-    def admitted(self, entry: Entry, accepted: bool, now: float) -> None:
+    def admitted(self, entry: Entry[P], accepted: bool, now: float) -> None:
         """The registry's decision on an owner's admission; stale decisions are ignored."""
         slot = self.slots.get(entry.key)
         if slot is None or slot.owner is not entry:
@@ -214,9 +255,9 @@ class SlotMachine:
             self._set_status(slot, SlotStatus.RUNNING, now, "admitting->running")
         else:
             # REPLACE arrived while admitting: stop the new owner at once.
-            self.effects.append((STOP, entry, None))
+            self.effects.append(Stop(entry))
 
-    def exited(self, entry: Entry, now: float) -> None:
+    def exited(self, entry: Entry[P], now: float) -> None:
         """The owner physically exited and its outcome is committed."""
         slot = self.slots.get(entry.key)
         if slot is None or slot.owner is not entry:
@@ -224,7 +265,7 @@ class SlotMachine:
         self._ended(entry)
         self._advance(slot, now)
 
-    def remove(self, entry_id: int, now: float) -> Entry | None:
+    def remove(self, entry_id: int, now: float) -> Entry[P] | None:
         """Take queued or held work, or a joiner, out at once; return it if found."""
         entry = self.queued.pop(entry_id, None)
         if entry is not None:
@@ -249,7 +290,7 @@ class SlotMachine:
             assert entry.target is not None
             assert entry.target.followers is not None
             entry.target.followers.remove(entry)
-            self.effects.append((DETACH, entry, REMOVED_FROM_QUEUE))
+            self.effects.append(Detach(entry, REMOVED_FROM_QUEUE))
             return entry
         return None
 
@@ -268,7 +309,7 @@ class SlotMachine:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _missing_budget(self, slot: Slot, entry: Entry) -> str | None:
+    def _missing_budget(self, slot: Slot[P], entry: Entry[P]) -> RejectionKind | None:
         """The rejection kind of the first full budget ``entry`` needs, or ``None``."""
         if entry.policy is AdmissionPolicy.REPLACE and slot.queue:
             return None  # replacing an existing head needs no budget
@@ -278,40 +319,40 @@ class SlotMachine:
             return RESOURCE_LIMIT
         return None
 
-    def _start(self, slot: Slot, entry: Entry, now: float, reason: str) -> None:
+    def _start(self, slot: Slot[P], entry: Entry[P], now: float, reason: str) -> None:
         slot.owner = entry
         slot.status = SlotStatus.ADMITTING
         slot.since = now
-        self.effects.append((SUBMITTED, entry, reason))
-        self.effects.append((ADMIT, entry, None))
+        self.effects.append(Submitted(entry, reason))
+        self.effects.append(Admit(entry))
 
-    def _place(self, slot: Slot, entry: Entry, now: float) -> None:
+    def _place(self, slot: Slot[P], entry: Entry[P], now: float) -> None:
         if entry.policy is AdmissionPolicy.REPLACE:
             if slot.queue:
                 displaced = slot.queue[0]
                 slot.queue[0] = entry
                 del self.queued[displaced.id]
                 self.queued[entry.id] = entry
-                self.effects.append((SUBMITTED, entry, "replacing the queue head"))
+                self.effects.append(Submitted(entry, "replacing the queue head"))
                 self._reject(displaced, SUPERSEDED)
             else:
                 slot.queue.append(entry)
                 self.queued[entry.id] = entry
                 self.pending += 1
-                self.effects.append((SUBMITTED, entry, "queue head, replacing the owner"))
+                self.effects.append(Submitted(entry, "queue head, replacing the owner"))
             if slot.status is SlotStatus.RUNNING:
                 self._set_status(slot, SlotStatus.TERMINATING, now, "running->terminating")
                 assert slot.owner is not None
-                self.effects.append((STOP, slot.owner, None))
+                self.effects.append(Stop(slot.owner))
             elif slot.status is SlotStatus.ADMITTING:
                 self._set_status(slot, SlotStatus.TERMINATING, now, "admitting->terminating")
         else:
             slot.queue.append(entry)
             self.queued[entry.id] = entry
             self.pending += 1
-            self.effects.append((SUBMITTED, entry, "queued"))
+            self.effects.append(Submitted(entry, "queued"))
 
-    def _hold(self, slot: Slot, entry: Entry) -> None:
+    def _hold(self, slot: Slot[P], entry: Entry[P]) -> None:
         if self.max_waiters is not None and self.waiting >= self.max_waiters:
             self._reject(entry, RESOURCE_LIMIT)
             return
@@ -320,9 +361,9 @@ class SlotMachine:
         self._held_slots[slot.key] = slot
         entry.seq = self._held_count
         self._held_count += 1
-        self.effects.append((SUBMITTED, entry, "held"))
+        self.effects.append(Submitted(entry, "held"))
 
-    def _join(self, slot: Slot, entry: Entry) -> None:
+    def _join(self, slot: Slot[P], entry: Entry[P]) -> None:
         if self.max_waiters is not None and self.waiting >= self.max_waiters:
             self._reject(entry, RESOURCE_LIMIT)
             return
@@ -333,27 +374,27 @@ class SlotMachine:
             target.followers = []
         target.followers.append(entry)
         self.joiners[entry.id] = entry
-        self.effects.append((SUBMITTED, entry, f"joined #{int(target.id)}"))
-        self.effects.append((JOIN, entry, target))
+        self.effects.append(Submitted(entry, f"joined #{int(target.id)}"))
+        self.effects.append(Join(entry, target))
 
-    def _reject(self, entry: Entry, kind: str) -> None:
-        self.effects.append((REJECT, entry, kind))
+    def _reject(self, entry: Entry[P], kind: RejectionKind) -> None:
+        self.effects.append(Reject(entry, kind))
         self._ended(entry)
 
-    def _ended(self, entry: Entry) -> None:
+    def _ended(self, entry: Entry[P]) -> None:
         """``entry`` will never run (again): release the joiners that follow it."""
         if entry.followers:
             for joiner in entry.followers:
                 del self.joiners[joiner.id]
             entry.followers = None
 
-    def _set_status(self, slot: Slot, status: SlotStatus, now: float, reason: str) -> None:
+    def _set_status(self, slot: Slot[P], status: SlotStatus, now: float, reason: str) -> None:
         slot.status = status
         slot.since = now
         assert slot.owner is not None
-        self.effects.append((TRANSITION, slot.owner, reason))
+        self.effects.append(Transition(slot.owner, reason))
 
-    def _advance(self, slot: Slot, now: float) -> None:
+    def _advance(self, slot: Slot[P], now: float) -> None:
         """The owner left: start the next queued item, else the oldest held one."""
         slot.owner = None
         slot.status = None
@@ -379,7 +420,7 @@ class SlotMachine:
         scans the slots with held work, not every held entry.
         """
         while self._held_slots:
-            best: Entry | None = None
+            best: Entry[P] | None = None
             for slot in self._held_slots.values():
                 head = slot.held[0]
                 if (best is None or head.seq < best.seq) and self._missing_budget(
@@ -391,13 +432,13 @@ class SlotMachine:
             slot = self.slots[best.key]
             self._place(slot, self._unhold_head(slot), now)
 
-    def _unhold_head(self, slot: Slot) -> Entry:
+    def _unhold_head(self, slot: Slot[P]) -> Entry[P]:
         entry = slot.held.popleft()
         del self.held[entry.id]
         if not slot.held:
             del self._held_slots[slot.key]
         return entry
 
-    def _drop_if_empty(self, slot: Slot) -> None:
+    def _drop_if_empty(self, slot: Slot[P]) -> None:
         if slot.owner is None and not slot.queue and not slot.held:
             self.slots.pop(slot.key, None)

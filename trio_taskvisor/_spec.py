@@ -1,20 +1,22 @@
-"""Defining work: ``TaskSpec``, ``TaskDefaults`` and the ``INHERIT`` marker.
+"""Defining work: ``TaskSpec``, ``ControllerSpec``, ``AdmissionPolicy`` and ``INHERIT``.
 
 Validation and normalisation happen at construction, so bad input fails at the call
 that gave it. Options left as ``INHERIT`` resolve against the supervisor's
-``TaskDefaults`` when the registry admits the task.
+``TaskDefaults`` when the registry admits the task (``Resolver``).
 
 Decisions the design leaves open:
 
 * Wrong *types* (a name that is not a ``str``, ``max_retries=1.5``, a ``restart`` that
   is not a ``RestartPolicy``) raise ``TypeError``; wrong *values* raise ``ConfigError``.
-* ``timeout=math.inf`` is normalised to ``None`` like ``timeout=0``.
 * ``args`` may be any iterable except ``str`` / ``bytes`` (which would become one
-  argument per character); durations given as ints too large for a float raise
-  ``ConfigError``.
+  argument per character).
 * Objects whose ``__call__`` is synchronous are accepted at construction (``inspect``
   cannot tell what they return); an attempt whose call returns a non-awaitable ends
   ``FATAL`` with a ``TypeError``.
+* ``TaskSpec`` supports no weak references: the named constructors build specs whose
+  options are all ``INHERIT`` without attrs' checked ``__init__`` (``_frozen``), which
+  needs a layout without a weak-reference slot.
+* A JOIN on an idle slot starts its own work, like any policy on an idle slot.
 """
 
 from __future__ import annotations
@@ -22,14 +24,20 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-import math
 import types
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, TypeAlias
 
 import attrs
 
+from ._config import (
+    TaskDefaults,
+    check_max_retries,
+    check_type,
+    normalize_timeout,
+)
 from ._exceptions import ConfigError
+from ._frozen import trusted_constructor
 from ._policies import BackoffPolicy, RestartPolicy
 
 
@@ -73,54 +81,15 @@ def check_async_callable(fn: object) -> None:
         )
 
 
-def check_duration(what: str, value: object) -> float:
-    """Validate a duration in seconds: a finite-or-infinite number ``>= 0``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        raise ConfigError(f"{what} is too large for a float, got {value!r}") from None
-    if math.isnan(seconds) or seconds < 0:
-        raise ConfigError(f"{what} must be >= 0, got {value!r}")
-    return seconds
-
-
-def normalize_timeout(value: object) -> float | None:
-    """Validate an attempt timeout; ``0`` and ``inf`` mean no timeout (``None``)."""
-    if value is None:
-        return None
-    seconds = check_duration("timeout", value)
-    return None if seconds == 0 or math.isinf(seconds) else seconds
-
-
-def check_max_retries(value: object) -> int | None:
-    """Validate ``max_retries``: ``None`` (unlimited) or an ``int >= 1``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_retries must be an int or None, got {value!r}")
-    if value == 0:
-        raise ConfigError("max_retries must be >= 1 or None, got 0; use TaskSpec.once instead")
-    if value < 0:
-        raise ConfigError(f"max_retries must be >= 1 or None, got {value!r}")
-    return value
-
-
-def _check_type(what: str, value: object, cls: type) -> None:
-    if not isinstance(value, cls):
-        raise TypeError(f"{what} must be a {cls.__name__}, got {value!r}")
-
-
 def _restart(value: RestartPolicy | _Inherit) -> RestartPolicy | _Inherit:
     if value is not INHERIT:
-        _check_type("restart", value, RestartPolicy)
+        check_type("restart", value, RestartPolicy)
     return value
 
 
 def _backoff(value: BackoffPolicy | _Inherit) -> BackoffPolicy | _Inherit:
     if value is not INHERIT:
-        _check_type("backoff", value, BackoffPolicy)
+        check_type("backoff", value, BackoffPolicy)
     return value
 
 
@@ -157,23 +126,7 @@ def _args(value: Iterable[Any]) -> tuple[Any, ...]:
     raise TypeError(f"args must be a tuple of arguments, got {value!r}")
 
 
-@attrs.frozen
-class TaskDefaults:
-    """Supervisor-wide values for ``TaskSpec`` options left as ``INHERIT``."""
-
-    restart: RestartPolicy = attrs.field(
-        default=RestartPolicy.ON_FAILURE,
-        validator=lambda _i, _a, v: _check_type("restart", v, RestartPolicy),
-    )
-    backoff: BackoffPolicy = attrs.field(
-        factory=BackoffPolicy,
-        validator=lambda _i, _a, v: _check_type("backoff", v, BackoffPolicy),
-    )
-    timeout: float | None = attrs.field(default=None, converter=normalize_timeout)
-    max_retries: int | None = attrs.field(default=None, converter=check_max_retries)
-
-
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class TaskSpec:
     """What to run and how to supervise it.
 
@@ -209,15 +162,7 @@ class TaskSpec:
         max_retries: int | _Inherit | None = INHERIT,
     ) -> TaskSpec:
         """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``)."""
-        return cls(
-            name,
-            fn,
-            args,
-            restart=RestartPolicy.NEVER,
-            backoff=backoff,
-            timeout=timeout,
-            max_retries=max_retries,
-        )
+        return cls._named(name, fn, args, RestartPolicy.NEVER, backoff, timeout, max_retries)
 
     @classmethod
     def restartable(
@@ -230,15 +175,7 @@ class TaskSpec:
         max_retries: int | _Inherit | None = INHERIT,
     ) -> TaskSpec:
         """Retry retryable failures with backoff; stop after a success."""
-        return cls(
-            name,
-            fn,
-            args,
-            restart=RestartPolicy.ON_FAILURE,
-            backoff=backoff,
-            timeout=timeout,
-            max_retries=max_retries,
-        )
+        return cls._named(name, fn, args, RestartPolicy.ON_FAILURE, backoff, timeout, max_retries)
 
     @classmethod
     def periodic(
@@ -252,15 +189,101 @@ class TaskSpec:
         max_retries: int | _Inherit | None = INHERIT,
     ) -> TaskSpec:
         """Run again ``every`` seconds after each success; failures use backoff."""
+        restart = RestartPolicy.always(every)
+        return cls._named(name, fn, args, restart, backoff, timeout, max_retries)
+
+    @classmethod
+    def _named(
+        cls,
+        name: str,
+        fn: TaskFn,
+        args: tuple[Any, ...],
+        restart: RestartPolicy,
+        backoff: BackoffPolicy | _Inherit,
+        timeout: float | _Inherit | None,
+        max_retries: int | _Inherit | None,
+    ) -> TaskSpec:
+        """The named constructors: options all ``INHERIT`` skip the converters."""
+        if backoff is INHERIT and timeout is INHERIT and max_retries is INHERIT:
+            # ``args`` is the constructor's own tuple, ``restart`` one of ours.
+            return _trusted_spec(_name(name), _fn(fn), args, restart, INHERIT, INHERIT, INHERIT)
         return cls(
             name,
             fn,
             args,
-            restart=RestartPolicy.always(every),
+            restart=restart,
             backoff=backoff,
             timeout=timeout,
             max_retries=max_retries,
         )
+
+
+_trusted_spec: Final = trusted_constructor(TaskSpec)
+
+
+class AdmissionPolicy(enum.Enum):
+    """What a submission does when its slot is busy."""
+
+    QUEUE = "queue"
+    REPLACE = "replace"
+    DROP_IF_RUNNING = "drop_if_running"
+    JOIN = "join"
+
+
+def _check_slot(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"slot must be a str or None, got {value!r}")
+    if not value:
+        raise ConfigError(f"slot must not be empty, got {value!r}")
+    return value
+
+
+@attrs.frozen
+class ControllerSpec:
+    """A submission to the controller: the task, its slot and the busy-slot policy."""
+
+    task: TaskSpec = attrs.field(validator=lambda _i, _a, v: check_type("task", v, TaskSpec))
+    policy: AdmissionPolicy = attrs.field(
+        default=AdmissionPolicy.QUEUE,
+        validator=lambda _i, _a, v: check_type("policy", v, AdmissionPolicy),
+    )
+    slot: str | None = attrs.field(default=None, converter=_check_slot)
+    wait: bool = attrs.field(default=False, validator=lambda _i, _a, v: check_type("wait", v, bool))
+
+    def __attrs_post_init__(self) -> None:
+        if self.wait and self.policy in (AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING):
+            raise ConfigError(f"policy {self.policy.name} has no wait mode, got wait=True")
+
+    @property
+    def slot_name(self) -> str:
+        """The slot: ``slot``, or the task name."""
+        return self.task.name if self.slot is None else self.slot
+
+    @classmethod
+    def queue(
+        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
+    ) -> ControllerSpec:
+        """Run when the slot is free; queue FIFO behind its owner."""
+        return cls(task, AdmissionPolicy.QUEUE, slot, wait)
+
+    @classmethod
+    def replace(
+        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
+    ) -> ControllerSpec:
+        """Stop the slot's owner and become the head of its queue."""
+        return cls(task, AdmissionPolicy.REPLACE, slot, wait)
+
+    @classmethod
+    def drop_if_running(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
+        """Run only if the slot is idle; otherwise reject ``SLOT_BUSY``."""
+        return cls(task, AdmissionPolicy.DROP_IF_RUNNING, slot)
+
+    @classmethod
+    def join(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
+        """On a busy slot, start nothing: resolve to the outcome of the slot's last work."""
+        return cls(task, AdmissionPolicy.JOIN, slot)
 
 
 @attrs.frozen

@@ -1,4 +1,9 @@
-"""``open_supervisor``, ``run`` and the ``Supervisor`` they hand out.
+"""``open_supervisor``, ``run`` and the ``Supervisor`` they hand out: the composition root.
+
+The ``Supervisor`` builds and wires everything below it (bus, registry, controller,
+shutdown) and is the only module that knows them all; each call goes one way down:
+the facade checks intake and builds the record, then the controller (controller work)
+or the registry takes it, each through its own non-blocking core.
 
 Nursery tree of one supervisor::
 
@@ -29,7 +34,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import random
 import signal
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -38,68 +42,21 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from ._actor import TaskRecord
-from ._bus import EventBus, Subscriber, check_capacity
-from ._controller import (
-    Controller,
-    ControllerConfig,
-    ControllerSnapshot,
-    ControllerSpec,
-    PreparedSubmission,
-)
+from ._bus import EventBus, Subscriber
+from ._config import SupervisorConfig, check_capacity
+from ._controller import Controller, ControllerSnapshot
 from ._events import TaskEvent
-from ._exceptions import ConfigError, NoControllerError, SupervisorClosedError
-from ._outcome import TaskId, TaskWaiter
-from ._registry import AddCommand, Registry, Reply, StopCommand, TaskInfo
+from ._exceptions import NoControllerError
+from ._outcome import TaskId, allocate_id
+from ._record import TaskRecord
+from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
-from ._slots import AdmissionPolicy
-from ._spec import Resolver, TaskDefaults, TaskSpec, check_duration
+from ._slots import Entry
+from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec
+from ._waiter import TaskWaiter
 
 logger = logging.getLogger("trio_taskvisor")
 T = TypeVar("T")
-
-
-def _check_limit(what: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int or None, got {value!r}")
-    if value < 1:
-        raise ConfigError(f"{what} must be >= 1 or None, got {value!r}")
-
-
-def _check_instance(what: str, value: object, cls: type, *, optional: bool = False) -> None:
-    if not isinstance(value, cls) and not (optional and value is None):
-        raise TypeError(f"{what} must be a {cls.__name__}, got {value!r}")
-
-
-@attrs.frozen
-class SupervisorConfig:
-    """Settings of one supervisor; invalid values raise ``ConfigError``.
-
-    ``grace`` may be ``math.inf`` (never force); capacities must be ``>= 1``.
-    """
-
-    grace: float = 60.0
-    subscriber_shutdown_timeout: float = 5.0
-    max_concurrent: int | None = None
-    max_registered_tasks: int | None = 1024
-    command_capacity: int = 1024
-    bus_capacity: int = 1024
-    task_defaults: TaskDefaults = attrs.field(factory=TaskDefaults)
-    controller: ControllerConfig | None = None
-    random: random.Random = attrs.field(factory=random.Random, eq=False)
-
-    def __attrs_post_init__(self) -> None:
-        check_duration("grace", self.grace)
-        check_duration("subscriber_shutdown_timeout", self.subscriber_shutdown_timeout)
-        _check_limit("max_concurrent", self.max_concurrent)
-        _check_limit("max_registered_tasks", self.max_registered_tasks)
-        check_capacity("command_capacity", self.command_capacity)
-        check_capacity("bus_capacity", self.bus_capacity)
-        _check_instance("task_defaults", self.task_defaults, TaskDefaults)
-        _check_instance("controller", self.controller, ControllerConfig, optional=True)
-        _check_instance("random", self.random, random.Random)
 
 
 @attrs.frozen
@@ -134,21 +91,13 @@ class Supervisor:
 
     def __init__(self, config: SupervisorConfig, subscribers: tuple[Subscriber, ...]) -> None:
         self._config = config
-        self._bus = EventBus(config.bus_capacity, subscribers)
+        self._bus = EventBus(config.bus_capacity, subscribers, self._on_crash)
         self._resolve = Resolver(config.task_defaults)
-        self._registry = Registry(self, self._bus)
-        self._registry.on_crash = self._on_crash
-        self._bus.on_crash = self._on_crash
+        self._registry = Registry(config, self._bus, self._on_crash)
         self._controller = (
             None
             if config.controller is None
-            else Controller(
-                config.controller,
-                self._registry,
-                self._bus,
-                self._resolve,
-                lambda: self._shutdown.started,
-            )
+            else Controller(config.controller, self._registry, self._bus, self._new_record)
         )
         self._shutdown = Shutdown(
             self._registry,
@@ -210,25 +159,15 @@ class Supervisor:
     # -- intake ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._shutdown.started:
-            raise SupervisorClosedError("the supervisor is shutting down; intake is closed")
+        self._registry.check_intake()
 
-    def _record(self, spec: TaskSpec) -> TaskRecord:
+    def _new_record(self, spec: TaskSpec, slot: str | None = None) -> TaskRecord:
+        """The record of ``spec``: allocates its ``TaskId``, captures the caller's context."""
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
-        return TaskRecord.for_spec(spec, self._resolve(spec))
-
-    async def _send(self, command: AddCommand, count: int) -> None:
-        work = self._registry.work
-        work.add(count)
-        try:
-            await self._registry.send.send(command)
-        except trio.BrokenResourceError:
-            work.sub(count)
-            raise SupervisorClosedError("the supervisor has shut down") from None
-        except BaseException:
-            work.sub(count)
-            raise
+        return TaskRecord(
+            allocate_id(), spec.name, spec.fn, spec.args, self._resolve(spec), self, slot
+        )
 
     async def add(self, spec: TaskSpec) -> TaskWaiter:
         """Register a task and return its waiter.
@@ -239,22 +178,9 @@ class Supervisor:
         Cancelled after the command was accepted, the add still happens.
         """
         self._check_open()
-        rec = self._record(spec)
-        registry = self._registry
-        if registry.idle():
-            # Fast path: nothing is queued before this add, so admit it here and now,
-            # after the checkpoint every async method owes (cancellable: no trace).
-            await trio.lowlevel.checkpoint()
-            self._check_open()
-            if registry.idle():
-                error = registry.admit_direct(rec)
-                if error is not None:
-                    raise error
-                return rec.waiter
-        reply = Reply()
-        await self._send(AddCommand((rec,), reply), 1)
-        await reply.wait()
-        return rec.waiter
+        rec = self._new_record(spec)
+        await self._registry.add(rec)
+        return rec
 
     def add_nowait(self, spec: TaskSpec) -> TaskWaiter:
         """Enqueue an add without blocking; a rejection resolves the waiter ``REJECTED``.
@@ -262,18 +188,9 @@ class Supervisor:
         Raises ``trio.WouldBlock`` when the command channel is full.
         """
         self._check_open()
-        rec = self._record(spec)
-        work = self._registry.work
-        work.add()
-        try:
-            self._registry.send.send_nowait(AddCommand((rec,), None))
-        except trio.BrokenResourceError:
-            work.sub()
-            raise SupervisorClosedError("the supervisor has shut down") from None
-        except BaseException:
-            work.sub()
-            raise
-        return rec.waiter
+        rec = self._new_record(spec)
+        self._registry.add_nowait(rec)
+        return rec
 
     async def add_batch(self, specs: Iterable[TaskSpec]) -> builtins.list[TaskWaiter]:
         """Register every spec, or none: any conflict or the limit rejects them all.
@@ -284,32 +201,23 @@ class Supervisor:
         """
         self._check_open()
         _check_iterable("specs", specs, "TaskSpec")
-        recs = [self._record(spec) for spec in specs]
+        recs = [self._new_record(spec) for spec in specs]
         if not recs:
             await trio.lowlevel.checkpoint()
             return []
-        reply = Reply()
-        await self._send(AddCommand(recs, reply, batch=True), len(recs))
-        await reply.wait()
-        return [rec.waiter for rec in recs]
+        await self._registry.add_batch(recs)
+        return list(recs)
 
     # -- stops -----------------------------------------------------------------------------
 
     async def _stop(self, target: TaskId | str) -> tuple[bool, TaskRecord | None]:
         _check_target(target)
         if self._controller is not None and not isinstance(target, str):
-            routed = await self._controller.stop(TaskId(target))
+            # Through the controller: ordered after the submission it targets.
+            routed = await self._controller.remove(TaskId(target))
             if routed is not None:
                 return routed
-        reply = Reply()
-        try:
-            await self._registry.send.send(StopCommand(target, reply))
-        except trio.BrokenResourceError:
-            # The registry has ended: every task is gone.
-            await trio.lowlevel.checkpoint()
-            return False, None
-        await reply.wait()
-        return reply.value  # type: ignore[return-value]
+        return await self._registry.stop(target)
 
     async def remove(self, target: TaskId | str) -> bool:
         """Request a stop and return without waiting for it.
@@ -328,7 +236,7 @@ class Supervisor:
         """
         claimed, rec = await self._stop(target)
         if rec is not None:
-            await rec.waiter.wait()
+            await rec.wait()
         return claimed
 
     # -- the controller ------------------------------------------------------------------
@@ -345,8 +253,10 @@ class Supervisor:
         controller and ``SupervisorClosedError`` after shutdown began.
         """
         controller = self._require_controller("submit")
-        controller.check_open()
-        return await controller.submit(controller.prepare(request))
+        self._check_open()
+        entry = controller.prepare(request)
+        await controller.submit(entry)
+        return entry.payload
 
     def submit_nowait(self, request: ControllerSpec) -> TaskWaiter:
         """Hand ``request`` to the controller without blocking.
@@ -354,13 +264,15 @@ class Supervisor:
         Raises ``trio.WouldBlock`` when the controller's command channel is full.
         """
         controller = self._require_controller("submit_nowait")
-        controller.check_open()
-        return controller.send_nowait(controller.prepare(request))
+        self._check_open()
+        entry = controller.prepare(request)
+        controller.submit_nowait(entry)
+        return entry.payload
 
     def prepare_submission(self, request: ControllerSpec) -> PreparedSubmission:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
         controller = self._require_controller("prepare_submission")
-        return PreparedSubmission(controller, controller.prepare(request))
+        return PreparedSubmission(self, controller, controller.prepare(request))
 
     def controller_snapshot(self) -> ControllerSnapshot:
         """The controller's slots now (atomic)."""
@@ -383,15 +295,16 @@ class Supervisor:
         stop (shielded, at most the grace window) before ``Cancelled`` propagates.
         """
         controller = self._require_controller("run_in_slot")
-        controller.check_open()
+        self._check_open()
         if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"slot must be a str, got {slot!r}")
         self._calls += 1
         spec = TaskSpec.once(f"{slot}/call-{self._calls}", fn, *args, **task_opts)
         wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
         entry = controller.prepare(ControllerSpec(spec, policy, slot, wait))
-        entry.payload.reserved = False  # an automatic name: a label, never a collision
-        waiter = await controller.submit(entry)
+        waiter = entry.payload
+        waiter.reserved = False  # an automatic name: a label, never a collision
+        await controller.submit(entry)
         try:
             outcome = await waiter.wait()
         except BaseException:
@@ -428,8 +341,19 @@ class Supervisor:
         )
 
     async def wait_idle(self) -> None:
-        """Wait until no task is registered or alive and no add is in flight."""
-        await self._registry.work.idle.wait_value(True)  # pyright: ignore[reportUnknownMemberType]
+        """Wait until no task is registered or alive and no add or submission is in flight."""
+        registry = self._registry.idle
+        controller = None if self._controller is None else self._controller.idle
+        await trio.lowlevel.checkpoint()
+        # Work moves from the controller to the registry, counted there first: both idle
+        # at one instant, checked with no checkpoint between, means none is left.
+        while True:
+            if not registry.value:  # pyright: ignore[reportUnknownMemberType]
+                await registry.wait_value(True)  # pyright: ignore[reportUnknownMemberType]
+            elif controller is not None and not controller.value:  # pyright: ignore[reportUnknownMemberType]
+                await controller.wait_value(True)  # pyright: ignore[reportUnknownMemberType]
+            else:
+                return
 
     def events(
         self, capacity: int = 1024
@@ -448,6 +372,50 @@ class Supervisor:
         """
         self._start_shutdown(explicit=True)
         await self._shutdown.wait()
+
+
+class PreparedSubmission:
+    """A submission whose ``TaskId`` is allocated; submit it once."""
+
+    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id")
+
+    def __init__(
+        self, supervisor: Supervisor, controller: Controller, entry: Entry[TaskRecord]
+    ) -> None:
+        self._supervisor = supervisor
+        self._controller = controller
+        self._entry = entry
+        self._used = False
+        self.id: TaskId = entry.payload.id
+
+    def __repr__(self) -> str:
+        return f"<PreparedSubmission {self.id} slot={self._entry.key!r}>"
+
+    def _claim(self) -> None:
+        if self._used:
+            raise RuntimeError(f"prepared submission {self.id} was already submitted")
+        self._used = True
+
+    async def submit(self) -> TaskWaiter:
+        """Submit; waits for controller command capacity (intake only)."""
+        self._supervisor._check_open()  # pyright: ignore[reportPrivateUsage]
+        self._claim()
+        try:
+            await self._controller.submit(self._entry)
+        except BaseException:
+            # Not taken (cancelled or closed before intake): leave the submission unused.
+            self._used = False
+            raise
+        return self._entry.payload
+
+    def submit_nowait(self) -> TaskWaiter:
+        """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
+        self._supervisor._check_open()  # pyright: ignore[reportPrivateUsage]
+        if self._used:
+            self._claim()  # raises: a second use must not send the entry again
+        self._controller.submit_nowait(self._entry)
+        self._claim()  # only now: a WouldBlock leaves the submission unused
+        return self._entry.payload
 
 
 @asynccontextmanager

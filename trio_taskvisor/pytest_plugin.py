@@ -87,9 +87,10 @@ import attrs
 import pytest
 
 from ._bus import Subscriber
+from ._config import SupervisorConfig
 from ._events import EventKind
 from ._exceptions import GraceExceededError
-from ._supervisor import Supervisor, SupervisorConfig, open_supervisor
+from ._supervisor import Supervisor, open_supervisor
 from .testing import EventRecorder
 
 __all__ = [

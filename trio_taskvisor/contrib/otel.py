@@ -68,11 +68,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
-from .._actor import TaskRecord
-from .._context import current_task_context
 from .._events import EventKind, TaskEvent
 from .._exceptions import FatalError, TaskCancelled, split_cancelled
 from .._outcome import OutcomeKind, TaskId
+from .._record import TaskRecord, current_task_context
 
 __all__ = ["TracingSubscriber", "traced"]
 

@@ -1,0 +1,143 @@
+"""A loop's intake (``Inbox``) and the one-shot answer to a caller (``Reply``).
+
+Each loop (registry, controller) receives on one ``Inbox``: an unbounded trio memory
+channel whose *callers* are bounded by a capacity, exactly as a bounded
+``trio.MemorySendChannel`` would bound them (``put_nowait`` raises ``trio.WouldBlock``
+when full, an item handed to the loop waiting in ``get()`` takes no room; ``put`` is
+built on it as ``MemorySendChannel.send`` is on ``send_nowait``, waiting for room in FIFO
+order), while the supervisor's own messages (``force=True``: a controller's admission,
+a forwarded stop, a report from the registry, the shutdown) are never refused, so no
+loop ever waits on another. Its own counters tell whether the loop is idle (parked in
+``get()`` with nothing queued), which lets a caller run the loop's non-blocking core
+directly in its own task: nothing is ordered before it then, and code between two
+checkpoints is atomic in trio.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Generic, TypeVar
+
+import trio
+
+T = TypeVar("T")
+
+
+class Reply(Generic[T]):
+    """A one-shot answer from a loop to a waiting caller."""
+
+    __slots__ = ("error", "event", "value")
+
+    value: T
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.error: BaseException | None = None
+
+    def set(self, value: T, error: BaseException | None = None) -> None:
+        """Answer: ``value``, or raise ``error`` in the waiting caller."""
+        self.value = value
+        self.error = error
+        self.event.set()
+
+    async def wait(self) -> T:
+        """Wait for the answer; raise its error if it has one."""
+        await self.event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class Inbox(Generic[T]):
+    """One loop's intake: FIFO, bounded for callers, never refusing the supervisor."""
+
+    __slots__ = (
+        "_capacity",
+        "_handed",
+        "_in_get",
+        "_recv",
+        "_room",
+        "_send",
+        "_size",
+        "closed",
+    )
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._send, self._recv = trio.open_memory_channel[T](math.inf)
+        self._room = trio.lowlevel.ParkingLot()
+        self._size = 0  # items put and not yet taken by the loop
+        self._handed = False  # the first of them went to the loop waiting in get()
+        self._in_get = False
+        self.closed = False
+
+    def idle(self) -> bool:
+        """Whether nothing is queued and the loop is parked in ``get()``."""
+        return self._in_get and not self._size
+
+    @property
+    def size(self) -> int:
+        """Items put and not yet taken by the loop."""
+        return self._size
+
+    def put_nowait(self, item: T, *, force: bool = False) -> None:
+        """Queue ``item``; ``trio.WouldBlock`` when full unless ``force``.
+
+        Raises ``trio.BrokenResourceError`` once the loop has closed its inbox.
+        """
+        if self.closed:
+            raise trio.BrokenResourceError("the loop has ended")
+        if not force and self._size - self._handed >= self._capacity:
+            raise trio.WouldBlock
+        if self._in_get and not self._size:
+            self._handed = True  # as a channel hands an item to a waiting receiver
+        self._send.send_nowait(item)  # unbounded: never blocks
+        self._size += 1
+
+    async def put(self, item: T) -> None:
+        """Queue ``item``, waiting FIFO for room. A checkpoint.
+
+        Cancelled before it is queued, it queues nothing.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            self.put_nowait(item)
+        except trio.WouldBlock:
+            pass
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        while True:
+            await self._room.park()
+            try:
+                self.put_nowait(item)
+            except trio.WouldBlock:
+                continue
+            return
+
+    async def get(self) -> T:
+        """Take the next item, waiting for one (the loop only)."""
+        self._in_get = True
+        try:
+            item = await self._recv.receive()
+        finally:
+            self._in_get = False
+        self._taken()
+        return item
+
+    def get_nowait(self) -> T:
+        """Take the next item; ``trio.WouldBlock`` if none (the loop only)."""
+        item = self._recv.receive_nowait()
+        self._taken()
+        return item
+
+    def _taken(self) -> None:
+        self._size -= 1
+        self._handed = False
+        if self._size < self._capacity and self._room:
+            self._room.unpark()
+
+    def close(self) -> None:
+        """The loop has ended: later puts raise ``BrokenResourceError``; wake waiters."""
+        self.closed = True
+        self._room.unpark_all()

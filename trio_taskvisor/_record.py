@@ -1,0 +1,176 @@
+"""``TaskRecord``: one registered task's state, shared by its actor and the registry.
+
+The record *is* the task's ``TaskWaiter`` (one object per task): ``add`` and ``submit``
+return it. It is mutated only by code of its supervisor, between two checkpoints, so
+every change is atomic.
+
+Lower layers call upward only through the small protocol declared here:
+``RecordListener``, which the controller implements for the records of its work. A
+record refers to nothing above it: ``owner`` is the public ``Supervisor`` as an opaque
+object, for ``TaskContext.supervisor`` alone.
+
+Once the actor has exited, ``release()`` drops what the record held for running the
+task (function, arguments, context, scopes, the listener and owner), so a waiter kept
+by a user keeps none of it alive.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import math
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import trio
+
+from ._outcome import TaskId
+from ._waiter import TaskWaiter
+
+if TYPE_CHECKING:
+    from trio_util import AsyncBool
+
+    from ._spec import ResolvedSpec, TaskFn
+
+
+class TaskState(enum.Enum):
+    """Where a registered task is in its life."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    STOPPING = "stopping"
+
+
+class RecordListener(Protocol):
+    """What the owner of controller work (the controller) learns of its records."""
+
+    def admission_decided(self, rec: TaskRecord, accepted: bool, /) -> None:
+        """The registry's loop decided on an admission queued behind its commands.
+
+        Called in the registry loop's task: it must not call back into the registry
+        (the controller hands the decision to its own loop). A rejected record is left
+        for its listener to ``release()`` once it has handled the decision.
+        """
+
+    def owner_exited(self, rec: TaskRecord, /) -> None:
+        """The record's actor physically exited and its outcome is committed.
+
+        Called by the actor, after the registry is done with the record.
+        """
+
+
+# The running attempt's record: ``current_context()`` wraps it on first use.
+current_task_context: Final = contextvars.ContextVar["TaskRecord"]("trio_taskvisor_context")
+
+
+class _Extras:
+    """What few records need: created on first use."""
+
+    __slots__ = ("cancel_flag", "defer_scopes", "task_context")
+
+    def __init__(self) -> None:
+        self.cancel_flag: AsyncBool | None = None
+        self.defer_scopes: set[trio.CancelScope] | None = None
+        self.task_context: object = None  # the TaskContext, built by _context
+
+
+class TaskRecord(TaskWaiter):
+    """The registry's and the actor's shared state for one task; also its waiter."""
+
+    __slots__ = (
+        "_extras",
+        "args",
+        "attempt",
+        "committed",
+        "context",
+        "entry",
+        "fn",
+        "force_deadline",
+        "forced",
+        "hard_deadline",
+        "in_attempt",
+        "listener",
+        "owner",
+        "policy",
+        "reserved",
+        "slot",
+        "state",
+        "stop_requested",
+        "stop_scope",
+    )
+
+    def __init__(
+        self,
+        id: TaskId,
+        name: str,
+        fn: TaskFn,
+        args: tuple[Any, ...],
+        policy: ResolvedSpec,
+        owner: object,
+        slot: str | None = None,
+    ) -> None:
+        super().__init__(id, name)
+        self.fn: TaskFn | None = fn
+        self.args = args
+        self.policy = policy
+        self.owner = owner
+        self.slot = slot
+        # The submitter's context variables; each attempt runs in a copy.
+        self.context: contextvars.Context | None = contextvars.copy_context()
+        self.state = TaskState.WAITING
+        self.attempt = 0
+        self.stop_requested = False
+        self.forced = False
+        self.committed = False
+        self.in_attempt = False
+        self.reserved = True  # its name is reserved while the actor lives (not keyed calls)
+        self.stop_scope: trio.CancelScope | None = None  # the actor's, from its start
+        self.hard_deadline = math.inf
+        self.force_deadline = math.inf
+        # Controller work: whom to tell, and the slot machine's entry (opaque here).
+        self.listener: RecordListener | None = None
+        self.entry: object = None
+        self._extras: _Extras | None = None
+
+    def extras(self) -> _Extras:
+        """The rarely used state, created on first use."""
+        if self._extras is None:
+            self._extras = _Extras()
+        return self._extras
+
+    def cancel_flag(self) -> AsyncBool:
+        """The observable stop request, created on first use."""
+        extras = self.extras()
+        if extras.cancel_flag is None:
+            from trio_util import AsyncBool
+
+            extras.cancel_flag = AsyncBool(self.stop_requested)
+        return extras.cancel_flag
+
+    def request_stop(self, reason: str) -> None:
+        """Soft-stop: flag the request and cancel the stop scope."""
+        self.stop_requested = True
+        self.state = TaskState.STOPPING
+        extras = self._extras
+        if extras is not None and extras.cancel_flag is not None:
+            extras.cancel_flag.value = True
+        if self.stop_scope is not None:
+            self.stop_scope.cancel(reason=reason)
+
+    def force(self) -> None:
+        """Unshield every deferred block so the pending stop reaches it."""
+        self.forced = True
+        if self._extras is not None:
+            for scope in self._extras.defer_scopes or ():
+                scope.shield = False
+
+    def release(self) -> None:
+        """The actor has exited: keep only what a waiter needs."""
+        self.fn = None
+        self.args = ()
+        self.context = None
+        self.owner = None
+        self.listener = None
+        self.entry = None
+        self.stop_scope = None
+        self._extras = None
