@@ -16,9 +16,8 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -151,8 +150,7 @@ async def supervisor(
     assert info.value.stuck == stuck
 
 
-@attrs.frozen
-class Run:
+class Run(NamedTuple):
     """How one task run by ``run_spec`` ended, how long it took, and its events."""
 
     outcome: TaskOutcome

@@ -23,16 +23,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import (
-    job,
-    once,
-    queue,
-    rejected,
-    replace,
-    submitted_reasons,
-    supervisor,
-    winding_down,
-)
+from helpers import job, once, queue, rejected, replace, submitted_reasons, supervisor, winding_down
 
 # -- budgets -------------------------------------------------------------------------------
 

@@ -50,8 +50,7 @@ Decisions where DESIGN.md is silent
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -68,12 +67,12 @@ from trio_taskvisor import (
     OutcomeKind,
     RejectionKind,
     Supervisor,
-    SupervisorConfig,
     TaskSpec,
     current_context,
-    open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
+
+from helpers import Body, forever, kinds_of, recorder_waiters, settle, supervisor
 
 MAX_CHECKPOINTS = 64  # a sweep that goes further is a bug in the sweep or the library
 NEVER = 10**9  # a k no call reaches: the uncancelled call
@@ -161,52 +160,14 @@ async def sweep(scenario: Callable[[int], Awaitable[tuple[Run, Phase]]]) -> list
     return phases
 
 
-# -- fixtures and bodies -------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def supervisor(
-    recorder: EventRecorder | None = None, **config: Any
-) -> AsyncGenerator[Supervisor]:
-    config.setdefault("grace", 5.0)
-    subscribers = () if recorder is None else (recorder,)
-    async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-        yield sup
-
-
-async def settle() -> None:
-    await trio.testing.wait_all_tasks_blocked()
-
-
-class Body:
-    """A task body that records its starts and completions."""
-
-    def __init__(self, seconds: float = 1.0, value: object = "ok") -> None:
-        self.seconds = seconds
-        self.value = value
-        self.started = 0
-        self.finished = 0
-
-    async def __call__(self) -> object:
-        self.started += 1
-        await trio.sleep(self.seconds)
-        self.finished += 1
-        return self.value
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
-
-
-def named(recorder: EventRecorder, name: str) -> list[EventKind]:
-    return [e.kind for e in recorder.events if e.name == name]
+# -- what a call left behind ---------------------------------------------------------
 
 
 async def assert_no_trace(sup: Supervisor, recorder: EventRecorder, name: str, body: Body) -> None:
     """Nothing of the add of ``name`` exists, and the name is free for a new add."""
     await settle()
     assert body.started == 0
-    assert named(recorder, name) == []
+    assert kinds_of(recorder, name) == []
     assert name not in [info.name for info in sup.list()]
     assert not sup.is_alive(name)
     with trio.fail_after(60):
@@ -226,7 +187,7 @@ async def assert_added_and_ran(
     await settle()
     assert body.started == body.finished == 1
     assert trio.current_time() == t0 + body.seconds
-    assert named(recorder, name)[:2] == [EventKind.TASK_ADD_REQUESTED, EventKind.TASK_ADDED]
+    assert kinds_of(recorder, name)[:2] == [EventKind.TASK_ADD_REQUESTED, EventKind.TASK_ADDED]
     [finished] = recorder.of(EventKind.TASK_FINISHED, name=name)
     assert finished.outcome is OutcomeKind.COMPLETED
 
@@ -245,7 +206,7 @@ async def _add_scenario(k: int, *, queued_before: int, capacity: int = 1024) -> 
         run = await call_cancelled_at(k, lambda: sup.add(TaskSpec.once("job", body)))
         assert run.error is None
         await settle()
-        if not named(recorder, "job"):
+        if not kinds_of(recorder, "job"):
             assert run.cancelled
             await assert_no_trace(sup, recorder, "job", body)
             return run, Phase.NO_TRACE
@@ -295,7 +256,7 @@ async def _add_batch_scenario(
         run = await call_cancelled_at(k, lambda: sup.add_batch(specs))
         assert run.error is None
         await settle()
-        if run.cancelled and not named(recorder, "item-0"):
+        if run.cancelled and not kinds_of(recorder, "item-0"):
             for i, b in enumerate(bodies):
                 await assert_no_trace(sup, recorder, f"item-{i}", b)
             return run, Phase.NO_TRACE
@@ -352,7 +313,7 @@ async def _stop_scenario(
         run = await call_cancelled_at(k, lambda: getattr(sup, method)(target))
         assert run.error is None
         await settle()
-        if not named(recorder, "victim").count(EventKind.TASK_REMOVE_REQUESTED):
+        if not kinds_of(recorder, "victim").count(EventKind.TASK_REMOVE_REQUESTED):
             # No stop was requested: the victim runs on, and the claim is still free.
             assert run.cancelled
             assert sup.is_alive("victim")
@@ -468,7 +429,7 @@ async def test_event_recorder_wait_for_cancelled_at_every_checkpoint(autojump_cl
                 k, lambda: recorder.wait_for(EventKind.TASK_FINISHED, name="job")
             )
             assert run.error is None
-            assert recorder._waiters == []  # pyright: ignore[reportPrivateUsage]
+            assert recorder_waiters(recorder) == []
             event = await recorder.wait_for(EventKind.TASK_FINISHED, name="job")
             assert event.outcome is OutcomeKind.COMPLETED
             return run, Phase.DONE
@@ -592,12 +553,12 @@ async def _submit_scenario(k: int, *, prepared: bool, capacity: int) -> tuple[Ru
         run = await call_cancelled_at(k, op)
         assert run.error is None
         await settle()
-        if run.cancelled and not named(recorder, "job"):
+        if run.cancelled and not kinds_of(recorder, "job"):
             assert body.started == 0
             assert sup.controller_snapshot().slot("s") is None
             with trio.fail_after(60):
                 await sup.wait_idle()  # no in-flight count leaked
-            assert named(recorder, "job") == []
+            assert kinds_of(recorder, "job") == []
             if submission is not None:
                 # Cancelled before intake, the prepared submission is still unused.
                 waiter = await submission.submit()

@@ -23,16 +23,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import (
-    job,
-    join,
-    queue,
-    rejected,
-    replace,
-    supervisor,
-    trail,
-    winding_down,
-)
+from helpers import job, join, queue, rejected, replace, supervisor, trail, winding_down
 
 # -- queued, held and joined work ----------------------------------------------------------
 

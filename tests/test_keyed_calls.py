@@ -28,16 +28,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import (
-    Occupancy,
-    deferring,
-    failing,
-    job,
-    join,
-    queue,
-    rejected,
-    supervisor,
-)
+from helpers import Occupancy, deferring, failing, job, join, queue, rejected, supervisor
 
 
 async def submit_and_wait(sup: Supervisor, *requests: ControllerSpec) -> tuple[str, float]:

@@ -14,14 +14,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import (
-    Occupancy,
-    drop,
-    queue,
-    rejected,
-    supervisor,
-    trail,
-)
+from helpers import Occupancy, drop, queue, rejected, supervisor, trail
 
 # -- idle and busy slots -------------------------------------------------------------------
 

@@ -17,15 +17,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import (
-    job,
-    join,
-    queue,
-    rejected,
-    replace,
-    submitted_reasons,
-    supervisor,
-)
+from helpers import job, join, queue, rejected, replace, submitted_reasons, supervisor
 
 # -- following work ------------------------------------------------------------------------
 

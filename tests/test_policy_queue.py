@@ -16,14 +16,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import (
-    once,
-    queue,
-    rejected,
-    starts,
-    supervisor,
-    trail,
-)
+from helpers import once, queue, rejected, starts, supervisor, trail
 
 # -- admission and FIFO order --------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from trio_taskvisor import (
     TaskSpec,
 )
 
+from helpers import nothing
+
 # Every public name DESIGN.md defines, except the keyed controller's types below.
 DESIGN_NAMES = {
     # entry points and the supervisor
@@ -274,8 +276,4 @@ def test_out_of_range_values_raise_config_error() -> None:
     with pytest.raises(ConfigError):
         SupervisorConfig(grace=-1.0)
     with pytest.raises(ValueError, match="max_retries"):
-        TaskSpec.restartable("t", _noop, max_retries=0)
-
-
-async def _noop() -> None:
-    pass
+        TaskSpec.restartable("t", nothing, max_retries=0)

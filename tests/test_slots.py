@@ -20,7 +20,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from trio_taskvisor._slots import (
+from trio_taskvisor import AdmissionPolicy, SlotStatus
+
+# The slot machine's own names: private, so they come through helpers like every internal.
+from helpers import (
     ADMIT,
     DETACH,
     JOIN,
@@ -34,10 +37,8 @@ from trio_taskvisor._slots import (
     SUBMITTED,
     SUPERSEDED,
     TRANSITION,
-    AdmissionPolicy,
     Entry,
     SlotMachine,
-    SlotStatus,
 )
 
 QUEUE = AdmissionPolicy.QUEUE

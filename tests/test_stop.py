@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 import trio
@@ -15,72 +12,20 @@ from trio_taskvisor import (
     BackoffPolicy,
     EventKind,
     FatalError,
-    GraceExceededError,
     OutcomeKind,
     RejectionKind,
     ResourceLimitError,
     Supervisor,
-    SupervisorConfig,
     TaskFailure,
     TaskId,
     TaskNameInUseError,
     TaskSpec,
     TaskState,
     current_context,
-    open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
 
-ATTEMPT_KINDS = (
-    EventKind.ATTEMPT_STARTING,
-    EventKind.ATTEMPT_SUCCEEDED,
-    EventKind.ATTEMPT_FAILED,
-    EventKind.ATTEMPT_TIMED_OUT,
-    EventKind.ATTEMPT_CANCELLED,
-)
-
-
-@asynccontextmanager
-async def supervisor(
-    recorder: EventRecorder | None = None, *, stuck: tuple[str, ...] = (), **config: Any
-) -> AsyncGenerator[Supervisor]:
-    """Open a supervisor (``grace=5`` unless given), recording events if asked.
-
-    ``stuck``: the forced tasks still running when the shutdown's grace passes, which
-    leaving the block must report in ``GraceExceededError``.
-    """
-    config.setdefault("grace", 5.0)
-    subscribers = () if recorder is None else (recorder,)
-    if not stuck:
-        async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-            yield sup
-        return
-    with pytest.raises(GraceExceededError) as info:
-        async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-            yield sup
-    assert info.value.stuck == stuck
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
-
-
-async def deferring(seconds: float) -> str:
-    """Run ``seconds`` inside a ``defer_cancel()`` block, then return."""
-    with current_context().defer_cancel():
-        await trio.sleep(seconds)
-    return "done"
-
-
-async def stubborn(seconds: float) -> None:
-    """Ignore every cancellation for ``seconds`` (a shield of its own)."""
-    with trio.CancelScope(shield=True):
-        await trio.sleep(seconds)
-
-
-async def failing() -> None:
-    raise ValueError("boom")
-
+from helpers import ATTEMPT_KINDS, deferring, failing, forever, stubborn, supervisor
 
 # -- soft stop ---------------------------------------------------------------------------
 
