@@ -67,8 +67,10 @@ from trio_taskvisor import (
     OutcomeKind,
     RejectionKind,
     Supervisor,
+    TaskId,
     TaskSpec,
     current_context,
+    open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
 
@@ -705,6 +707,13 @@ async def test_add_batch_is_a_checkpoint(autojump_clock: Any) -> None:
             await sup.add_batch([TaskSpec.once("job", Body(0.0))])
 
 
+async def test_add_batch_of_nothing_is_a_checkpoint(autojump_clock: Any) -> None:
+    """add_batch([]) returns [] and is still a checkpoint."""
+    async with open_supervisor() as sup:
+        with trio.testing.assert_checkpoints():
+            assert await sup.add_batch([]) == []
+
+
 async def test_remove_and_cancel_of_a_finished_task_are_checkpoints(autojump_clock: Any) -> None:
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("job", Body(0.0)))
@@ -713,6 +722,24 @@ async def test_remove_and_cancel_of_a_finished_task_are_checkpoints(autojump_clo
             for target in (waiter.id, "job"):
                 with trio.testing.assert_checkpoints():
                     assert await method(target) is False
+
+
+async def test_remove_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
+    """remove() of an unknown name or id returns False as a checkpoint."""
+    async with open_supervisor() as sup:
+        with trio.testing.assert_checkpoints():
+            assert await sup.remove("unknown") is False
+        with trio.testing.assert_checkpoints():
+            assert await sup.remove(TaskId(10**9)) is False
+
+
+async def test_cancel_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
+    """cancel() of an unknown name or id returns False as a checkpoint."""
+    async with open_supervisor() as sup:
+        with trio.testing.assert_checkpoints():
+            assert await sup.cancel("unknown") is False
+        with trio.testing.assert_checkpoints():
+            assert await sup.cancel(TaskId(10**9)) is False
 
 
 async def test_cancel_of_a_task_that_stops_at_once_is_a_checkpoint(autojump_clock: Any) -> None:
@@ -733,8 +760,36 @@ async def test_stops_via_the_controller_are_checkpoints(autojump_clock: Any) -> 
             assert await sup.cancel(waiter.id) is False
 
 
-async def test_wait_idle_when_idle_is_a_checkpoint(autojump_clock: Any) -> None:
+@pytest.mark.parametrize("method", ["remove", "cancel"])
+async def test_stop_after_shutdown_is_a_checkpoint(method: str) -> None:
+    """``remove``/``cancel`` stay checkpoints on the after-shutdown fast path."""
+    async with supervisor() as sup:
+        await sup.shutdown()
+        with trio.testing.assert_checkpoints():
+            await getattr(sup, method)("t")
+
+
+async def test_remove_after_the_supervisor_closed_is_a_checkpoint(autojump_clock: Any) -> None:
+    """remove() and cancel() after the supervisor ended return False as checkpoints."""
+    async with open_supervisor() as sup:
+        pass
+    with trio.testing.assert_checkpoints():
+        assert await sup.remove("t") is False
+    with trio.testing.assert_checkpoints():
+        assert await sup.cancel("t") is False
+
+
+async def test_wait_idle_when_idle_with_a_controller_is_a_checkpoint(autojump_clock: Any) -> None:
     async with supervisor(controller=ControllerConfig()) as sup:
+        with trio.testing.assert_checkpoints():
+            await sup.wait_idle()
+
+
+async def test_wait_idle_when_idle_without_a_controller_is_a_checkpoint(
+    autojump_clock: Any,
+) -> None:
+    """wait_idle() on an idle supervisor is a checkpoint."""
+    async with open_supervisor() as sup:
         with trio.testing.assert_checkpoints():
             await sup.wait_idle()
 

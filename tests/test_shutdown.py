@@ -139,14 +139,6 @@ async def test_shutdown_with_no_task_returns_at_once(autojump_clock: trio.abc.Cl
         assert trio.current_time() == 0.0
 
 
-async def test_finished_shutdown_call_is_a_checkpoint() -> None:
-    """Joining a shutdown that already finished is still a checkpoint."""
-    async with supervisor() as sup:
-        await sup.shutdown()
-        with trio.testing.assert_checkpoints():
-            await sup.shutdown()
-
-
 async def test_task_calling_shutdown_is_stopped_cancelled(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -17,7 +17,6 @@ from trio_taskvisor import (
     ResourceLimitError,
     Supervisor,
     TaskFailure,
-    TaskId,
     TaskNameInUseError,
     TaskSpec,
     TaskState,
@@ -508,15 +507,6 @@ async def test_remove_returns_false_when_already_stopping(
         assert await sup.remove("t") is False
 
 
-@pytest.mark.parametrize("target", ["nobody", TaskId(10**9)])
-async def test_remove_unknown_target_returns_false(
-    autojump_clock: trio.abc.Clock, target: TaskId | str
-) -> None:
-    """``remove`` of an unknown name or id returns False."""
-    async with supervisor() as sup:
-        assert await sup.remove(target) is False
-
-
 async def test_remove_finished_task_returns_false(autojump_clock: trio.abc.Clock) -> None:
     """``remove`` of a task that already ended returns False."""
 
@@ -690,15 +680,6 @@ async def test_bad_target_type_raises_type_error(
     async with supervisor() as sup:
         with pytest.raises(TypeError):
             await getattr(sup, method)(target)
-
-
-@pytest.mark.parametrize("method", ["remove", "cancel"])
-async def test_stop_after_shutdown_is_a_checkpoint(method: str) -> None:
-    """``remove``/``cancel`` stay checkpoints on the after-shutdown fast path."""
-    async with supervisor() as sup:
-        await sup.shutdown()
-        with trio.testing.assert_checkpoints():
-            await getattr(sup, method)("t")
 
 
 # -- events ------------------------------------------------------------------------------

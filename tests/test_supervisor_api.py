@@ -1,5 +1,7 @@
 """The Supervisor's intake and observation methods: add, add_nowait, add_batch, list,
-alive_snapshot, statistics, wait_idle, config, and the checkpoint rule of async methods.
+alive_snapshot, statistics, wait_idle and config.
+
+That every async method is a checkpoint is tested in ``test_checkpoints.py``.
 """
 
 from __future__ import annotations
@@ -540,75 +542,6 @@ async def test_wait_idle_waits_for_a_forced_task_still_running(autojump_clock: A
         assert trio.current_time() == t0 + 1
         await sup.wait_idle()
         assert trio.current_time() == t0 + 10
-
-
-# -- every async method is a checkpoint ----------------------------------------------------
-
-
-async def test_add_is_a_checkpoint(autojump_clock: Any) -> None:
-    """add() is a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            await sup.add(once("t"))
-
-
-async def test_add_batch_of_nothing_is_a_checkpoint(autojump_clock: Any) -> None:
-    """add_batch([]) returns [] and is still a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            assert await sup.add_batch([]) == []
-
-
-async def test_remove_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
-    """remove() of an unknown name or id returns False as a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            assert await sup.remove("unknown") is False
-        with trio.testing.assert_checkpoints():
-            assert await sup.remove(TaskId(10**9)) is False
-
-
-async def test_cancel_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
-    """cancel() of an unknown name or id returns False as a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            assert await sup.cancel("unknown") is False
-        with trio.testing.assert_checkpoints():
-            assert await sup.cancel(TaskId(10**9)) is False
-
-
-async def test_remove_after_the_supervisor_closed_is_a_checkpoint(autojump_clock: Any) -> None:
-    """remove() and cancel() after the supervisor ended return False as checkpoints."""
-    async with open_supervisor() as sup:
-        pass
-    with trio.testing.assert_checkpoints():
-        assert await sup.remove("t") is False
-    with trio.testing.assert_checkpoints():
-        assert await sup.cancel("t") is False
-
-
-async def test_wait_idle_when_idle_is_a_checkpoint(autojump_clock: Any) -> None:
-    """wait_idle() on an idle supervisor is a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            await sup.wait_idle()
-
-
-async def test_shutdown_when_already_done_is_a_checkpoint(autojump_clock: Any) -> None:
-    """A shutdown() joining a finished shutdown is a checkpoint."""
-    async with open_supervisor() as sup:
-        await sup.shutdown()
-        with trio.testing.assert_checkpoints():
-            await sup.shutdown()
-
-
-async def test_wait_on_a_resolved_waiter_is_a_checkpoint(autojump_clock: Any) -> None:
-    """TaskWaiter.wait() is a checkpoint even when the outcome is known."""
-    async with open_supervisor() as sup:
-        waiter = await sup.add(once("t", returns_done))
-        await waiter.wait()
-        with trio.testing.assert_checkpoints():
-            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
 
 
 # -- config --------------------------------------------------------------------------------
