@@ -62,6 +62,7 @@ from trio_taskvisor import (
     TaskNameInUseError,
     TaskSpec,
     TaskState,
+    TaskWaiter,
     current_context,
     run,
 )
@@ -70,6 +71,7 @@ from trio_taskvisor.testing import EventRecorder
 from helpers import (
     ONE_ATTEMPT_SUCCESS,
     Body,
+    deferring,
     forever,
     kinds_of,
     settle,
@@ -334,6 +336,24 @@ async def test_base_exception_in_a_task_shuts_down_gracefully_then_propagates_ba
     assert recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)
 
 
+async def test_keyboard_interrupt_stops_other_tasks_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """After a task's KeyboardInterrupt, the other tasks end CANCELLED."""
+    recorder = EventRecorder()
+    waiters: list[TaskWaiter] = []
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        async with supervisor(recorder) as sup:
+            waiters.append(await sup.add(TaskSpec.once("a", forever)))
+            waiters.append(await sup.add(TaskSpec.once("b", deferring, 3.0)))
+            await sup.add(TaskSpec.once("ki", raising_after(1.0, KeyboardInterrupt())))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+            await trio.sleep_forever()
+    assert [w.outcome_nowait().kind for w in waiters] == [OutcomeKind.CANCELLED] * 2
+    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
+    assert recorder.kinds(EventKind.GRACE_EXCEEDED) == []
+
+
 async def test_keyboard_interrupt_takes_precedence_over_grace_exceeded(
     autojump_clock: Any,
 ) -> None:
@@ -351,6 +371,39 @@ async def test_keyboard_interrupt_takes_precedence_over_grace_exceeded(
     assert trio.current_time() == t0 + 10.0  # the physical exit of the stubborn task
 
 
+async def test_keyboard_interrupt_wins_over_grace_exceeded_at_the_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A task's KeyboardInterrupt propagates even when the shutdown had to force."""
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        async with supervisor() as sup:
+            await sup.add(TaskSpec.once("slow", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+            await sup.add(TaskSpec.once("ki", raising_after(1.0, KeyboardInterrupt())))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+            await trio.sleep_forever()
+    assert trio.current_time() == 6.0
+
+
+async def test_keyboard_interrupt_during_shutdown_propagates_bare(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A KeyboardInterrupt raised by a task while the shutdown runs still propagates."""
+
+    async def interrupt_on_stop() -> None:
+        with current_context().defer_cancel():
+            await current_context().wait_cancel_requested()
+            await trio.sleep(2.0)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
+        async with supervisor() as sup:
+            await sup.add(TaskSpec.once("ki", interrupt_on_stop))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+    assert type(excinfo.value) is KeyboardInterrupt
+    assert trio.current_time() == 2.0
+
+
 async def test_keyboard_interrupt_in_a_task_propagates_bare_from_run(autojump_clock: Any) -> None:
     cleaned: list[float] = []
     specs = [
@@ -362,6 +415,22 @@ async def test_keyboard_interrupt_in_a_task_propagates_bare_from_run(autojump_cl
         await run(specs, supervisor_config())
     assert cleaned == [t0 + 3.0]
     assert trio.current_time() == t0 + 3.0
+
+
+async def test_keyboard_interrupt_from_run_ends_when_the_other_tasks_stopped(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``run()`` shuts down and re-raises a task's KeyboardInterrupt bare."""
+    with pytest.raises(KeyboardInterrupt) as excinfo:
+        await run(
+            [
+                TaskSpec.once("a", forever),
+                TaskSpec.once("ki", raising_after(1.0, KeyboardInterrupt())),
+            ],
+            supervisor_config(),
+        )
+    assert type(excinfo.value) is KeyboardInterrupt
+    assert trio.current_time() == 1.0
 
 
 async def test_keyboard_interrupt_in_the_body_propagates_after_a_graceful_shutdown(

@@ -1,4 +1,8 @@
-"""The one shared graceful shutdown, leaving ``open_supervisor``, and ``run()``."""
+"""The one shared graceful shutdown, leaving ``open_supervisor``, and ``run()``.
+
+A KeyboardInterrupt (or any other BaseException) from a task, the body or a subscriber,
+and the shutdown it starts, are in ``test_faults.py``.
+"""
 
 from __future__ import annotations
 
@@ -28,11 +32,6 @@ from helpers import deferring, forever, returns_done, stubborn, supervisor, supe
 
 # ``pytest.raises`` wraps whole supervisor blocks (PT012): shutdown errors and
 # re-raised exceptions surface only when the block is left.
-
-
-async def interrupting() -> None:
-    await trio.sleep(1.0)
-    raise KeyboardInterrupt
 
 
 class BlockingOnKind:
@@ -435,87 +434,6 @@ async def test_drained_subscriber_does_not_delay_shutdown(
         await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert trio.current_time() == 2.0
     assert recorder.kinds()[-1] is EventKind.ALL_STOPPED_WITHIN_GRACE
-
-
-# -- KeyboardInterrupt ---------------------------------------------------------------------
-
-
-async def test_keyboard_interrupt_in_task_propagates_bare(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """A task's KeyboardInterrupt shuts down gracefully and propagates bare."""
-    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
-        async with supervisor() as sup:
-            await sup.add(TaskSpec.once("t", deferring, 3.0))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await sup.add(TaskSpec.once("ki", interrupting))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await trio.sleep_forever()
-    assert type(excinfo.value) is KeyboardInterrupt
-    assert trio.current_time() == 3.0
-
-
-async def test_keyboard_interrupt_stops_other_tasks_cancelled(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """After a task's KeyboardInterrupt, the other tasks end CANCELLED."""
-    recorder = EventRecorder()
-    waiters: list[TaskWaiter] = []
-    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
-        async with supervisor(recorder) as sup:
-            waiters.append(await sup.add(TaskSpec.once("a", forever)))
-            waiters.append(await sup.add(TaskSpec.once("b", deferring, 3.0)))
-            await sup.add(TaskSpec.once("ki", interrupting))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await trio.sleep_forever()
-    assert [w.outcome_nowait().kind for w in waiters] == [OutcomeKind.CANCELLED] * 2
-    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
-    assert recorder.kinds(EventKind.GRACE_EXCEEDED) == []
-
-
-async def test_keyboard_interrupt_wins_over_grace_exceeded(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """A task's KeyboardInterrupt propagates even when the shutdown had to force."""
-    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
-        async with supervisor() as sup:
-            await sup.add(TaskSpec.once("slow", deferring, 100.0))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await sup.add(TaskSpec.once("ki", interrupting))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await trio.sleep_forever()
-    assert trio.current_time() == 6.0
-
-
-async def test_keyboard_interrupt_during_shutdown_propagates_bare(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """A KeyboardInterrupt raised by a task while the shutdown runs still propagates."""
-
-    async def interrupt_on_stop() -> None:
-        with current_context().defer_cancel():
-            await current_context().wait_cancel_requested()
-            await trio.sleep(2.0)
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
-        async with supervisor() as sup:
-            await sup.add(TaskSpec.once("ki", interrupt_on_stop))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-    assert type(excinfo.value) is KeyboardInterrupt
-    assert trio.current_time() == 2.0
-
-
-async def test_keyboard_interrupt_in_task_propagates_from_run(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """``run()`` shuts down and re-raises a task's KeyboardInterrupt bare."""
-    with pytest.raises(KeyboardInterrupt) as excinfo:
-        await run(
-            [TaskSpec.once("a", forever), TaskSpec.once("ki", interrupting)], supervisor_config()
-        )
-    assert type(excinfo.value) is KeyboardInterrupt
-    assert trio.current_time() == 1.0
 
 
 # -- run() ---------------------------------------------------------------------------------
