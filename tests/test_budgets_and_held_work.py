@@ -79,16 +79,6 @@ async def test_new_slot_past_max_slots_rejects_resource_limit(
         assert await over.wait() == rejected(RejectionKind.RESOURCE_LIMIT)
 
 
-async def test_new_slot_past_max_slots_rejected_even_with_wait(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """A new slot past max_slots is rejected RESOURCE_LIMIT even with wait=True."""
-    async with supervisor(max_slots=1) as sup:
-        await sup.submit(queue("a", slot="a"))
-        over = await sup.submit(queue("b", slot="b", wait=True))
-        assert await over.wait() == rejected(RejectionKind.RESOURCE_LIMIT)
-
-
 async def test_new_slot_past_max_slots_is_rejected_even_with_wait(autojump_clock: Any) -> None:
     """A wait-mode submission for a new slot past max_slots is REJECTED(RESOURCE_LIMIT)."""
     async with supervisor(max_slots=1) as sup:

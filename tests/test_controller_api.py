@@ -1,7 +1,7 @@
-"""The controller's surface: its config and spec values, the calls that need a controller,
-intake (``submit``, ``submit_nowait``, ``prepare_submission``), slots on added and submitted
-work, the snapshot and the release of idle controller state, controller events, and
-``wait_idle`` with controller work.
+"""The controller's surface: its config and spec values, intake (``submit``,
+``submit_nowait``, ``prepare_submission``), slots on added and submitted work, the snapshot
+and the release of idle controller state, controller events, and ``wait_idle`` with
+controller work. (The controller calls on a supervisor without one: ``test_bad_input.py``.)
 
 Policies have their own files (``test_policy_*.py``), as do budgets and wait mode
 (``test_budgets_and_held_work.py``), stopping controller work (``test_controller_stops.py``)
@@ -22,14 +22,12 @@ from trio_taskvisor import (
     ControllerConfig,
     ControllerSpec,
     EventKind,
-    NoControllerError,
     OutcomeKind,
     RejectionKind,
     SlotStatus,
     SupervisorClosedError,
     TaskId,
     current_context,
-    open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
 
@@ -61,20 +59,18 @@ def test_controller_config_defaults() -> None:
     ) == (1024, 100, 1024, 1024, 1024)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"queue_capacity": 0},
-        {"queue_capacity": -1},
-        {"max_slot_queue": -1},
-        {"max_total_pending": -1},
-        {"max_waiters": -1},
-    ],
-)
-def test_controller_config_rejects_invalid_values(options: dict[str, Any]) -> None:
-    """Capacities of 0 or less and negative limits raise ConfigError."""
-    with pytest.raises(ConfigError):
-        ControllerConfig(**options)
+@pytest.mark.parametrize("bad", [0, -1])
+def test_controller_queue_capacity_below_one_raises_config_error(bad: int) -> None:
+    """ControllerConfig(queue_capacity <= 0) raises ConfigError."""
+    with pytest.raises(ConfigError, match="queue_capacity"):
+        ControllerConfig(queue_capacity=bad)
+
+
+@pytest.mark.parametrize("field", ["max_slot_queue", "max_waiters", "max_total_pending"])
+def test_negative_controller_budget_raises_config_error(field: str) -> None:
+    """A negative controller budget raises ConfigError naming the field."""
+    with pytest.raises(ConfigError, match=field):
+        ControllerConfig(**{field: -1})
 
 
 @pytest.mark.parametrize(
@@ -92,6 +88,12 @@ def test_controller_config_accepts_zero_and_unlimited(options: dict[str, Any]) -
     config = ControllerConfig(**options)
     for field, value in options.items():
         assert getattr(config, field) == value
+
+
+def test_controller_zero_budgets_are_valid() -> None:
+    """max_slot_queue=0 and max_waiters=0 are accepted."""
+    config = ControllerConfig(max_slot_queue=0, max_waiters=0)
+    assert (config.max_slot_queue, config.max_waiters) == (0, 0)
 
 
 def test_controller_config_max_slot_queue_is_not_optional() -> None:
@@ -162,37 +164,6 @@ def test_controller_spec_rejects_wait_without_wait_mode(policy: AdmissionPolicy)
     """JOIN and DROP_IF_RUNNING have no wait mode: wait=True raises ConfigError."""
     with pytest.raises(ConfigError, match=policy.name):
         ControllerSpec(once("t"), policy, "k", wait=True)
-
-
-# -- without a controller ------------------------------------------------------------------
-
-
-async def test_submit_without_controller_raises() -> None:
-    """submit needs a controller."""
-    async with open_supervisor() as sup:
-        with pytest.raises(NoControllerError):
-            await sup.submit(queue("t"))
-
-
-async def test_submit_nowait_without_controller_raises() -> None:
-    """submit_nowait needs a controller."""
-    async with open_supervisor() as sup:
-        with pytest.raises(NoControllerError):
-            sup.submit_nowait(queue("t"))
-
-
-async def test_prepare_submission_without_controller_raises() -> None:
-    """prepare_submission needs a controller."""
-    async with open_supervisor() as sup:
-        with pytest.raises(NoControllerError):
-            sup.prepare_submission(queue("t"))
-
-
-async def test_controller_snapshot_without_controller_raises() -> None:
-    """controller_snapshot needs a controller."""
-    async with open_supervisor() as sup:
-        with pytest.raises(NoControllerError):
-            sup.controller_snapshot()
 
 
 # -- add bypasses the controller, slots are visible ----------------------------------------
@@ -531,15 +502,6 @@ async def test_wait_idle_waits_for_queued_work(autojump_clock: trio.abc.Clock) -
         await sup.wait_idle()
         assert trio.current_time() == 3.0
         assert queued.outcome_nowait().is_success
-
-
-async def test_wait_idle_waits_for_work_in_channel(autojump_clock: trio.abc.Clock) -> None:
-    """wait_idle counts a submission still in the controller's channel."""
-    async with supervisor(controller=ControllerConfig()) as sup:
-        waiter = sup.submit_nowait(queue("a", trio.sleep, 1))
-        await sup.wait_idle()
-        assert trio.current_time() == 1.0
-        assert waiter.outcome_nowait().is_success
 
 
 async def test_wait_idle_waits_for_submissions_in_the_command_channel(

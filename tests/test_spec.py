@@ -1,4 +1,7 @@
-"""TaskSpec construction, validation and INHERIT resolution; config validation."""
+"""TaskSpec construction, validation and INHERIT resolution; TaskDefaults and SupervisorConfig.
+
+ControllerConfig and ControllerSpec values are in ``test_controller_api.py``.
+"""
 
 from __future__ import annotations
 
@@ -390,7 +393,7 @@ def test_task_defaults_max_retries_zero_raises_config_error() -> None:
         TaskDefaults(max_retries=0)
 
 
-# -- SupervisorConfig / ControllerConfig -------------------------------------------------
+# -- SupervisorConfig ------------------------------------------------------------------
 
 
 def test_supervisor_config_has_documented_defaults() -> None:
@@ -405,16 +408,6 @@ def test_supervisor_config_has_documented_defaults() -> None:
     assert config.task_defaults == TaskDefaults()
     assert config.controller is None
     assert isinstance(config.random, random.Random)
-
-
-def test_controller_config_has_documented_defaults() -> None:
-    """ControllerConfig() matches the defaults in DESIGN section 5."""
-    config = ControllerConfig()
-    assert config.queue_capacity == 1024
-    assert config.max_slot_queue == 100
-    assert config.max_total_pending == 1024
-    assert config.max_slots == 1024
-    assert config.max_waiters == 1024
 
 
 def test_supervisor_config_is_frozen() -> None:
@@ -432,13 +425,6 @@ def test_supervisor_capacity_below_one_raises_config_error(field: str, bad: int)
         SupervisorConfig(**{field: bad})
 
 
-@pytest.mark.parametrize("bad", [0, -1])
-def test_controller_queue_capacity_below_one_raises_config_error(bad: int) -> None:
-    """ControllerConfig(queue_capacity <= 0) raises ConfigError."""
-    with pytest.raises(ConfigError, match="queue_capacity"):
-        ControllerConfig(queue_capacity=bad)
-
-
 @pytest.mark.parametrize("field", ["grace", "subscriber_shutdown_timeout"])
 @pytest.mark.parametrize("bad", [-1.0, math.nan], ids=repr)
 def test_supervisor_bad_duration_raises_config_error(field: str, bad: float) -> None:
@@ -453,23 +439,10 @@ def test_max_concurrent_zero_raises_config_error() -> None:
         SupervisorConfig(max_concurrent=0)
 
 
-@pytest.mark.parametrize("field", ["max_slot_queue", "max_waiters", "max_total_pending"])
-def test_negative_controller_budget_raises_config_error(field: str) -> None:
-    """A negative controller budget raises ConfigError naming the field."""
-    with pytest.raises(ConfigError, match=field):
-        ControllerConfig(**{field: -1})
-
-
 def test_supervisor_zero_durations_are_valid() -> None:
     """grace=0 and subscriber_shutdown_timeout=0 are accepted."""
     config = SupervisorConfig(grace=0, subscriber_shutdown_timeout=0)
     assert (config.grace, config.subscriber_shutdown_timeout) == (0, 0)
-
-
-def test_controller_zero_budgets_are_valid() -> None:
-    """max_slot_queue=0 and max_waiters=0 are accepted."""
-    config = ControllerConfig(max_slot_queue=0, max_waiters=0)
-    assert (config.max_slot_queue, config.max_waiters) == (0, 0)
 
 
 def test_unlimited_limits_are_valid() -> None:
