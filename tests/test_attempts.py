@@ -29,7 +29,6 @@ from trio_taskvisor import (
     SupervisorConfig,
     TaskCancelled,
     TaskFailure,
-    TaskId,
     TaskOutcome,
     TaskSpec,
     TaskState,
@@ -99,19 +98,6 @@ async def test_success_is_not_retried_under_on_failure(
     run = await run_spec(TaskSpec.restartable("job", fn))
     assert run.outcome == TaskOutcome(OutcomeKind.COMPLETED, value="ok")
     assert fn.starts == [0.0]
-
-
-async def test_success_event_sequence(autojump_clock: trio.testing.MockClock) -> None:
-    """A successful once task publishes add, one attempt, and the end events in order."""
-    run = await run_spec(TaskSpec.once("job", Script(1)))
-    assert run.kinds() == [
-        EventKind.TASK_ADD_REQUESTED,
-        EventKind.TASK_ADDED,
-        EventKind.ATTEMPT_STARTING,
-        EventKind.ATTEMPT_SUCCEEDED,
-        EventKind.TASK_FINISHED,
-        EventKind.TASK_REMOVED,
-    ]
 
 
 # -- FatalError --------------------------------------------------------------------------
@@ -791,25 +777,7 @@ async def test_unwrap_of_failed_task_chains_task_error(
     assert info.value.__cause__ is error
 
 
-# -- TaskId and TaskWaiter ---------------------------------------------------------------
-
-
-def test_task_id_str_has_hash_prefix() -> None:
-    """str(TaskId(7)) is "#7" and a TaskId is an int."""
-    task_id = TaskId(7)
-    assert str(task_id) == "#7"
-    assert isinstance(task_id, int)
-    assert task_id == 7
-
-
-async def test_task_ids_strictly_increase(autojump_clock: trio.testing.MockClock) -> None:
-    """Successive adds get strictly increasing TaskIds."""
-    async with open_supervisor() as sup:
-        waiters = [await sup.add(TaskSpec.once(f"job-{i}", Script(i))) for i in range(3)]
-        ids = [w.id for w in waiters]
-    assert all(isinstance(i, TaskId) for i in ids)
-    assert ids == sorted(ids)
-    assert len(set(ids)) == 3
+# -- TaskWaiter ------------------------------------------------------------------------
 
 
 async def test_waiter_names_its_task(autojump_clock: trio.testing.MockClock) -> None:

@@ -20,7 +20,6 @@ from trio_taskvisor import (
     RejectionKind,
     ResourceLimitError,
     Supervisor,
-    SupervisorClosedError,
     SupervisorConfig,
     SupervisorStatistics,
     TaskFailure,
@@ -347,21 +346,6 @@ async def test_batch_bodies_start_after_every_item_is_registered(autojump_clock:
         for waiter in await sup.add_batch([once(n, body) for n in "abc"]):
             await waiter.wait()
     assert seen == [["a", "b", "c"]] * 3
-
-
-# -- intake after shutdown -----------------------------------------------------------------
-
-
-async def test_intake_after_shutdown_raises_supervisor_closed(autojump_clock: Any) -> None:
-    """add, add_nowait and add_batch raise SupervisorClosedError once shutdown began."""
-    async with open_supervisor() as sup:
-        await sup.shutdown()
-        with pytest.raises(SupervisorClosedError):
-            await sup.add(once("a"))
-        with pytest.raises(SupervisorClosedError):
-            sup.add_nowait(once("b"))
-        with pytest.raises(SupervisorClosedError):
-            await sup.add_batch([once("c")])
 
 
 # -- list, alive, statistics ---------------------------------------------------------------
