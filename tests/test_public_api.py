@@ -20,14 +20,12 @@ from trio_taskvisor import (
     GraceExceededError,
     NoControllerError,
     OutcomeError,
-    OutcomeKind,
     ResourceLimitError,
     SupervisorClosedError,
     SupervisorConfig,
     TaskCancelled,
     TaskFailure,
     TaskNameInUseError,
-    TaskOutcome,
     TaskSpec,
 )
 
@@ -205,16 +203,6 @@ def test_grace_exceeded_error_carries_grace_and_stuck() -> None:
     """GraceExceededError(grace, stuck) has ``.grace`` and a tuple ``.stuck``."""
     error = GraceExceededError(2.5, ("a", "b"))
     assert (error.grace, error.stuck) == (2.5, ("a", "b"))
-
-
-def test_outcome_error_carries_the_outcome_chained_to_its_error() -> None:
-    """TaskOutcome.unwrap() raises OutcomeError(.outcome) chained to the outcome's error."""
-    cause = TaskFailure("boom")
-    outcome = TaskOutcome(OutcomeKind.FAILED, error=cause, reason="boom")
-    with pytest.raises(OutcomeError) as info:
-        outcome.unwrap()
-    assert info.value.outcome is outcome
-    assert info.value.__cause__ is cause
 
 
 @pytest.mark.parametrize("error_type", [FatalError, TaskFailure])
