@@ -48,8 +48,8 @@ __all__ = [
     "SLOT_TRANSITION",
     "Body",
     "Occupancy",
-    "Run",
     "Service",
+    "SpecRun",
     "async_fn",
     "before_registry_reply",
     "controller_state",
@@ -150,7 +150,7 @@ async def supervisor(
     assert info.value.stuck == stuck
 
 
-class Run(NamedTuple):
+class SpecRun(NamedTuple):
     """How one task run by ``run_spec`` ended, how long it took, and its events."""
 
     outcome: TaskOutcome
@@ -162,7 +162,7 @@ class Run(NamedTuple):
         return [e.kind for e in self.recorder.events if e.name is not None]
 
 
-async def run_spec(spec: TaskSpec, config: SupervisorConfig | None = None) -> Run:
+async def run_spec(spec: TaskSpec, config: SupervisorConfig | None = None) -> SpecRun:
     """Run ``spec`` to its end in a fresh supervisor of ``config`` that records events.
 
     ``config`` is used as given (``None``: ``SupervisorConfig()``'s defaults). Events are
@@ -174,7 +174,7 @@ async def run_spec(spec: TaskSpec, config: SupervisorConfig | None = None) -> Ru
         waiter = await sup.add(spec)
         outcome = await waiter.wait()
         elapsed = trio.current_time() - t0
-    return Run(outcome, elapsed, recorder)
+    return SpecRun(outcome, elapsed, recorder)
 
 
 async def settle() -> None:
