@@ -14,13 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_taskvisor import (
-    ControllerSpec,
-    EventKind,
-    OutcomeKind,
-    RejectionKind,
-    SlotStatus,
-)
+from trio_taskvisor import ControllerSpec, EventKind, OutcomeKind, RejectionKind, SlotStatus
 from trio_taskvisor.testing import EventRecorder
 
 from helpers import job, once, queue, rejected, replace, submitted_reasons, supervisor, winding_down

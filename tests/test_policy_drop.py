@@ -8,10 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_taskvisor import (
-    ControllerConfig,
-    RejectionKind,
-)
+from trio_taskvisor import ControllerConfig, RejectionKind
 from trio_taskvisor.testing import EventRecorder
 
 from helpers import Occupancy, drop, queue, rejected, supervisor, trail

@@ -10,11 +10,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from trio_taskvisor import (
-    ControllerConfig,
-    OutcomeKind,
-    RejectionKind,
-)
+from trio_taskvisor import ControllerConfig, OutcomeKind, RejectionKind
 from trio_taskvisor.testing import EventRecorder
 
 from helpers import job, join, queue, rejected, replace, submitted_reasons, supervisor

@@ -9,11 +9,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from trio_taskvisor import (
-    ControllerConfig,
-    EventKind,
-    RejectionKind,
-)
+from trio_taskvisor import ControllerConfig, EventKind, RejectionKind
 from trio_taskvisor.testing import EventRecorder
 
 from helpers import once, queue, rejected, starts, supervisor, trail
