@@ -12,7 +12,6 @@ import contextvars
 import random
 from typing import Any
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -30,7 +29,6 @@ from trio_taskvisor import (
     SupervisorConfig,
     TaskCancelled,
     TaskFailure,
-    TaskId,
     TaskOutcome,
     TaskSpec,
     TaskState,
@@ -38,18 +36,13 @@ from trio_taskvisor import (
     current_context,
     open_supervisor,
 )
-from trio_taskvisor._outcome import rejected_outcome
 from trio_taskvisor.testing import EventRecorder
+
+from helpers import ATTEMPT_END_KINDS, rejected, run_spec, starts
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
 ONE_SECOND = BackoffPolicy.constant(1.0)
-ATTEMPT_END_KINDS = (
-    EventKind.ATTEMPT_SUCCEEDED,
-    EventKind.ATTEMPT_FAILED,
-    EventKind.ATTEMPT_TIMED_OUT,
-    EventKind.ATTEMPT_CANCELLED,
-)
 
 
 # -- fakes and helpers -------------------------------------------------------------------
@@ -77,7 +70,7 @@ class Script:
         return step
 
 
-class Forever:
+class ForeverRecordingStarts:
     """A task that records its start times and sleeps until it is stopped."""
 
     def __init__(self) -> None:
@@ -86,31 +79,6 @@ class Forever:
     async def __call__(self) -> None:
         self.starts.append(trio.current_time())
         await trio.sleep_forever()
-
-
-@attrs.frozen
-class Run:
-    outcome: TaskOutcome
-    elapsed: float
-    recorder: EventRecorder
-
-    def kinds(self) -> list[EventKind]:
-        return [e.kind for e in self.recorder.events if e.name is not None]
-
-
-async def run_spec(spec: TaskSpec, config: SupervisorConfig | None = None) -> Run:
-    """Run ``spec`` to its end in a fresh supervisor that records events."""
-    recorder = EventRecorder()
-    async with open_supervisor(config, subscribers=[recorder]) as sup:
-        t0 = trio.current_time()
-        waiter = await sup.add(spec)
-        outcome = await waiter.wait()
-        elapsed = trio.current_time() - t0
-    return Run(outcome, elapsed, recorder)
-
-
-def starting_times(recorder: EventRecorder, name: str) -> list[float]:
-    return [e.time for e in recorder.of(EventKind.ATTEMPT_STARTING, name=name)]
 
 
 # -- a returned value --------------------------------------------------------------------
@@ -130,19 +98,6 @@ async def test_success_is_not_retried_under_on_failure(
     run = await run_spec(TaskSpec.restartable("job", fn))
     assert run.outcome == TaskOutcome(OutcomeKind.COMPLETED, value="ok")
     assert fn.starts == [0.0]
-
-
-async def test_success_event_sequence(autojump_clock: trio.testing.MockClock) -> None:
-    """A successful once task publishes add, one attempt, and the end events in order."""
-    run = await run_spec(TaskSpec.once("job", Script(1)))
-    assert run.kinds() == [
-        EventKind.TASK_ADD_REQUESTED,
-        EventKind.TASK_ADDED,
-        EventKind.ATTEMPT_STARTING,
-        EventKind.ATTEMPT_SUCCEEDED,
-        EventKind.TASK_FINISHED,
-        EventKind.TASK_REMOVED,
-    ]
 
 
 # -- FatalError --------------------------------------------------------------------------
@@ -394,7 +349,7 @@ async def test_timeout_ends_failed_with_timeout_error(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """An attempt past its timeout ends FAILED with a TimeoutError naming the timeout."""
-    run = await run_spec(TaskSpec.once("job", Forever(), timeout=2.0))
+    run = await run_spec(TaskSpec.once("job", ForeverRecordingStarts(), timeout=2.0))
     outcome = run.outcome
     assert outcome.kind is OutcomeKind.FAILED
     assert isinstance(outcome.error, TimeoutError)
@@ -406,7 +361,7 @@ async def test_timeout_ends_failed_with_timeout_error(
 
 async def test_timeout_publishes_attempt_timed_out(autojump_clock: trio.testing.MockClock) -> None:
     """A timed-out attempt publishes ATTEMPT_TIMED_OUT carrying the timeout."""
-    run = await run_spec(TaskSpec.once("job", Forever(), timeout=2.0))
+    run = await run_spec(TaskSpec.once("job", ForeverRecordingStarts(), timeout=2.0))
     [event] = run.recorder.of(EventKind.ATTEMPT_TIMED_OUT)
     assert (event.timeout, event.attempt, event.duration) == (2.0, 1, 2.0)
     assert run.recorder.of(EventKind.ATTEMPT_FAILED) == []
@@ -454,7 +409,7 @@ async def test_timeout_cancels_the_tasks_own_nursery(
 
 async def test_timeout_is_retried_as_failure(autojump_clock: trio.testing.MockClock) -> None:
     """A timeout is retried with backoff and counts against max_retries."""
-    fn = Forever()
+    fn = ForeverRecordingStarts()
     run = await run_spec(
         TaskSpec.restartable("job", fn, timeout=2.0, backoff=ONE_SECOND, max_retries=1)
     )
@@ -484,7 +439,7 @@ async def test_attempt_within_timeout_completes(autojump_clock: trio.testing.Moc
 
 async def test_stop_ends_cancelled_without_retry(autojump_clock: trio.testing.MockClock) -> None:
     """A stopped attempt ends CANCELLED (no error, no reason) and is not retried."""
-    fn = Forever()
+    fn = ForeverRecordingStarts()
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[recorder]) as sup:
         waiter = await sup.add(TaskSpec.restartable("job", fn, backoff=ONE_SECOND))
@@ -597,8 +552,8 @@ async def test_attempt_starting_waits_for_permit(autojump_clock: trio.testing.Mo
         second = await sup.add(TaskSpec.once("second", Script(2)))
         await second.wait()
         await first.wait()
-    assert starting_times(recorder, "first") == [0.0]
-    assert starting_times(recorder, "second") == [3.0]
+    assert starts(recorder, "first") == [0.0]
+    assert starts(recorder, "second") == [3.0]
 
 
 async def test_waiting_for_permit_is_listed_as_waiting(
@@ -606,9 +561,9 @@ async def test_waiting_for_permit_is_listed_as_waiting(
 ) -> None:
     """A task waiting for a permit is WAITING in list() and not alive."""
     async with open_supervisor(SupervisorConfig(max_concurrent=1)) as sup:
-        await sup.add(TaskSpec.once("holder", Forever()))
+        await sup.add(TaskSpec.once("holder", ForeverRecordingStarts()))
         await trio.testing.wait_all_tasks_blocked()
-        await sup.add(TaskSpec.once("waiter", Forever()))
+        await sup.add(TaskSpec.once("waiter", ForeverRecordingStarts()))
         await trio.testing.wait_all_tasks_blocked()
         assert [(i.name, i.state) for i in sup.list()] == [
             ("holder", TaskState.RUNNING),
@@ -625,9 +580,9 @@ async def test_stop_while_waiting_for_permit_publishes_no_attempt(
     """A stop during the permit wait ends CANCELLED with no attempt event."""
     recorder = EventRecorder()
     async with open_supervisor(SupervisorConfig(max_concurrent=1), subscribers=[recorder]) as sup:
-        await sup.add(TaskSpec.once("holder", Forever()))
+        await sup.add(TaskSpec.once("holder", ForeverRecordingStarts()))
         await trio.testing.wait_all_tasks_blocked()
-        waiter = await sup.add(TaskSpec.once("waiter", Forever()))
+        waiter = await sup.add(TaskSpec.once("waiter", ForeverRecordingStarts()))
         await trio.testing.wait_all_tasks_blocked()
         assert await sup.cancel("waiter")
     assert waiter.outcome_nowait() == TaskOutcome(OutcomeKind.CANCELLED)
@@ -806,7 +761,7 @@ def test_is_success_only_for_completed(kind: OutcomeKind) -> None:
 
 def test_rejected_outcome_has_fixed_reason() -> None:
     """A REJECTED outcome carries its rejection kind and a reason text."""
-    outcome = rejected_outcome(RejectionKind.QUEUE_FULL)
+    outcome = rejected(RejectionKind.QUEUE_FULL)
     assert (outcome.kind, outcome.rejection) == (OutcomeKind.REJECTED, RejectionKind.QUEUE_FULL)
     assert outcome.reason
 
@@ -822,25 +777,7 @@ async def test_unwrap_of_failed_task_chains_task_error(
     assert info.value.__cause__ is error
 
 
-# -- TaskId and TaskWaiter ---------------------------------------------------------------
-
-
-def test_task_id_str_has_hash_prefix() -> None:
-    """str(TaskId(7)) is "#7" and a TaskId is an int."""
-    task_id = TaskId(7)
-    assert str(task_id) == "#7"
-    assert isinstance(task_id, int)
-    assert task_id == 7
-
-
-async def test_task_ids_strictly_increase(autojump_clock: trio.testing.MockClock) -> None:
-    """Successive adds get strictly increasing TaskIds."""
-    async with open_supervisor() as sup:
-        waiters = [await sup.add(TaskSpec.once(f"job-{i}", Script(i))) for i in range(3)]
-        ids = [w.id for w in waiters]
-    assert all(isinstance(i, TaskId) for i in ids)
-    assert ids == sorted(ids)
-    assert len(set(ids)) == 3
+# -- TaskWaiter ------------------------------------------------------------------------
 
 
 async def test_waiter_names_its_task(autojump_clock: trio.testing.MockClock) -> None:

@@ -34,7 +34,6 @@ import functools
 import math
 import random
 from collections.abc import AsyncGenerator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -60,24 +59,13 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
+from helpers import Service, async_fn, supervisor, sync_fn
+
 HUGE = 10**400  # an int too large for a float
-
-
-async def async_fn(*args: Any) -> object:
-    return args
 
 
 async def agen_fn() -> AsyncGenerator[int]:
     yield 1
-
-
-def sync_fn() -> None:
-    pass
-
-
-class Service:
-    def sync_method(self) -> None:
-        pass
 
 
 class NotAwaitable:
@@ -89,13 +77,6 @@ def check_message(exc: BaseException, shown: str, *, lower: bool = True) -> None
     if lower:
         assert message[:1].islower(), message
     assert shown in message, message
-
-
-@asynccontextmanager
-async def supervisor(**config: Any) -> AsyncGenerator[Supervisor]:
-    config.setdefault("grace", 5.0)
-    async with open_supervisor(SupervisorConfig(**config)) as sup:
-        yield sup
 
 
 async def assert_still_works(sup: Supervisor) -> None:

@@ -50,8 +50,7 @@ Decisions where DESIGN.md is silent
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -68,12 +67,14 @@ from trio_taskvisor import (
     OutcomeKind,
     RejectionKind,
     Supervisor,
-    SupervisorConfig,
+    TaskId,
     TaskSpec,
     current_context,
     open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
+
+from helpers import Body, forever, kinds_of, recorder_waiters, settle, supervisor
 
 MAX_CHECKPOINTS = 64  # a sweep that goes further is a bug in the sweep or the library
 NEVER = 10**9  # a k no call reaches: the uncancelled call
@@ -161,52 +162,14 @@ async def sweep(scenario: Callable[[int], Awaitable[tuple[Run, Phase]]]) -> list
     return phases
 
 
-# -- fixtures and bodies -------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def supervisor(
-    recorder: EventRecorder | None = None, **config: Any
-) -> AsyncGenerator[Supervisor]:
-    config.setdefault("grace", 5.0)
-    subscribers = () if recorder is None else (recorder,)
-    async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-        yield sup
-
-
-async def settle() -> None:
-    await trio.testing.wait_all_tasks_blocked()
-
-
-class Body:
-    """A task body that records its starts and completions."""
-
-    def __init__(self, seconds: float = 1.0, value: object = "ok") -> None:
-        self.seconds = seconds
-        self.value = value
-        self.started = 0
-        self.finished = 0
-
-    async def __call__(self) -> object:
-        self.started += 1
-        await trio.sleep(self.seconds)
-        self.finished += 1
-        return self.value
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
-
-
-def named(recorder: EventRecorder, name: str) -> list[EventKind]:
-    return [e.kind for e in recorder.events if e.name == name]
+# -- what a call left behind ---------------------------------------------------------
 
 
 async def assert_no_trace(sup: Supervisor, recorder: EventRecorder, name: str, body: Body) -> None:
     """Nothing of the add of ``name`` exists, and the name is free for a new add."""
     await settle()
     assert body.started == 0
-    assert named(recorder, name) == []
+    assert kinds_of(recorder, name) == []
     assert name not in [info.name for info in sup.list()]
     assert not sup.is_alive(name)
     with trio.fail_after(60):
@@ -226,7 +189,7 @@ async def assert_added_and_ran(
     await settle()
     assert body.started == body.finished == 1
     assert trio.current_time() == t0 + body.seconds
-    assert named(recorder, name)[:2] == [EventKind.TASK_ADD_REQUESTED, EventKind.TASK_ADDED]
+    assert kinds_of(recorder, name)[:2] == [EventKind.TASK_ADD_REQUESTED, EventKind.TASK_ADDED]
     [finished] = recorder.of(EventKind.TASK_FINISHED, name=name)
     assert finished.outcome is OutcomeKind.COMPLETED
 
@@ -245,7 +208,7 @@ async def _add_scenario(k: int, *, queued_before: int, capacity: int = 1024) -> 
         run = await call_cancelled_at(k, lambda: sup.add(TaskSpec.once("job", body)))
         assert run.error is None
         await settle()
-        if not named(recorder, "job"):
+        if not kinds_of(recorder, "job"):
             assert run.cancelled
             await assert_no_trace(sup, recorder, "job", body)
             return run, Phase.NO_TRACE
@@ -295,7 +258,7 @@ async def _add_batch_scenario(
         run = await call_cancelled_at(k, lambda: sup.add_batch(specs))
         assert run.error is None
         await settle()
-        if run.cancelled and not named(recorder, "item-0"):
+        if run.cancelled and not kinds_of(recorder, "item-0"):
             for i, b in enumerate(bodies):
                 await assert_no_trace(sup, recorder, f"item-{i}", b)
             return run, Phase.NO_TRACE
@@ -352,7 +315,7 @@ async def _stop_scenario(
         run = await call_cancelled_at(k, lambda: getattr(sup, method)(target))
         assert run.error is None
         await settle()
-        if not named(recorder, "victim").count(EventKind.TASK_REMOVE_REQUESTED):
+        if not kinds_of(recorder, "victim").count(EventKind.TASK_REMOVE_REQUESTED):
             # No stop was requested: the victim runs on, and the claim is still free.
             assert run.cancelled
             assert sup.is_alive("victim")
@@ -468,7 +431,7 @@ async def test_event_recorder_wait_for_cancelled_at_every_checkpoint(autojump_cl
                 k, lambda: recorder.wait_for(EventKind.TASK_FINISHED, name="job")
             )
             assert run.error is None
-            assert recorder._waiters == []  # pyright: ignore[reportPrivateUsage]
+            assert recorder_waiters(recorder) == []
             event = await recorder.wait_for(EventKind.TASK_FINISHED, name="job")
             assert event.outcome is OutcomeKind.COMPLETED
             return run, Phase.DONE
@@ -592,12 +555,12 @@ async def _submit_scenario(k: int, *, prepared: bool, capacity: int) -> tuple[Ru
         run = await call_cancelled_at(k, op)
         assert run.error is None
         await settle()
-        if run.cancelled and not named(recorder, "job"):
+        if run.cancelled and not kinds_of(recorder, "job"):
             assert body.started == 0
             assert sup.controller_snapshot().slot("s") is None
             with trio.fail_after(60):
                 await sup.wait_idle()  # no in-flight count leaked
-            assert named(recorder, "job") == []
+            assert kinds_of(recorder, "job") == []
             if submission is not None:
                 # Cancelled before intake, the prepared submission is still unused.
                 waiter = await submission.submit()
@@ -744,6 +707,13 @@ async def test_add_batch_is_a_checkpoint(autojump_clock: Any) -> None:
             await sup.add_batch([TaskSpec.once("job", Body(0.0))])
 
 
+async def test_add_batch_of_nothing_is_a_checkpoint(autojump_clock: Any) -> None:
+    """add_batch([]) returns [] and is still a checkpoint."""
+    async with open_supervisor() as sup:
+        with trio.testing.assert_checkpoints():
+            assert await sup.add_batch([]) == []
+
+
 async def test_remove_and_cancel_of_a_finished_task_are_checkpoints(autojump_clock: Any) -> None:
     async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("job", Body(0.0)))
@@ -752,6 +722,24 @@ async def test_remove_and_cancel_of_a_finished_task_are_checkpoints(autojump_clo
             for target in (waiter.id, "job"):
                 with trio.testing.assert_checkpoints():
                     assert await method(target) is False
+
+
+async def test_remove_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
+    """remove() of an unknown name or id returns False as a checkpoint."""
+    async with open_supervisor() as sup:
+        with trio.testing.assert_checkpoints():
+            assert await sup.remove("unknown") is False
+        with trio.testing.assert_checkpoints():
+            assert await sup.remove(TaskId(10**9)) is False
+
+
+async def test_cancel_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
+    """cancel() of an unknown name or id returns False as a checkpoint."""
+    async with open_supervisor() as sup:
+        with trio.testing.assert_checkpoints():
+            assert await sup.cancel("unknown") is False
+        with trio.testing.assert_checkpoints():
+            assert await sup.cancel(TaskId(10**9)) is False
 
 
 async def test_cancel_of_a_task_that_stops_at_once_is_a_checkpoint(autojump_clock: Any) -> None:
@@ -772,8 +760,36 @@ async def test_stops_via_the_controller_are_checkpoints(autojump_clock: Any) -> 
             assert await sup.cancel(waiter.id) is False
 
 
-async def test_wait_idle_when_idle_is_a_checkpoint(autojump_clock: Any) -> None:
+@pytest.mark.parametrize("method", ["remove", "cancel"])
+async def test_stop_after_shutdown_is_a_checkpoint(method: str) -> None:
+    """``remove``/``cancel`` stay checkpoints on the after-shutdown fast path."""
+    async with supervisor() as sup:
+        await sup.shutdown()
+        with trio.testing.assert_checkpoints():
+            await getattr(sup, method)("t")
+
+
+async def test_remove_after_the_supervisor_closed_is_a_checkpoint(autojump_clock: Any) -> None:
+    """remove() and cancel() after the supervisor ended return False as checkpoints."""
+    async with open_supervisor() as sup:
+        pass
+    with trio.testing.assert_checkpoints():
+        assert await sup.remove("t") is False
+    with trio.testing.assert_checkpoints():
+        assert await sup.cancel("t") is False
+
+
+async def test_wait_idle_when_idle_with_a_controller_is_a_checkpoint(autojump_clock: Any) -> None:
     async with supervisor(controller=ControllerConfig()) as sup:
+        with trio.testing.assert_checkpoints():
+            await sup.wait_idle()
+
+
+async def test_wait_idle_when_idle_without_a_controller_is_a_checkpoint(
+    autojump_clock: Any,
+) -> None:
+    """wait_idle() on an idle supervisor is a checkpoint."""
+    async with open_supervisor() as sup:
         with trio.testing.assert_checkpoints():
             await sup.wait_idle()
 

@@ -42,7 +42,8 @@ import trio.testing
 
 import trio_taskvisor
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 DOCS = ROOT / "docs"
 API_REFERENCE = DOCS / "api.md"  # generated; its signature blocks are not runnable
 DOC_FILES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]

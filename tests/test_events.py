@@ -34,28 +34,9 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
+from helpers import ONE_ATTEMPT_SUCCESS, forever, kinds_of, returns_done
+
 K = EventKind
-
-ONE_ATTEMPT_SUCCESS = [
-    K.TASK_ADD_REQUESTED,
-    K.TASK_ADDED,
-    K.ATTEMPT_STARTING,
-    K.ATTEMPT_SUCCEEDED,
-    K.TASK_FINISHED,
-    K.TASK_REMOVED,
-]
-
-
-async def returns_value() -> str:
-    return "done"
-
-
-async def sleeps_forever() -> None:
-    await trio.sleep_forever()
-
-
-def kinds_of(recorder: EventRecorder, name: str) -> list[EventKind]:
-    return [e.kind for e in recorder.events if e.name == name]
 
 
 def make_event(seq: int, kind: EventKind, **fields: Any) -> TaskEvent:
@@ -101,7 +82,7 @@ class SleepySubscriber:
 async def run_one_task_with_lanes_parked(sup: Any) -> None:
     """Run one successful task (6 events) once every lane is waiting for events."""
     await trio.testing.wait_all_tasks_blocked()
-    waiter = await sup.add(TaskSpec.once("t", returns_value))
+    waiter = await sup.add(TaskSpec.once("t", returns_done))
     await waiter.wait()
     await trio.testing.wait_all_tasks_blocked()
 
@@ -175,7 +156,7 @@ async def test_successful_once_task_publishes_full_sequence(autojump_clock: Any)
     """A one-shot success publishes add, one attempt and the end, in that order."""
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[recorder]) as sup:
-        waiter = await sup.add(TaskSpec.once("t", returns_value))
+        waiter = await sup.add(TaskSpec.once("t", returns_done))
         await waiter.wait()
     assert kinds_of(recorder, "t") == ONE_ATTEMPT_SUCCESS
 
@@ -200,8 +181,8 @@ async def test_duplicate_add_publishes_requested_then_add_failed(autojump_clock:
     """A rejected add publishes TASK_ADD_REQUESTED then TASK_ADD_FAILED, and nothing else."""
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[recorder]) as sup:
-        await sup.add(TaskSpec.once("t", sleeps_forever))
-        rejected = sup.add_nowait(TaskSpec.once("t", returns_value))
+        await sup.add(TaskSpec.once("t", forever))
+        rejected = sup.add_nowait(TaskSpec.once("t", returns_done))
         outcome = await rejected.wait()
     events = [e for e in recorder.events if e.task_id == rejected.id]
     assert [e.kind for e in events] == [K.TASK_ADD_REQUESTED, K.TASK_ADD_FAILED]
@@ -219,8 +200,8 @@ async def test_rejected_work_never_gets_task_finished(autojump_clock: Any) -> No
     recorder = EventRecorder()
     config = SupervisorConfig(max_registered_tasks=1)
     async with open_supervisor(config, subscribers=[recorder]) as sup:
-        await sup.add(TaskSpec.once("first", sleeps_forever))
-        rejected = sup.add_nowait(TaskSpec.once("second", returns_value))
+        await sup.add(TaskSpec.once("first", forever))
+        rejected = sup.add_nowait(TaskSpec.once("second", returns_done))
         assert (await rejected.wait()).rejection is RejectionKind.RESOURCE_LIMIT
     ends = recorder.kinds(K.TASK_FINISHED, K.TASK_REMOVED)
     assert len(ends) == 2
@@ -283,7 +264,7 @@ async def test_timeout_publishes_attempt_timed_out(autojump_clock: Any) -> None:
     """An attempt over its timeout publishes ATTEMPT_TIMED_OUT with timeout and duration."""
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[recorder]) as sup:
-        await (await sup.add(TaskSpec.once("t", sleeps_forever, timeout=1.5))).wait()
+        await (await sup.add(TaskSpec.once("t", forever, timeout=1.5))).wait()
     assert kinds_of(recorder, "t")[2:4] == [K.ATTEMPT_STARTING, K.ATTEMPT_TIMED_OUT]
     [timed_out] = recorder.of(K.ATTEMPT_TIMED_OUT)
     assert (timed_out.timeout, timed_out.duration) == (1.5, 1.5)
@@ -350,7 +331,7 @@ async def test_stopped_task_publishes_remove_requested_before_the_end(
     """A removed task publishes TASK_REMOVE_REQUESTED, then its attempt and task end."""
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[recorder]) as sup:
-        waiter = await sup.add(TaskSpec.once("t", sleeps_forever))
+        waiter = await sup.add(TaskSpec.once("t", forever))
         await recorder.wait_for(K.ATTEMPT_STARTING, name="t")
         assert await sup.remove("t")
         await waiter.wait()
@@ -446,10 +427,10 @@ async def test_every_registered_task_ends_exactly_once(autojump_clock: Any) -> N
     async with open_supervisor(subscribers=[recorder]) as sup:
         waiters = await sup.add_batch(
             [
-                TaskSpec.once("done", returns_value),
+                TaskSpec.once("done", returns_done),
                 TaskSpec.once("fails", _ends_failed),
-                TaskSpec.once("stopped", sleeps_forever),
-                TaskSpec.once("at-shutdown", sleeps_forever),
+                TaskSpec.once("stopped", forever),
+                TaskSpec.once("at-shutdown", forever),
             ]
         )
         await sup.cancel("stopped")
@@ -465,7 +446,7 @@ async def test_seq_counts_from_one_in_publication_order(autojump_clock: Any) -> 
     """Without drops a subscriber sees seq 1, 2, 3, ... with no gap."""
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[recorder]) as sup:
-        await (await sup.add(TaskSpec.once("a", returns_value))).wait()
+        await (await sup.add(TaskSpec.once("a", returns_done))).wait()
         await (await sup.add(TaskSpec.once("b", _ends_failed))).wait()
     assert [e.seq for e in recorder.events] == list(range(1, len(recorder.events) + 1))
 
@@ -501,7 +482,7 @@ async def test_each_subscriber_sees_publication_order(autojump_clock: Any) -> No
     """Every subscriber receives the same events in increasing seq order."""
     first, second = EventRecorder(name="first"), EventRecorder(name="second")
     async with open_supervisor(subscribers=[first, second]) as sup:
-        await sup.add_batch([TaskSpec.once(n, returns_value) for n in "abc"])
+        await sup.add_batch([TaskSpec.once(n, returns_done) for n in "abc"])
         await sup.wait_idle()
     seqs = [e.seq for e in first.events]
     assert seqs == sorted(seqs)
@@ -565,7 +546,7 @@ async def test_subscriber_exception_is_isolated(autojump_clock: Any) -> None:
     """A subscriber whose on_event raises keeps receiving later events; tasks are unaffected."""
     failing = FailingSubscriber()
     async with open_supervisor(subscribers=[failing]) as sup:
-        outcome = await (await sup.add(TaskSpec.once("t", returns_value))).wait()
+        outcome = await (await sup.add(TaskSpec.once("t", returns_done))).wait()
     assert outcome.kind is OutcomeKind.COMPLETED
     assert [e.kind for e in failing.events if e.name == "t"] == ONE_ATTEMPT_SUCCESS
 
@@ -581,7 +562,7 @@ async def test_subscriber_raising_trio_resource_errors_is_isolated(
     """trio's resource errors from on_event are isolated like any other exception."""
     failing, recorder = FailingSubscriber(error), EventRecorder()
     async with open_supervisor(subscribers=[failing, recorder]) as sup:
-        outcome = await (await sup.add(TaskSpec.once("t", returns_value))).wait()
+        outcome = await (await sup.add(TaskSpec.once("t", returns_done))).wait()
     assert outcome.kind is OutcomeKind.COMPLETED
     assert [e.kind for e in failing.events if e.name == "t"] == ONE_ATTEMPT_SUCCESS
     assert len(recorder.of(K.SUBSCRIBER_FAILED)) == 1
@@ -591,7 +572,7 @@ async def test_subscriber_failure_is_reported_to_the_others(autojump_clock: Any)
     """Other subscribers get SUBSCRIBER_FAILED naming the subscriber and str(exc)."""
     failing, recorder = FailingSubscriber(), EventRecorder()
     async with open_supervisor(subscribers=[failing, recorder]) as sup:
-        await (await sup.add(TaskSpec.once("t", returns_value))).wait()
+        await (await sup.add(TaskSpec.once("t", returns_done))).wait()
     [failed] = recorder.of(K.SUBSCRIBER_FAILED)
     assert failed.name == "FailingSubscriber"
     assert failed.reason is not None
@@ -602,7 +583,7 @@ async def test_subscriber_failure_is_not_reported_to_itself(autojump_clock: Any)
     """The failing subscriber never receives its own SUBSCRIBER_FAILED."""
     failing, recorder = FailingSubscriber(), EventRecorder()
     async with open_supervisor(subscribers=[failing, recorder]) as sup:
-        await (await sup.add(TaskSpec.once("t", returns_value))).wait()
+        await (await sup.add(TaskSpec.once("t", returns_done))).wait()
     assert len(recorder.of(K.SUBSCRIBER_FAILED)) == 1
     assert [e for e in failing.events if e.kind is K.SUBSCRIBER_FAILED] == []
 
@@ -672,9 +653,9 @@ async def test_no_subscriber_and_no_stream_publishes_nothing(autojump_clock: Any
 async def test_events_stream_gets_later_events(autojump_clock: Any) -> None:
     """An events() stream receives the events published after it opened."""
     async with open_supervisor() as sup:
-        await (await sup.add(TaskSpec.once("before", returns_value))).wait()
+        await (await sup.add(TaskSpec.once("before", returns_done))).wait()
         async with sup.events() as stream:
-            await (await sup.add(TaskSpec.once("after", returns_value))).wait()
+            await (await sup.add(TaskSpec.once("after", returns_done))).wait()
             received = [await stream.receive() for _ in range(6)]
     assert [(e.kind, e.name) for e in received] == [(k, "after") for k in ONE_ATTEMPT_SUCCESS]
     assert [e.seq for e in received] == list(range(1, 7))
@@ -695,7 +676,7 @@ async def test_events_stream_closed_by_its_consumer_ends_quietly(autojump_clock:
     async with open_supervisor() as sup:
         async with sup.events() as stream:
             await stream.aclose()
-            outcome = await (await sup.add(TaskSpec.once("t", returns_value))).wait()
+            outcome = await (await sup.add(TaskSpec.once("t", returns_done))).wait()
         assert outcome.kind is OutcomeKind.COMPLETED
 
 
@@ -715,7 +696,7 @@ async def test_full_bus_drops_and_counts(autojump_clock: Any) -> None:
         await trio.testing.wait_all_tasks_blocked()
         # Six events in one step: the fan-out takes one, the bus holds one.
         with pytest.raises(TaskNameInUseError):
-            await sup.add_batch([TaskSpec.once(n, returns_value) for n in "aba"])
+            await sup.add_batch([TaskSpec.once(n, returns_done) for n in "aba"])
         await trio.testing.wait_all_tasks_blocked()
         stats = sup.statistics()
     assert stats.events_dropped == 4
@@ -736,7 +717,7 @@ async def _run_logged(
     caplog.set_level(logging.DEBUG)
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[LoggingSubscriber(logger), recorder]) as sup:
-        await (await sup.add(TaskSpec.once("good-task", returns_value))).wait()
+        await (await sup.add(TaskSpec.once("good-task", returns_done))).wait()
         await (await sup.add(TaskSpec.once("bad-task", _ends_failed))).wait()
     return recorder
 

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 TIMEOUT = 60.0  # seconds per run, from the moment every run was started
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

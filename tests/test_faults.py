@@ -42,8 +42,6 @@ Decisions where DESIGN.md is silent
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -60,64 +58,29 @@ from trio_taskvisor import (
     GraceExceededError,
     OutcomeKind,
     RestartPolicy,
-    Supervisor,
-    SupervisorConfig,
     TaskCancelled,
     TaskNameInUseError,
     TaskSpec,
     TaskState,
+    TaskWaiter,
     current_context,
-    open_supervisor,
     run,
 )
 from trio_taskvisor.testing import EventRecorder
 
+from helpers import (
+    ONE_ATTEMPT_SUCCESS,
+    Body,
+    deferring,
+    forever,
+    kinds_of,
+    settle,
+    stubborn,
+    supervisor,
+    supervisor_config,
+)
+
 THREAD_TIMEOUT = 30.0  # real seconds; a safety net so a broken test cannot hang a thread
-
-
-@asynccontextmanager
-async def supervisor(*subscribers: Any, **config: Any) -> AsyncGenerator[Supervisor]:
-    config.setdefault("grace", 5.0)
-    async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-        yield sup
-
-
-async def settle() -> None:
-    await trio.testing.wait_all_tasks_blocked()
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
-
-
-class Body:
-    """Sleep ``seconds``, then return ``value``; counts starts and completions."""
-
-    def __init__(self, seconds: float = 1.0, value: object = "ok") -> None:
-        self.seconds = seconds
-        self.value = value
-        self.started = 0
-        self.finished = 0
-
-    async def __call__(self) -> object:
-        self.started += 1
-        await trio.sleep(self.seconds)
-        self.finished += 1
-        return self.value
-
-
-def task_kinds(recorder: EventRecorder, name: str) -> list[EventKind]:
-    return [e.kind for e in recorder.events if e.name == name]
-
-
-FULL_LIFE = [
-    EventKind.TASK_ADD_REQUESTED,
-    EventKind.TASK_ADDED,
-    EventKind.ATTEMPT_STARTING,
-    EventKind.ATTEMPT_SUCCEEDED,
-    EventKind.TASK_FINISHED,
-    EventKind.TASK_REMOVED,
-]
 
 
 # -- subscribers -----------------------------------------------------------------------------
@@ -175,18 +138,18 @@ async def test_raising_subscriber_is_isolated_and_reported(
     """A failing on_event (trio's own errors too) is reported; everyone else is unaffected."""
     raising = RaisingSubscriber(exc_type)
     recorder = EventRecorder()
-    async with supervisor(raising, recorder) as sup:
+    async with supervisor(recorder, subscribers=[raising]) as sup:
         t0 = trio.current_time()
         waiter = await sup.add(TaskSpec.once("job", Body(3.0)))
         assert (await waiter.wait()).value == "ok"
         assert trio.current_time() == t0 + 3.0
         await settle()
-    assert task_kinds(recorder, "job") == FULL_LIFE
+    assert kinds_of(recorder, "job") == ONE_ATTEMPT_SUCCESS
     failures = recorder.of(EventKind.SUBSCRIBER_FAILED, name="raising")
     assert len(failures) == len(raising.seen)
     assert all(f.reason is not None and "bad subscriber on" in f.reason for f in failures)
     # The failing subscriber keeps receiving later events, never its own failures.
-    assert raising.seen[: len(FULL_LIFE)] == FULL_LIFE
+    assert raising.seen[: len(ONE_ATTEMPT_SUCCESS)] == ONE_ATTEMPT_SUCCESS
     assert EventKind.SUBSCRIBER_FAILED not in raising.seen
 
 
@@ -196,7 +159,7 @@ async def test_blocked_subscriber_does_not_slow_tasks_and_drops_are_counted(
     """A subscriber stuck in on_event: tasks keep exact timing, its lane drops and counts."""
     blocking = BlockingSubscriber()
     recorder = EventRecorder()
-    async with supervisor(blocking, recorder, subscriber_shutdown_timeout=3.0) as sup:
+    async with supervisor(recorder, subscribers=[blocking], subscriber_shutdown_timeout=3.0) as sup:
         t0 = trio.current_time()
         waiters = await sup.add_batch([TaskSpec.once(f"job-{i}", Body(1.0 + i)) for i in range(3)])
         for i, waiter in enumerate(waiters):
@@ -224,7 +187,7 @@ async def test_slow_subscriber_gets_every_event_in_order_within_the_drain(
     """A slow subscriber with room never slows tasks and, drained in time, misses nothing."""
     slow = SlowSubscriber(1.0)
     recorder = EventRecorder()
-    async with supervisor(slow, recorder, subscriber_shutdown_timeout=1000.0) as sup:
+    async with supervisor(recorder, subscribers=[slow], subscriber_shutdown_timeout=1000.0) as sup:
         t0 = trio.current_time()
         waiter = await sup.add(TaskSpec.periodic("job", 0.5, Body(0.25)))
         await trio.sleep(3.0)
@@ -243,7 +206,7 @@ async def test_slow_subscriber_gets_every_event_in_order_within_the_drain(
 async def test_slow_subscriber_drain_is_bounded_and_the_rest_counted(autojump_clock: Any) -> None:
     slow = SlowSubscriber(1.0)
     recorder = EventRecorder()
-    async with supervisor(slow, recorder, subscriber_shutdown_timeout=2.5) as sup:
+    async with supervisor(recorder, subscribers=[slow], subscriber_shutdown_timeout=2.5) as sup:
         await sup.add_batch([TaskSpec.once(f"job-{i}", Body(0.5)) for i in range(3)])
         await sup.wait_idle()
         t_exit = trio.current_time()
@@ -292,7 +255,7 @@ async def test_base_exception_from_a_subscriber_shuts_down_gracefully_and_propag
             cleaned.append(trio.current_time())
 
     with pytest.raises(type(exc)) as info:  # noqa: PT012
-        async with supervisor(interrupting, recorder) as sup:
+        async with supervisor(recorder, subscribers=[interrupting]) as sup:
             other = await sup.add(TaskSpec.once("other", cleanup_two_seconds))
             await settle()
             t0 = trio.current_time()
@@ -314,7 +277,7 @@ async def test_regression_subscriber_keyboard_interrupt_does_not_panic_tasks(
     """A KeyboardInterrupt in on_event ends other tasks CANCELLED, never PANICKED."""
     interrupting = InterruptingSubscriber(KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):  # noqa: PT012
-        async with supervisor(interrupting) as sup:
+        async with supervisor(subscribers=[interrupting]) as sup:
             other = await sup.add(TaskSpec.once("other", forever))
             await sup.add(TaskSpec.once("trigger", forever))
             await trio.sleep_forever()
@@ -373,25 +336,72 @@ async def test_base_exception_in_a_task_shuts_down_gracefully_then_propagates_ba
     assert recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)
 
 
+async def test_keyboard_interrupt_stops_other_tasks_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """After a task's KeyboardInterrupt, the other tasks end CANCELLED."""
+    recorder = EventRecorder()
+    waiters: list[TaskWaiter] = []
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        async with supervisor(recorder) as sup:
+            waiters.append(await sup.add(TaskSpec.once("a", forever)))
+            waiters.append(await sup.add(TaskSpec.once("b", deferring, 3.0)))
+            await sup.add(TaskSpec.once("ki", raising_after(1.0, KeyboardInterrupt())))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+            await trio.sleep_forever()
+    assert [w.outcome_nowait().kind for w in waiters] == [OutcomeKind.CANCELLED] * 2
+    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
+    assert recorder.kinds(EventKind.GRACE_EXCEEDED) == []
+
+
 async def test_keyboard_interrupt_takes_precedence_over_grace_exceeded(
     autojump_clock: Any,
 ) -> None:
     recorder = EventRecorder()
 
-    async def stubborn() -> None:
-        with trio.CancelScope(shield=True):
-            await trio.sleep(10.0)
-
     with pytest.raises(KeyboardInterrupt):  # noqa: PT012
         async with supervisor(recorder) as sup:
             t0 = trio.current_time()
-            stuck = await sup.add(TaskSpec.once("stubborn", stubborn))
+            stuck = await sup.add(TaskSpec.once("stubborn", stubborn, 10.0))
             await sup.add(TaskSpec.once("raiser", raising_after(1.0, KeyboardInterrupt())))
             await trio.sleep_forever()
     assert stuck.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
     [exceeded] = recorder.of(EventKind.GRACE_EXCEEDED)
     assert exceeded.time == t0 + 1.0 + 5.0
     assert trio.current_time() == t0 + 10.0  # the physical exit of the stubborn task
+
+
+async def test_keyboard_interrupt_wins_over_grace_exceeded_at_the_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A task's KeyboardInterrupt propagates even when the shutdown had to force."""
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        async with supervisor() as sup:
+            await sup.add(TaskSpec.once("slow", deferring, 100.0))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+            await sup.add(TaskSpec.once("ki", raising_after(1.0, KeyboardInterrupt())))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+            await trio.sleep_forever()
+    assert trio.current_time() == 6.0
+
+
+async def test_keyboard_interrupt_during_shutdown_propagates_bare(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A KeyboardInterrupt raised by a task while the shutdown runs still propagates."""
+
+    async def interrupt_on_stop() -> None:
+        with current_context().defer_cancel():
+            await current_context().wait_cancel_requested()
+            await trio.sleep(2.0)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
+        async with supervisor() as sup:
+            await sup.add(TaskSpec.once("ki", interrupt_on_stop))
+            await trio.testing.wait_all_tasks_blocked()  # the body is running
+    assert type(excinfo.value) is KeyboardInterrupt
+    assert trio.current_time() == 2.0
 
 
 async def test_keyboard_interrupt_in_a_task_propagates_bare_from_run(autojump_clock: Any) -> None:
@@ -402,9 +412,25 @@ async def test_keyboard_interrupt_in_a_task_propagates_bare_from_run(autojump_cl
     ]
     t0 = trio.current_time()
     with pytest.raises(KeyboardInterrupt):
-        await run(specs, SupervisorConfig(grace=5.0))
+        await run(specs, supervisor_config())
     assert cleaned == [t0 + 3.0]
     assert trio.current_time() == t0 + 3.0
+
+
+async def test_keyboard_interrupt_from_run_ends_when_the_other_tasks_stopped(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``run()`` shuts down and re-raises a task's KeyboardInterrupt bare."""
+    with pytest.raises(KeyboardInterrupt) as excinfo:
+        await run(
+            [
+                TaskSpec.once("a", forever),
+                TaskSpec.once("ki", raising_after(1.0, KeyboardInterrupt())),
+            ],
+            supervisor_config(),
+        )
+    assert type(excinfo.value) is KeyboardInterrupt
+    assert trio.current_time() == 1.0
 
 
 async def test_keyboard_interrupt_in_the_body_propagates_after_a_graceful_shutdown(
@@ -884,7 +910,9 @@ async def test_tasks_keep_exact_timing_with_every_kind_of_bad_subscriber(
 ) -> None:
     subscribers = [RaisingSubscriber(), BlockingSubscriber(), SlowSubscriber(10.0)]
     body = Body(0.5)
-    async with supervisor(*subscribers, bus_capacity=1, subscriber_shutdown_timeout=0) as sup:
+    async with supervisor(
+        subscribers=subscribers, bus_capacity=1, subscriber_shutdown_timeout=0
+    ) as sup:
         t0 = trio.current_time()
         waiter = await sup.add(TaskSpec("periodic", body, restart=RestartPolicy.always(1.0)))
         await trio.sleep(10.0)
@@ -971,8 +999,7 @@ async def test_regression_replaced_owner_whose_nursery_raises_lets_the_replaceme
     autojump_clock: Any,
 ) -> None:
     """REPLACE of an owner whose nursery raises on the stop: the replacement runs."""
-    config = SupervisorConfig(grace=5.0, controller=ControllerConfig())
-    async with open_supervisor(config) as sup:
+    async with supervisor(controller=ControllerConfig()) as sup:
         body = nursery_whose_child_cleanup_raises(ValueError("cleanup failed"))
         owner = await sup.submit(ControllerSpec.queue(TaskSpec.once("a", body), slot="k"))
         await trio.sleep(1.0)
@@ -1045,7 +1072,7 @@ async def test_regression_subscriber_nursery_raising_at_the_drain_deadline_is_is
 ) -> None:
     """Cancelled at the drain deadline, [ValueError, Cancelled] from on_event leaks nothing."""
     subscriber = NurserySubscriber(ValueError("cleanup failed"))
-    async with supervisor(subscriber, subscriber_shutdown_timeout=3.0) as sup:
+    async with supervisor(subscribers=[subscriber], subscriber_shutdown_timeout=3.0) as sup:
         await sup.add(TaskSpec.once("t", trio.sleep, 1.0))
     assert trio.current_time() == 3.0  # the task stops at once; then the 3 s drain deadline
 
@@ -1056,7 +1083,7 @@ async def test_subscriber_nursery_raising_keyboard_interrupt_at_the_drain_deadli
     """[KeyboardInterrupt, Cancelled] from on_event: the KeyboardInterrupt, no Cancelled."""
     subscriber = NurserySubscriber(KeyboardInterrupt())
     with pytest.raises(BaseExceptionGroup) as info:
-        async with supervisor(subscriber, subscriber_shutdown_timeout=3.0) as sup:
+        async with supervisor(subscribers=[subscriber], subscriber_shutdown_timeout=3.0) as sup:
             await sup.add(TaskSpec.once("t", trio.sleep, 1.0))
     assert info.value.split(KeyboardInterrupt)[1] is None
 
@@ -1078,7 +1105,7 @@ async def test_subscriber_mixed_group_while_running_is_an_isolated_failure(
                         scope.cancel()
 
     recorder = EventRecorder()
-    async with supervisor(Failing(), recorder) as sup:
+    async with supervisor(recorder, subscribers=[Failing()]) as sup:
         await (await sup.add(TaskSpec.once("t", trio.sleep, 1.0))).wait()
     [failed] = recorder.of(EventKind.SUBSCRIBER_FAILED)
     assert failed.name == "failing"
@@ -1116,8 +1143,7 @@ async def test_cancelled_keyed_call_whose_body_nursery_raises_on_the_stop(
     autojump_clock: Any,
 ) -> None:
     """A run_in_slot caller cancelled while its work's nursery raises on the stop leaves cleanly."""
-    config = SupervisorConfig(grace=5.0, controller=ControllerConfig())
-    async with open_supervisor(config) as sup:
+    async with supervisor(controller=ControllerConfig()) as sup:
         with trio.move_on_after(1.0) as scope:
             await sup.run_in_slot("k", nursery_whose_child_cleanup_raises(ValueError("x")))
         assert scope.cancelled_caught

@@ -61,7 +61,8 @@ def json_logger(name: str) -> tuple[logging.Logger, ListHandler]:
     return logger, handler
 
 
-async def flaky() -> None:
+async def fails_first_attempt() -> None:
+    """Fail attempt 1 with exit code 75; succeed on the next."""
     if current_context().attempt == 1:
         raise TaskFailure("upstream 503", exit_code=75)
     await trio.lowlevel.checkpoint()
@@ -76,7 +77,9 @@ async def test_json_formatter_gets_every_event_field(
         async with open_supervisor(subscribers=[LoggingSubscriber(logger)]) as sup:
             await (
                 await sup.add(
-                    TaskSpec.restartable("fetch", flaky, backoff=BackoffPolicy.constant(1.0))
+                    TaskSpec.restartable(
+                        "fetch", fails_first_attempt, backoff=BackoffPolicy.constant(1.0)
+                    )
                 )
             ).wait()
     finally:

@@ -27,12 +27,13 @@ from trio_taskvisor import (
     FatalError,
     OutcomeKind,
     SupervisorConfig,
-    TaskFailure,
     TaskSpec,
     current_context,
     open_supervisor,
 )
 from trio_taskvisor.contrib.otel import TracingSubscriber, traced
+
+from helpers import flaky, forever
 
 
 @pytest.fixture
@@ -58,18 +59,6 @@ def attr(span: ReadableSpan, key: str) -> object:
 
 def event_names(span: ReadableSpan) -> Sequence[str]:
     return [e.name for e in span.events]
-
-
-async def flaky() -> str:
-    """Fail attempts 1 and 2 with exit code 3; succeed on attempt 3."""
-    await trio.sleep(1.0)
-    if current_context().attempt < 3:
-        raise TaskFailure("not yet", exit_code=3)
-    return "ok"
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
 
 
 # -- parentage -------------------------------------------------------------------------------

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_taskvisor._exceptions import ConfigError
-from trio_taskvisor._policies import BackoffPolicy, Jitter, RestartPolicy
+from trio_taskvisor import BackoffPolicy, ConfigError, Jitter, RestartPolicy
 
 SAFETY_FLOOR = 0.001
 HUGE_N = 10**400  # too large even to convert to a float

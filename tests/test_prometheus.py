@@ -17,29 +17,17 @@ from trio_taskvisor import (
     OutcomeKind,
     RejectionKind,
     SupervisorConfig,
-    TaskFailure,
     TaskSpec,
-    current_context,
     open_supervisor,
 )
 from trio_taskvisor.contrib.prometheus import PrometheusSubscriber
 from trio_taskvisor.testing import EventRecorder
 
+from helpers import flaky, forever
+
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
     return registry.get_sample_value(name, labels)
-
-
-async def flaky() -> str:
-    """Fail the first two attempts after 1 s each; succeed after 1 s on the third."""
-    await trio.sleep(1.0)
-    if current_context().attempt < 3:
-        raise TaskFailure("not yet", exit_code=3)
-    return "ok"
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
 
 
 # -- counters -------------------------------------------------------------------------------

@@ -20,16 +20,16 @@ from trio_taskvisor import (
     GraceExceededError,
     NoControllerError,
     OutcomeError,
-    OutcomeKind,
     ResourceLimitError,
     SupervisorClosedError,
     SupervisorConfig,
     TaskCancelled,
     TaskFailure,
     TaskNameInUseError,
-    TaskOutcome,
     TaskSpec,
 )
+
+from helpers import nothing
 
 # Every public name DESIGN.md defines, except the keyed controller's types below.
 DESIGN_NAMES = {
@@ -205,16 +205,6 @@ def test_grace_exceeded_error_carries_grace_and_stuck() -> None:
     assert (error.grace, error.stuck) == (2.5, ("a", "b"))
 
 
-def test_outcome_error_carries_the_outcome_chained_to_its_error() -> None:
-    """TaskOutcome.unwrap() raises OutcomeError(.outcome) chained to the outcome's error."""
-    cause = TaskFailure("boom")
-    outcome = TaskOutcome(OutcomeKind.FAILED, error=cause, reason="boom")
-    with pytest.raises(OutcomeError) as info:
-        outcome.unwrap()
-    assert info.value.outcome is outcome
-    assert info.value.__cause__ is cause
-
-
 @pytest.mark.parametrize("error_type", [FatalError, TaskFailure])
 def test_task_raised_errors_carry_an_exit_code(error_type: type[FatalError | TaskFailure]) -> None:
     """FatalError and TaskFailure take ``reason`` and a keyword-only ``exit_code=None``."""
@@ -274,8 +264,4 @@ def test_out_of_range_values_raise_config_error() -> None:
     with pytest.raises(ConfigError):
         SupervisorConfig(grace=-1.0)
     with pytest.raises(ValueError, match="max_retries"):
-        TaskSpec.restartable("t", _noop, max_retries=0)
-
-
-async def _noop() -> None:
-    pass
+        TaskSpec.restartable("t", nothing, max_retries=0)

@@ -7,13 +7,13 @@ import sys
 import textwrap
 import tomllib
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
+from helpers import ROOT
+
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 RunInner = Callable[..., pytest.RunResult]
 

@@ -1,4 +1,8 @@
-"""The one shared graceful shutdown, leaving ``open_supervisor``, and ``run()``."""
+"""The one shared graceful shutdown, leaving ``open_supervisor``, and ``run()``.
+
+A KeyboardInterrupt (or any other BaseException) from a task, the body or a subscriber,
+and the shutdown it starts, are in ``test_faults.py``.
+"""
 
 from __future__ import annotations
 
@@ -15,53 +19,22 @@ from trio_taskvisor import (
     GraceExceededError,
     OutcomeKind,
     SupervisorClosedError,
-    SupervisorConfig,
     TaskEvent,
     TaskNameInUseError,
     TaskSpec,
     TaskWaiter,
     current_context,
-    open_supervisor,
     run,
 )
 from trio_taskvisor.testing import EventRecorder
 
-# ``pytest.raises`` wraps whole ``open_supervisor`` blocks (PT012): shutdown errors and
+from helpers import deferring, forever, returns_done, stubborn, supervisor, supervisor_config
+
+# ``pytest.raises`` wraps whole supervisor blocks (PT012): shutdown errors and
 # re-raised exceptions surface only when the block is left.
 
 
-def config(**fields: Any) -> SupervisorConfig:
-    fields.setdefault("grace", 5.0)
-    return SupervisorConfig(**fields)
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
-
-
-async def quick() -> str:
-    return "done"
-
-
-async def deferring(seconds: float) -> str:
-    """Run ``seconds`` inside a ``defer_cancel()`` block, then return."""
-    with current_context().defer_cancel():
-        await trio.sleep(seconds)
-    return "done"
-
-
-async def stubborn(seconds: float) -> None:
-    """Ignore every cancellation for ``seconds`` (a shield of its own)."""
-    with trio.CancelScope(shield=True):
-        await trio.sleep(seconds)
-
-
-async def interrupting() -> None:
-    await trio.sleep(1.0)
-    raise KeyboardInterrupt
-
-
-class BlockingSubscriber:
+class BlockingOnKind:
     """Blocks forever on the first event of ``kind``; records when it was cancelled."""
 
     def __init__(self, kind: EventKind) -> None:
@@ -84,7 +57,7 @@ async def test_shutdown_returns_none_when_all_stop_within_grace(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """``shutdown()`` returns None, now and later, when no task had to be forced."""
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         await sup.add(TaskSpec.once("t", deferring, 3.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.shutdown()
@@ -105,7 +78,7 @@ async def test_concurrent_shutdown_callers_share_one_result(
         assert trio.current_time() == 5.0
 
     with pytest.raises(GraceExceededError):  # noqa: PT012
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
             async with trio.open_nursery() as nursery:
@@ -119,7 +92,7 @@ async def test_concurrent_shutdown_callers_share_one_result(
 async def test_stuck_names_are_sorted(autojump_clock: trio.abc.Clock) -> None:
     """``GraceExceededError.stuck`` lists the forced tasks sorted by name."""
     with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             for name in ("b", "c", "a"):
                 await sup.add(TaskSpec.once(name, deferring, 100.0))
                 await trio.testing.wait_all_tasks_blocked()  # the body is running
@@ -134,7 +107,7 @@ async def test_grace_zero_lists_every_running_task_as_stuck(
 ) -> None:
     """With ``grace=0`` every task still running at shutdown is forced and stuck."""
     with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
-        async with open_supervisor(config(grace=0.0)) as sup:
+        async with supervisor(grace=0.0) as sup:
             await sup.add(TaskSpec.once("x", forever))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.add(TaskSpec.once("y", forever))
@@ -146,7 +119,7 @@ async def test_cancelled_shutdown_caller_does_not_stop_shutdown(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """Cancelling a ``shutdown()`` caller leaves the shutdown running to its end."""
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("t", deferring, 3.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         with trio.move_on_after(1.0) as scope:
@@ -155,22 +128,14 @@ async def test_cancelled_shutdown_caller_does_not_stop_shutdown(
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
         assert trio.current_time() == 3.0
         with pytest.raises(SupervisorClosedError):
-            await sup.add(TaskSpec.once("late", quick))
+            await sup.add(TaskSpec.once("late", returns_done))
 
 
 async def test_shutdown_with_no_task_returns_at_once(autojump_clock: trio.abc.Clock) -> None:
     """A shutdown with nothing registered ends without waiting."""
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         await sup.shutdown()
         assert trio.current_time() == 0.0
-
-
-async def test_finished_shutdown_call_is_a_checkpoint() -> None:
-    """Joining a shutdown that already finished is still a checkpoint."""
-    async with open_supervisor(config()) as sup:
-        await sup.shutdown()
-        with trio.testing.assert_checkpoints():
-            await sup.shutdown()
 
 
 async def test_task_calling_shutdown_is_stopped_cancelled(
@@ -181,7 +146,7 @@ async def test_task_calling_shutdown_is_stopped_cancelled(
     async def body() -> None:
         await current_context().supervisor.shutdown()
 
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         other = await sup.add(TaskSpec.once("other", forever))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         waiter = await sup.add(TaskSpec.once("t", body))
@@ -189,14 +154,14 @@ async def test_task_calling_shutdown_is_stopped_cancelled(
         assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
         assert (await other.wait()).kind is OutcomeKind.CANCELLED
         with pytest.raises(SupervisorClosedError):
-            sup.add_nowait(TaskSpec.once("late", quick))
+            sup.add_nowait(TaskSpec.once("late", returns_done))
 
 
 # -- intake --------------------------------------------------------------------------------
 
 
 async def _add(sup: Any, method: str) -> None:
-    spec = TaskSpec.once("late", quick)
+    spec = TaskSpec.once("late", returns_done)
     if method == "add":
         await sup.add(spec)
         await trio.testing.wait_all_tasks_blocked()  # the body is running
@@ -211,7 +176,7 @@ async def test_intake_during_shutdown_raises_closed(
     autojump_clock: trio.abc.Clock, method: str
 ) -> None:
     """Intake after shutdown began raises SupervisorClosedError."""
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         await sup.add(TaskSpec.once("t", deferring, 3.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         async with trio.open_nursery() as nursery:
@@ -227,7 +192,7 @@ async def test_intake_after_shutdown_raises_closed(
     autojump_clock: trio.abc.Clock, method: str
 ) -> None:
     """Intake after the shutdown finished raises SupervisorClosedError."""
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         await sup.shutdown()
         with pytest.raises(SupervisorClosedError):
             await _add(sup, method)
@@ -235,16 +200,16 @@ async def test_intake_after_shutdown_raises_closed(
 
 async def test_supervisor_closed_error_is_a_closed_resource_error() -> None:
     """SupervisorClosedError can be caught as trio.ClosedResourceError."""
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         await sup.shutdown()
         with pytest.raises(trio.ClosedResourceError):
-            await sup.add(TaskSpec.once("late", quick))
+            await sup.add(TaskSpec.once("late", returns_done))
 
 
 async def test_add_accepted_before_shutdown_is_processed(autojump_clock: trio.abc.Clock) -> None:
     """An add already on the channel when shutdown begins is admitted, then stopped."""
     recorder = EventRecorder()
-    async with open_supervisor(config(), subscribers=[recorder]) as sup:
+    async with supervisor(recorder) as sup:
         waiter = sup.add_nowait(TaskSpec.once("t", forever))
         batch_waiter = sup.add_nowait(TaskSpec.once("u", forever))
         await sup.shutdown()
@@ -262,7 +227,7 @@ async def test_leaving_block_publishes_shutdown_requested(
 ) -> None:
     """Leaving the ``open_supervisor`` block publishes SHUTDOWN_REQUESTED."""
     recorder = EventRecorder()
-    async with open_supervisor(config(), subscribers=[recorder]):
+    async with supervisor(recorder):
         pass
     assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED, EventKind.ALL_STOPPED_WITHIN_GRACE) == [
         EventKind.SHUTDOWN_REQUESTED,
@@ -272,7 +237,7 @@ async def test_leaving_block_publishes_shutdown_requested(
 
 async def test_leaving_block_stops_every_task(autojump_clock: trio.abc.Clock) -> None:
     """Leaving the block soft-stops every task: each ends CANCELLED."""
-    async with open_supervisor(config()) as sup:
+    async with supervisor() as sup:
         waiters = [await sup.add(TaskSpec.once(name, forever)) for name in "abc"]
         await trio.sleep(2.0)
     assert trio.current_time() == 2.0
@@ -282,7 +247,7 @@ async def test_leaving_block_stops_every_task(autojump_clock: trio.abc.Clock) ->
 async def test_body_exception_propagates_unwrapped(autojump_clock: trio.abc.Clock) -> None:
     """An exception raised in the body reaches the caller bare, after the shutdown."""
     with pytest.raises(ValueError, match="body") as excinfo:  # noqa: PT012
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             await sup.add(TaskSpec.once("t", deferring, 3.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
             raise ValueError("body")
@@ -294,7 +259,7 @@ async def test_body_exception_wins_over_grace_exceeded(autojump_clock: trio.abc.
     """When the body raised and grace was exceeded, the body's exception propagates bare."""
     recorder = EventRecorder()
     with pytest.raises(ValueError, match="body") as excinfo:  # noqa: PT012
-        async with open_supervisor(config(), subscribers=[recorder]) as sup:
+        async with supervisor(recorder) as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
             raise ValueError("body")
@@ -306,7 +271,7 @@ async def test_body_exception_wins_over_grace_exceeded(autojump_clock: trio.abc.
 async def test_grace_exceeded_propagates_bare_from_block(autojump_clock: trio.abc.Clock) -> None:
     """A shutdown that forced tasks raises a bare GraceExceededError from the block."""
     with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert type(excinfo.value) is GraceExceededError
@@ -317,7 +282,7 @@ async def test_outer_cancellation_still_gets_full_grace(autojump_clock: trio.abc
     """Cancelling the scope around ``open_supervisor`` still grants the whole grace."""
     waiters: list[TaskWaiter] = []
     with trio.move_on_after(1.0) as scope:
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             waiters.append(await sup.add(TaskSpec.once("t", deferring, 100.0)))
             await trio.sleep_forever()
     assert scope.cancelled_caught
@@ -331,7 +296,7 @@ async def test_outer_cancellation_lets_deferred_work_finish(
     """After an outer cancellation, deferred work that ends within grace ends CANCELLED."""
     waiters: list[TaskWaiter] = []
     with trio.move_on_after(1.0):
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             waiters.append(await sup.add(TaskSpec.once("t", deferring, 3.0)))
             await trio.sleep_forever()
     assert trio.current_time() == 3.0
@@ -343,7 +308,7 @@ async def test_already_stopping_task_keeps_later_deadline(
 ) -> None:
     """A task stopping before shutdown gets the later, shared deadline and is stuck."""
     with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             waiter = await sup.add(TaskSpec.once("t", deferring, 100.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.remove("t")
@@ -360,7 +325,7 @@ async def test_regression_task_forced_before_shutdown_still_running_at_its_deadl
     """Forced before shutdown and still running at the shared deadline: stuck, GRACE_EXCEEDED."""
     recorder = EventRecorder()
     with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
-        async with open_supervisor(config(), subscribers=[recorder]) as sup:
+        async with supervisor(recorder) as sup:
             waiter = await sup.add(TaskSpec.once("t", stubborn, 20.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
             await sup.remove("t")
@@ -382,7 +347,7 @@ async def test_task_forced_before_shutdown_that_exits_within_the_shared_grace_is
 ) -> None:
     """Forced before shutdown, it exits before the shared deadline: all stopped within grace."""
     recorder = EventRecorder()
-    async with open_supervisor(config(), subscribers=[recorder]) as sup:
+    async with supervisor(recorder) as sup:
         waiter = await sup.add(TaskSpec.once("t", stubborn, 8.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
         await sup.remove("t")
@@ -399,7 +364,7 @@ async def test_shutdown_logs_once_the_forced_tasks_it_waits_for(
 ) -> None:
     """Tasks forced by the shutdown itself and still running are named in one warning."""
     with pytest.raises(GraceExceededError):  # noqa: PT012
-        async with open_supervisor(config()) as sup:
+        async with supervisor() as sup:
             await sup.add(TaskSpec.once("b", stubborn, 20.0))
             await sup.add(TaskSpec.once("a", stubborn, 30.0))
             await trio.testing.wait_all_tasks_blocked()
@@ -410,7 +375,7 @@ async def test_shutdown_logs_once_the_forced_tasks_it_waits_for(
 async def test_all_stopped_within_grace_event(autojump_clock: trio.abc.Clock) -> None:
     """A shutdown without forcing publishes ALL_STOPPED_WITHIN_GRACE, not GRACE_EXCEEDED."""
     recorder = EventRecorder()
-    async with open_supervisor(config(), subscribers=[recorder]) as sup:
+    async with supervisor(recorder) as sup:
         await sup.add(TaskSpec.once("t", deferring, 3.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
     [event] = recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)
@@ -422,7 +387,7 @@ async def test_grace_exceeded_event(autojump_clock: trio.abc.Clock) -> None:
     """A shutdown that forces publishes GRACE_EXCEEDED at the deadline, naming the stuck."""
     recorder = EventRecorder()
     with pytest.raises(GraceExceededError):  # noqa: PT012
-        async with open_supervisor(config(), subscribers=[recorder]) as sup:
+        async with supervisor(recorder) as sup:
             await sup.add(TaskSpec.once("t", deferring, 100.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
     [event] = recorder.of(EventKind.GRACE_EXCEEDED)
@@ -439,11 +404,9 @@ async def test_subscriber_drain_starts_after_every_actor_exits(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """The drain deadline counts from the physical exit of the last actor."""
-    blocker = BlockingSubscriber(EventKind.TASK_ADDED)
+    blocker = BlockingOnKind(EventKind.TASK_ADDED)
     with pytest.raises(GraceExceededError):  # noqa: PT012
-        async with open_supervisor(
-            config(subscriber_shutdown_timeout=3.0), subscribers=[blocker]
-        ) as sup:
+        async with supervisor(subscribers=[blocker], subscriber_shutdown_timeout=3.0) as sup:
             await sup.add(TaskSpec.once("t", stubborn, 20.0))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert trio.current_time() == 23.0
@@ -453,10 +416,8 @@ async def test_blocked_subscriber_cancelled_at_drain_deadline(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """An ``on_event`` still running at the drain deadline is cancelled then."""
-    blocker = BlockingSubscriber(EventKind.TASK_ADDED)
-    async with open_supervisor(
-        config(subscriber_shutdown_timeout=3.0), subscribers=[blocker]
-    ) as sup:
+    blocker = BlockingOnKind(EventKind.TASK_ADDED)
+    async with supervisor(subscribers=[blocker], subscriber_shutdown_timeout=3.0) as sup:
         await sup.add(TaskSpec.once("t", deferring, 2.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert blocker.cancelled_at == [5.0]
@@ -468,92 +429,11 @@ async def test_drained_subscriber_does_not_delay_shutdown(
 ) -> None:
     """A subscriber that keeps up lets the shutdown end when the last actor exits."""
     recorder = EventRecorder()
-    async with open_supervisor(
-        config(subscriber_shutdown_timeout=3.0), subscribers=[recorder]
-    ) as sup:
+    async with supervisor(recorder, subscriber_shutdown_timeout=3.0) as sup:
         await sup.add(TaskSpec.once("t", deferring, 2.0))
         await trio.testing.wait_all_tasks_blocked()  # the body is running
     assert trio.current_time() == 2.0
     assert recorder.kinds()[-1] is EventKind.ALL_STOPPED_WITHIN_GRACE
-
-
-# -- KeyboardInterrupt ---------------------------------------------------------------------
-
-
-async def test_keyboard_interrupt_in_task_propagates_bare(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """A task's KeyboardInterrupt shuts down gracefully and propagates bare."""
-    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
-        async with open_supervisor(config()) as sup:
-            await sup.add(TaskSpec.once("t", deferring, 3.0))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await sup.add(TaskSpec.once("ki", interrupting))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await trio.sleep_forever()
-    assert type(excinfo.value) is KeyboardInterrupt
-    assert trio.current_time() == 3.0
-
-
-async def test_keyboard_interrupt_stops_other_tasks_cancelled(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """After a task's KeyboardInterrupt, the other tasks end CANCELLED."""
-    recorder = EventRecorder()
-    waiters: list[TaskWaiter] = []
-    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
-        async with open_supervisor(config(), subscribers=[recorder]) as sup:
-            waiters.append(await sup.add(TaskSpec.once("a", forever)))
-            waiters.append(await sup.add(TaskSpec.once("b", deferring, 3.0)))
-            await sup.add(TaskSpec.once("ki", interrupting))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await trio.sleep_forever()
-    assert [w.outcome_nowait().kind for w in waiters] == [OutcomeKind.CANCELLED] * 2
-    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
-    assert recorder.kinds(EventKind.GRACE_EXCEEDED) == []
-
-
-async def test_keyboard_interrupt_wins_over_grace_exceeded(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """A task's KeyboardInterrupt propagates even when the shutdown had to force."""
-    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
-        async with open_supervisor(config()) as sup:
-            await sup.add(TaskSpec.once("slow", deferring, 100.0))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await sup.add(TaskSpec.once("ki", interrupting))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-            await trio.sleep_forever()
-    assert trio.current_time() == 6.0
-
-
-async def test_keyboard_interrupt_during_shutdown_propagates_bare(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """A KeyboardInterrupt raised by a task while the shutdown runs still propagates."""
-
-    async def interrupt_on_stop() -> None:
-        with current_context().defer_cancel():
-            await current_context().wait_cancel_requested()
-            await trio.sleep(2.0)
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt) as excinfo:  # noqa: PT012
-        async with open_supervisor(config()) as sup:
-            await sup.add(TaskSpec.once("ki", interrupt_on_stop))
-            await trio.testing.wait_all_tasks_blocked()  # the body is running
-    assert type(excinfo.value) is KeyboardInterrupt
-    assert trio.current_time() == 2.0
-
-
-async def test_keyboard_interrupt_in_task_propagates_from_run(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    """``run()`` shuts down and re-raises a task's KeyboardInterrupt bare."""
-    with pytest.raises(KeyboardInterrupt) as excinfo:
-        await run([TaskSpec.once("a", forever), TaskSpec.once("ki", interrupting)], config())
-    assert type(excinfo.value) is KeyboardInterrupt
-    assert trio.current_time() == 1.0
 
 
 # -- run() ---------------------------------------------------------------------------------
@@ -565,7 +445,7 @@ async def test_run_returns_after_natural_completion(autojump_clock: trio.abc.Clo
     async def nap(seconds: float) -> None:
         await trio.sleep(seconds)
 
-    await run([TaskSpec.once("a", nap, 1.0), TaskSpec.once("b", nap, 4.0)], config())
+    await run([TaskSpec.once("a", nap, 1.0), TaskSpec.once("b", nap, 4.0)], supervisor_config())
     assert trio.current_time() == 4.0
 
 
@@ -574,7 +454,7 @@ async def test_run_natural_completion_publishes_no_shutdown_requested(
 ) -> None:
     """Natural completion publishes ALL_STOPPED_WITHIN_GRACE but not SHUTDOWN_REQUESTED."""
     recorder = EventRecorder()
-    await run([TaskSpec.once("a", quick)], config(), subscribers=[recorder])
+    await run([TaskSpec.once("a", returns_done)], supervisor_config(), subscribers=[recorder])
     assert recorder.of(EventKind.SHUTDOWN_REQUESTED) == []
     assert len(recorder.of(EventKind.ALL_STOPPED_WITHIN_GRACE)) == 1
 
@@ -587,7 +467,7 @@ async def test_run_raises_add_batch_errors(autojump_clock: trio.abc.Clock) -> No
         ran.append("ran")
 
     with pytest.raises(TaskNameInUseError) as excinfo:
-        await run([TaskSpec.once("a", body), TaskSpec.once("a", body)], config())
+        await run([TaskSpec.once("a", body), TaskSpec.once("a", body)], supervisor_config())
     assert type(excinfo.value) is TaskNameInUseError
     assert excinfo.value.name == "a"
     assert ran == []
@@ -609,7 +489,7 @@ async def test_run_raises_grace_exceeded_after_signal(autojump_clock: trio.abc.C
     async with trio.open_nursery() as nursery:
         nursery.start_soon(interrupt_after_start)
         with pytest.raises(GraceExceededError) as excinfo:
-            await run([TaskSpec.once("t", body)], config(), handle_signals=True)
+            await run([TaskSpec.once("t", body)], supervisor_config(), handle_signals=True)
     assert excinfo.value.stuck == ("t",)
     assert trio.current_time() == 5.0
 
@@ -629,7 +509,7 @@ async def test_run_shuts_down_gracefully_on_signal(signum: signal.Signals) -> No
         nursery.start_soon(terminate_after_start)
         await run(
             [TaskSpec.once("a", forever), TaskSpec.once("b", forever)],
-            config(),
+            supervisor_config(),
             subscribers=[recorder],
             handle_signals=True,
         )
@@ -648,8 +528,8 @@ async def test_no_waiter_left_pending_after_shutdown(autojump_clock: trio.abc.Cl
     """After the block, every waiter handed out has its outcome."""
     waiters: list[TaskWaiter] = []
     with pytest.raises(GraceExceededError):  # noqa: PT012
-        async with open_supervisor(config(max_registered_tasks=3)) as sup:
-            waiters.append(await sup.add(TaskSpec.once("done", quick)))
+        async with supervisor(max_registered_tasks=3) as sup:
+            waiters.append(await sup.add(TaskSpec.once("done", returns_done)))
             await trio.testing.wait_all_tasks_blocked()  # the body is running
             await waiters[0].wait()
             waiters.append(await sup.add(TaskSpec.once("cancelled", forever)))

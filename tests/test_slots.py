@@ -20,59 +20,27 @@ from hypothesis.stateful import (
     rule,
 )
 
-from trio_taskvisor._outcome import RejectionKind
-from trio_taskvisor._slots import (
-    Admit,
-    Detach,
-    Effect,
+from trio_taskvisor import AdmissionPolicy, SlotStatus
+
+# The slot machine's own names: private, so they come through helpers like every internal.
+from helpers import (
+    ADMIT,
+    DETACH,
+    JOIN,
+    QUEUE_FULL,
+    REJECT,
+    REMOVED_FROM_QUEUE,
+    RESOURCE_LIMIT,
+    SHUTTING_DOWN,
+    SLOT_BUSY,
+    STOP,
+    SUBMITTED,
+    SUPERSEDED,
+    TRANSITION,
     Entry,
-    Join,
-    Reject,
     SlotMachine,
-    SlotStatus,
-    Stop,
-    Submitted,
-    Transition,
+    triples,
 )
-from trio_taskvisor._spec import AdmissionPolicy
-
-# The effects as (tag, entry, argument) triples, which the tests below compare.
-ADMIT = "admit"
-STOP = "stop"
-REJECT = "reject"
-JOIN = "join"
-DETACH = "detach"
-SUBMITTED = "submitted"
-TRANSITION = "transition"
-SLOT_BUSY = RejectionKind.SLOT_BUSY
-QUEUE_FULL = RejectionKind.QUEUE_FULL
-SUPERSEDED = RejectionKind.SUPERSEDED
-REMOVED_FROM_QUEUE = RejectionKind.REMOVED_FROM_QUEUE
-SHUTTING_DOWN = RejectionKind.SHUTTING_DOWN
-RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
-
-
-def triples(effects: list[Effect[Any]]) -> list[tuple[str, Entry[Any], Any]]:
-    """The machine's typed effects as (tag, entry, argument) triples."""
-    out: list[tuple[str, Entry[Any], Any]] = []
-    for effect in effects:
-        match effect:
-            case Admit(entry):
-                out.append((ADMIT, entry, None))
-            case Stop(entry):
-                out.append((STOP, entry, None))
-            case Reject(entry, kind):
-                out.append((REJECT, entry, kind))
-            case Detach(entry, kind):
-                out.append((DETACH, entry, kind))
-            case Join(entry, target):
-                out.append((JOIN, entry, target))
-            case Submitted(entry, reason):
-                out.append((SUBMITTED, entry, reason))
-            case Transition(entry, reason):
-                out.append((TRANSITION, entry, reason))
-    return out
-
 
 QUEUE = AdmissionPolicy.QUEUE
 REPLACE = AdmissionPolicy.REPLACE

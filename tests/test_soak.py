@@ -55,6 +55,8 @@ from trio_taskvisor import (
     open_supervisor,
 )
 
+from helpers import forever
+
 REDUCED_SCALE = float(os.environ.get("TASKVISOR_SOAK_SCALE", "0.02"))
 WARMUP_CHUNKS = 2
 MEASURED_CHUNKS = 8
@@ -324,10 +326,6 @@ CHURN_TOTAL = 10_000
 CHURN_WORKERS = 40
 
 
-async def hold_forever() -> None:
-    await trio.sleep_forever()
-
-
 async def defer_briefly() -> None:
     with current_context().defer_cancel():
         await trio.sleep(0.01)
@@ -339,7 +337,7 @@ async def stop_worker(sup: Supervisor, w: int, values: range, done: list[int]) -
     name = f"w{w}"
     for value in values:
         how = value % 4
-        body = defer_briefly if how == 3 else hold_forever
+        body = defer_briefly if how == 3 else forever
         waiter = await sup.add(TaskSpec.once(name, body))
         if how == 0:
             assert await sup.cancel(name)
@@ -634,8 +632,8 @@ async def test_closed_supervisor_is_released(autojump_clock: trio.testing.MockCl
         await (await sup.add(TaskSpec.once("a", echo, 1))).wait()
         await (await sup.submit(ControllerSpec.queue(TaskSpec.once("b", echo, 2)))).wait()
         assert await sup.run_in_slot("c", echo, 3) == 3
-        await sup.add(TaskSpec.once("d", hold_forever))
-        await sup.submit(ControllerSpec.queue(TaskSpec.once("e", hold_forever), slot="s"))
+        await sup.add(TaskSpec.once("d", forever))
+        await sup.submit(ControllerSpec.queue(TaskSpec.once("e", forever), slot="s"))
         queued = await sup.submit(ControllerSpec.queue(TaskSpec.once("f", echo, 4), slot="s"))
         await trio.testing.wait_all_tasks_blocked()
     assert queued.outcome_nowait().rejection is RejectionKind.SHUTTING_DOWN

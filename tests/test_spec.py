@@ -1,4 +1,7 @@
-"""TaskSpec construction, validation and INHERIT resolution; config validation."""
+"""TaskSpec construction, validation and INHERIT resolution; TaskDefaults and SupervisorConfig.
+
+ControllerConfig and ControllerSpec values are in ``test_controller_api.py``.
+"""
 
 from __future__ import annotations
 
@@ -23,30 +26,11 @@ from trio_taskvisor import (
     TaskDefaults,
     TaskOutcome,
     TaskSpec,
-    open_supervisor,
 )
 
+from helpers import Service, async_fn, forever, run_spec, sync_fn
+
 # -- fakes -------------------------------------------------------------------------------
-
-
-async def async_fn(*args: Any) -> tuple[Any, ...]:
-    return args
-
-
-async def sleep_forever() -> None:
-    await trio.sleep_forever()
-
-
-def sync_fn() -> None:
-    return None
-
-
-class Service:
-    def sync_method(self) -> None:
-        return None
-
-    async def async_method(self, *args: Any) -> tuple[Any, ...]:
-        return args
 
 
 class AsyncCallable:
@@ -94,18 +78,6 @@ class Sleeper:
     async def __call__(self) -> str:
         await trio.sleep(self.seconds)
         return "done"
-
-
-async def run_spec(
-    spec: TaskSpec, config: SupervisorConfig | None = None
-) -> tuple[TaskOutcome, float]:
-    """Run ``spec`` in a fresh supervisor; return its outcome and the elapsed time."""
-    async with open_supervisor(config) as sup:
-        t0 = trio.current_time()
-        waiter = await sup.add(spec)
-        outcome = await waiter.wait()
-        elapsed = trio.current_time() - t0
-    return outcome, elapsed
 
 
 def with_defaults(**fields: Any) -> SupervisorConfig:
@@ -280,14 +252,14 @@ async def test_partial_runs_with_bound_and_spec_args(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """A partial's bound args come before the spec's args."""
-    outcome, _ = await run_spec(TaskSpec.once("job", functools.partial(async_fn, 1), 2, 3))
+    outcome, _, _ = await run_spec(TaskSpec.once("job", functools.partial(async_fn, 1), 2, 3))
     assert outcome == TaskOutcome(OutcomeKind.COMPLETED, value=(1, 2, 3))
 
 
 async def test_async_call_object_runs(autojump_clock: trio.testing.MockClock) -> None:
     """An object with an async __call__ is called with the spec's args."""
     fn = AsyncCallable()
-    outcome, _ = await run_spec(TaskSpec.once("job", fn, "a"))
+    outcome, _, _ = await run_spec(TaskSpec.once("job", fn, "a"))
     assert outcome == TaskOutcome(OutcomeKind.COMPLETED, value=("a",))
     assert fn.calls == 1
 
@@ -299,7 +271,7 @@ async def test_sync_call_returning_awaitable_runs(autojump_clock: trio.testing.M
         def __call__(self, *args: Any) -> Any:
             return async_fn(*args)
 
-    outcome, _ = await run_spec(TaskSpec.once("job", Factory(), 1))
+    outcome, _, _ = await run_spec(TaskSpec.once("job", Factory(), 1))
     assert outcome == TaskOutcome(OutcomeKind.COMPLETED, value=(1,))
 
 
@@ -308,7 +280,7 @@ async def test_non_awaitable_result_ends_fatal_with_type_error(
 ) -> None:
     """A callable that returns a non-awaitable ends FATAL with a TypeError, not retried."""
     fn = SyncCallable()
-    outcome, _ = await run_spec(TaskSpec.restartable("job", fn))
+    outcome, _, _ = await run_spec(TaskSpec.restartable("job", fn))
     assert outcome.kind is OutcomeKind.FATAL
     assert isinstance(outcome.error, TypeError)
     assert outcome.reason == str(outcome.error)
@@ -320,9 +292,7 @@ async def test_non_awaitable_result_ends_fatal_with_type_error(
 
 async def test_inherited_timeout_applies(autojump_clock: trio.testing.MockClock) -> None:
     """A spec left at INHERIT takes the supervisor's default timeout."""
-    outcome, elapsed = await run_spec(
-        TaskSpec.once("job", sleep_forever), with_defaults(timeout=2.0)
-    )
+    outcome, elapsed, _ = await run_spec(TaskSpec.once("job", forever), with_defaults(timeout=2.0))
     assert outcome.kind is OutcomeKind.FAILED
     assert isinstance(outcome.error, TimeoutError)
     assert elapsed == 2.0
@@ -333,7 +303,7 @@ async def test_explicit_no_timeout_overrides_inherited_default(
     autojump_clock: trio.testing.MockClock, no_timeout: float | None
 ) -> None:
     """timeout=None (or 0) disables the supervisor's default timeout."""
-    outcome, elapsed = await run_spec(
+    outcome, elapsed, _ = await run_spec(
         TaskSpec.once("job", Sleeper(5.0), timeout=no_timeout), with_defaults(timeout=2.0)
     )
     assert outcome == TaskOutcome(OutcomeKind.COMPLETED, value="done")
@@ -343,7 +313,7 @@ async def test_explicit_no_timeout_overrides_inherited_default(
 async def test_inherited_restart_policy_applies(autojump_clock: trio.testing.MockClock) -> None:
     """A direct TaskSpec takes the default restart policy (here NEVER)."""
     fn = Flaky()
-    outcome, _ = await run_spec(TaskSpec("job", fn), with_defaults(restart=RestartPolicy.NEVER))
+    outcome, _, _ = await run_spec(TaskSpec("job", fn), with_defaults(restart=RestartPolicy.NEVER))
     assert outcome.kind is OutcomeKind.FAILED
     assert len(fn.starts) == 1
 
@@ -353,7 +323,7 @@ async def test_default_task_defaults_retry_on_failure(
 ) -> None:
     """With the stock TaskDefaults a direct TaskSpec retries a failure (ON_FAILURE)."""
     fn = Flaky(failures=2)
-    outcome, _ = await run_spec(TaskSpec("job", fn))
+    outcome, _, _ = await run_spec(TaskSpec("job", fn))
     assert outcome == TaskOutcome(OutcomeKind.COMPLETED, value="ok")
     assert len(fn.starts) == 3
 
@@ -363,7 +333,7 @@ async def test_inherited_backoff_and_max_retries_apply(
 ) -> None:
     """Default backoff and max_retries govern a spec that leaves them INHERIT."""
     fn = Flaky()
-    outcome, elapsed = await run_spec(
+    outcome, elapsed, _ = await run_spec(
         TaskSpec.restartable("job", fn),
         with_defaults(backoff=BackoffPolicy.constant(1.5), max_retries=2),
     )
@@ -375,7 +345,7 @@ async def test_inherited_backoff_and_max_retries_apply(
 async def test_explicit_option_wins_over_default(autojump_clock: trio.testing.MockClock) -> None:
     """An option set on the spec is not replaced by the supervisor's default."""
     fn = Flaky()
-    outcome, _ = await run_spec(
+    outcome, _, _ = await run_spec(
         TaskSpec.restartable("job", fn, backoff=BackoffPolicy.constant(1.0), max_retries=1),
         with_defaults(max_retries=5),
     )
@@ -385,9 +355,9 @@ async def test_explicit_option_wins_over_default(autojump_clock: trio.testing.Mo
 
 async def test_same_spec_resolves_per_supervisor(autojump_clock: trio.testing.MockClock) -> None:
     """One INHERIT spec takes each admitting supervisor's defaults and stays INHERIT."""
-    spec = TaskSpec.once("job", sleep_forever)
-    _, first = await run_spec(spec, with_defaults(timeout=1.0))
-    _, second = await run_spec(spec, with_defaults(timeout=3.0))
+    spec = TaskSpec.once("job", forever)
+    _, first, _ = await run_spec(spec, with_defaults(timeout=1.0))
+    _, second, _ = await run_spec(spec, with_defaults(timeout=3.0))
     assert (first, second) == (1.0, 3.0)
     assert spec.timeout is INHERIT
 
@@ -423,7 +393,7 @@ def test_task_defaults_max_retries_zero_raises_config_error() -> None:
         TaskDefaults(max_retries=0)
 
 
-# -- SupervisorConfig / ControllerConfig -------------------------------------------------
+# -- SupervisorConfig ------------------------------------------------------------------
 
 
 def test_supervisor_config_has_documented_defaults() -> None:
@@ -438,16 +408,6 @@ def test_supervisor_config_has_documented_defaults() -> None:
     assert config.task_defaults == TaskDefaults()
     assert config.controller is None
     assert isinstance(config.random, random.Random)
-
-
-def test_controller_config_has_documented_defaults() -> None:
-    """ControllerConfig() matches the defaults in DESIGN section 5."""
-    config = ControllerConfig()
-    assert config.queue_capacity == 1024
-    assert config.max_slot_queue == 100
-    assert config.max_total_pending == 1024
-    assert config.max_slots == 1024
-    assert config.max_waiters == 1024
 
 
 def test_supervisor_config_is_frozen() -> None:
@@ -465,13 +425,6 @@ def test_supervisor_capacity_below_one_raises_config_error(field: str, bad: int)
         SupervisorConfig(**{field: bad})
 
 
-@pytest.mark.parametrize("bad", [0, -1])
-def test_controller_queue_capacity_below_one_raises_config_error(bad: int) -> None:
-    """ControllerConfig(queue_capacity <= 0) raises ConfigError."""
-    with pytest.raises(ConfigError, match="queue_capacity"):
-        ControllerConfig(queue_capacity=bad)
-
-
 @pytest.mark.parametrize("field", ["grace", "subscriber_shutdown_timeout"])
 @pytest.mark.parametrize("bad", [-1.0, math.nan], ids=repr)
 def test_supervisor_bad_duration_raises_config_error(field: str, bad: float) -> None:
@@ -486,23 +439,10 @@ def test_max_concurrent_zero_raises_config_error() -> None:
         SupervisorConfig(max_concurrent=0)
 
 
-@pytest.mark.parametrize("field", ["max_slot_queue", "max_waiters", "max_total_pending"])
-def test_negative_controller_budget_raises_config_error(field: str) -> None:
-    """A negative controller budget raises ConfigError naming the field."""
-    with pytest.raises(ConfigError, match=field):
-        ControllerConfig(**{field: -1})
-
-
 def test_supervisor_zero_durations_are_valid() -> None:
     """grace=0 and subscriber_shutdown_timeout=0 are accepted."""
     config = SupervisorConfig(grace=0, subscriber_shutdown_timeout=0)
     assert (config.grace, config.subscriber_shutdown_timeout) == (0, 0)
-
-
-def test_controller_zero_budgets_are_valid() -> None:
-    """max_slot_queue=0 and max_waiters=0 are accepted."""
-    config = ControllerConfig(max_slot_queue=0, max_waiters=0)
-    assert (config.max_slot_queue, config.max_waiters) == (0, 0)
 
 
 def test_unlimited_limits_are_valid() -> None:

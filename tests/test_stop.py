@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 import trio
@@ -15,72 +12,19 @@ from trio_taskvisor import (
     BackoffPolicy,
     EventKind,
     FatalError,
-    GraceExceededError,
     OutcomeKind,
     RejectionKind,
     ResourceLimitError,
     Supervisor,
-    SupervisorConfig,
     TaskFailure,
-    TaskId,
     TaskNameInUseError,
     TaskSpec,
     TaskState,
     current_context,
-    open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
 
-ATTEMPT_KINDS = (
-    EventKind.ATTEMPT_STARTING,
-    EventKind.ATTEMPT_SUCCEEDED,
-    EventKind.ATTEMPT_FAILED,
-    EventKind.ATTEMPT_TIMED_OUT,
-    EventKind.ATTEMPT_CANCELLED,
-)
-
-
-@asynccontextmanager
-async def supervisor(
-    recorder: EventRecorder | None = None, *, stuck: tuple[str, ...] = (), **config: Any
-) -> AsyncGenerator[Supervisor]:
-    """Open a supervisor (``grace=5`` unless given), recording events if asked.
-
-    ``stuck``: the forced tasks still running when the shutdown's grace passes, which
-    leaving the block must report in ``GraceExceededError``.
-    """
-    config.setdefault("grace", 5.0)
-    subscribers = () if recorder is None else (recorder,)
-    if not stuck:
-        async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-            yield sup
-        return
-    with pytest.raises(GraceExceededError) as info:
-        async with open_supervisor(SupervisorConfig(**config), subscribers=subscribers) as sup:
-            yield sup
-    assert info.value.stuck == stuck
-
-
-async def forever() -> None:
-    await trio.sleep_forever()
-
-
-async def deferring(seconds: float) -> str:
-    """Run ``seconds`` inside a ``defer_cancel()`` block, then return."""
-    with current_context().defer_cancel():
-        await trio.sleep(seconds)
-    return "done"
-
-
-async def stubborn(seconds: float) -> None:
-    """Ignore every cancellation for ``seconds`` (a shield of its own)."""
-    with trio.CancelScope(shield=True):
-        await trio.sleep(seconds)
-
-
-async def failing() -> None:
-    raise ValueError("boom")
-
+from helpers import ATTEMPT_KINDS, deferring, failing, forever, stubborn, supervisor
 
 # -- soft stop ---------------------------------------------------------------------------
 
@@ -563,15 +507,6 @@ async def test_remove_returns_false_when_already_stopping(
         assert await sup.remove("t") is False
 
 
-@pytest.mark.parametrize("target", ["nobody", TaskId(10**9)])
-async def test_remove_unknown_target_returns_false(
-    autojump_clock: trio.abc.Clock, target: TaskId | str
-) -> None:
-    """``remove`` of an unknown name or id returns False."""
-    async with supervisor() as sup:
-        assert await sup.remove(target) is False
-
-
 async def test_remove_finished_task_returns_false(autojump_clock: trio.abc.Clock) -> None:
     """``remove`` of a task that already ended returns False."""
 
@@ -745,15 +680,6 @@ async def test_bad_target_type_raises_type_error(
     async with supervisor() as sup:
         with pytest.raises(TypeError):
             await getattr(sup, method)(target)
-
-
-@pytest.mark.parametrize("method", ["remove", "cancel"])
-async def test_stop_after_shutdown_is_a_checkpoint(method: str) -> None:
-    """``remove``/``cancel`` stay checkpoints on the after-shutdown fast path."""
-    async with supervisor() as sup:
-        await sup.shutdown()
-        with trio.testing.assert_checkpoints():
-            await getattr(sup, method)("t")
 
 
 # -- events ------------------------------------------------------------------------------

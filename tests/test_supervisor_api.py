@@ -1,5 +1,7 @@
 """The Supervisor's intake and observation methods: add, add_nowait, add_batch, list,
-alive_snapshot, statistics, wait_idle, config, and the checkpoint rule of async methods.
+alive_snapshot, statistics, wait_idle and config.
+
+That every async method is a checkpoint is tested in ``test_checkpoints.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from trio_taskvisor import (
     RejectionKind,
     ResourceLimitError,
     Supervisor,
-    SupervisorClosedError,
     SupervisorConfig,
     SupervisorStatistics,
     TaskFailure,
@@ -27,19 +28,12 @@ from trio_taskvisor import (
     TaskSpec,
     TaskState,
     TaskWaiter,
-    _registry,
     current_context,
     open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
 
-
-async def returns_value() -> str:
-    return "done"
-
-
-async def sleeps_forever() -> None:
-    await trio.sleep_forever()
+from helpers import before_registry_reply, once, returns_done
 
 
 async def always_fails() -> None:
@@ -49,10 +43,6 @@ async def always_fails() -> None:
 async def defers_stop_for_10s() -> None:
     with current_context().defer_cancel():
         await trio.sleep(10)
-
-
-def once(name: str, fn: Any = sleeps_forever) -> TaskSpec:
-    return TaskSpec.once(name, fn)
 
 
 def info_of(sup: Supervisor, name: str) -> tuple[TaskState, int]:
@@ -81,10 +71,10 @@ async def test_add_returns_the_waiter_of_a_registered_task(autojump_clock: Any) 
 async def test_task_ids_strictly_increase_and_are_never_reused(autojump_clock: Any) -> None:
     """Every add allocates a new, larger TaskId, also when a name is reused."""
     async with open_supervisor() as sup:
-        first = await sup.add(once("t", returns_value))
+        first = await sup.add(once("t", returns_done))
         await first.wait()
-        again = await sup.add(once("t", returns_value))
-        other = await sup.add(once("u", returns_value))
+        again = await sup.add(once("t", returns_done))
+        other = await sup.add(once("u", returns_done))
     assert all(isinstance(w.id, TaskId) for w in (first, again, other))
     assert first.id < again.id < other.id
 
@@ -101,7 +91,7 @@ async def test_add_duplicate_name_raises_task_name_in_use(autojump_clock: Any) -
     async with open_supervisor() as sup:
         await sup.add(once("t"))
         with pytest.raises(TaskNameInUseError) as info:
-            await sup.add(once("t", returns_value))
+            await sup.add(once("t", returns_done))
     assert info.value.name == "t"
 
 
@@ -113,7 +103,7 @@ async def test_add_name_of_a_stopping_task_raises_task_name_in_use(autojump_cloc
         assert await sup.remove("t")
         assert info_of(sup, "t")[0] is TaskState.STOPPING
         with pytest.raises(TaskNameInUseError):
-            await sup.add(once("t", returns_value))
+            await sup.add(once("t", returns_done))
 
 
 async def test_force_aborted_task_still_running_keeps_its_name(autojump_clock: Any) -> None:
@@ -129,9 +119,9 @@ async def test_force_aborted_task_still_running_keeps_its_name(autojump_clock: A
         await sup.remove("t")
         assert (await waiter.wait()).kind is OutcomeKind.FORCE_ABORTED
         with pytest.raises(TaskNameInUseError):
-            await sup.add(once("t", returns_value))
+            await sup.add(once("t", returns_done))
         await sup.wait_idle()
-        assert (await (await sup.add(once("t", returns_value))).wait()).is_success
+        assert (await (await sup.add(once("t", returns_done))).wait()).is_success
 
 
 async def test_stopping_task_counts_against_max_registered_tasks(autojump_clock: Any) -> None:
@@ -141,13 +131,13 @@ async def test_stopping_task_counts_against_max_registered_tasks(autojump_clock:
         await trio.testing.wait_all_tasks_blocked()
         await sup.remove("old")
         with pytest.raises(ResourceLimitError):
-            await sup.add(once("new", returns_value))
+            await sup.add(once("new", returns_done))
 
 
 async def test_name_is_reusable_once_the_task_ended(autojump_clock: Any) -> None:
     """After a task's waiter resolved its name can be added again."""
     async with open_supervisor() as sup:
-        await (await sup.add(once("t", returns_value))).wait()
+        await (await sup.add(once("t", returns_done))).wait()
         again = await sup.add(once("t"))
         assert [i.id for i in sup.list()] == [again.id]
 
@@ -173,18 +163,12 @@ async def test_cancelling_add_after_acceptance_does_not_undo_it(
         ran.set()
 
     scope = trio.CancelScope()
-    original_wait = _registry.Reply.wait
-
-    async def cancelled_wait(self: _registry.Reply) -> object:
-        # The command is on the channel now: cancel the caller before it hears back.
-        scope.cancel()
-        return await original_wait(self)
-
     returned: list[TaskWaiter] = []
     async with open_supervisor() as sup:
         # A command in flight keeps add() off its fast path: it goes through the channel.
-        sup.add_nowait(once("filler", returns_value))
-        monkeypatch.setattr(_registry.Reply, "wait", cancelled_wait)
+        sup.add_nowait(once("filler", returns_done))
+        # The command is on the channel then: cancel the caller before it hears back.
+        before_registry_reply(monkeypatch, scope.cancel)
         with scope:
             returned.append(await sup.add(once("t", body)))
         monkeypatch.undo()
@@ -203,7 +187,7 @@ async def test_add_nowait_duplicate_resolves_rejected_already_exists(
     """A duplicate add_nowait resolves its waiter REJECTED(ALREADY_EXISTS)."""
     async with open_supervisor() as sup:
         await sup.add(once("t"))
-        outcome = await sup.add_nowait(once("t", returns_value)).wait()
+        outcome = await sup.add_nowait(once("t", returns_done)).wait()
     assert (outcome.kind, outcome.rejection) == (OutcomeKind.REJECTED, RejectionKind.ALREADY_EXISTS)
 
 
@@ -213,7 +197,7 @@ async def test_add_nowait_over_limit_resolves_rejected_resource_limit(
     """add_nowait past max_registered_tasks resolves its waiter REJECTED(RESOURCE_LIMIT)."""
     async with open_supervisor(SupervisorConfig(max_registered_tasks=1)) as sup:
         await sup.add(once("a"))
-        outcome = await sup.add_nowait(once("b", returns_value)).wait()
+        outcome = await sup.add_nowait(once("b", returns_done)).wait()
     assert (outcome.kind, outcome.rejection) == (OutcomeKind.REJECTED, RejectionKind.RESOURCE_LIMIT)
 
 
@@ -222,7 +206,7 @@ async def test_rejection_reasons_are_fixed_texts_per_kind(autojump_clock: Any) -
     async with open_supervisor(SupervisorConfig(max_registered_tasks=2)) as sup:
         await sup.add(once("a"))
         await sup.add(once("b"))
-        waiters = [sup.add_nowait(once(name, returns_value)) for name in ("a", "b", "c", "d")]
+        waiters = [sup.add_nowait(once(name, returns_done)) for name in ("a", "b", "c", "d")]
         dup_a, dup_b, over_c, over_d = [(await w.wait()).reason for w in waiters]
     assert dup_a == dup_b
     assert over_c == over_d
@@ -253,10 +237,10 @@ async def test_add_nowait_that_would_block_registers_nothing(autojump_clock: Any
     """An add_nowait refused with WouldBlock leaves no task and no in-flight work behind."""
     async with open_supervisor(SupervisorConfig(command_capacity=1)) as sup:
         await trio.testing.wait_all_tasks_blocked()
-        sup.add_nowait(once("a", returns_value))
-        sup.add_nowait(once("b", returns_value))
+        sup.add_nowait(once("a", returns_done))
+        sup.add_nowait(once("b", returns_done))
         with pytest.raises(trio.WouldBlock):
-            sup.add_nowait(once("c", returns_value))
+            sup.add_nowait(once("c", returns_done))
         t0 = trio.current_time()
         await sup.wait_idle()
         assert (trio.current_time(), sup.list()) == (t0, ())
@@ -364,21 +348,6 @@ async def test_batch_bodies_start_after_every_item_is_registered(autojump_clock:
     assert seen == [["a", "b", "c"]] * 3
 
 
-# -- intake after shutdown -----------------------------------------------------------------
-
-
-async def test_intake_after_shutdown_raises_supervisor_closed(autojump_clock: Any) -> None:
-    """add, add_nowait and add_batch raise SupervisorClosedError once shutdown began."""
-    async with open_supervisor() as sup:
-        await sup.shutdown()
-        with pytest.raises(SupervisorClosedError):
-            await sup.add(once("a"))
-        with pytest.raises(SupervisorClosedError):
-            sup.add_nowait(once("b"))
-        with pytest.raises(SupervisorClosedError):
-            await sup.add_batch([once("c")])
-
-
 # -- list, alive, statistics ---------------------------------------------------------------
 
 
@@ -425,7 +394,7 @@ async def test_list_reports_a_stopping_task(autojump_clock: Any) -> None:
 async def test_list_excludes_ended_tasks(autojump_clock: Any) -> None:
     """A task whose outcome is committed is no longer listed."""
     async with open_supervisor() as sup:
-        await (await sup.add(once("t", returns_value))).wait()
+        await (await sup.add(once("t", returns_done))).wait()
         assert sup.list() == ()
 
 
@@ -500,7 +469,7 @@ async def test_statistics_count_published_events(autojump_clock: Any) -> None:
     """events_published counts the events built; nothing dropped with room everywhere."""
     recorder = EventRecorder()
     async with open_supervisor(subscribers=[recorder]) as sup:
-        await (await sup.add(once("t", returns_value))).wait()
+        await (await sup.add(once("t", returns_done))).wait()
         await trio.testing.wait_all_tasks_blocked()
         stats = sup.statistics()
         assert len(recorder.events) == 6
@@ -522,7 +491,7 @@ async def test_wait_idle_returns_at_once_when_idle(autojump_clock: Any) -> None:
 async def test_wait_idle_waits_for_an_in_flight_add_nowait(autojump_clock: Any) -> None:
     """wait_idle() counts an add_nowait command not yet processed by the registry."""
     async with open_supervisor() as sup:
-        waiter = sup.add_nowait(once("t", returns_value))
+        waiter = sup.add_nowait(once("t", returns_done))
         await sup.wait_idle()
         assert waiter.outcome_nowait().kind is OutcomeKind.COMPLETED
 
@@ -535,7 +504,7 @@ async def test_wait_idle_waits_for_running_tasks(autojump_clock: Any) -> None:
 
     async with open_supervisor() as sup:
         t0 = trio.current_time()
-        await sup.add(once("short", returns_value))
+        await sup.add(once("short", returns_done))
         await sup.add(once("long", naps))
         await sup.wait_idle()
         assert trio.current_time() == t0 + 5
@@ -557,75 +526,6 @@ async def test_wait_idle_waits_for_a_forced_task_still_running(autojump_clock: A
         assert trio.current_time() == t0 + 1
         await sup.wait_idle()
         assert trio.current_time() == t0 + 10
-
-
-# -- every async method is a checkpoint ----------------------------------------------------
-
-
-async def test_add_is_a_checkpoint(autojump_clock: Any) -> None:
-    """add() is a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            await sup.add(once("t"))
-
-
-async def test_add_batch_of_nothing_is_a_checkpoint(autojump_clock: Any) -> None:
-    """add_batch([]) returns [] and is still a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            assert await sup.add_batch([]) == []
-
-
-async def test_remove_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
-    """remove() of an unknown name or id returns False as a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            assert await sup.remove("unknown") is False
-        with trio.testing.assert_checkpoints():
-            assert await sup.remove(TaskId(10**9)) is False
-
-
-async def test_cancel_of_an_unknown_target_is_a_checkpoint(autojump_clock: Any) -> None:
-    """cancel() of an unknown name or id returns False as a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            assert await sup.cancel("unknown") is False
-        with trio.testing.assert_checkpoints():
-            assert await sup.cancel(TaskId(10**9)) is False
-
-
-async def test_remove_after_the_supervisor_closed_is_a_checkpoint(autojump_clock: Any) -> None:
-    """remove() and cancel() after the supervisor ended return False as checkpoints."""
-    async with open_supervisor() as sup:
-        pass
-    with trio.testing.assert_checkpoints():
-        assert await sup.remove("t") is False
-    with trio.testing.assert_checkpoints():
-        assert await sup.cancel("t") is False
-
-
-async def test_wait_idle_when_idle_is_a_checkpoint(autojump_clock: Any) -> None:
-    """wait_idle() on an idle supervisor is a checkpoint."""
-    async with open_supervisor() as sup:
-        with trio.testing.assert_checkpoints():
-            await sup.wait_idle()
-
-
-async def test_shutdown_when_already_done_is_a_checkpoint(autojump_clock: Any) -> None:
-    """A shutdown() joining a finished shutdown is a checkpoint."""
-    async with open_supervisor() as sup:
-        await sup.shutdown()
-        with trio.testing.assert_checkpoints():
-            await sup.shutdown()
-
-
-async def test_wait_on_a_resolved_waiter_is_a_checkpoint(autojump_clock: Any) -> None:
-    """TaskWaiter.wait() is a checkpoint even when the outcome is known."""
-    async with open_supervisor() as sup:
-        waiter = await sup.add(once("t", returns_value))
-        await waiter.wait()
-        with trio.testing.assert_checkpoints():
-            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
 
 
 # -- config --------------------------------------------------------------------------------
