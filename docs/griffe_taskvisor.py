@@ -127,9 +127,8 @@ def _attrs_parameters(cls: griffe.Class) -> list[griffe.Parameter] | None:
     for member in cls.members.values():
         if member.is_alias or not isinstance(member, griffe.Attribute):
             continue
-        if member.annotation is None or "class-attribute" not in member.labels:
-            continue
-        if str(member.annotation).startswith(("ClassVar", "typing.ClassVar")):
+        # griffe labels a ClassVar "class-attribute" only, an annotated field both.
+        if member.annotation is None or "instance-attribute" not in member.labels:
             continue
         value: object = member.value
         field = {}
@@ -314,7 +313,7 @@ def _definition(lines: list[str], i: int, out: list[str]) -> int:
         j += 1
     while body and not body[-1].strip():
         body.pop()
-    dedented = textwrap.dedent("\n".join(body)).splitlines()
+    dedented = rst_to_markdown(textwrap.dedent("\n".join(body))).splitlines()
     prefix = " " * term_indent
     for k, text in enumerate(dedented):
         lead = ":   " if k == 0 else "    "
