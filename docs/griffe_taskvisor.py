@@ -62,6 +62,8 @@ def _walk(obj: griffe.Object, seen: set[str]) -> None:
         _add_attrs_init(obj)
     if isinstance(obj, griffe.Function):
         _context_manager_returns(obj)
+    if isinstance(obj, griffe.Attribute) and _echoes_a_parameter(obj):
+        obj.value = None  # ``self.name = name`` in __init__: "name = name" says nothing
     for member in obj.members.values():
         if not member.is_alias:
             _walk(member, seen)  # type: ignore[arg-type]
@@ -84,6 +86,15 @@ def _context_manager_returns(func: griffe.Function) -> None:
     manager = "AbstractAsyncContextManager" if match.group(1) else "AbstractContextManager"
     func.returns = f"{manager}[{match.group(2)}]"
     func.labels.discard("async")
+
+
+def _echoes_a_parameter(attr: griffe.Attribute) -> bool:
+    labels = attr.labels
+    return (
+        "instance-attribute" in labels
+        and "class-attribute" not in labels
+        and isinstance(attr.value, griffe.ExprName)
+    )
 
 
 # -- attrs --------------------------------------------------------------------------------
@@ -223,7 +234,7 @@ def rst_to_markdown(text: str) -> str:
 
 def _literal_block(lines: list[str], i: int, out: list[str]) -> int:
     intro = lines[i].rstrip()
-    intro = intro[:-3] if intro.endswith(" ::") else intro[:-1]
+    intro = "" if intro.strip() == "::" else intro[:-3] if intro.endswith(" ::") else intro[:-1]
     if intro.strip():
         out.append(intro)
     indent = len(lines[i]) - len(lines[i].lstrip())
