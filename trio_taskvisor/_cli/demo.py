@@ -23,7 +23,7 @@ shuts down gracefully (a 1.5 s grace window):
 
 The live view (``rich``, installed by the ``[demo]`` extra) shows tasks with their state
 and note, slots with status and queue depth, counters and recent events; a summary ends
-the run, and repeats the counters panel's rows under the same labels. From 120x32 up the
+the run, and repeats the counters panel's rows under the same labels. From 140x32 up the
 panels sit side by side; from 80x24 to there they are stacked, with fewer columns (task
 names, states and event kinds are never shortened, notes are). ``--plain`` logs one line
 per event instead (``LoggingSubscriber``); it is chosen automatically when stdout is not a
@@ -512,8 +512,9 @@ async def _run_live(board: Board, seed: int | None) -> None:
 # Below LIVE_MIN, main() falls back to --plain.
 
 LIVE_MIN: Final = (80, 24)
-WIDE_MIN: Final = (120, 32)
-_BODY_HEIGHT: Final = 19  # wide layout: the task panel; slots (8) and counters (11) beside it
+WIDE_MIN: Final = (140, 32)
+_BODY_HEIGHT: Final = 19  # wide layout: the task panel; slots and counters beside it
+_SLOTS_HEIGHT: Final = 7
 
 
 def _frame(board: Board, width: int, height: int) -> RenderableType:
@@ -528,9 +529,9 @@ def _wide_frame(board: Board, width: int, height: int) -> RenderableType:
     from rich.table import Table
 
     body = Table.grid(expand=True, padding=(0, 1))
-    body.add_column(ratio=5)
-    body.add_column(ratio=4)
-    counters_width = (width - 1) * 4 // 9 - 4  # the right column, less borders and padding
+    body.add_column(ratio=1)
+    body.add_column(ratio=1)
+    counters_width = (width - 1) // 2 - 4  # the right column, less borders and padding
     body.add_row(
         _tasks_panel(board),
         Group(_slots_panel(board), _counters_panel(board, counters_width)),
@@ -713,14 +714,19 @@ def _slots_panel(board: Board) -> RenderableType:
     table.add_column("owner", justify="right", no_wrap=True)
     table.add_column("queue", justify="right", no_wrap=True)
     table.add_column("for", justify="right", no_wrap=True)
-    for view in slots[:5]:
+    room = _SLOTS_HEIGHT - 3  # borders and header
+    shown = slots if len(slots) <= room else slots[: room - 1]
+    for view in shown:
         status = Text(view.status.value, style=_SLOT_STYLES[view.status])
         table.add_row(
             view.slot, status, str(view.owner_id), str(view.queue_depth), f"{view.status_for:.1f}s"
         )
+    if len(shown) < len(slots):
+        table.add_row(Text(f"+{len(slots) - len(shown)} more", style="dim"), "", "", "", "")
     if not slots:
         table.add_row(Text("no busy slot", style="dim"), "", "", "", "")
-    return Panel(table, title=f"slots ({len(slots)} live)", title_align="left", height=8)
+    title = f"slots ({len(slots)} live)"
+    return Panel(table, title=title, title_align="left", height=_SLOTS_HEIGHT)
 
 
 def _compact_slots(slots: tuple[SlotView, ...], rows: int) -> RenderableType:
@@ -770,10 +776,9 @@ def _counter_grid(lines: list[tuple[str, str]]) -> RenderableType:
 def _counters_panel(board: Board, width: int) -> RenderableType:
     from rich.panel import Panel
 
-    lines = _wrapped_counters(board, width)[: _BODY_HEIGHT - 8 - 2]
-    return Panel(
-        _counter_grid(lines), title="counters", title_align="left", height=_BODY_HEIGHT - 8
-    )
+    height = _BODY_HEIGHT - _SLOTS_HEIGHT
+    lines = _wrapped_counters(board, width)[: height - 2]
+    return Panel(_counter_grid(lines), title="counters", title_align="left", height=height)
 
 
 def _recent_table(board: Board, rows: int) -> RenderableType:
