@@ -185,3 +185,38 @@ def test_site_has_the_diagrams(site: Path) -> None:
     assert concepts.count('class="mermaid"') == 4
     replicas = (site / "howto-replicas" / "index.html").read_text(encoding="utf-8")
     assert replicas.count('class="mermaid"') == 1
+
+
+@pytest.mark.xfail(
+    reason="field docstrings are still to be written (issue 15): drop this marker then",
+    strict=False,
+)
+def test_every_public_field_is_described(ext: Any) -> None:
+    """Each field, attribute and enum member of a public class has a docstring.
+
+    A docstring of a field is a string literal right after it; the reference shows it
+    under the field, and the attrs ``__init__`` the extension builds carries it too.
+    """
+    import griffe
+
+    package = griffe.load(
+        "trio_taskvisor",
+        search_paths=[str(ROOT)],
+        extensions=griffe.load_extensions(ext.TaskvisorDocs),
+    )
+    modules = ["", "testing", "contrib.prometheus", "contrib.otel", "redis"]
+    undescribed: list[str] = []
+    for name in modules:
+        if name and name not in package.members and name.split(".")[0] not in package.members:
+            continue
+        module = package[name] if name else package
+        for export in module.exports or []:
+            obj = module[export]
+            cls = obj.final_target if obj.is_alias else obj
+            if not cls.is_class:
+                continue
+            for member_name, member in cls.members.items():
+                target = member.final_target if member.is_alias else member
+                if not member_name.startswith("_") and target.is_attribute and not target.docstring:
+                    undescribed.append(f"{export}.{member_name}")
+    assert not undescribed, f"{len(undescribed)} undescribed: {' '.join(undescribed)}"
