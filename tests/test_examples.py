@@ -223,7 +223,12 @@ RUNS: dict[str, Run] = {
             "import sys; sys.modules['rich'] = None; from trio_taskvisor.__main__ import main; "
             "sys.exit(main(['demo', '--duration', '1', '--live']))",
         ],
-        ["rich is not installed", "summary:", "GraceExceededError, as expected"],
+        [
+            "rich is not installed",
+            "pip install 'trio_taskvisor[demo]'",
+            "summary:",
+            "GraceExceededError, as expected",
+        ],
     ),
     "tour": Run(
         ["-m", "trio_taskvisor", "tour"],

@@ -7,17 +7,20 @@ Usage::
 
 ``demo`` (also what runs with no subcommand, with its defaults) is the README's demo:
 about 20 s of a supervised service, shown live with ``rich`` (``pip install
-'trio_taskvisor[demo]'``), or as log lines with ``--plain`` (the default when stdout is
-not a terminal or ``rich`` is missing; ``--live`` insists on the live view, e.g. under
-``script`` or with ``TTY_COMPATIBLE=1``). See ``trio_taskvisor._cli.demo``.
+'trio_taskvisor[demo]'``), or as log lines with ``--plain``. The live view needs a
+terminal of at least 80x24: ``--plain`` is the default when stdout is not a terminal,
+when the terminal is smaller, or when ``rich`` is missing (a hint on stderr says which);
+``--live`` insists on the live view (e.g. under ``script`` or with ``TTY_COMPATIBLE=1``).
+Ctrl+C starts the graceful shutdown; a second Ctrl+C forces it at once and prints the
+summary. See ``trio_taskvisor._cli.demo``.
 
 ``tour`` is the short walk-through (about 2 s, no extra dependency): a flaky fetch, a
 periodic heartbeat, a fatal failure and a task that overstays the grace window, logged
 event by event. See ``trio_taskvisor._cli.tour``.
 
 The exit status is 0 when the run ends as designed (the demo's and the tour's stubborn
-task overrunning the grace window is part of the design), 130 after a Ctrl+C that
-arrives while the graceful shutdown is already running.
+task overrunning the grace window is part of the design, and so is a first Ctrl+C), 130
+when a second Ctrl+C forced the demo's shutdown or a Ctrl+C interrupted the tour.
 """
 
 from __future__ import annotations
@@ -36,12 +39,23 @@ def _seconds(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m trio_taskvisor", description="trio_taskvisor demo and tour."
+        prog="python -m trio_taskvisor",
+        description="trio_taskvisor demo and tour.",
+        epilog="python -m trio_taskvisor demo --help: the demo's options and views.",
     )
     parser.set_defaults(command="demo", duration=20.0, plain=None, seed=None)
     commands = parser.add_subparsers(title="commands", metavar="{demo,tour}")
     demo = commands.add_parser(
-        "demo", help="a supervised service for about 20 s, shown live (the default)"
+        "demo",
+        help="a supervised service for about 20 s, shown live (the default)",
+        description=(
+            "A supervised service for --duration seconds, then a graceful shutdown. "
+            "Shown live (needs rich: pip install 'trio_taskvisor[demo]') on a terminal of "
+            "at least 80x24; log lines (--plain) otherwise: when stdout is not a terminal, "
+            "the terminal is smaller, or rich is missing. Ctrl+C shuts down gracefully; "
+            "a second Ctrl+C forces the shutdown at once, prints the summary and exits "
+            "with status 130."
+        ),
     )
     demo.set_defaults(command="demo")
     demo.add_argument(
@@ -56,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         "--plain",
         action="store_const",
         const=True,
-        help="log lines instead of the live view (the default when stdout is not a terminal)",
+        help="log lines instead of the live view (the default when stdout is not a "
+        "terminal of at least 80x24, or rich is missing)",
     )
     view.add_argument(
         "--live",

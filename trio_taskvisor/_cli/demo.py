@@ -22,13 +22,21 @@ shuts down gracefully (a 1.5 s grace window):
   and raises ``GraceExceededError``, which the demo expects, catches and reports.
 
 The live view (``rich``, installed by the ``[demo]`` extra) shows tasks with their state
-and attempt, slots with status and queue depth, outcome counters and recent events; a
-summary ends the run. ``--plain`` logs one line per event instead (``LoggingSubscriber``)
-and is chosen automatically when stdout is not a terminal or ``rich`` is missing.
-Ctrl+C ends the run early, with the same graceful shutdown.
+and note, slots with status and queue depth, counters and recent events; a summary ends
+the run, and repeats the counters panel's rows under the same labels. From 140x32 up the
+panels sit side by side; from 80x24 to there they are stacked, with fewer columns (task
+names, states and event kinds are never shortened, notes are). ``--plain`` logs one line
+per event instead (``LoggingSubscriber``); it is chosen automatically when stdout is not a
+terminal, when the terminal is smaller than 80x24, or when ``rich`` is missing (with a hint
+to install the ``demo`` extra). ``--live`` insists on the live view.
 
-Outcome counts in the summary come from the waiters (reliable); attempt counters and
-recent events come from a subscriber (best-effort, like every event).
+Ctrl+C ends the run early, with the same graceful shutdown. A second Ctrl+C forces the
+shutdown at once (the demo's own tasks drop the work they defer: the page being applied,
+the audit flush), prints the summary and exits with status 130; a third one raises
+``KeyboardInterrupt``.
+
+Outcome counts come from the waiters (reliable); attempt counters and recent events come
+from a subscriber (best-effort, like every event).
 """
 
 from __future__ import annotations
@@ -37,8 +45,10 @@ import collections
 import logging
 import math
 import random
+import shutil
 import signal
 import sys
+import textwrap
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -55,11 +65,12 @@ from .. import (
     Jitter,
     LoggingSubscriber,
     OutcomeKind,
-    RejectionKind,
     SlotStatus,
+    SlotView,
     Supervisor,
     SupervisorConfig,
     TaskEvent,
+    TaskInfo,
     TaskSpec,
     TaskState,
     TaskWaiter,
@@ -69,6 +80,8 @@ from .. import (
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
 
 logger = logging.getLogger("trio_taskvisor.demo")
 
@@ -153,8 +166,6 @@ class Board:
         self.sup: Supervisor | None = None
         # From events (best-effort).
         self.attempts: collections.Counter[EventKind] = collections.Counter()
-        self.finished: collections.Counter[OutcomeKind] = collections.Counter()
-        self.rejected: collections.Counter[RejectionKind] = collections.Counter()
         self.replaced_running = 0
         self.replaced: set[str] = set()
         self.recent: collections.deque[Recent] = collections.deque(maxlen=20)
@@ -172,12 +183,19 @@ class Board:
         self.cache_at = -math.inf
         self.compactions = 0
         self.audit_buffered = 0
-        self.interrupted = False
+        self.interrupted = False  # a first Ctrl+C: the graceful shutdown
+        self.forced = False  # a second one: the demo's bodies drop their deferred work
+        self.force_now = trio.Event()
         self.ran = 0.0
         self.grace_error: GraceExceededError | None = None
 
     def elapsed(self) -> float:
         return trio.current_time() - self.t0
+
+    async def deferred_work(self, seconds: float) -> None:
+        """Work inside ``defer_cancel()``: ``seconds`` long, dropped by a forced shutdown."""
+        with trio.move_on_after(seconds):
+            await self.force_now.wait()
 
     def note(self, name: str, text: str) -> None:
         """Set the "note" column of task ``name``."""
@@ -221,11 +239,9 @@ class Board:
             replaced = name in self.replaced
             self.note(name, "replaced: finishing its page" if replaced else "stop requested")
         elif kind is EventKind.TASK_FINISHED and event.outcome is not None:
-            self.finished[event.outcome] += 1
             style = _OUTCOME_STYLES[event.outcome]
             text = event.outcome.value + (f": {event.reason}" if event.reason else "")
         elif kind is EventKind.CONTROLLER_REJECTED and event.rejection is not None:
-            self.rejected[event.rejection] += 1
             text = f"{event.rejection.value} in {event.slot}"
         elif kind is EventKind.CONTROLLER_SLOT_TRANSITION:
             if event.reason not in ("running->terminating", "admitting->terminating"):
@@ -274,7 +290,7 @@ class Scenario:
         for page in range(1, pages + 1):
             self.board.note(ctx.name, f"page {page}/{pages}")
             with ctx.defer_cancel():  # a stop waits for the page being applied
-                await trio.sleep(0.3)
+                await self.board.deferred_work(0.3)
             await trio.sleep(0.05)  # rate limit between pages: a stop lands here
         self.board.landed[tenant] = max(self.board.landed[tenant], revision)
         return revision
@@ -308,7 +324,9 @@ class Scenario:
                 board.note(ctx.name, f"buffered {board.audit_buffered:,} records")
             seconds = board.audit_buffered / 50
             board.note(ctx.name, f"flushing {board.audit_buffered:,} records (~{seconds:.0f} s)")
-            await trio.sleep(seconds)  # longer than the grace window: forced at its end
+            # Longer than the grace window: forced at its end (or dropped at once after a
+            # second Ctrl+C).
+            await board.deferred_work(seconds)
 
     # -- drivers: the application around the supervisor -----------------------------------
 
@@ -379,11 +397,19 @@ class Scenario:
 # -- running ----------------------------------------------------------------------------------
 
 
-async def _wait_for_ctrl_c(board: Board, run_scope: trio.CancelScope) -> None:
+async def _watch_ctrl_c(board: Board, run_scope: trio.CancelScope) -> None:
+    """First Ctrl+C: the graceful shutdown. Second: force it now (the demo's own bodies
+    drop their deferred work at once). A third gets trio's default: KeyboardInterrupt."""
     with trio.open_signal_receiver(signal.SIGINT) as signals:
         async for _ in signals:
-            board.interrupted = True
-            run_scope.cancel(reason="Ctrl+C")
+            if not board.interrupted:
+                board.interrupted = True
+                board.say("Ctrl+C", "graceful shutdown (Ctrl+C again: force it now)")
+                run_scope.cancel(reason="Ctrl+C")
+                continue
+            board.forced = True
+            board.force_now.set()
+            board.say("Ctrl+C", "again: forcing the shutdown now")
             return
 
 
@@ -398,23 +424,26 @@ async def _supervise(board: Board, seed: int | None, plain: bool) -> None:
     if plain:
         subscribers.append(LoggingSubscriber())
     board.t0 = trio.current_time()
-    try:
-        async with open_supervisor(config, subscribers=subscribers) as sup:
-            board.sup = sup
-            board.phase = "running"
-            scenario = Scenario(sup, board, rng)
-            async with trio.open_nursery() as app:
-                app.cancel_scope.deadline = board.t0 + board.duration
-                app.start_soon(_wait_for_ctrl_c, board, app.cancel_scope)
-                await scenario.start(app)
-            board.ran = board.elapsed()
-            # The application has stopped using the supervisor: leaving the block shuts
-            # it down, and the stubborn audit writer holds out past the grace window.
-            board.phase = "shutting down"
-            board.stop_deadline = trio.current_time() + GRACE
-    except GraceExceededError as exc:
-        board.grace_error = exc
-    board.phase = "stopped"
+    async with trio.open_nursery() as watcher:  # Ctrl+C is watched through the shutdown
+        app_scope = trio.CancelScope(deadline=board.t0 + board.duration)
+        watcher.start_soon(_watch_ctrl_c, board, app_scope)
+        try:
+            async with open_supervisor(config, subscribers=subscribers) as sup:
+                board.sup = sup
+                board.phase = "running"
+                scenario = Scenario(sup, board, rng)
+                with app_scope:
+                    async with trio.open_nursery() as app:
+                        await scenario.start(app)
+                board.ran = board.elapsed()
+                # The application has stopped using the supervisor: leaving the block shuts
+                # it down, and the stubborn audit writer holds out past the grace window.
+                board.phase = "shutting down"
+                board.stop_deadline = trio.current_time() + GRACE
+        except GraceExceededError as exc:
+            board.grace_error = exc
+        board.phase = "stopped"
+        watcher.cancel_scope.cancel(reason="the demo ended")
 
 
 async def _plain_status(board: Board) -> None:
@@ -432,16 +461,12 @@ async def _plain_status(board: Board) -> None:
             ", ".join(f"{n} {s.value}" for s, n in sorted(states.items(), key=_by_value)),
             _n(len(snapshot.slots), "live slot"),
             snapshot.total_queued,
-            _counts(board.finished) or "none yet",
+            counter_rows(board)[0][1],
         )
 
 
 def _by_value(item: tuple[TaskState, int]) -> str:
     return item[0].value
-
-
-def _counts(counter: collections.Counter[OutcomeKind] | collections.Counter[RejectionKind]) -> str:
-    return ", ".join(f"{kind.value} {n}" for kind, n in counter.most_common())
 
 
 async def _run_plain(board: Board, seed: int | None) -> None:
@@ -458,7 +483,7 @@ async def _run_live(board: Board, seed: int | None) -> None:
     console = Console()
 
     def frame() -> RenderableType:
-        return _frame(board, console.size.height)
+        return _frame(board, console.size.width, console.size.height)
 
     with Live(frame(), console=console, auto_refresh=False) as live:
         async with trio.open_nursery() as nursery:
@@ -478,47 +503,145 @@ async def _run_live(board: Board, seed: int | None) -> None:
 
 
 # -- the live view ----------------------------------------------------------------------------
+#
+# Two layouts, chosen per frame from the terminal's size (a resize takes effect at the next
+# frame). From WIDE_MIN up: panels side by side, every column. Below it, down to LIVE_MIN:
+# stacked sections under one-line rules, fewer columns (no id; the attempt is in the note
+# when it is a retry), rows given out by priority. Names, states and event kinds are never
+# shortened (their columns take the width they need); only notes and event texts are cut.
+# Below LIVE_MIN, main() falls back to --plain.
+
+LIVE_MIN: Final = (80, 24)
+WIDE_MIN: Final = (140, 32)
+_BODY_HEIGHT: Final = 19  # wide layout: the task panel; slots and counters beside it
+_SLOTS_HEIGHT: Final = 7
 
 
-def _frame(board: Board, height: int) -> RenderableType:
-    """One frame of the live view, fitted to a terminal ``height`` lines high."""
+def _frame(board: Board, width: int, height: int) -> RenderableType:
+    """One frame of the live view, fitted to a ``width`` x ``height`` terminal."""
+    if width >= WIDE_MIN[0] and height >= WIDE_MIN[1]:
+        return _wide_frame(board, width, height)
+    return _compact_frame(board, width, height)
+
+
+def _wide_frame(board: Board, width: int, height: int) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
 
     body = Table.grid(expand=True, padding=(0, 1))
-    body.add_column(ratio=5)
-    body.add_column(ratio=4)
-    body.add_row(_tasks_panel(board), Group(_slots_panel(board), _counters_panel(board)))
-    recent = max(4, min(16, height - 3 - _BODY_HEIGHT - 2))
-    return Group(_header(board), body, _recent_panel(board, recent))
+    body.add_column(ratio=1)
+    body.add_column(ratio=1)
+    counters_width = (width - 1) // 2 - 4  # the right column, less borders and padding
+    body.add_row(
+        _tasks_panel(board),
+        Group(_slots_panel(board), _counters_panel(board, counters_width)),
+    )
+    recent = max(4, min(16, height - 1 - 3 - _BODY_HEIGHT))
+    return Group(_header_panel(board), body, _recent_panel(board, recent))
 
 
-_BODY_HEIGHT: Final = 19  # the task panel; slots (8) and counters (11) beside it
+def _compact_frame(board: Board, width: int, height: int) -> RenderableType:
+    from rich.console import Group
+
+    infos, forced = _task_rows(board)
+    slots = board.sup.controller_snapshot().slots if board.sup is not None else ()
+    counters = _wrapped_counters(board, width)
+    # Fixed lines: header, four rules, the counters. The rest goes to rows (one line is
+    # kept free below the frame, so the terminal never scrolls).
+    rows = max(5, height - 1 - 1 - 4 - len(counters))
+    recent = max(2, rows // 3)
+    slot_rows = min(max(1, len(slots)), 3, max(1, (rows - recent) // 3))
+    task_rows = max(2, rows - recent - slot_rows)
+    recent += max(0, task_rows - max(1, len(infos) + len(forced)))  # unused task rows
+    task_rows = min(task_rows, max(1, len(infos) + len(forced)))
+    return Group(
+        _header_line(board),
+        _rule(f"tasks ({len(infos)} registered)"),
+        _compact_tasks(board, infos, forced, task_rows),
+        _rule(f"slots ({len(slots)} live)"),
+        _compact_slots(slots, slot_rows),
+        _rule("counters"),
+        _counter_grid(counters),
+        _rule("recent events"),
+        _recent_table(board, recent),
+    )
 
 
-def _header(board: Board) -> RenderableType:
-    from rich.panel import Panel
+def _rule(title: str) -> RenderableType:
+    from rich.rule import Rule
+
+    return Rule(f"[bold]{title}[/]", align="left", style="dim")
+
+
+def _progress(board: Board, width: int) -> tuple[Text, float]:
     from rich.text import Text
 
     elapsed = min(board.elapsed(), board.duration) if board.sup is not None else 0.0
     if board.phase != "running":
         elapsed = board.ran
-    width = 30
     done = round(width * elapsed / board.duration)
+    bar = Text()
+    bar.append("█" * done, style="green")
+    bar.append("░" * (width - done), style="dim")
+    return bar, elapsed
+
+
+def _phase(board: Board, *, short: bool) -> Text:
+    from rich.text import Text
+
     line = Text()
-    line.append("█" * done, style="green")
-    line.append("░" * (width - done), style="dim")
-    line.append(f"  {elapsed:5.1f} s / {board.duration:g} s   ")
     if board.phase == "running":
         line.append("running", style="bold green")
-        line.append("   Ctrl+C: shut down now", style="dim")
+        line.append("  Ctrl+C: shut down" if short else "   Ctrl+C: shut down now", style="dim")
     elif board.phase == "shutting down":
         left = max(0.0, board.stop_deadline - trio.current_time())
         line.append("shutting down", style="bold yellow")
-        line.append(f"   grace {GRACE:g} s: stragglers are forced in {left:.1f} s")
+        if board.forced:
+            line.append("  forcing now", style="bold red")
+        elif short:
+            line.append(f"  forced in {left:.1f} s", style="dim")
+            line.append("  Ctrl+C: now", style="dim")
+        else:
+            line.append(f"   grace {GRACE:g} s: stragglers are forced in {left:.1f} s")
+            line.append("   Ctrl+C: force now", style="dim")
     else:
         line.append(board.phase, style="bold")
+    return line
+
+
+def _header_panel(board: Board) -> RenderableType:
+    from rich.panel import Panel
+
+    bar, elapsed = _progress(board, 30)
+    line = bar + f"  {elapsed:5.1f} s / {board.duration:g} s   " + _phase(board, short=False)
+    line.no_wrap = True
+    line.overflow = "ellipsis"
     return Panel(line, title="[bold]trio_taskvisor demo[/]", title_align="left")
+
+
+def _header_line(board: Board) -> RenderableType:
+    from rich.text import Text
+
+    bar, elapsed = _progress(board, 6)
+    line = Text("trio_taskvisor demo ", style="bold")
+    line += bar + f" {elapsed:4.1f}/{board.duration:g} s  " + _phase(board, short=True)
+    line.no_wrap = True
+    line.overflow = "ellipsis"
+    return line
+
+
+def _task_rows(board: Board) -> tuple[tuple[TaskInfo, ...], list[str]]:
+    if board.sup is None:
+        return (), []
+    infos = board.sup.list()
+    listed = {info.name for info in infos}
+    # Force-aborted and still running: no longer listed, still alive.
+    return infos, [n for n in board.sup.alive_snapshot() if n not in listed]
+
+
+def _name_column(table: Table, names: list[str], header: str = "") -> None:
+    # Key columns take the width their longest value needs: never "poll-legacy-…".
+    table.add_column(header, no_wrap=True, min_width=max(map(len, names), default=4))
 
 
 def _tasks_panel(board: Board) -> RenderableType:
@@ -526,15 +649,13 @@ def _tasks_panel(board: Board) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
+    infos, forced = _task_rows(board)
     table = Table(expand=True, box=None, padding=(0, 1), pad_edge=False, header_style="bold")
     table.add_column("id", justify="right", no_wrap=True)
-    table.add_column("task", no_wrap=True)
-    table.add_column("state", no_wrap=True)
+    _name_column(table, [i.name for i in infos] + forced, "task")
+    table.add_column("state", no_wrap=True, min_width=8)
     table.add_column("att", justify="right", no_wrap=True)
     table.add_column("note", no_wrap=True, overflow="ellipsis", ratio=1)
-    infos = board.sup.list() if board.sup is not None else ()
-    listed = {info.name for info in infos}
-    forced = [n for n in board.sup.alive_snapshot() if n not in listed] if board.sup else []
     room = _BODY_HEIGHT - 3 - len(forced)  # borders and header
     shown = infos if len(infos) <= room else infos[: room - 1]
     for info in shown:
@@ -545,7 +666,7 @@ def _tasks_panel(board: Board) -> RenderableType:
             str(info.attempt),
             Text(board.notes.get(info.name, ""), style="dim"),
         )
-    for name in forced:  # force-aborted and still running: not listed, still alive
+    for name in forced:
         table.add_row("", name, Text("forced", style="bold red"), "", "still running")
     if len(shown) < len(infos):
         table.add_row("", Text(f"+{len(infos) - len(shown)} more", style="dim"), "", "", "")
@@ -555,82 +676,132 @@ def _tasks_panel(board: Board) -> RenderableType:
     return Panel(table, title=title, title_align="left", height=_BODY_HEIGHT)
 
 
+def _compact_tasks(
+    board: Board, infos: tuple[TaskInfo, ...], forced: list[str], rows: int
+) -> RenderableType:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table.grid(expand=True, padding=(0, 1))
+    _name_column(table, [i.name for i in infos] + forced)
+    table.add_column(no_wrap=True, min_width=8)
+    table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+    lines: list[tuple[str, Text, Text]] = []
+    for info in infos:
+        note = Text(board.notes.get(info.name, ""))
+        lines.append((info.name, Text(info.state.value, style=_STATE_STYLES[info.state]), note))
+    lines += [(n, Text("forced", style="bold red"), Text("still running")) for n in forced]
+    if not lines:
+        lines.append(("", Text("no task registered", style="dim"), Text("")))
+    if len(lines) > rows:
+        hidden = len(lines) - rows + 1
+        lines = [*lines[: rows - 1], ("", Text(f"+{hidden} more", style="dim"), Text(""))]
+    for name, state, text in lines:
+        text.stylize("dim")
+        table.add_row(name, state, text)
+    return table
+
+
 def _slots_panel(board: Board) -> RenderableType:
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
+    slots = board.sup.controller_snapshot().slots if board.sup is not None else ()
     table = Table(expand=True, box=None, padding=(0, 1), pad_edge=False, header_style="bold")
-    table.add_column("slot", no_wrap=True, overflow="ellipsis", ratio=1)
-    table.add_column("status", no_wrap=True)
+    _name_column(table, [view.slot for view in slots], "slot")
+    table.add_column("status", no_wrap=True, min_width=11)
     table.add_column("owner", justify="right", no_wrap=True)
     table.add_column("queue", justify="right", no_wrap=True)
     table.add_column("for", justify="right", no_wrap=True)
-    slots = board.sup.controller_snapshot().slots if board.sup is not None else ()
-    for view in slots:
+    room = _SLOTS_HEIGHT - 3  # borders and header
+    shown = slots if len(slots) <= room else slots[: room - 1]
+    for view in shown:
         status = Text(view.status.value, style=_SLOT_STYLES[view.status])
         table.add_row(
             view.slot, status, str(view.owner_id), str(view.queue_depth), f"{view.status_for:.1f}s"
         )
+    if len(shown) < len(slots):
+        table.add_row(Text(f"+{len(slots) - len(shown)} more", style="dim"), "", "", "", "")
     if not slots:
         table.add_row(Text("no busy slot", style="dim"), "", "", "", "")
-    return Panel(table, title=f"slots ({len(slots)} live)", title_align="left", height=8)
+    title = f"slots ({len(slots)} live)"
+    return Panel(table, title=title, title_align="left", height=_SLOTS_HEIGHT)
 
 
-def _counters_panel(board: Board) -> RenderableType:
-    from rich.panel import Panel
+def _compact_slots(slots: tuple[SlotView, ...], rows: int) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    none_yet = Text("none yet", style="dim")
+    table = Table.grid(padding=(0, 2))
+    _name_column(table, [view.slot for view in slots])
+    table.add_column(no_wrap=True, min_width=11)
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True, justify="right")
+    shown = slots if len(slots) <= rows else slots[: rows - 1]
+    for view in shown:
+        status = Text(view.status.value, style=_SLOT_STYLES[view.status])
+        table.add_row(view.slot, status, f"queue {view.queue_depth}", f"{view.status_for:.1f} s")
+    if len(shown) < len(slots):
+        table.add_row(Text(f"+{len(slots) - len(shown)} more", style="dim"), "", "", "")
+    if not slots:
+        table.add_row(Text("no busy slot", style="dim"), "", "", "")
+    return table
+
+
+_LABEL_WIDTH: Final = 10  # the longest counter label, "rejections"
+
+
+def _wrapped_counters(board: Board, width: int) -> list[tuple[str, str]]:
+    """``counter_rows`` wrapped to ``width`` (label included): one tuple per line."""
+    value_width = max(20, width - _LABEL_WIDTH - 1)
+    lines: list[tuple[str, str]] = []
+    for label, text in counter_rows(board):
+        for k, part in enumerate(textwrap.wrap(text, value_width) or [""]):
+            lines.append((label if k == 0 else "", part))
+    return lines
+
+
+def _counter_grid(lines: list[tuple[str, str]]) -> RenderableType:
+    from rich.table import Table
+
     grid = Table.grid(padding=(0, 1))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column()
-    attempts = board.attempts
-    grid.add_row(
-        "attempts",
-        f"{attempts[EventKind.ATTEMPT_STARTING]} started · "
-        f"{attempts[EventKind.ATTEMPT_SUCCEEDED]} ok · "
-        f"{attempts[EventKind.ATTEMPT_FAILED]} failed",
-    )
-    grid.add_row("timed out", str(attempts[EventKind.ATTEMPT_TIMED_OUT]))
-    outcomes = Text()
-    for kind, n in board.finished.most_common():
-        if outcomes:
-            outcomes.append(" · ")
-        outcomes.append(f"{kind.value} {n}", style=_OUTCOME_STYLES[kind])
-    grid.add_row("finished", outcomes or none_yet)
-    rejected = " · ".join(f"{kind.value} {n}" for kind, n in board.rejected.most_common())
-    grid.add_row("rejected", Text(rejected, style="magenta") if rejected else none_yet)
-    grid.add_row(
-        "revisions", " · ".join(f"{t} {board.landed[t]}/{board.revisions[t]}" for t in TENANTS)
-    )
-    grid.add_row("", Text(f"landed/announced; {board.replaced_running} replaced", style="dim"))
-    grid.add_row(
-        "cache",
-        f"{board.cache_reads} reads · {board.cache_stale} stale · "
-        f"{board.cache_refreshes} refreshed",
-    )
-    if board.sup is not None:
-        stats = board.sup.statistics()
-        grid.add_row(
-            "events", f"{stats.events_published} published · {stats.events_dropped} dropped"
-        )
-    return Panel(grid, title="counters", title_align="left", height=_BODY_HEIGHT - 8)
+    grid.add_column(style="bold", no_wrap=True, min_width=_LABEL_WIDTH)
+    grid.add_column(no_wrap=True)
+    for label, text in lines:
+        grid.add_row(label, text)
+    return grid
+
+
+def _counters_panel(board: Board, width: int) -> RenderableType:
+    from rich.panel import Panel
+
+    height = _BODY_HEIGHT - _SLOTS_HEIGHT
+    lines = _wrapped_counters(board, width)[: height - 2]
+    return Panel(_counter_grid(lines), title="counters", title_align="left", height=height)
+
+
+def _recent_table(board: Board, rows: int) -> RenderableType:
+    from rich.table import Table
+    from rich.text import Text
+
+    items = list(board.recent)[-rows:] if rows > 0 else []
+    table = Table.grid(padding=(0, 1), expand=True)
+    table.add_column(justify="right", style="dim", no_wrap=True)
+    table.add_column(no_wrap=True, min_width=max((len(i.label) for i in items), default=4))
+    _name_column(table, [item.name for item in items])
+    table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+    for item in items:
+        table.add_row(f"{item.when:.2f}s", Text(item.label, style=item.style), item.name, item.text)
+    if not items:
+        table.add_row("", Text("nothing yet", style="dim"), "", "")
+    return table
 
 
 def _recent_panel(board: Board, height: int) -> RenderableType:
     from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
 
-    table = Table.grid(padding=(0, 1), expand=True)
-    table.add_column(justify="right", style="dim", no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
-    for item in list(board.recent)[-(height - 2) :]:
-        table.add_row(f"{item.when:.2f}s", Text(item.label, style=item.style), item.name, item.text)
+    table = _recent_table(board, height - 2)
     return Panel(table, title="recent events", title_align="left", height=height)
 
 
@@ -638,44 +809,54 @@ def _summary_panel(board: Board) -> RenderableType:
     from rich.panel import Panel
     from rich.table import Table
 
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True, min_width=_LABEL_WIDTH)
     grid.add_column()
     for label, text in summary(board):
         grid.add_row(label, text)
     return Panel(grid, title="[bold]summary[/]", title_align="left")
 
 
-# -- the summary ------------------------------------------------------------------------------
+# -- the counters and the summary -------------------------------------------------------------
 
 
 def _n(count: int, singular: str, plural: str | None = None) -> str:
     return f"{count} {singular if count == 1 else plural or singular + 's'}"
 
 
-def summary(board: Board) -> list[tuple[str, str]]:
-    """What happened, as (label, text) rows; outcomes come from the waiters."""
-    outcomes: collections.Counter[OutcomeKind] = collections.Counter()
-    rejections: collections.Counter[RejectionKind] = collections.Counter()
+def _by_count(counter: collections.Counter[str]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in counter.most_common())
+
+
+def counter_rows(board: Board) -> list[tuple[str, str]]:
+    """What the counters panel shows and the summary repeats: (label, text) rows.
+
+    ``outcomes`` and ``rejections`` (a row once there is one) come from the waiters
+    (reliable: every waiter resolves); ``pending`` counts waiters not resolved yet.
+    ``attempts`` and ``events`` come from events (best-effort, like every event);
+    ``replaced`` counts running syncs a newer revision stopped. The other rows are the
+    scenario's own counts.
+    """
+    outcomes: collections.Counter[str] = collections.Counter()
+    rejections: collections.Counter[str] = collections.Counter()
     for waiter in board.waiters:
         try:
             outcome = waiter.outcome_nowait()
-        except trio.WouldBlock:  # pragma: no cover - every waiter resolves by shutdown
+        except trio.WouldBlock:
+            outcomes["pending"] += 1
             continue
-        outcomes[outcome.kind] += 1
+        outcomes[outcome.kind.value] += 1
         if outcome.rejection is not None:
-            rejections[outcome.rejection] += 1
-    how = "stopped early by Ctrl+C" if board.interrupted else "then a graceful shutdown"
-    rows = [("run", f"{board.ran:.1f} s, {how} (grace {GRACE:g} s)")]
-    rows.append(("outcomes", f"{_n(len(board.waiters), 'task')}: {_counts(outcomes)}"))
+            rejections[outcome.rejection.value] += 1
+    rows = [("outcomes", f"{_n(len(board.waiters), 'task')}: {_by_count(outcomes) or 'none'}")]
     if rejections:
-        rows.append(("rejections", _counts(rejections)))
+        rows.append(("rejections", _by_count(rejections)))
     attempts = board.attempts
     rows.append(
         (
             "attempts",
             f"{attempts[EventKind.ATTEMPT_STARTING]} started, "
-            f"{attempts[EventKind.ATTEMPT_SUCCEEDED]} succeeded, "
+            f"{attempts[EventKind.ATTEMPT_SUCCEEDED]} ok, "
             f"{attempts[EventKind.ATTEMPT_FAILED]} failed, "
             f"{attempts[EventKind.ATTEMPT_TIMED_OUT]} timed out, "
             f"{attempts[EventKind.ATTEMPT_CANCELLED]} cancelled",
@@ -684,33 +865,45 @@ def summary(board: Board) -> list[tuple[str, str]]:
     polls = ", ".join(f"{feed} {board.polls[feed]}" for feed, _ in POLLERS)
     if board.gave_up:
         times = "once" if len(board.gave_up) == 1 else f"{len(board.gave_up)} times"
-        polls += f"; poll-legacy-erp gave up {times} ({board.gave_up[0]}) and was added again"
-    rows.append(("pollers", f"batches polled: {polls}"))
-    tenants = ", ".join(f"{t} r{board.landed[t]} of r{board.revisions[t]}" for t in TENANTS)
-    rows.append(
-        (
-            "tenants",
-            f"newest revision landed: {tenants}; "
-            f"{_n(board.replaced_running, 'running sync')} replaced, "
-            f"{rejections[RejectionKind.SUPERSEDED]} superseded while waiting for the slot",
-        )
-    )
+        polls += f" (gave up {times})"
+    rows.append(("pollers", polls))
+    landed = ", ".join(f"{t} {board.landed[t]}/{board.revisions[t]}" for t in TENANTS)
+    rows.append(("tenants", f"{landed} landed; {board.replaced_running} replaced"))
     rows.append(
         (
             "cache",
-            f"{_n(board.cache_reads, 'read')}; {_n(board.cache_stale, 'stale read')} shared "
-            f"{_n(board.cache_refreshes, 'completed refresh', 'completed refreshes')} "
-            "(single-flight JOIN)",
+            f"{_n(board.cache_reads, 'read')}, {board.cache_stale} stale, "
+            f"{_n(board.cache_refreshes, 'refresh', 'refreshes')} (JOIN)",
         )
     )
     rows.append(
         (
             "periodic",
-            f"compact-db: {_n(board.compactions, 'run')}, "
-            f"{attempts[EventKind.ATTEMPT_TIMED_OUT]} overran the 1 s timeout and ran again",
+            f"compact-db {_n(board.compactions, 'run')}, "
+            f"{attempts[EventKind.ATTEMPT_TIMED_OUT]} timed out",
         )
     )
-    if board.grace_error is not None:
+    if board.sup is not None:
+        stats = board.sup.statistics()
+        published, dropped = stats.events_published, stats.events_dropped
+        rows.append(("events", f"{published} published, {dropped} dropped"))
+    return rows
+
+
+def summary(board: Board) -> list[tuple[str, str]]:
+    """What happened, as (label, text) rows: the run, the counters, the shutdown."""
+    if board.forced:
+        how = "stopped by Ctrl+C; a second Ctrl+C forced the shutdown"
+    elif board.interrupted:
+        how = "stopped early by Ctrl+C, then a graceful shutdown"
+    else:
+        how = "then a graceful shutdown"
+    rows = [("run", f"{board.ran:.1f} s, {how} (grace {GRACE:g} s)"), *counter_rows(board)]
+    if board.forced:
+        rows.append(
+            ("shutdown", "forced by the second Ctrl+C: deferred work (pages, the flush) dropped")
+        )
+    elif board.grace_error is not None:
         stuck = ", ".join(board.grace_error.stuck)
         rows.append(
             (
@@ -721,11 +914,6 @@ def summary(board: Board) -> list[tuple[str, str]]:
         )
     else:
         rows.append(("shutdown", "every task stopped within the grace window"))
-    if board.sup is not None:
-        stats = board.sup.statistics()
-        rows.append(
-            ("events", f"{stats.events_published} published, {stats.events_dropped} dropped")
-        )
     return rows
 
 
@@ -744,6 +932,17 @@ def _live_available() -> bool:
     return True
 
 
+def _too_small() -> str | None:
+    """Why the terminal cannot hold the live view, or ``None`` when it can."""
+    size = shutil.get_terminal_size(fallback=LIVE_MIN)
+    if size.columns >= LIVE_MIN[0] and size.lines >= LIVE_MIN[1]:
+        return None
+    return (
+        f"the terminal is {size.columns}x{size.lines}, the live view needs at least "
+        f"{LIVE_MIN[0]}x{LIVE_MIN[1]}"
+    )
+
+
 async def demo(*, duration: float = 20.0, plain: bool = False, seed: int | None = None) -> Board:
     """Run the demo for ``duration`` seconds and return its board (for the summary)."""
     board = Board(duration)
@@ -755,13 +954,22 @@ async def demo(*, duration: float = 20.0, plain: bool = False, seed: int | None 
 
 
 def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None = None) -> int:
-    """Run the demo; ``plain=None`` picks the live view on a terminal. The exit status."""
+    """Run the demo and return the exit status: 0, or 130 when a second Ctrl+C forced it.
+
+    ``plain=None`` picks the live view when stdout is a terminal of at least 80x24 and
+    ``rich`` is installed, else log lines; ``plain=False`` (``--live``) insists on the
+    live view, whatever the terminal, but still needs ``rich``.
+    """
     if plain is None:
         plain = not sys.stdout.isatty()
+        reason = None if plain or not _live_available() else _too_small()
+        if reason is not None:
+            print(f"{reason}: showing log lines instead (--plain)", file=sys.stderr)
+            plain = True
     if not plain and not _live_available():
         print(
-            "rich is not installed: showing log lines instead of the live view "
-            "(pip install 'trio_taskvisor[demo]')",
+            "rich is not installed: showing log lines instead of the live view; "
+            "install the demo extra for it: pip install 'trio_taskvisor[demo]'",
             file=sys.stderr,
         )
         plain = True
@@ -777,5 +985,5 @@ def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None 
     if plain:
         print("summary:")
         for label, text in summary(board):
-            print(f"  {label:<10} {text}")
-    return 0
+            print(f"  {label:<{_LABEL_WIDTH}} {text}")
+    return 130 if board.forced else 0

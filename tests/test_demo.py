@@ -1,0 +1,225 @@
+"""The README's main command, ``python -m trio_taskvisor demo``, as a person sees it.
+
+The live view runs in real terminals: tmux panes of 80x24 and 160x48 (and one too small
+for it, 70x20), on a tmux server of this test's own (``-L``), all started together. A
+pane is read with ``tmux capture-pane -p -J`` (wrapped lines joined, so a line longer
+than the pane would show) until its command has printed its exit status. The checks are
+on what the screen shows, never on timing: the key panels are there, no line is wider
+than the pane and no frame taller, names are never cut short, the summary repeats the
+counters' labels. A double Ctrl+C runs as a plain subprocess (``tests/test_examples.py`` runs the
+plain view, and the live one without ``rich``).
+
+tmux is part of the project's machines (``/usr/bin/tmux``); without it the test fails
+and says so, rather than passing without having looked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 60.0  # seconds for every pane to finish, from the moment they were started
+EXIT = re.compile(r"^EXIT=(\d+)$", re.MULTILINE)
+# The rows of the counters panel, which the summary repeats ("rejections" appears only
+# once something was rejected).
+COUNTER_LABELS = ("outcomes", "attempts", "pollers", "tenants", "cache", "periodic", "events")
+# Key values that must never be shortened ("poll-legacy-…", "nex…").
+NAMES = ("poll-orders", "poll-payments", "poll-legacy-erp")
+CUT_NAME = re.compile(r"\b(?:poll|sync|compact|audit|tenant|cache)[\w:/-]*…")
+
+
+@attrs.define
+class Pane:
+    """One tmux pane running the demo: the screens it showed, then its exit status."""
+
+    name: str
+    width: int
+    height: int
+    args: tuple[str, ...]
+    running: str = ""  # the last screen captured while the header said "running"
+    final: str = ""  # the screen once the command had exited
+    history: str = ""  # everything the pane printed, scrolled-off lines included
+    status: int | None = None
+
+
+def _tmux(socket: str, *args: str) -> str:
+    result = subprocess.run(
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=True, timeout=10
+    )
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def panes() -> Iterator[dict[str, Pane]]:
+    if shutil.which("tmux") is None:
+        pytest.fail(
+            "tmux is not installed: this test runs the demo in tmux panes "
+            "(install it: apt-get install tmux)"
+        )
+    demo = (sys.executable, "-m", "trio_taskvisor", "demo")
+    run = ("--duration", "3", "--seed", "7")
+    wanted = [
+        Pane("narrow", 80, 24, (*demo, *run)),
+        Pane("wide", 160, 48, (*demo, *run)),
+        Pane("small", 70, 20, (*demo, "--duration", "1", "--seed", "7")),
+    ]
+    socket = f"taskvisor-test-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        for pane in wanted:
+            command = f"{shlex.join(pane.args)}; echo EXIT=$?; sleep 120"
+            size = ("-x", str(pane.width), "-y", str(pane.height), "-s", pane.name)
+            subprocess.run(
+                ("tmux", "-L", socket, "-f", os.devnull, "new-session", "-d", *size, command),
+                check=True,
+                env=env,
+                cwd=ROOT,
+                timeout=10,
+            )
+        deadline = time.monotonic() + TIMEOUT
+        while any(p.status is None for p in wanted) and time.monotonic() < deadline:
+            for pane in wanted:
+                if pane.status is not None:
+                    continue
+                screen = _tmux(socket, "capture-pane", "-p", "-J", "-t", pane.name)
+                exited = EXIT.search(screen)
+                if exited is not None:
+                    pane.final, pane.status = screen, int(exited.group(1))
+                    pane.history = _tmux(
+                        socket, "capture-pane", "-p", "-J", "-S", "-", "-t", pane.name
+                    )
+                elif re.search(r"\brunning\b", "".join(_lines(screen)[:3])):
+                    pane.running = screen  # the header (first line, or in a panel) says so
+            time.sleep(0.1)
+        yield {pane.name: pane for pane in wanted}
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+
+
+def _row(label: str, screen: str) -> bool:
+    """Whether ``screen`` has a row labelled ``label``: the label, spaces, a value."""
+    return re.search(rf"(?<![\w-]){label} +[\w(]", screen) is not None
+
+
+def _lines(screen: str) -> list[str]:
+    return screen.rstrip("\n").split("\n")
+
+
+@pytest.mark.parametrize("size", ["narrow", "wide"])
+def test_live_view_shows_every_panel(panes: dict[str, Pane], size: str) -> None:
+    """Header, tasks, slots, counters and recent events are all on screen."""
+    pane = panes[size]
+    assert pane.status == 0, f"{size}: exit status {pane.status}\n{pane.final}"
+    screen = pane.running
+    assert screen, f"{size}: never saw the running view\n{pane.final}"
+    for title in ("trio_taskvisor demo", "tasks (", "slots (", "counters", "recent events"):
+        assert title in screen, f"{size}: no {title!r} on screen\n{screen}"
+    for label in COUNTER_LABELS:
+        assert _row(label, screen), f"{size}: no {label} row\n{screen}"
+    recent = screen[screen.index("recent events") :]
+    assert re.search(r"\d\.\d\ds \w+", recent), f"{size}: no recent event\n{screen}"
+
+
+@pytest.mark.parametrize("size", ["narrow", "wide"])
+def test_live_view_fits_the_terminal(panes: dict[str, Pane], size: str) -> None:
+    """No line is wider than the pane, no frame taller; names are never cut short."""
+    pane = panes[size]
+    for screen in (pane.running, pane.final):
+        lines = _lines(screen)
+        assert len(lines) <= pane.height, f"{size}: {len(lines)} lines\n{screen}"
+        for line in lines:
+            assert len(line) <= pane.width, f"{size}: {len(line)} columns: {line!r}"
+        assert CUT_NAME.search(screen) is None, f"{size}: a name is cut short\n{screen}"
+    for name in NAMES:
+        assert name in pane.running, f"{size}: {name} is not shown in full\n{pane.running}"
+
+
+@pytest.mark.parametrize("size", ["narrow", "wide"])
+def test_summary_repeats_the_counters(panes: dict[str, Pane], size: str) -> None:
+    """The summary ends the run and has a row for each label of the counters panel."""
+    final = panes[size].final
+    assert "summary" in final, final
+    summary = final[final.index("summary") :]
+    for label in ("run", *COUNTER_LABELS, "shutdown"):
+        assert _row(label, summary), f"no {label} row\n{final}"
+    assert "GraceExceededError, as expected: audit-writer" in summary
+
+
+def test_small_terminal_falls_back_to_plain(panes: dict[str, Pane]) -> None:
+    """Below 80x24 the demo says why and prints log lines instead of the live view."""
+    pane = panes["small"]
+    assert pane.status == 0, pane.final
+    assert "the terminal is 70x20, the live view needs at least 80x24" in pane.history
+    assert "showing log lines instead (--plain)" in pane.history
+    assert "summary:" in pane.history
+
+
+class Output:
+    """The merged stdout and stderr of a process, read by a thread as it comes."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.text = ""
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for line in process.stdout:
+                with self._changed:
+                    self.text += line
+                    self._changed.notify_all()
+
+    def close(self) -> None:
+        self._thread.join(timeout=10)
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> None:
+        with self._changed:
+            found = self._changed.wait_for(lambda: text in self.text, timeout)
+        assert found, f"no {text!r} in the output:\n{self.text}"
+
+
+def _demo(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trio_taskvisor", "demo", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_second_ctrl_c_forces_the_shutdown() -> None:
+    """Ctrl+C starts the graceful shutdown; a second forces it, prints the summary, 130."""
+    process = _demo("--plain", "--duration", "60", "--seed", "7")
+    output = Output(process)
+    try:
+        output.wait_for("task_added 'audit-writer'")
+        process.send_signal(signal.SIGINT)
+        output.wait_for("shutdown_requested")
+        process.send_signal(signal.SIGINT)
+        status = process.wait(timeout=30)
+    finally:
+        process.kill()
+        process.wait()
+        output.close()
+    output.wait_for("summary:")
+    assert status == 130, output.text
+    assert "a second Ctrl+C forced the shutdown" in output.text
+    assert "Traceback" not in output.text
