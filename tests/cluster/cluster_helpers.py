@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import coredis
 import trio
 from coredis.retry import NoRetryPolicy
 
 from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._keeper import Connector, LeaseKeeper, Report
 from trio_taskvisor._slotstore import RedisSlotStore
+
+R = TypeVar("R")
 
 
 class Scripts:
@@ -150,3 +153,75 @@ async def open_inboxes(
 def entry(instance: str, n: int) -> str:
     """An entry id as the keeper builds it."""
     return f"{instance}/{n}"
+
+
+class Reports:
+    """The reports one keeper sent, read by a fake controller task, in order."""
+
+    def __init__(self) -> None:
+        self.items: list[Report] = []
+        self.times: list[float] = []
+        self._changed = trio.Event()
+
+    def _add(self, report: Report) -> None:
+        self.items.append(report)
+        self.times.append(trio.current_time())
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [r for r in self.items if isinstance(r, kind)]
+
+    async def wait_for(self, kind: type[R], **fields: Any) -> R:
+        """Return the first report of ``kind`` with ``fields``, waiting if needed."""
+        while True:
+            for report in self.items:
+                if isinstance(report, kind) and all(
+                    getattr(report, name) == value for name, value in fields.items()
+                ):
+                    return report
+            await self._changed.wait()
+
+    def time_of(self, report: Report) -> float:
+        """When the fake controller received ``report`` (``trio.current_time()``)."""
+        return self.times[next(i for i, r in enumerate(self.items) if r is report)]
+
+
+class Running:
+    """A keeper under test, the reports its fake controller read, and a way to kill it."""
+
+    def __init__(self, keeper: LeaseKeeper, reports: Reports, scope: trio.CancelScope) -> None:
+        self.keeper = keeper
+        self.reports = reports
+        self._scope = scope
+
+    def kill(self) -> None:
+        """Cancel the keeper's task: no release, no goodbye, as a killed process."""
+        self._scope.cancel(reason="the test kills this process")
+
+
+@asynccontextmanager
+async def open_keeper(
+    store: RedisSlotStore, instance_id: str, *, connector: Connector | None = None
+) -> AsyncIterator[Running]:
+    """Run a keeper, and a fake controller reading its reports, for the block; close
+    the keeper at the end (unless killed)."""
+    send, receive = trio.open_memory_channel[Report](1000)
+    keeper = LeaseKeeper(store, instance_id, send, connector=connector)
+    reports = Reports()
+    scope = trio.CancelScope()
+
+    async def read() -> None:
+        async for report in receive:
+            reports._add(report)
+
+    async def run(task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await keeper.run(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        await nursery.start(run)
+        yield Running(keeper, reports, scope)
+        await keeper.aclose()
+        nursery.cancel_scope.cancel(reason="keeper test block ended")
