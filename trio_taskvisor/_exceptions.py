@@ -8,6 +8,7 @@
      ├── ResourceLimitError(RuntimeError)     .resource, .limit
      ├── NoControllerError(RuntimeError)      submit without a controller
      ├── DeadlockError(RuntimeError)          waiting on own slot's queued work
+     ├── SlotStoreUnavailableError(RuntimeError)  slot store unreachable at start
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
      ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
      ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
@@ -60,6 +61,14 @@ class NoControllerError(RuntimeError):
 
 class DeadlockError(RuntimeError):
     """A task awaited work that is queued behind the slot the task itself owns."""
+
+
+class SlotStoreUnavailableError(RuntimeError):
+    """The slot store did not answer within its ``connect_timeout``.
+
+    Raised by ``open_supervisor`` when the server cannot be reached at start, and by
+    ``Supervisor.cluster_slot`` when the server does not answer in time.
+    """
 
 
 class GraceExceededError(Exception):

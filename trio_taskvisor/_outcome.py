@@ -49,6 +49,7 @@ class OutcomeKind(enum.Enum):
     FORCE_ABORTED = "force_aborted"
     PANICKED = "panicked"
     REJECTED = "rejected"
+    LEASE_LOST = "lease_lost"
 
 
 class RejectionKind(enum.Enum):
@@ -62,6 +63,7 @@ class RejectionKind(enum.Enum):
     REMOVED_FROM_QUEUE = "removed_from_queue"
     SHUTTING_DOWN = "shutting_down"
     RESOURCE_LIMIT = "resource_limit"
+    STORE_UNAVAILABLE = "store_unavailable"
 
 
 _REJECTION_REASONS: Final = {
@@ -73,6 +75,7 @@ _REJECTION_REASONS: Final = {
     RejectionKind.REMOVED_FROM_QUEUE: "removed from the queue",
     RejectionKind.SHUTTING_DOWN: "supervisor is shutting down",
     RejectionKind.RESOURCE_LIMIT: "resource limit reached",
+    RejectionKind.STORE_UNAVAILABLE: "slot store is unavailable",
 }
 
 FORCE_ABORTED_REASON: Final = "force-aborted: did not stop within the grace window"

@@ -1,0 +1,227 @@
+"""Helpers of the cluster tests: call the scripts directly, read an instance's messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import coredis
+import trio
+from coredis.retry import NoRetryPolicy
+
+from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._keeper import Connector, LeaseKeeper, Report
+from trio_taskvisor._slotstore import RedisSlotStore
+
+R = TypeVar("R")
+
+
+class Scripts:
+    """The cluster scripts of one namespace, called one at a time (raw replies)."""
+
+    def __init__(self, client: coredis.Redis[str], store: RedisSlotStore) -> None:
+        self.client = client
+        self.store = store
+        self.prefix = store.key_prefix
+        self._common = scripts.common_args(store.key_prefix, store.lease_ttl, store.keep)
+
+    async def call(self, script: scripts.Script, *args: str | int) -> Any:
+        try:
+            return await self.client.evalsha(script.sha, [], [*self._common, *map(str, args)])
+        except coredis.exceptions.NoScriptError:
+            await self.client.script_load(script.source)
+            return await self.client.evalsha(script.sha, [], [*self._common, *map(str, args)])
+
+    async def submit(
+        self,
+        slot: str,
+        entry: str,
+        policy: str = "queue",
+        *,
+        max_queue: int = 100,
+        watch: bool = False,
+    ) -> Any:
+        return await self.call(
+            scripts.SUBMIT, *scripts.submit_args(slot, entry, policy, max_queue, watch)
+        )
+
+    async def claim(self, slot: str, entry: str) -> Any:
+        return await self.call(scripts.CLAIM, slot, entry)
+
+    async def release(self, slot: str, entry: str, outcome: str = "") -> Any:
+        return await self.call(scripts.RELEASE, slot, entry, outcome)
+
+    async def store_outcome(self, entry: str, outcome: str) -> Any:
+        return await self.call(scripts.STORE_OUTCOME, entry, outcome)
+
+    async def withdraw(self, slot: str, entry: str, reason: str = "removed_from_queue") -> Any:
+        return await self.call(scripts.WITHDRAW, slot, entry, reason)
+
+    async def stop_owner(self, slot: str, instance: str) -> Any:
+        return await self.call(scripts.STOP_OWNER, slot, instance)
+
+    async def renew(
+        self,
+        instance: str,
+        leases: list[tuple[str, str]] | None = None,
+        entries: list[tuple[str, str]] | None = None,
+        follows: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        args = scripts.renew_args(instance, leases or [], entries or [], follows or [])
+        return await self.call(scripts.RENEW, *args)
+
+    async def cluster_slot(self, slot: str) -> Any:
+        return await self.call(scripts.CLUSTER_SLOT, slot)
+
+    async def heartbeat(self, *instances: str) -> None:
+        """Make instances alive (as their first renewal would)."""
+        for instance in instances:
+            await self.renew(instance)
+
+    async def kill(self, instance: str) -> None:
+        """Make an instance dead at once: its heartbeat key expires."""
+        await self.client.delete([f"{self.prefix}hb:{instance}"])
+
+    async def queue(self, slot: str) -> list[str]:
+        return list(await self.client.lrange(f"{self.prefix}q:{slot}", 0, -1))
+
+    async def lease(self, slot: str) -> dict[str, str]:
+        return dict(await self.client.hgetall(f"{self.prefix}lease:{slot}"))
+
+    async def get(self, key: str) -> str | None:
+        return await self.client.get(f"{self.prefix}{key}")
+
+
+class Inbox:
+    """The messages published to one instance's channel, in arrival order."""
+
+    def __init__(self) -> None:
+        self.messages: list[list[Any]] = []
+        self._changed = trio.Event()
+
+    def _add(self, message: list[Any]) -> None:
+        self.messages.append(message)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def of(self, kind: str) -> list[list[Any]]:
+        return [m for m in self.messages if m[0] == kind]
+
+    async def wait_for(self, predicate: Callable[[list[Any]], bool]) -> list[Any]:
+        """Return the first message matching ``predicate``, waiting for it if needed."""
+        while True:
+            for message in self.messages:
+                if predicate(message):
+                    return message
+            await self._changed.wait()
+
+    async def wait_kind(self, *prefix: Any) -> list[Any]:
+        """Return the first message that starts with ``prefix``."""
+        return await self.wait_for(lambda m: m[: len(prefix)] == list(prefix))
+
+
+@asynccontextmanager
+async def open_inboxes(
+    url: str, store: RedisSlotStore, *instances: str
+) -> AsyncIterator[dict[str, Inbox]]:
+    """Subscribe to the channels of ``instances``; yield an inbox per instance."""
+    inboxes = {instance: Inbox() for instance in instances}
+    by_channel = {f"{store.key_prefix}ch:{i}": inbox for i, inbox in inboxes.items()}
+    async with (
+        coredis.Redis.from_url(url, decode_responses=True) as client,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def read(task_status: trio.TaskStatus[None]) -> None:
+            async with client.pubsub(
+                ignore_subscribe_messages=True, retry_policy=NoRetryPolicy()
+            ) as pubsub:
+                await pubsub.subscribe(*by_channel)
+                task_status.started()
+                while True:
+                    message = await pubsub.get_message()
+                    if message is not None and message["type"] == "message":
+                        by_channel[str(message["channel"])]._add(json.loads(str(message["data"])))
+
+        await nursery.start(read)
+        yield inboxes
+        nursery.cancel_scope.cancel(reason="inboxes closed")
+
+
+def entry(instance: str, n: int) -> str:
+    """An entry id as the keeper builds it."""
+    return f"{instance}/{n}"
+
+
+class Reports:
+    """The reports one keeper sent, read by a fake controller task, in order."""
+
+    def __init__(self) -> None:
+        self.items: list[Report] = []
+        self.times: list[float] = []
+        self._changed = trio.Event()
+
+    def _add(self, report: Report) -> None:
+        self.items.append(report)
+        self.times.append(trio.current_time())
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [r for r in self.items if isinstance(r, kind)]
+
+    async def wait_for(self, kind: type[R], **fields: Any) -> R:
+        """Return the first report of ``kind`` with ``fields``, waiting if needed."""
+        while True:
+            for report in self.items:
+                if isinstance(report, kind) and all(
+                    getattr(report, name) == value for name, value in fields.items()
+                ):
+                    return report
+            await self._changed.wait()
+
+    def time_of(self, report: Report) -> float:
+        """When the fake controller received ``report`` (``trio.current_time()``)."""
+        return self.times[next(i for i, r in enumerate(self.items) if r is report)]
+
+
+class Running:
+    """A keeper under test, the reports its fake controller read, and a way to kill it."""
+
+    def __init__(self, keeper: LeaseKeeper, reports: Reports, scope: trio.CancelScope) -> None:
+        self.keeper = keeper
+        self.reports = reports
+        self._scope = scope
+
+    def kill(self) -> None:
+        """Cancel the keeper's task: no release, no goodbye, as a killed process."""
+        self._scope.cancel(reason="the test kills this process")
+
+
+@asynccontextmanager
+async def open_keeper(
+    store: RedisSlotStore, instance_id: str, *, connector: Connector | None = None
+) -> AsyncIterator[Running]:
+    """Run a keeper, and a fake controller reading its reports, for the block; close
+    the keeper at the end (unless killed)."""
+    send, receive = trio.open_memory_channel[Report](1000)
+    keeper = LeaseKeeper(store, instance_id, send, connector=connector)
+    reports = Reports()
+    scope = trio.CancelScope()
+
+    async def read() -> None:
+        async for report in receive:
+            reports._add(report)
+
+    async def run(task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await keeper.run(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        await nursery.start(run)
+        yield Running(keeper, reports, scope)
+        await keeper.aclose()
+        nursery.cancel_scope.cancel(reason="keeper test block ended")

@@ -1,0 +1,375 @@
+"""The lease keeper end to end: real server, real clock, fake controllers reading reports.
+
+Timing bounds are liveness bounds with at least a 2x margin (DESIGN section 10, "Facts"):
+the exact timing rules run on virtual time in ``test_cluster_keeper_virtual.py``.
+Waits are for reports or keys, never sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import coredis
+import pytest
+import trio
+from cluster_helpers import Scripts, open_keeper
+from conftest import RedisServer
+
+from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
+from trio_taskvisor._exceptions import SlotStoreUnavailableError
+from trio_taskvisor._keeper import (
+    FollowedOutcome,
+    Full,
+    Joined,
+    LeaseKeeper,
+    LeaseLost,
+    Owner,
+    Queued,
+    Rejected,
+    RemoteStop,
+    Report,
+    Room,
+    StoreRecovered,
+    StoreUnavailable,
+)
+from trio_taskvisor._slots import AdmissionPolicy
+from trio_taskvisor._slotstore import RedisSlotStore
+
+A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
+QUEUE, REPLACE, JOIN = AdmissionPolicy.QUEUE, AdmissionPolicy.REPLACE, AdmissionPolicy.JOIN
+DONE = TaskOutcome(OutcomeKind.COMPLETED, value={"rows": [1, 2]})
+
+
+def with_ttl(
+    store: RedisSlotStore, lease_ttl: float, connect_timeout: float = 1.0
+) -> RedisSlotStore:
+    return RedisSlotStore(
+        store.url, namespace=store.namespace, lease_ttl=lease_ttl, connect_timeout=connect_timeout
+    )
+
+
+async def test_submit_on_an_idle_slot_reports_owner(store: RedisSlotStore) -> None:
+    """The first submission of an idle slot is its owner, with a fence token."""
+    async with open_keeper(store, A) as a:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        owner = await a.reports.wait_for(Owner)
+        assert (owner.slot, owner.entry) == ("k", 1)
+        info = await a.keeper.query("k")
+        assert info is not None
+        assert (info.holder, info.fence_token, info.queue_depth) == (A, owner.token, 0)
+        assert info.lease_remaining is not None
+        assert 0 < info.lease_remaining <= store.lease_ttl
+        assert await a.keeper.query("idle") is None
+
+
+async def test_requests_of_one_tick_share_one_round_trip(store: RedisSlotStore) -> None:
+    """Everything requested between two round trips goes in one pipeline."""
+    async with open_keeper(store, A) as a:
+        before = a.keeper.statistics().round_trips
+        for i in range(100):
+            a.keeper.submit(f"s{i}", i, QUEUE, 10, False)
+        for i in range(100):
+            await a.reports.wait_for(Owner, entry=i)
+        assert a.keeper.statistics().round_trips - before == 1
+
+
+async def test_hand_over_between_keepers_is_pushed(store: RedisSlotStore) -> None:
+    """A release wakes the next keeper by message: it owns well before any renewal
+    (lease_ttl / 3) or retry timer (the lease's expiry) could have noticed."""
+    slow = with_ttl(store, 6.0)
+    async with open_keeper(slow, A) as a, open_keeper(slow, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, entry=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, entry=1)
+        released = trio.current_time()
+        a.keeper.release("k", 1, DONE)
+        owner = await b.reports.wait_for(Owner, entry=1)
+        assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
+
+
+async def test_fifo_across_three_keepers(store: RedisSlotStore) -> None:
+    """Entries from several processes are served in the order the server accepted them."""
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b, open_keeper(store, C) as c:
+        keepers = {A: a, B: b, C: c}
+        a.keeper.submit("k", 0, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, entry=0)
+        order = [(B, 1), (C, 1), (A, 1), (C, 2), (B, 2)]
+        for instance, n in order:
+            keepers[instance].keeper.submit("k", n, QUEUE, 10, False)
+            await keepers[instance].reports.wait_for(Queued, entry=n)
+        holder = (A, 0)
+        for instance, n in order:
+            keepers[holder[0]].keeper.release("k", holder[1], DONE)
+            await keepers[instance].reports.wait_for(Owner, entry=n)
+            holder = (instance, n)
+        tokens = [keepers[i].reports.of(Owner) for i in (A, B, C)]
+        assert len({o.token for group in tokens for o in group}) == 6
+
+
+async def test_takeover_after_the_holder_is_killed(store: RedisSlotStore) -> None:
+    """A killed holder stops renewing: the next keeper owns once the lease expired,
+    found by its retry timer (an expiry publishes nothing)."""
+    ttl = store.lease_ttl
+    async with open_keeper(store, B) as b:
+        async with open_keeper(store, A) as a:
+            a.keeper.submit("k", 1, QUEUE, 10, False)
+            await a.reports.wait_for(Owner)
+            b.keeper.submit("k", 1, QUEUE, 10, False)
+            await b.reports.wait_for(Queued)
+            killed = trio.current_time()
+            a.kill()
+        owner = await b.reports.wait_for(Owner, entry=1)
+        waited = b.reports.time_of(owner) - killed
+        # the last renewal was at most ttl / 3 before the kill; the server expires it
+        assert ttl / 2 <= waited < 2 * ttl
+
+
+async def test_lease_is_lost_while_the_server_is_paused(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """No renewal confirmed for 0.8 * lease_ttl: LeaseLost on time although the server
+    never answers; the outage is reported once and its end too."""
+    ttl = store.lease_ttl
+    async with open_keeper(store, A) as a:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        owner = await a.reports.wait_for(Owner)
+        redis_server.pause()
+        paused = trio.current_time()
+        lost = await a.reports.wait_for(LeaseLost)
+        assert (lost.entry, lost.token) == (1, owner.token)
+        assert lost.reason.startswith("lease expired")
+        # the last renewal was sent between ttl / 3 before the pause and the pause
+        assert ttl * 0.4 <= a.reports.time_of(lost) - paused <= 2 * 0.8 * ttl
+        await a.reports.wait_for(StoreUnavailable)
+        redis_server.resume()
+        await a.reports.wait_for(StoreRecovered)
+        assert len(a.reports.of(StoreUnavailable)) == 1
+        assert len(a.reports.of(LeaseLost)) == 1
+
+
+async def test_restart_refuses_leases_and_resubscribes(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """After a restart that lost the data: the lease is refused, the keepers reconnect
+    and subscribe again (reported once), and a pushed wake-up works again."""
+    slow = with_ttl(store, 6.0)
+    async with open_keeper(slow, A) as a, open_keeper(slow, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner)
+        redis_server.restart()
+        lost = await a.reports.wait_for(LeaseLost, entry=1)
+        assert lost.reason.startswith("lease refused")
+        for running in (a, b):
+            await running.reports.wait_for(StoreRecovered)
+            assert len(running.reports.of(StoreUnavailable)) == 1
+        a.keeper.release("k", 1, DONE)
+        a.keeper.submit("k2", 2, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, entry=2)
+        b.keeper.submit("k2", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, entry=1)
+        released = trio.current_time()
+        a.keeper.release("k2", 2, DONE)
+        owner = await b.reports.wait_for(Owner, entry=1)
+        assert b.reports.time_of(owner) - released < 1.0  # pushed: renewals are 2 s apart
+
+
+async def test_failed_request_leaves_no_orphan_lease(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A submit whose round trip timed out is rejected STORE_UNAVAILABLE; the server
+    may still run it when it wakes up, and the keeper gives that lease back."""
+    async with open_keeper(store, A) as a:
+        redis_server.pause()
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        rejected = await a.reports.wait_for(Rejected, entry=1)
+        assert rejected.kind is RejectionKind.STORE_UNAVAILABLE
+        redis_server.resume()
+        await a.reports.wait_for(StoreRecovered)
+        assert await a.keeper.query("k") is None
+        assert a.reports.of(Owner) == []
+
+
+async def test_wait_mode_work_is_held_while_the_store_is_down(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """wait=True work gets Full during an outage; wait=False work is rejected at once."""
+    async with open_keeper(store, A) as a:
+        redis_server.pause()
+        a.keeper.submit("k", 1, QUEUE, 10, True)
+        held = await a.reports.wait_for(Full, entry=1)
+        assert "unavailable" in held.reason
+        await a.reports.wait_for(StoreUnavailable)
+        a.keeper.submit("k", 2, QUEUE, 10, False)
+        assert (await a.reports.wait_for(Rejected, entry=2)).kind is (
+            RejectionKind.STORE_UNAVAILABLE
+        )
+        redis_server.resume()
+        await a.reports.wait_for(StoreRecovered)
+        a.keeper.submit("k", 1, QUEUE, 10, True)  # the controller submits it again
+        await a.reports.wait_for(Owner, entry=1)
+
+
+async def test_query_raises_when_the_server_does_not_answer(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """query() gives up after connect_timeout with SlotStoreUnavailableError."""
+    async with open_keeper(store, A) as a:
+        redis_server.pause()
+        started = trio.current_time()
+        with pytest.raises(SlotStoreUnavailableError, match="did not answer"):
+            await a.keeper.query("k")
+        assert trio.current_time() - started < 2 * store.connect_timeout
+        redis_server.resume()
+
+
+async def test_start_fails_when_nothing_answers(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """run() raises SlotStoreUnavailableError within connect_timeout and reports nothing."""
+    redis_server.pause()
+    send, receive = trio.open_memory_channel[Report](10)
+    keeper = LeaseKeeper(with_ttl(store, 1.0, connect_timeout=0.5), A, send)
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(SlotStoreUnavailableError):
+            await nursery.start(keeper.run)
+    assert trio.current_time() - started < 1.0
+    redis_server.resume()
+    with pytest.raises(trio.WouldBlock):
+        receive.receive_nowait()
+
+
+async def test_replace_stops_the_remote_owner_and_supersedes_the_head(
+    store: RedisSlotStore,
+) -> None:
+    """REPLACE from another process: the holder gets RemoteStop once, a displaced head
+    in a third process gets Rejected(SUPERSEDED)."""
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b, open_keeper(store, C) as c:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner)
+        c.keeper.submit("k", 1, REPLACE, 10, False)
+        await c.reports.wait_for(Queued, entry=1)
+        stop = await a.reports.wait_for(RemoteStop, entry=1)
+        assert stop.requester == C
+        b.keeper.submit("k", 1, REPLACE, 10, False)
+        queued = await b.reports.wait_for(Queued, entry=1)
+        assert queued.displaced == f"{C}/1"
+        rejected = await c.reports.wait_for(Rejected, entry=1)
+        assert rejected.kind is RejectionKind.SUPERSEDED
+        a.keeper.release("k", 1, DONE)
+        await b.reports.wait_for(Owner, entry=1)
+        assert len(a.reports.of(RemoteStop)) == 1
+
+
+async def test_full_queue_holds_wait_work_until_room(store: RedisSlotStore) -> None:
+    """wait=True on a full queue: Full, then Room when an entry leaves."""
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 1, False)
+        a.keeper.submit("k", 2, QUEUE, 1, False)
+        await a.reports.wait_for(Queued, entry=2)
+        b.keeper.submit("k", 1, QUEUE, 1, True)
+        assert (await b.reports.wait_for(Full, entry=1)).reason == "cluster queue is full"
+        a.keeper.withdraw("k", 2, RejectionKind.REMOVED_FROM_QUEUE)
+        await b.reports.wait_for(Room, slot="k")
+        b.keeper.submit("k", 1, QUEUE, 1, True)
+        await b.reports.wait_for(Queued, entry=1)
+
+
+async def test_joiner_gets_the_remote_outcome(store: RedisSlotStore) -> None:
+    """A JOIN on remote work resolves to that work's outcome, value through JSON."""
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner)
+        b.keeper.submit("k", 7, JOIN, 10, False)
+        joined = await b.reports.wait_for(Joined, entry=7)
+        assert joined.target == f"{A}/1"
+        b.keeper.follow(7, "k", joined.target)
+        a.keeper.release("k", 1, TaskOutcome(OutcomeKind.COMPLETED, value=(1, {2: 3})))
+        followed = await b.reports.wait_for(FollowedOutcome, joiner=7)
+        assert followed.outcome == TaskOutcome(OutcomeKind.COMPLETED, value=[1, {"2": 3}])
+
+
+async def test_joiner_of_killed_work_resolves_lease_lost(store: RedisSlotStore) -> None:
+    """Followed work whose process died resolves LEASE_LOST, naming that process."""
+    async with open_keeper(store, B) as b:
+        async with open_keeper(store, A) as a:
+            a.keeper.submit("k", 1, QUEUE, 10, False)
+            await a.reports.wait_for(Owner)
+            b.keeper.submit("k", 7, JOIN, 10, False)
+            joined = await b.reports.wait_for(Joined, entry=7)
+            b.keeper.follow(7, "k", joined.target)
+            a.kill()
+        followed = await b.reports.wait_for(FollowedOutcome, joiner=7)
+        assert followed.outcome.kind is OutcomeKind.LEASE_LOST
+        assert followed.outcome.reason == f"followed work lost: {A}"
+
+
+async def test_withdrawn_work_leaves_the_queue_at_once(store: RedisSlotStore) -> None:
+    """A withdrawal takes the entry out of the cluster queue; the next one is served."""
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        b.keeper.submit("k", 2, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, entry=2)
+        b.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
+        a.keeper.release("k", 1, DONE)
+        await b.reports.wait_for(Owner, entry=2)
+        assert b.reports.of(Owner)[0].entry == 2
+
+
+async def test_close_flushes_and_deletes_the_heartbeat(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """aclose(): withdrawals are acknowledged, the heartbeat is gone, and the leases
+    still held stay (their owners may still run) until they expire."""
+    async with open_keeper(store, A) as a:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        a.keeper.submit("k", 2, QUEUE, 10, False)
+        await a.reports.wait_for(Queued, entry=2)
+        a.keeper.withdraw("k", 2, RejectionKind.SHUTTING_DOWN)
+        await a.keeper.aclose()
+    runner = Scripts(client, store)
+    assert await runner.queue("k") == []
+    assert await runner.get(f"gone:{A}/2") == "shutting_down"
+    assert await client.exists([f"{store.key_prefix}hb:{A}"]) == 0
+    assert (await runner.lease("k"))["entry"] == f"{A}/1"
+
+
+async def test_credentials_never_show(
+    store: RedisSlotStore,
+    client: coredis.Redis[str],
+    redis_server: RedisServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The password is in no repr, report, error or log record, right or wrong."""
+    password = "s3cr3t-pa55"
+    url = redis_server.url.replace("redis://", f"redis://default:{password}@")
+    secure = RedisSlotStore(url, namespace=store.namespace, lease_ttl=1.0, connect_timeout=0.5)
+    caplog.set_level(logging.DEBUG)
+    await client.config_set({"requirepass": password})
+    try:
+        async with open_keeper(secure, A) as a:
+            a.keeper.submit("k", 1, QUEUE, 10, False)
+            await a.reports.wait_for(Owner)
+            redis_server.pause()
+            await a.reports.wait_for(LeaseLost)
+            redis_server.resume()
+            await a.reports.wait_for(StoreRecovered)
+            texts = [repr(secure), str(secure), repr(a.keeper), *map(repr, a.reports.items)]
+        wrong = RedisSlotStore(
+            url.replace(password, "wrong-" + password), namespace="x", connect_timeout=0.5
+        )
+        send, _ = trio.open_memory_channel[Report](10)
+        async with trio.open_nursery() as nursery:
+            with pytest.raises(SlotStoreUnavailableError) as failure:
+                await nursery.start(LeaseKeeper(wrong, B, send).run)
+        texts.append(str(failure.value))
+    finally:
+        async with coredis.Redis.from_url(url, decode_responses=True) as admin:
+            await admin.config_set({"requirepass": ""})
+    texts += [record.getMessage() for record in caplog.records]
+    texts += [caplog.text]
+    assert not [text for text in texts if password in text]
+    assert any("***" in text for text in texts)

@@ -1,0 +1,470 @@
+"""The cluster scripts (``_redis_scripts``) against a real server, one call at a time.
+
+Every reply shape, the idempotency of each script when it is sent again, cross-process
+FIFO, pruning of dead processes, REPLACE's stop and superseded markers, JOIN's target,
+withdrawals, renewals and fence tokens. Instances are plain strings here: the scripts
+only need their heartbeat keys (``Scripts.heartbeat``) to count them alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import coredis
+import pytest
+from cluster_helpers import Inbox, Scripts, entry, open_inboxes
+from conftest import RedisServer
+
+from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._slotstore import RedisSlotStore
+
+A, B, C = "host-a:101:0000000a", "host-b:202:0000000b", "host-c:303:0000000c"
+
+
+@pytest.fixture
+async def s(client: coredis.Redis[str], store: RedisSlotStore) -> Scripts:
+    runner = Scripts(client, store)
+    await runner.heartbeat(A, B, C)
+    return runner
+
+
+@pytest.fixture
+async def inbox(
+    redis_server: RedisServer, store: RedisSlotStore
+) -> AsyncIterator[dict[str, Inbox]]:
+    async with open_inboxes(redis_server.url, store, A, B, C) as inboxes:
+        yield inboxes
+
+
+def token_of(reply: list[object]) -> int:
+    assert reply[0] == "owner", reply
+    return int(str(reply[1]))
+
+
+# -- submit ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["queue", "replace", "drop_if_running", "join"])
+async def test_idle_slot_grants_the_lease_for_every_policy(s: Scripts, policy: str) -> None:
+    """On an idle slot every policy takes the lease at once."""
+    reply = await s.submit("k", entry(A, 1), policy)
+    assert reply[0] == "owner"
+    assert (await s.lease("k"))["entry"] == entry(A, 1)
+    assert await s.queue("k") == []
+
+
+async def test_submit_sent_again_changes_nothing(s: Scripts) -> None:
+    """A re-sent submit returns the first reply's state: same token, same queue."""
+    first = await s.submit("k", entry(A, 1))
+    assert await s.submit("k", entry(A, 1)) == first
+    queued = await s.submit("k", entry(B, 1))
+    assert queued[:2] == ["queued", A]
+    assert (await s.submit("k", entry(B, 1)))[:2] == ["queued", A]
+    assert await s.queue("k") == [entry(B, 1)]
+
+
+async def test_queue_is_fifo_across_instances(s: Scripts) -> None:
+    """Entries of several instances are served in the order the server accepted them."""
+    await s.submit("k", entry(A, 1))
+    order = [entry(B, 1), entry(C, 1), entry(A, 2), entry(B, 2)]
+    for e in order:
+        assert (await s.submit("k", e))[0] == "queued"
+    served = []
+    holder = entry(A, 1)
+    for _ in order:
+        assert await s.release("k", holder) == "ok"
+        # everyone claims; only the live head may take the free lease
+        for e in reversed(order):
+            if e not in served:
+                reply = await s.claim("k", e)
+                if reply[0] == "owner":
+                    served.append(e)
+                    holder = e
+                else:
+                    assert reply[0] == "wait"
+    assert served == order
+
+
+async def test_busy_reply_names_the_holder_and_its_expiry(s: Scripts) -> None:
+    """drop_if_running on a busy slot: busy, with the holder and the lease's PTTL."""
+    await s.submit("k", entry(A, 1))
+    kind, holder, retry_ms = await s.submit("k", entry(B, 1), "drop_if_running")
+    assert (kind, holder) == ("busy", A)
+    assert 0 < int(retry_ms) <= 1000
+    assert await s.queue("k") == []
+
+
+async def test_join_follows_the_queue_tail_else_the_owner(s: Scripts) -> None:
+    """JOIN's target: the last live work in the line (tail, else the lease's entry)."""
+    await s.submit("k", entry(A, 1))
+    assert (await s.submit("k", entry(B, 1), "join"))[:3] == ["joined", entry(A, 1), A]
+    await s.submit("k", entry(C, 1))
+    assert (await s.submit("k", entry(B, 2), "join"))[:2] == ["joined", entry(C, 1)]
+    assert await s.client.smembers(f"{s.prefix}jn:{entry(C, 1)}") == {B}
+    await s.kill(C)  # a dead tail is not in the line
+    assert (await s.submit("k", entry(B, 3), "join"))[:2] == ["joined", entry(A, 1)]
+
+
+async def test_full_queue_replies_full_and_registers_watchers(s: Scripts) -> None:
+    """max_queue bounds live entries; a waiting submitter is told about room later."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1), max_queue=1)
+    assert (await s.submit("k", entry(C, 1), max_queue=1))[:2] == ["full", A]
+    assert await s.client.smembers(f"{s.prefix}watch:k") == set()
+    assert (await s.submit("k", entry(C, 1), max_queue=1, watch=True))[0] == "full"
+    assert await s.client.smembers(f"{s.prefix}watch:k") == {C}
+    await s.kill(B)  # dead entries do not count: room at once
+    assert (await s.submit("k", entry(C, 1), max_queue=1))[0] == "queued"
+
+
+async def test_room_is_published_to_watchers_when_an_entry_leaves(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """An entry leaving the queue (here: withdrawn) tells every watcher once."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1), max_queue=1)
+    await s.submit("k", entry(C, 1), max_queue=1, watch=True)
+    await s.withdraw("k", entry(B, 1))
+    await inbox[C].wait_kind("room", "k")
+    assert await s.client.exists([f"{s.prefix}watch:k"]) == 0
+
+
+async def test_replace_stops_the_owner_once_and_takes_the_head(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """REPLACE stores the stop marker, tells the holder once, and becomes the head."""
+    await s.submit("k", entry(A, 1))
+    reply = await s.submit("k", entry(B, 1), "replace")
+    assert reply[0] == "queued"
+    assert reply[3] is None
+    assert (await s.lease("k"))["stop"] == B
+    assert await inbox[A].wait_kind("stop") == ["stop", "k", entry(A, 1), B]
+    # a second REPLACE supersedes the first and sends no second stop
+    reply = await s.submit("k", entry(C, 1), "replace")
+    assert reply[0] == "queued"
+    assert reply[3] == entry(B, 1)
+    assert await inbox[B].wait_kind("superseded") == ["superseded", "k", entry(B, 1)]
+    assert await s.get(f"gone:{entry(B, 1)}") == "superseded"
+    assert (await s.lease("k"))["stop"] == B
+    assert await s.queue("k") == [entry(C, 1)]
+    assert (await s.claim("k", entry(B, 1))) == ["gone", "superseded"]
+    assert len(inbox[A].of("stop")) == 1
+
+
+async def test_replace_keeps_the_fifo_tail(s: Scripts) -> None:
+    """REPLACE swaps the head only: the rest of the queue stays in order."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1))
+    await s.submit("k", entry(A, 2), "replace")
+    assert await s.queue("k") == [entry(A, 2), entry(C, 1)]
+
+
+async def test_replace_during_a_hand_over_takes_the_lease(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """With the lease free and a head waiting, REPLACE supersedes the head and owns."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.release("k", entry(A, 1))
+    reply = await s.submit("k", entry(C, 1), "replace")
+    assert reply[0] == "owner"
+    assert reply[2] == entry(B, 1)
+    assert (await s.lease("k"))["entry"] == entry(C, 1)
+    assert await s.queue("k") == []
+    await inbox[B].wait_kind("superseded", "k", entry(B, 1))
+
+
+async def test_superseded_head_tells_its_joiners(s: Scripts, inbox: dict[str, Inbox]) -> None:
+    """Joiners of a displaced head learn that it is gone."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1), "join")
+    await s.submit("k", entry(A, 2), "replace")
+    await inbox[C].wait_kind("done", entry(B, 1))
+
+
+# -- claim, release, withdraw ------------------------------------------------------------------
+
+
+async def test_release_wakes_the_live_head_only(s: Scripts, inbox: dict[str, Inbox]) -> None:
+    """A release tells the live head (skipping dead entries) and nobody else."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1))
+    await s.kill(B)
+    assert await s.release("k", entry(A, 1)) == "ok"
+    assert await inbox[C].wait_kind("wake") == ["wake", "k"]
+    assert inbox[B].of("wake") == []
+    assert await s.queue("k") == [entry(C, 1)]  # pruned
+
+
+async def test_claim_replies(s: Scripts) -> None:
+    """claim: wait while held or not the head; owner for the head; missing; gone."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1))
+    kind, retry_ms = await s.claim("k", entry(B, 1))
+    assert kind == "wait"
+    assert 0 < int(retry_ms) <= 1000
+    await s.release("k", entry(A, 1))
+    kind, retry_ms = await s.claim("k", entry(C, 1))  # the head's heartbeat expiry
+    assert kind == "wait"
+    assert 0 < int(retry_ms) <= 1000
+    owned = await s.claim("k", entry(B, 1))
+    assert owned[0] == "owner"
+    assert await s.claim("k", entry(B, 1)) == owned  # sent again: same grant
+    assert await s.claim("k", entry(A, 9)) == ["missing"]
+    await s.withdraw("k", entry(C, 1), "queue_timeout")
+    assert await s.claim("k", entry(C, 1)) == ["gone", "queue_timeout"]
+
+
+async def test_dead_head_is_skipped(s: Scripts) -> None:
+    """Entries of an instance whose heartbeat expired are pruned: the next one serves."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1))
+    await s.release("k", entry(A, 1))
+    await s.kill(B)
+    assert (await s.cluster_slot("k"))[3] == 1  # counted live only, before any prune
+    assert (await s.claim("k", entry(C, 1)))[0] == "owner"
+    assert await s.queue("k") == []
+
+
+async def test_release_sent_again_is_harmless(s: Scripts) -> None:
+    """A second release of a released lease does not touch the next owner's lease."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.release("k", entry(A, 1))
+    await s.claim("k", entry(B, 1))
+    assert await s.release("k", entry(A, 1)) == "ok"
+    assert (await s.lease("k"))["entry"] == entry(B, 1)
+
+
+async def test_release_with_joiners_asks_for_the_outcome(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """Without an outcome and with joiners: need_outcome and a pending marker; the
+    stored outcome is then announced to every joining instance."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1), "join")
+    assert await s.release("k", entry(A, 1)) == "need_outcome"
+    assert await s.get(f"out:{entry(A, 1)}") == "pending"
+    assert await s.release("k", entry(A, 1)) == "need_outcome"  # sent again
+    assert await s.store_outcome(entry(A, 1), '{"kind":"completed"}') == "ok"
+    await inbox[B].wait_kind("done", entry(A, 1))
+    assert await s.get(f"out:{entry(A, 1)}") == '{"kind":"completed"}'
+    assert await s.release("k", entry(A, 1)) == "ok"  # the outcome is there now
+
+
+async def test_release_with_an_outcome_stores_it(s: Scripts, inbox: dict[str, Inbox]) -> None:
+    """A release that carries the outcome stores it at once and tells the joiners."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(C, 1), "join")
+    assert await s.release("k", entry(A, 1), '{"x":1}') == "ok"
+    await inbox[C].wait_kind("done", entry(A, 1))
+    ttl = await s.client.pttl(f"{s.prefix}out:{entry(A, 1)}")
+    assert 0 < ttl <= 60_000
+
+
+async def test_withdraw_gives_back_a_lease_taken_by_a_lost_request(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """A withdrawal of an entry that holds the lease frees it and wakes the head."""
+    await s.submit("k", entry(A, 1))  # its reply was "lost"
+    await s.submit("k", entry(B, 1))
+    assert await s.withdraw("k", entry(A, 1), "store_unavailable") == "ok"
+    assert await s.lease("k") == {}
+    await inbox[B].wait_kind("wake", "k")
+    assert await s.withdraw("k", entry(A, 1), "shutting_down") == "ok"  # sent again
+    assert await s.get(f"gone:{entry(A, 1)}") == "store_unavailable"  # the first reason stays
+
+
+async def test_withdraw_overtaking_its_submit_wins(s: Scripts) -> None:
+    """A withdrawal that reaches the server before the submit it withdraws: the late
+    submit finds the marker and neither queues nor takes the lease."""
+    await s.withdraw("k", entry(A, 1), "store_unavailable")
+    assert await s.submit("k", entry(A, 1)) == ["gone", "store_unavailable"]
+    assert await s.lease("k") == {}
+
+
+async def test_withdraw_tells_joiners(s: Scripts, inbox: dict[str, Inbox]) -> None:
+    """Joiners of withdrawn work learn it is gone."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1), "join")
+    await s.withdraw("k", entry(B, 1), "queue_timeout")
+    await inbox[C].wait_kind("done", entry(B, 1))
+
+
+async def test_stop_owner_marks_the_lease_once(s: Scripts, inbox: dict[str, Inbox]) -> None:
+    """stop_owner replies with the holder, stores the requester, tells the holder once."""
+    assert await s.stop_owner("k", B) is None
+    await s.submit("k", entry(A, 1))
+    assert await s.stop_owner("k", B) == A
+    assert await s.stop_owner("k", C) == A
+    assert (await s.lease("k"))["stop"] == B
+    await inbox[A].wait_kind("stop", "k", entry(A, 1), B)
+    assert len(inbox[A].of("stop")) == 1
+
+
+# -- renew -------------------------------------------------------------------------------------
+
+
+async def test_renew_extends_held_leases_and_refuses_lost_ones(s: Scripts) -> None:
+    """renew: '' for a renewed lease, the stop requester when one asked, None if lost."""
+    await s.submit("a", entry(A, 1))
+    await s.submit("b", entry(A, 2))
+    await s.submit("c", entry(B, 1))
+    await s.stop_owner("b", C)
+    await s.client.pexpire(f"{s.prefix}lease:a", 100)
+    leases, _, _ = await s.renew(A, [("a", entry(A, 1)), ("b", entry(A, 2)), ("c", entry(A, 3))])
+    assert leases == ["", C, None]
+    assert await s.client.pttl(f"{s.prefix}lease:a") > 500
+
+
+async def test_renew_reports_queued_entries(s: Scripts) -> None:
+    """renew: queued with claimable when the lease is free and the entry is the head."""
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(A, 2))
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1)), ("k", entry(A, 2))])
+    assert entries == [["queued", 0], ["queued", 0]]
+    await s.release("k", entry(B, 1))
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1)), ("k", entry(A, 2))])
+    assert entries == [["queued", 1], ["queued", 0]]
+
+
+async def test_renew_resubmits_lost_entries_at_the_tail(s: Scripts) -> None:
+    """An entry the server no longer has (pruned while this process was dead, or lost
+    with the data) goes back at the tail: a new acceptance."""
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(C, 1))
+    await s.kill(A)
+    await s.claim("k", entry(C, 1))  # prunes A's entry
+    assert await s.queue("k") == [entry(C, 1)]
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1))])
+    assert entries == [["resubmitted", 0]]
+    assert await s.queue("k") == [entry(C, 1), entry(A, 1)]
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1))])  # sent again
+    assert entries == [["queued", 0]]
+
+
+async def test_renew_sees_a_grant_whose_reply_was_lost(s: Scripts) -> None:
+    """A claim whose reply was lost shows at renewal as owner, and the lease is renewed."""
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(A, 1))
+    await s.release("k", entry(B, 1))
+    token = token_of(await s.claim("k", entry(A, 1)))
+    await s.client.pexpire(f"{s.prefix}lease:k", 100)
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1))])
+    assert entries == [["owner", str(token)]]
+    assert await s.client.pttl(f"{s.prefix}lease:k") > 500
+
+
+async def test_renew_reports_gone_entries(s: Scripts) -> None:
+    """A superseded entry shows as gone at renewal (the marker is not a lost entry)."""
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(C, 1), "replace")
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1))])
+    assert entries == [["gone", "superseded"]]
+    assert entry(A, 1) not in await s.queue("k")
+
+
+async def test_renew_follows(s: Scripts) -> None:
+    """Followed entries: live while in line and alive, out once stored, gone, lost."""
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(B, 2))
+    await s.submit("j", entry(C, 1))
+    follows = [("k", entry(B, 1)), ("k", entry(B, 2)), ("j", entry(C, 1)), ("k", entry(B, 9))]
+    _, _, items = await s.renew(A, [], [], follows)
+    assert items == [["live"], ["live"], ["live"], ["lost"]]
+    assert await s.client.smembers(f"{s.prefix}jn:{entry(B, 1)}") == {A}  # joiner registered
+    assert await s.release("k", entry(B, 1)) == "need_outcome"
+    _, _, items = await s.renew(A, [], [], follows[:1])
+    assert items == [["live"]]  # pending: the outcome is on its way
+    await s.store_outcome(entry(B, 1), "{}")
+    await s.withdraw("k", entry(B, 2), "queue_timeout")
+    await s.kill(C)
+    _, _, items = await s.renew(A, [], [], follows[:3])
+    assert items == [["out", "{}"], ["gone", "queue_timeout"], ["lost"]]
+
+
+async def test_renew_of_a_thousand_leases_is_one_call(s: Scripts) -> None:
+    """One renew call answers for every lease and entry it was given, in order."""
+    leases = [(f"s{i}", entry(A, i)) for i in range(1000)]
+    for slot, e in leases:
+        await s.submit(slot, e)
+    refused = ("s0", entry(B, 0))
+    reply = await s.renew(A, [*leases, refused])
+    assert reply[0] == [""] * 1000 + [None]
+    parsed = scripts.parse_renew(reply)
+    assert parsed.leases[-1] is None
+    assert len(parsed.entries) == 0
+
+
+# -- fence tokens and cluster_slot -------------------------------------------------------------
+
+
+async def test_fence_tokens_strictly_increase_per_slot(s: Scripts) -> None:
+    """Every new owner of a slot gets a larger token, however fast they follow."""
+    tokens = []
+    for i in range(50):
+        tokens.append(token_of(await s.submit("k", entry(A, i))))
+        await s.release("k", entry(A, i))
+    assert tokens == sorted(set(tokens))
+    assert tokens[-1] < 2**53
+
+
+async def test_fence_tokens_increase_across_flushall(s: Scripts) -> None:
+    """Tokens keep increasing after the server lost every key (from its clock)."""
+    before = token_of(await s.submit("k", entry(A, 1)))
+    await s.client.flushall()
+    await s.heartbeat(A)
+    assert token_of(await s.submit("k", entry(A, 2))) > before
+
+
+async def test_fence_tokens_increase_across_a_restart(
+    redis_server: RedisServer, store: RedisSlotStore
+) -> None:
+    """Tokens keep increasing after a restart of the server without persistence."""
+    async with coredis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+        runner = Scripts(client, store)
+        await runner.heartbeat(A)
+        before = token_of(await runner.submit("k", entry(A, 1)))
+    redis_server.restart()
+    async with coredis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+        runner = Scripts(client, store)
+        await runner.heartbeat(A)  # scripts reload after NOSCRIPT
+        assert token_of(await runner.submit("k", entry(A, 2))) > before
+
+
+async def test_fence_token_takes_last_plus_one_when_ahead_of_the_clock(s: Scripts) -> None:
+    """A stored fence ahead of the server clock is continued, digit-exact."""
+    await s.client.set(f"{s.prefix}fence:k", "8999999999999998")
+    assert token_of(await s.submit("k", entry(A, 1))) == 8999999999999999
+
+
+async def test_cluster_slot_reply(s: Scripts) -> None:
+    """cluster_slot: holder instance, token, remaining ms, live entries; all free: None."""
+    assert await s.cluster_slot("k") == [None, None, None, 0]
+    token = token_of(await s.submit("k", entry(A, 1)))
+    await s.submit("k", entry(B, 1))
+    holder, got, pttl, depth = await s.cluster_slot("k")
+    assert (holder, int(got), depth) == (A, token, 1)
+    assert 0 < int(pttl) <= 1000
+    parsed = scripts.parse_cluster_slot(await s.cluster_slot("k"))
+    assert parsed.holder == A
+    assert parsed.token == token
+    assert parsed.live_entries == 1
+    await s.release("k", entry(A, 1))
+    assert await s.cluster_slot("k") == [None, None, None, 1]
+
+
+async def test_lease_and_heartbeat_expire_on_the_server(s: Scripts) -> None:
+    """The lease carries lease_ttl and the heartbeat too (the server expires them)."""
+    await s.submit("k", entry(A, 1))
+    assert 0 < await s.client.pttl(f"{s.prefix}lease:k") <= 1000
+    assert 0 < await s.client.pttl(f"{s.prefix}hb:{A}") <= 1000

@@ -1,0 +1,1269 @@
+"""The lease keeper: all server I/O of a supervisor that has a slot store (DESIGN section 10).
+
+One ``LeaseKeeper`` per supervisor runs as one trio task (``await nursery.start(keeper.run)``)
+with a nursery of its own: the connection holder, the subscription to this process's
+channel, the timers, the report forwarder and the I/O loop. The controller never awaits
+it: its requests (``submit``, ``withdraw``, ``release``, ``follow``, ``unfollow``,
+``stop_owner``) are synchronous calls that queue the request and wake the I/O loop, and
+the results come back as *reports* (frozen values below) on the ``trio.MemorySendChannel``
+the keeper was given. Only ``query`` (``Supervisor.cluster_slot``) is awaited.
+
+The I/O loop sends everything that is pending in one pipeline (one round trip) and one
+pipeline at a time: requests that arrive meanwhile go together in the next one. The
+renewal (every ``lease_ttl / 3``) is one script call for every lease, queue entry and
+followed entry of the process, and reads the server's ``run_id`` in the same round trip.
+
+Invariants:
+
+* Every submit is resolved exactly once, with a report, within ``connect_timeout`` of
+  the call: by its reply, or by the failure or the timeout of its round trip (then
+  ``Rejected(STORE_UNAVAILABLE)``, or ``Full`` when ``wait=True``). A submit that may
+  have reached the server without its reply reaching us is withdrawn (its queue entry
+  and any lease it took) in the next successful round trip.
+* Withdrawals, releases, stored outcomes and stop requests are sent until the server
+  acknowledges them (or the keeper closes); they are idempotent.
+* A lease is reported lost (``LeaseLost``) when a renewal refuses it, or at
+  ``0.8 * lease_ttl`` after the sending of its last confirmed acquisition or renewal,
+  by a local timer that fires whether or not the server answers (``LeaseDeadline``);
+  after that the keeper never renews it again.
+* ``StoreUnavailable`` and ``StoreRecovered`` alternate, once per outage. An outage
+  starts with the first failed round trip, or with the loss of the subscription, or
+  when a renewal shows a restarted server (a new ``run_id``: the subscription did not
+  survive it). It ends once a fresh connection renewed and subscribed again.
+* No ``trio.Cancelled`` of the keeper's own scopes and no exception group of the
+  client library leaves the keeper: failures of the server or of the client are
+  contained, logged (never with credentials) and handled as outages.
+
+Decisions the design leaves open:
+
+* ``Owner`` may be reported for a slot whose previous local owner lost its lease and is
+  still physically running: the controller holds the new owner until that exit (its
+  lease is renewed meanwhile, so no other process can take the slot).
+* ``RemoteStop`` is reported for a stop requested by this very process too (a REPLACE
+  of its own owner goes through the server like any other).
+* A joiner whose target looks lost is resolved ``LEASE_LOST`` only when a renewal at
+  least ``lease_ttl / 3`` later still finds no outcome (the target's process may store
+  one meanwhile: each check registers the joiner again, so a release after a server
+  restart still asks for the outcome).
+* Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate),
+  doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
+* At ``close`` pending submits are rejected ``SHUTTING_DOWN`` and no new lease is taken;
+  leases still held are not released (their owners may still run): they expire
+  ``lease_ttl`` after their last renewal. Reports that the controller's channel cannot
+  take at once when the keeper stops are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Final, Protocol, TypeAlias, cast
+from urllib.parse import unquote, urlsplit
+
+import attrs
+import coredis
+import trio
+from coredis.exceptions import NoScriptError
+from coredis.retry import NoRetryPolicy
+
+from . import _redis_scripts as scripts
+from ._exceptions import SlotStoreUnavailableError
+from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
+from ._slots import AdmissionPolicy
+from ._slotstore import (
+    ClusterSlotInfo,
+    LeaseDeadline,
+    RedisSlotStore,
+    decode_outcome,
+    encode_outcome,
+    entry_id,
+    instance_of,
+)
+
+logger = logging.getLogger("trio_taskvisor")
+
+# -- reports -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Owner:
+    """The lease of ``slot`` was granted to ``entry`` (by its submit, a claim, or seen at
+    a renewal after a lost reply); ``token`` is its fence token."""
+
+    slot: str
+    entry: int
+    token: int
+
+
+@attrs.frozen
+class Queued:
+    """``entry`` is in the slot's cluster queue; ``displaced`` is the entry id of the head
+    a REPLACE displaced (rejected ``SUPERSEDED`` in its own process), if any."""
+
+    slot: str
+    entry: int
+    displaced: str | None
+
+
+@attrs.frozen
+class Joined:
+    """A JOIN follows ``target`` (an entry id, maybe of this process)."""
+
+    slot: str
+    entry: int
+    target: str
+
+
+@attrs.frozen
+class Rejected:
+    """``entry`` was rejected: ``SLOT_BUSY``, ``QUEUE_FULL``, ``SUPERSEDED``,
+    ``STORE_UNAVAILABLE``, ``SHUTTING_DOWN`` (or the reason a server marker names)."""
+
+    slot: str
+    entry: int
+    kind: RejectionKind
+
+
+@attrs.frozen
+class Full:
+    """``wait=True`` work that must be held: the queue is full (submit it again on
+    ``Room(slot)``) or the store is unavailable (submit it again on ``StoreRecovered``)."""
+
+    slot: str
+    entry: int
+    reason: str
+
+
+@attrs.frozen
+class Room:
+    """An entry left the slot's cluster queue, or a renewal passed: held work may retry."""
+
+    slot: str
+
+
+@attrs.frozen
+class RemoteStop:
+    """``requester`` (an instance id) asked to stop the owner ``entry``; once per owner."""
+
+    slot: str
+    entry: int
+    requester: str
+
+
+@attrs.frozen
+class LeaseLost:
+    """The lease of ``entry`` is lost; ``reason`` starts with ``"lease refused"`` or
+    ``"lease expired"``. The keeper never renews it again; release it after the owner's
+    physical exit all the same."""
+
+    slot: str
+    entry: int
+    token: int
+    reason: str
+
+
+@attrs.frozen
+class FollowedOutcome:
+    """The outcome of the work that ``joiner`` follows (see ``follow``)."""
+
+    joiner: int
+    outcome: TaskOutcome
+
+
+@attrs.frozen
+class StoreUnavailable:
+    """The server stopped answering (once per outage)."""
+
+
+@attrs.frozen
+class StoreRecovered:
+    """The server answers again, renewed and subscribed (once per outage)."""
+
+
+Report: TypeAlias = (
+    Owner
+    | Queued
+    | Joined
+    | Rejected
+    | Full
+    | Room
+    | RemoteStop
+    | LeaseLost
+    | FollowedOutcome
+    | StoreUnavailable
+    | StoreRecovered
+)
+
+QUEUE_FULL_REASON: Final = "cluster queue is full"
+STORE_UNAVAILABLE_REASON: Final = "slot store is unavailable"
+
+
+@attrs.frozen
+class KeeperStatistics:
+    """Counters of one keeper (for tests and benchmarks)."""
+
+    round_trips: int
+    available: bool
+    leases: int
+    queued: int
+    follows: int
+
+
+# -- the connection seam -------------------------------------------------------------------
+
+Call: TypeAlias = tuple[str, scripts.Args]
+"""One call of a round trip: a script name with its own arguments, or ``RUN_ID``/``BYE``."""
+
+RUN_ID: Final = "run_id"
+"""The call that reads the server's ``run_id`` (its reply is the id, a ``str``)."""
+
+BYE: Final = "bye"
+"""The call that deletes this process's heartbeat (``args`` = the instance id)."""
+
+
+class Connection(Protocol):
+    """One session with the server, as the keeper uses it (a seam: tests give fakes)."""
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        """Send ``calls`` in one pipeline; return one reply per call, in order.
+
+        A call that fails on the server has an ``Exception`` as its reply; a broken
+        connection raises. Not bounded by itself: the keeper bounds every call.
+        """
+        ...
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        """Subscribe to ``channel``, call ``subscribed()`` once the server confirmed it,
+        then ``deliver`` every message; return or raise when the subscription ends."""
+        ...
+
+
+Connector: TypeAlias = Callable[[], AbstractAsyncContextManager[Connection]]
+"""Opens one ``Connection``; the keeper opens a fresh one after every outage."""
+
+
+class _RedisConnection:
+    """A ``Connection`` over one coredis client (its own pool and pub/sub connection)."""
+
+    def __init__(self, client: coredis.Redis[str], store: RedisSlotStore) -> None:
+        self._client = client
+        self._store = store
+        self._common = scripts.common_args(store.key_prefix, store.lease_ttl, store.keep)
+        self._by_name = {script.name: script for script in scripts.SCRIPTS}
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        replies = await self._pipeline(calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            # The server lost its script cache (a restart): load every script and send
+            # again only the calls that did not run (a NOSCRIPT call changed nothing).
+            async with self._client.pipeline(transaction=False) as pipe:
+                for script in scripts.SCRIPTS:
+                    pipe.script_load(script.source)
+            again = await self._pipeline([calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipeline(self, calls: Sequence[Call]) -> list[object]:
+        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
+            for name, args in calls:
+                if name == RUN_ID:
+                    pipe.info("server")
+                elif name == BYE:
+                    pipe.delete([f"{self._store.key_prefix}hb:{args[0]}"])
+                else:
+                    pipe.evalsha(self._by_name[name].sha, [], [*self._common, *args])
+        replies: list[object] = list(pipe.results or ())
+        for i, (name, _) in enumerate(calls):
+            info = replies[i]
+            if name == RUN_ID and isinstance(info, dict):
+                replies[i] = str(cast("dict[str, object]", info).get("run_id"))
+        return replies
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        # No retry policy: a broken subscription must end (and be re-opened by the
+        # keeper), never reconnect silently to a server that lost the subscription.
+        async with self._client.pubsub(
+            ignore_subscribe_messages=True,
+            retry_policy=NoRetryPolicy(),
+            subscription_timeout=self._store.connect_timeout,
+        ) as pubsub:
+            await pubsub.subscribe(channel)
+            subscribed()
+            while True:
+                message = await pubsub.get_message()
+                if message is not None and message["type"] == "message":
+                    deliver(str(message["data"]))
+
+
+def redis_connector(store: RedisSlotStore, instance_id: str) -> Connector:
+    """Return a ``Connector`` that opens a coredis client of ``store``."""
+
+    @asynccontextmanager
+    async def connect() -> AsyncGenerator[Connection]:
+        client: coredis.Redis[str] = coredis.Redis.from_url(
+            store.url,
+            decode_responses=True,
+            decode_components=True,
+            retry_policy=NoRetryPolicy(),
+            connect_timeout=store.connect_timeout,
+            client_name=f"taskvisor:{instance_id}",
+        )
+        async with client:
+            yield _RedisConnection(client, store)
+
+    return connect
+
+
+# -- what the keeper tracks ------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Lease:
+    slot: str
+    entry: int
+    token: int
+    rule: LeaseDeadline
+    stop_reported: bool = False
+
+
+@attrs.define(eq=False)
+class _Submit:
+    slot: str
+    entry: int
+    policy: AdmissionPolicy
+    max_queue: int
+    wait: bool
+    deadline: float
+    sent: bool = False
+    resolved: bool = False
+
+
+@attrs.define(eq=False)
+class _Follow:
+    slot: str
+    target: str
+    lost_since: float | None = None
+
+
+# Obligations name server entry ids: a withdrawal must reach the attempt it withdraws.
+@attrs.frozen
+class _Withdraw:
+    slot: str
+    eid: str
+    reason: str
+
+
+@attrs.frozen
+class _Release:
+    slot: str
+    eid: str
+    outcome: TaskOutcome
+
+
+@attrs.frozen
+class _StoreOutcome:
+    eid: str
+    text: str
+
+
+@attrs.frozen
+class _StopOwner:
+    slot: str
+
+
+_Obligation: TypeAlias = _Withdraw | _Release | _StoreOutcome | _StopOwner
+
+
+@attrs.define(eq=False)
+class _Query:
+    slot: str
+    done: trio.Event = attrs.Factory(trio.Event)
+    result: ClusterSlotInfo | None = None
+    failed: bool = False
+    abandoned: bool = False
+
+
+@attrs.frozen
+class _Claim:
+    slot: str
+    entry: int
+
+
+@attrs.frozen
+class _Renewal:
+    leases: tuple[_Lease, ...]
+    entries: tuple[tuple[str, int], ...]
+    follows: tuple[tuple[int, _Follow], ...]
+
+
+@attrs.frozen
+class _Bye:
+    pass
+
+
+_Part: TypeAlias = str | _Renewal | _Obligation | _Claim | _Submit | _Query | _Bye
+
+
+class _Batch:
+    """The calls of one round trip, with what each call is for."""
+
+    __slots__ = ("calls", "parts", "renews")
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.parts: list[_Part] = []
+        self.renews = False
+
+    def add(self, part: _Part, call: Call) -> None:
+        self.parts.append(part)
+        self.calls.append(call)
+
+
+class _Wakeup:
+    """A flag one task waits on: ``set`` wakes it, or makes its next ``wait`` return."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = trio.Event()
+
+
+def _rejection_kind(reason: str) -> RejectionKind:
+    try:
+        return RejectionKind(reason)
+    except ValueError:
+        return RejectionKind.STORE_UNAVAILABLE
+
+
+# -- the keeper ---------------------------------------------------------------------------------
+
+
+class LeaseKeeper:
+    """All server I/O of one supervisor's cluster slots; see the module docstring.
+
+    ``entry`` arguments are the local ``TaskId`` values (the keeper builds the server's
+    entry ids from ``instance_id``). Build it anywhere; run it with
+    ``await nursery.start(keeper.run)``; stop it with ``await keeper.aclose()``.
+    """
+
+    def __init__(
+        self,
+        store: RedisSlotStore,
+        instance_id: str,
+        reports: trio.MemorySendChannel[Report],
+        *,
+        connector: Connector | None = None,
+    ) -> None:
+        self.store = store
+        self.instance_id = instance_id
+        self._reports = reports
+        self._connector = connector or redis_connector(store, instance_id)
+        self._channel = f"{store.key_prefix}ch:{instance_id}"
+        self._interval = store.lease_ttl / 3
+        # what the server holds for this process, as far as the keeper knows
+        self._leases: dict[int, _Lease] = {}
+        self._queued: dict[str, dict[int, None]] = {}  # slot -> entries, oldest first
+        self._queued_slot: dict[int, str] = {}
+        self._follows: dict[int, _Follow] = {}
+        self._watched: set[str] = set()
+        self._attempts: dict[int, int] = {}  # entries on their second or later attempt
+        # work to send
+        self._submits: dict[int, _Submit] = {}  # unresolved, in arrival order
+        self._obligations: deque[_Obligation] = deque()
+        self._claims: dict[int, str] = {}
+        self._retry_at: dict[str, float] = {}
+        self._queries: list[_Query] = []
+        self._renew_now = False
+        self._next_renewal = -math.inf
+        # connection state
+        self._conn: Connection | None = None
+        self._conn_scope: trio.CancelScope | None = None
+        self._sub_scope: trio.CancelScope | None = None
+        self._run_id: str | None = None
+        self._available = False
+        self._started = False
+        self._closing = False
+        self._running = False
+        self._stopped = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._io_scope: trio.CancelScope | None = None
+        self._io_wakeup = _Wakeup()
+        self._timer_wakeup = _Wakeup()
+        self._backlog: deque[Report] = deque()
+        self._backlog_wakeup = _Wakeup()
+        self._round_trips = 0
+        self._quiet = False  # failures after the first of an outage log at DEBUG
+        self._secrets = _secrets_of(store.url)
+
+    def __repr__(self) -> str:
+        return f"<LeaseKeeper {self.instance_id} {self.store!r}>"
+
+    def statistics(self) -> KeeperStatistics:
+        """Counters: round trips so far, availability, what is tracked."""
+        return KeeperStatistics(
+            self._round_trips,
+            self._available,
+            len(self._leases),
+            len(self._queued_slot),
+            len(self._follows),
+        )
+
+    # -- requests (never block) ---------------------------------------------------------------
+
+    def submit(
+        self, slot: str, entry: int, policy: AdmissionPolicy, max_queue: int, wait: bool
+    ) -> None:
+        """Ask the server to place ``entry`` in ``slot``: one report answers it
+        (``Owner``, ``Queued``, ``Joined``, ``Rejected`` or ``Full``) within
+        ``connect_timeout``. While the store is unavailable, at once."""
+        if self._closing:
+            self._reject(slot, entry, RejectionKind.SHUTTING_DOWN)
+            return
+        if not self._available:
+            self._report(self._failure_report(slot, entry, wait))
+            return
+        deadline = trio.current_time() + self.store.connect_timeout
+        self._submits[entry] = _Submit(slot, entry, policy, max_queue, wait, deadline)
+        self._timer_wakeup.set()
+        self._io_wakeup.set()
+
+    def withdraw(self, slot: str, entry: int, reason: RejectionKind) -> None:
+        """Take ``entry`` out of the cluster (queue entry, or a lease it holds), for
+        ``reason``; no report. Sent until the server acknowledges it."""
+        submit = self._submits.pop(entry, None)
+        if submit is not None:
+            submit.resolved = True
+            if not submit.sent:
+                return  # the server never saw it
+        self._dequeue(entry)
+        self._claims.pop(entry, None)
+        self._leases.pop(entry, None)
+        self._oblige(_Withdraw(slot, self._eid(entry), reason.value))
+        self._attempts.pop(entry, None)
+
+    def release(self, slot: str, entry: int, outcome: TaskOutcome) -> None:
+        """Give back the lease of ``entry`` after its owner physically exited (also after
+        ``LeaseLost``); ``outcome`` is encoded only if other processes follow it."""
+        self._leases.pop(entry, None)
+        self._oblige(_Release(slot, self._eid(entry), outcome))
+        self._attempts.pop(entry, None)
+
+    def follow(self, joiner: int, slot: str, target: str) -> None:
+        """Report ``FollowedOutcome(joiner, ...)`` once ``target`` (an entry id of another
+        process) has an outcome, or is lost."""
+        self._follows[joiner] = _Follow(slot, target)
+        self._renew_now = True  # the target may have ended before this call
+        self._io_wakeup.set()
+
+    def unfollow(self, joiner: int) -> None:
+        """Stop following for ``joiner``; no report."""
+        self._follows.pop(joiner, None)
+
+    def stop_owner(self, slot: str) -> None:
+        """Ask the process holding ``slot``'s lease to stop its owner (once per lease)."""
+        self._oblige(_StopOwner(slot))
+
+    async def query(self, slot: str) -> ClusterSlotInfo | None:
+        """Ask the server about ``slot``; wait for the answer (always a checkpoint).
+
+        ``None`` when the slot has no lease and no live entry. Raises
+        ``SlotStoreUnavailableError`` when the server does not answer within
+        ``connect_timeout`` (the keeper waits for a reconnection meanwhile).
+        """
+        if self._closing or not self._running:
+            await trio.lowlevel.checkpoint()
+            raise SlotStoreUnavailableError(f"slot store {self.store.safe_url} is closed")
+        query = _Query(slot)
+        self._queries.append(query)
+        self._io_wakeup.set()
+        with trio.move_on_after(self.store.connect_timeout):
+            await query.done.wait()
+            if not query.failed:
+                return query.result
+        query.abandoned = True
+        raise SlotStoreUnavailableError(
+            f"slot store {self.store.safe_url} did not answer within "
+            f"{self.store.connect_timeout!r} s"
+        )
+
+    def close(self) -> None:
+        """Start the drain: pending submits are rejected ``SHUTTING_DOWN``, obligations
+        are flushed, the heartbeat deleted, the connection closed. Never blocks."""
+        if self._closing:
+            return
+        self._closing = True
+        for submit in list(self._submits.values()):
+            self._resolve_submit(submit)
+            if submit.sent:
+                self._oblige(_Withdraw(submit.slot, self._eid(submit.entry), "shutting_down"))
+            self._reject(submit.slot, submit.entry, RejectionKind.SHUTTING_DOWN)
+        self._claims.clear()
+        self._retry_at.clear()
+        if self._io_scope is not None:
+            drain_deadline = trio.current_time() + self.store.connect_timeout
+            self._io_scope.deadline = min(self._io_scope.deadline, drain_deadline)
+        self._io_wakeup.set()
+
+    async def aclose(self) -> None:
+        """``close()``, then wait until the keeper has stopped: at most
+        ``connect_timeout`` for the server, plus the connection's teardown. Shielded."""
+        self.close()
+        with trio.CancelScope(shield=True):
+            if self._running:
+                await self._stopped.wait()
+            else:
+                await trio.lowlevel.checkpoint()
+
+    # -- the task ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect, renew (the first heartbeat) and subscribe within ``connect_timeout``,
+        else raise ``SlotStoreUnavailableError``; then report ``started`` and keep the
+        leases until ``close()``'s drain ends."""
+        if self._running or self._stopped.is_set():
+            raise RuntimeError("a LeaseKeeper runs once")
+        self._running = True
+        connected = False
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                with trio.move_on_after(self.store.connect_timeout):
+                    connected = await self._connect(self.store.connect_timeout)
+                if connected:
+                    self._available = self._started = True
+                    nursery.start_soon(self._timers)
+                    nursery.start_soon(self._forward)
+                    task_status.started()
+                    with trio.CancelScope() as self._io_scope:
+                        if self._closing:  # closed before it started
+                            self._io_scope.deadline = (
+                                trio.current_time() + self.store.connect_timeout
+                            )
+                        await self._io_loop()
+                nursery.cancel_scope.cancel(reason="lease keeper stopped")
+        finally:
+            self._running = False
+            self._available = False
+            self._flush_backlog_nowait()
+            self._stopped.set()
+        if not connected:
+            raise SlotStoreUnavailableError(
+                f"slot store {self.store.safe_url} did not answer within "
+                f"{self.store.connect_timeout!r} s"
+            )
+
+    async def _io_loop(self) -> None:
+        bye_sent = False
+        while True:
+            if not self._available:
+                if self._closing and not self._obligations:
+                    return  # nothing to flush; the heartbeat expires by itself
+                await self._recover()
+                continue
+            now = trio.current_time()
+            batch = self._take_batch(renew=self._renew_now or now >= self._next_renewal)
+            if self._closing and not self._obligations and not bye_sent:
+                batch.add(_Bye(), (BYE, (self.instance_id,)))
+                bye_sent = True
+            if batch.calls:
+                await self._send(batch, self._bound(batch, now))
+                continue
+            if self._closing:
+                return
+            with trio.move_on_at(self._next_renewal):
+                await self._io_wakeup.wait()
+
+    def _take_batch(self, *, renew: bool) -> _Batch:
+        batch = _Batch()
+        if renew:
+            self._renew_now = False
+            batch.renews = True
+            renewal = _Renewal(
+                tuple(self._leases.values()),
+                tuple((slot, e) for slot, entries in self._queued.items() for e in entries),
+                tuple(self._follows.items()),
+            )
+            batch.add(RUN_ID, (RUN_ID, ()))
+            args = scripts.renew_args(
+                self.instance_id,
+                [(lease.slot, self._eid(lease.entry)) for lease in renewal.leases],
+                [(slot, self._eid(e)) for slot, e in renewal.entries],
+                [(follow.slot, follow.target) for _, follow in renewal.follows],
+            )
+            batch.add(renewal, (scripts.RENEW.name, args))
+        while self._obligations:
+            obligation = self._obligations.popleft()
+            batch.add(obligation, self._obligation_call(obligation))
+        if not self._closing:
+            for entry, slot in self._claims.items():
+                batch.add(_Claim(slot, entry), (scripts.CLAIM.name, (slot, self._eid(entry))))
+            self._claims.clear()
+            for submit in self._submits.values():
+                if not submit.sent:
+                    submit.sent = True
+                    args = scripts.submit_args(
+                        submit.slot,
+                        self._eid(submit.entry),
+                        submit.policy.value,
+                        submit.max_queue,
+                        submit.wait,
+                    )
+                    batch.add(submit, (scripts.SUBMIT.name, args))
+        for query in self._queries:
+            batch.add(query, (scripts.CLUSTER_SLOT.name, (query.slot,)))
+        self._queries.clear()
+        return batch
+
+    def _obligation_call(self, obligation: _Obligation) -> Call:
+        match obligation:
+            case _Withdraw(slot, eid, reason):
+                return (scripts.WITHDRAW.name, (slot, eid, reason))
+            case _Release(slot, eid, _):
+                return (scripts.RELEASE.name, (slot, eid, ""))
+            case _StoreOutcome(eid, text):
+                return (scripts.STORE_OUTCOME.name, (eid, text))
+            case _StopOwner(slot):
+                return (scripts.STOP_OWNER.name, (slot, self.instance_id))
+
+    def _bound(self, batch: _Batch, now: float) -> float:
+        """How long a round trip may take before it counts as failed: ``connect_timeout``
+        for requests, a probe's ``lease_ttl / 3`` for a renewal, or longer while the
+        earliest lease deadline is further away."""
+        bound = self.store.connect_timeout
+        if batch.renews:
+            earliest = min((lease.rule.deadline for lease in self._leases.values()), default=now)
+            bound = min(bound, max(self._interval, earliest - now))
+        return bound
+
+    async def _send(self, batch: _Batch, bound: float) -> bool:
+        """Run one round trip of ``batch``, bounded; handle its replies or its failure."""
+        conn = self._conn
+        sent_at = trio.current_time()
+        self._round_trips += 1
+        replies: list[object] | None = None
+        if conn is not None:
+            with trio.move_on_after(bound):
+                try:
+                    replies = await conn.round_trip(batch.calls)
+                except BaseException as exc:
+                    self._contain(exc, "a round trip to the slot store failed")
+        if replies is None or len(replies) != len(batch.calls):
+            self._batch_failed(batch)
+            return False
+        self._batch_done(batch, replies, sent_at)
+        return True
+
+    # -- replies ------------------------------------------------------------------------------
+
+    def _batch_done(self, batch: _Batch, replies: list[object], sent_at: float) -> None:
+        restarted = False
+        for part, reply in zip(batch.parts, replies, strict=True):
+            if isinstance(reply, Exception):
+                self._call_failed(part, reply)
+                continue
+            match part:
+                case str():  # RUN_ID
+                    restarted = self._run_id is not None and reply != self._run_id
+                    self._run_id = str(reply)
+                case _Renewal():
+                    self._renewed(part, scripts.parse_renew(reply), sent_at)
+                case _Release(_, eid, outcome):
+                    if reply == "need_outcome":
+                        self._oblige(_StoreOutcome(eid, encode_outcome(outcome)))
+                case _Withdraw() | _StoreOutcome() | _StopOwner() | _Bye():
+                    pass
+                case _Claim(slot, entry):
+                    self._claimed(slot, entry, scripts.parse_reply(reply), sent_at)
+                case _Submit():
+                    if not part.resolved:
+                        self._submitted(part, scripts.parse_reply(reply), sent_at)
+                case _Query():
+                    if not part.abandoned:
+                        part.result = self._slot_info(part.slot, reply)
+                        part.done.set()
+        self._quiet = False
+        if restarted and self._available:
+            # The server lost this process's subscription with its state: open it again.
+            self._mark_unavailable("the slot store restarted")
+
+    def _call_failed(self, part: _Part, error: Exception) -> None:
+        """A call the server answered with an error (a bug, or foreign data in the
+        namespace): the call's work is handled as failed, without an outage."""
+        logger.error("slot store call failed (%s): %s", type(part).__name__, self._describe(error))
+        match part:
+            case str() | _Renewal():
+                self._mark_unavailable("the renewal failed")
+            case _Submit() if not part.resolved:
+                self._fail_submit(part)
+            case _Query() if not part.abandoned:
+                part.failed = True
+                part.done.set()
+            case _:
+                pass
+
+    def _renewed(self, renewal: _Renewal, reply: scripts.RenewReply, sent_at: float) -> None:
+        self._next_renewal = sent_at + self._interval
+        for lease, stop in zip(renewal.leases, reply.leases, strict=True):
+            if self._leases.get(lease.entry) is not lease:
+                continue  # released or lost meanwhile
+            if stop is None:
+                self._lose(lease, lease.rule.refused())
+                continue
+            lease.rule.renewed(sent_at)
+            if stop and not lease.stop_reported:
+                lease.stop_reported = True
+                self._report(RemoteStop(lease.slot, lease.entry, stop))
+        for (slot, entry), item in zip(renewal.entries, reply.entries, strict=True):
+            if self._queued_slot.get(entry) != slot:
+                continue  # withdrawn or granted meanwhile
+            match item.kind:
+                case "owner":
+                    self._dequeue(entry)
+                    self._own(slot, entry, item.token, sent_at)
+                case "gone":
+                    self._dequeue(entry)
+                    self._reject(slot, entry, _rejection_kind(str(item.detail)))
+                case _:  # queued or resubmitted
+                    if item.claimable:
+                        self._claims[entry] = slot
+                        self._io_wakeup.set()
+        for (joiner, follow), item in zip(renewal.follows, reply.follows, strict=True):
+            if self._follows.get(joiner) is not follow:
+                continue
+            match item.kind:
+                case "out":
+                    self._followed(joiner, self._decode(follow, str(item.detail)))
+                case "gone":
+                    self._followed(joiner, rejected_outcome(_rejection_kind(str(item.detail))))
+                case "live":
+                    follow.lost_since = None
+                case _:  # lost
+                    if follow.lost_since is None:
+                        follow.lost_since = sent_at
+                    elif sent_at - follow.lost_since >= self._interval:
+                        reason = f"followed work lost: {instance_of(follow.target)}"
+                        self._followed(joiner, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+        for slot in sorted(self._watched):
+            self._report(Room(slot))
+        self._watched.clear()
+
+    def _submitted(self, submit: _Submit, reply: scripts.Reply, sent_at: float) -> None:
+        self._resolve_submit(submit)
+        slot, entry = submit.slot, submit.entry
+        match reply.kind:
+            case "owner":
+                self._own(slot, entry, reply.token, sent_at)
+                self._displaced(slot, reply.detail)
+            case "queued":
+                self._enqueue(slot, entry)
+                self._retry(slot, reply.retry)
+                self._report(Queued(slot, entry, reply.detail))
+                self._displaced(slot, reply.detail)
+            case "busy":
+                self._reject(slot, entry, RejectionKind.SLOT_BUSY)
+            case "full":
+                if submit.wait:
+                    self._watched.add(slot)
+                    self._report(Full(slot, entry, QUEUE_FULL_REASON))
+                else:
+                    self._reject(slot, entry, RejectionKind.QUEUE_FULL)
+            case "joined":
+                self._report(Joined(slot, entry, str(reply.detail)))
+            case _:  # gone: a withdrawal of this very entry got there first
+                self._reject(slot, entry, _rejection_kind(str(reply.detail)))
+
+    def _claimed(self, slot: str, entry: int, reply: scripts.Reply, sent_at: float) -> None:
+        if self._queued_slot.get(entry) != slot:
+            return  # withdrawn meanwhile; the withdrawal gives back what the claim took
+        match reply.kind:
+            case "owner":
+                self._dequeue(entry)
+                self._own(slot, entry, reply.token, sent_at)
+            case "gone":
+                self._dequeue(entry)
+                self._reject(slot, entry, _rejection_kind(str(reply.detail)))
+            case "missing":
+                self._renew_now = True  # the renewal puts it back at the tail
+            case _:  # wait
+                self._retry(slot, reply.retry)
+
+    def _slot_info(self, slot: str, reply: object) -> ClusterSlotInfo | None:
+        parsed = scripts.parse_cluster_slot(reply)
+        if parsed.holder is None and parsed.live_entries == 0:
+            return None
+        return ClusterSlotInfo(
+            slot, parsed.holder, parsed.token, parsed.live_entries, parsed.remaining
+        )
+
+    def _decode(self, follow: _Follow, text: str) -> TaskOutcome:
+        try:
+            return decode_outcome(text)
+        except ValueError as exc:
+            reason = f"followed work lost: {instance_of(follow.target)} ({exc})"
+            return TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason)
+
+    # -- failures -------------------------------------------------------------------------------
+
+    def _batch_failed(self, batch: _Batch) -> None:
+        requeue: list[_Obligation] = []
+        for part in batch.parts:
+            match part:
+                case _Submit() if not part.resolved:
+                    self._fail_submit(part)
+                case _Withdraw() | _Release() | _StoreOutcome() | _StopOwner():
+                    requeue.append(part)
+                case _Query() if not part.abandoned:
+                    self._queries.append(part)  # it may still be answered after a reconnect
+                case _:
+                    pass  # renewals and claims are made again; leases run on their timers
+        self._obligations.extendleft(reversed(requeue))
+        self._mark_unavailable("a round trip failed")
+
+    def _fail_submit(self, submit: _Submit) -> None:
+        """Resolve a submit that got no reply: it may have reached the server, so its
+        entry is withdrawn in the next successful round trip."""
+        self._resolve_submit(submit)
+        if submit.sent:
+            self._oblige(_Withdraw(submit.slot, self._eid(submit.entry), "store_unavailable"))
+            if submit.wait:
+                # Held work comes back with the same TaskId: its next attempt needs an
+                # id the withdrawal's marker does not refuse.
+                self._attempts[submit.entry] = self._attempts.get(submit.entry, 0) + 1
+        self._report(self._failure_report(submit.slot, submit.entry, submit.wait))
+
+    def _failure_report(self, slot: str, entry: int, wait: bool) -> Report:
+        if wait:
+            return Full(slot, entry, STORE_UNAVAILABLE_REASON)
+        return Rejected(slot, entry, RejectionKind.STORE_UNAVAILABLE)
+
+    def _mark_unavailable(self, why: str) -> None:
+        if not self._available:
+            return
+        self._available = False
+        logger.warning("slot store %s unavailable: %s", self.store.safe_url, why)
+        for submit in list(self._submits.values()):
+            if not submit.sent:
+                self._fail_submit(submit)
+        self._claims.clear()
+        if self._started:
+            self._report(StoreUnavailable())
+        self._io_wakeup.set()
+
+    async def _recover(self) -> None:
+        """Reconnect until a fresh connection renewed and subscribed (then report
+        ``StoreRecovered``), backing off up to ``lease_ttl / 3``."""
+        delay = 0.0
+        while not self._available:
+            if delay:
+                await trio.sleep(delay)
+            with trio.move_on_after(self.store.connect_timeout):
+                if await self._connect(self._interval):
+                    self._available = True
+                    logger.info("slot store %s recovered", self.store.safe_url)
+                    self._report(StoreRecovered())
+                    return
+            self._quiet = True
+            delay = min(self._interval, max(self._interval / 8, 2 * delay))
+
+    async def _connect(self, bound: float) -> bool:
+        """Open a fresh connection, renew on it, subscribe; return whether all worked."""
+        self._drop_connection()
+        assert self._nursery is not None
+        scope = trio.CancelScope()
+        self._conn_scope = scope
+        self._conn = await self._nursery.start(self._hold, scope)
+        if self._conn is None:
+            return False
+        if not await self._send(self._take_batch(renew=True), bound):
+            return False
+        scope = trio.CancelScope()
+        self._sub_scope = scope
+        with trio.move_on_after(bound):
+            if await self._nursery.start(self._subscription, self._conn, scope):
+                return True
+        scope.cancel(reason="the subscription was not confirmed in time")
+        return False
+
+    def _drop_connection(self) -> None:
+        for scope in (self._sub_scope, self._conn_scope):
+            if scope is not None:
+                scope.cancel(reason="the lease keeper drops this connection")
+        self._sub_scope = self._conn_scope = None
+        self._conn = None
+
+    async def _hold(
+        self, scope: trio.CancelScope, *, task_status: trio.TaskStatus[Connection | None]
+    ) -> None:
+        """Hold one connection open until ``scope`` is cancelled (or it breaks)."""
+        started = False
+        with scope:
+            try:
+                async with self._connector() as conn:
+                    task_status.started(conn)
+                    started = True
+                    await trio.sleep_forever()
+            except BaseException as exc:
+                self._contain(exc, "the slot store client stopped")
+        if not started:
+            task_status.started(None)
+        elif not scope.cancel_called:
+            self._mark_unavailable("the client stopped")
+
+    async def _subscription(
+        self,
+        conn: Connection,
+        scope: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[bool],
+    ) -> None:
+        """Deliver this process's messages until ``scope`` is cancelled (or it breaks)."""
+        subscribed = False
+
+        def confirmed() -> None:
+            nonlocal subscribed
+            subscribed = True
+            task_status.started(True)
+
+        with scope:
+            try:
+                await conn.subscribe(self._channel, self._on_message, confirmed)
+            except BaseException as exc:
+                self._contain(exc, "the slot store subscription ended")
+        if not subscribed:
+            task_status.started(False)
+        elif not scope.cancel_called:
+            self._mark_unavailable("the subscription ended")
+
+    def _contain(self, exc: BaseException, what: str) -> None:
+        """Log the ``Exception`` parts of ``exc``; re-raise the rest (``Cancelled`` and
+        other ``BaseException``s), so no error of the client library leaves the keeper."""
+        if isinstance(exc, BaseExceptionGroup):
+            group = cast("BaseExceptionGroup[BaseException]", exc)
+            errors, rest = group.split(Exception)
+            if errors is not None:
+                self._log_failure(what, errors)
+            if rest is not None:
+                raise rest from None
+        elif isinstance(exc, Exception):
+            self._log_failure(what, exc)
+        else:
+            raise exc
+
+    def _log_failure(self, what: str, exc: BaseException) -> None:
+        level = logging.DEBUG if self._quiet or self._closing else logging.WARNING
+        logger.log(level, "%s: %s", what, self._describe(exc))
+
+    def _describe(self, exc: BaseException) -> str:
+        """``exc``'s text without credentials (a group: its leaves)."""
+        if isinstance(exc, BaseExceptionGroup):
+            leaves = cast("BaseExceptionGroup[BaseException]", exc).exceptions
+            text = "; ".join(self._describe(leaf) for leaf in leaves)
+        else:
+            text = f"{type(exc).__name__}: {exc}"
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    # -- timers and messages ---------------------------------------------------------------------
+
+    async def _timers(self) -> None:
+        """Fire lease deadlines, submit deadlines and claim retries on time."""
+        while True:
+            next_at = self._fire_timers(trio.current_time())
+            with trio.move_on_at(next_at):
+                await self._timer_wakeup.wait()
+
+    def _fire_timers(self, now: float) -> float:
+        next_at = math.inf
+        for lease in list(self._leases.values()):
+            reason = lease.rule.check(now)
+            if reason is not None:
+                self._lose(lease, reason)
+            else:
+                next_at = min(next_at, lease.rule.deadline)
+        for submit in list(self._submits.values()):
+            if now >= submit.deadline:
+                self._fail_submit(submit)
+            else:
+                next_at = min(next_at, submit.deadline)
+        for slot, at in list(self._retry_at.items()):
+            if now >= at:
+                del self._retry_at[slot]
+                self._claim_oldest(slot)
+            else:
+                next_at = min(next_at, at)
+        return next_at
+
+    def _on_message(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+            kind = message[0]
+        except (ValueError, TypeError, IndexError, KeyError):
+            logger.debug("ignored a malformed slot store message: %r", text[:200])
+            return
+        match message:
+            case ["wake", str(slot)]:
+                self._claim_oldest(slot)
+            case ["room", str(slot)] if slot in self._watched:
+                self._watched.discard(slot)
+                self._report(Room(slot))
+            case ["stop", str(slot), str(eid), str(requester)]:
+                lease = self._leases.get(self._own_entry(eid))
+                if lease is not None and lease.slot == slot and not lease.stop_reported:
+                    lease.stop_reported = True
+                    self._report(RemoteStop(slot, lease.entry, requester))
+            case ["superseded", str(slot), str(eid)]:
+                self._displaced(slot, eid)
+            case ["done", str(eid)]:
+                if any(follow.target == eid for follow in self._follows.values()):
+                    self._renew_now = True
+                    self._io_wakeup.set()
+            case _:
+                logger.debug("ignored a slot store message of kind %r", kind)
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _eid(self, entry: int) -> str:
+        """The server id of the current attempt of ``entry``."""
+        attempt = self._attempts.get(entry)
+        base = entry_id(self.instance_id, entry)
+        return base if attempt is None else f"{base}.{attempt}"
+
+    def _own_entry(self, eid: str) -> int:
+        """The local entry of the current attempt's id of this process, else -1."""
+        instance, _, rest = eid.rpartition("/")
+        number = rest.partition(".")[0]
+        if instance != self.instance_id or not number.isdigit():
+            return -1
+        entry = int(number)
+        return entry if self._eid(entry) == eid else -1
+
+    def _own(self, slot: str, entry: int, token: int | None, sent_at: float) -> None:
+        assert token is not None
+        self._leases[entry] = _Lease(
+            slot, entry, token, LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
+        )
+        self._timer_wakeup.set()
+        self._report(Owner(slot, entry, token))
+
+    def _lose(self, lease: _Lease, reason: str) -> None:
+        if self._leases.get(lease.entry) is lease:
+            del self._leases[lease.entry]
+            self._report(LeaseLost(lease.slot, lease.entry, lease.token, reason))
+
+    def _displaced(self, slot: str, eid: str | None) -> None:
+        if eid is None:
+            return
+        entry = self._own_entry(eid)
+        if self._queued_slot.get(entry) == slot:
+            self._dequeue(entry)
+            self._reject(slot, entry, RejectionKind.SUPERSEDED)
+
+    def _reject(self, slot: str, entry: int, kind: RejectionKind) -> None:
+        self._attempts.pop(entry, None)  # a rejected entry never comes back
+        self._report(Rejected(slot, entry, kind))
+
+    def _followed(self, joiner: int, outcome: TaskOutcome) -> None:
+        del self._follows[joiner]
+        self._report(FollowedOutcome(joiner, outcome))
+
+    def _enqueue(self, slot: str, entry: int) -> None:
+        self._queued.setdefault(slot, {})[entry] = None
+        self._queued_slot[entry] = slot
+
+    def _dequeue(self, entry: int) -> None:
+        slot = self._queued_slot.pop(entry, None)
+        if slot is not None:
+            entries = self._queued[slot]
+            del entries[entry]
+            if not entries:
+                del self._queued[slot]
+
+    def _claim_oldest(self, slot: str) -> None:
+        entries = self._queued.get(slot)
+        if entries and not self._closing:
+            self._claims[next(iter(entries))] = slot
+            self._io_wakeup.set()
+
+    def _retry(self, slot: str, retry: float | None) -> None:
+        """Claim again once the lease (or the head's heartbeat) has expired on the
+        server: expiries publish no wake-up."""
+        if retry is None or self._closing:
+            return
+        at = trio.current_time() + retry + 0.002  # just past the server's expiry
+        self._retry_at[slot] = min(self._retry_at.get(slot, math.inf), at)
+        self._timer_wakeup.set()
+
+    def _resolve_submit(self, submit: _Submit) -> None:
+        submit.resolved = True
+        if self._submits.get(submit.entry) is submit:
+            del self._submits[submit.entry]
+
+    def _oblige(self, obligation: _Obligation) -> None:
+        self._obligations.append(obligation)
+        self._io_wakeup.set()
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def _report(self, report: Report) -> None:
+        """Send a report without blocking; what the channel cannot take now waits, in
+        order, for the forwarder."""
+        if not self._backlog:
+            try:
+                self._reports.send_nowait(report)
+                return
+            except trio.WouldBlock:
+                pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # nobody reads reports any more
+        self._backlog.append(report)
+        self._backlog_wakeup.set()
+
+    async def _forward(self) -> None:
+        while True:
+            while self._backlog:
+                try:
+                    await self._reports.send(self._backlog[0])
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._backlog.clear()
+                    break
+                self._backlog.popleft()
+            await self._backlog_wakeup.wait()
+
+    def _flush_backlog_nowait(self) -> None:
+        while self._backlog:
+            try:
+                self._reports.send_nowait(self._backlog[0])
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                logger.debug("lease keeper dropped %d report(s) at exit", len(self._backlog))
+                self._backlog.clear()
+                return
+            self._backlog.popleft()
+
+
+def _secrets_of(url: str) -> tuple[str, ...]:
+    """The password of ``url``, raw and decoded, to scrub from any text we log."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return ()
+    if not password:
+        return ()
+    return tuple({password, unquote(password)})

@@ -1,0 +1,556 @@
+"""The server side of cluster slots: Lua scripts, their arguments and their replies.
+
+Pure text and parsing, no I/O: the lease keeper (``_keeper``) sends these scripts with
+``EVALSHA``; the tests run them against a real server and against a Python model.
+
+Data model (prefix ``P = "tv:{<namespace>}:"``; an *entry* is ``"<instance_id>/<task_id>"``,
+one submission, unique per acquisition):
+
+======================  ======  ===========================================  ===========
+key                     type    content                                      expiry
+======================  ======  ===========================================  ===========
+``P lease:<slot>``      hash    ``entry``, ``token``, ``stop`` (requester)    lease_ttl
+``P fence:<slot>``      string  the last fence token of the slot             none
+``P q:<slot>``          list    entries, FIFO, head at index 0               none
+``P hb:<instance>``     string  heartbeat of a process                       lease_ttl
+``P gone:<entry>``      string  why the entry left for good (a RejectionKind)  keep
+``P out:<entry>``       string  the outcome JSON for joiners, or ``pending``  keep
+``P jn:<entry>``        set     instances whose joiners follow the entry     keep
+``P watch:<slot>``      set     instances holding work for room in the queue  lease_ttl
+``P ch:<instance>``     pubsub  JSON messages to one process
+======================  ======  ===========================================  ===========
+
+``keep = max(60 s, 10 * lease_ttl)``. An entry is *live* while its instance's heartbeat
+exists and it has no ``gone`` marker. Every script that reads a queue first removes the
+entries that are not live ("prune"), telling the watchers ``room`` if it removed any. Only
+the live head of a queue may take a free lease; a slot is busy while its lease exists or
+its queue is not empty.
+
+Every script is idempotent per entry: a client may send it again after a connection
+error (a lost reply) and the second run changes nothing the first did not. A ``gone``
+marker is checked before anything may grant a lease or queue an entry, so a withdrawal
+that overtakes the request it withdraws still wins.
+
+Fence tokens: ``max(last + 1, server TIME in microseconds)``, built and compared as
+decimal strings, because Lua's number-to-string conversion keeps 14 digits; the
+``+ 1`` goes through ``INCR``. Tokens stay below 2**53 until the year 2255.
+
+Messages on ``P ch:<instance>`` are JSON arrays: ``["wake", slot]``, ``["room", slot]``,
+``["stop", slot, entry, requester]``, ``["superseded", slot, entry]``, ``["done", entry]``.
+
+Every script takes ``ARGV[1..3] = P, lease_ttl_ms, keep_ms`` and its own arguments after
+them; none uses ``KEYS`` (a single server, not Redis Cluster; the ``{namespace}`` hash tag
+keeps every key of a namespace in one cluster slot all the same).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Final
+
+import attrs
+
+# -- Lua ------------------------------------------------------------------------------------
+
+_PRELUDE: Final = r"""
+local P, TTL, KEEP = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local function instance_of(e) return string.match(e, '^(.*)/') end
+
+local alive_memo = {}
+local function alive(i)
+  local a = alive_memo[i]
+  if a == nil then
+    a = redis.call('EXISTS', P .. 'hb:' .. i) == 1
+    alive_memo[i] = a
+  end
+  return a
+end
+
+local function live(e)
+  return alive(instance_of(e)) and redis.call('EXISTS', P .. 'gone:' .. e) == 0
+end
+
+local function tell(i, msg) redis.call('PUBLISH', P .. 'ch:' .. i, cjson.encode(msg)) end
+
+local function room(slot)
+  local wk = P .. 'watch:' .. slot
+  for _, i in ipairs(redis.call('SMEMBERS', wk)) do tell(i, {'room', slot}) end
+  redis.call('DEL', wk)
+end
+
+local function done(e)
+  for _, i in ipairs(redis.call('SMEMBERS', P .. 'jn:' .. e)) do tell(i, {'done', e}) end
+end
+
+-- The live entries of a slot's queue, in order, after removing the others.
+local function prune(slot)
+  local qk = P .. 'q:' .. slot
+  local q, removed = {}, false
+  for _, e in ipairs(redis.call('LRANGE', qk, 0, -1)) do
+    if live(e) then q[#q + 1] = e else redis.call('LREM', qk, 0, e); removed = true end
+  end
+  if removed then room(slot) end
+  return q
+end
+
+local function position(q, e)
+  for k, x in ipairs(q) do if x == e then return k end end
+  return nil
+end
+
+-- entry, token, stop of the slot's lease (false each when the lease is free)
+local function lease_of(slot)
+  local v = redis.call('HMGET', P .. 'lease:' .. slot, 'entry', 'token', 'stop')
+  return v[1], v[2], v[3]
+end
+
+-- Give the free lease to e; return its fence token (a decimal string).
+local function grant(slot, e)
+  local fk = P .. 'fence:' .. slot
+  local t = redis.call('TIME')
+  local now = t[1] .. string.format('%06d', tonumber(t[2]))
+  local last = redis.call('GET', fk)
+  local token
+  if last and (#last > #now or (#last == #now and last >= now)) then
+    redis.call('INCR', fk)
+    token = redis.call('GET', fk)
+  else
+    redis.call('SET', fk, now)
+    token = now
+  end
+  local lk = P .. 'lease:' .. slot
+  redis.call('DEL', lk)
+  redis.call('HSET', lk, 'entry', e, 'token', token)
+  redis.call('PEXPIRE', lk, TTL)
+  return token
+end
+
+-- Milliseconds until a waiter of the slot should claim again: the lease's expiry, or
+-- the heartbeat expiry of the head (it may be a dead process that nobody pruned yet).
+local function retry_ms(slot, q, holder)
+  if holder then return redis.call('PTTL', P .. 'lease:' .. slot) end
+  if q[1] then return redis.call('PTTL', P .. 'hb:' .. instance_of(q[1])) end
+  return 0
+end
+
+local function wake_head(slot)
+  if redis.call('EXISTS', P .. 'lease:' .. slot) == 0 then
+    local q = prune(slot)
+    if q[1] then tell(instance_of(q[1]), {'wake', slot}) end
+  end
+end
+"""
+
+_SUBMIT: Final = r"""
+local slot, e, policy, max_queue, watch = ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local me = instance_of(e)
+local lk, qk = P .. 'lease:' .. slot, P .. 'q:' .. slot
+local holder, token, stop = lease_of(slot)
+if holder == e then return {'owner', token, false} end
+local gone = redis.call('GET', P .. 'gone:' .. e)
+if gone then return {'gone', gone} end
+local q = prune(slot)
+local hi = holder and instance_of(holder)
+if position(q, e) then return {'queued', hi, retry_ms(slot, q, holder), false} end
+if not holder and #q == 0 then return {'owner', grant(slot, e), false} end
+if policy == 'drop_if_running' then return {'busy', hi, retry_ms(slot, q, holder)} end
+if policy == 'join' then
+  local target = q[#q] or holder
+  local jk = P .. 'jn:' .. target
+  redis.call('SADD', jk, me)
+  redis.call('PEXPIRE', jk, KEEP)
+  return {'joined', target, hi, retry_ms(slot, q, holder)}
+end
+if policy == 'queue' then
+  if #q >= max_queue then
+    if watch == '1' then
+      local wk = P .. 'watch:' .. slot
+      redis.call('SADD', wk, me)
+      redis.call('PEXPIRE', wk, TTL)
+    end
+    return {'full', hi, retry_ms(slot, q, holder)}
+  end
+  redis.call('RPUSH', qk, e)
+  return {'queued', hi, retry_ms(slot, q, holder), false}
+end
+-- replace: stop the owner (once), then become the head
+if holder and not stop then
+  redis.call('HSET', lk, 'stop', me)
+  tell(hi, {'stop', slot, holder, me})
+end
+local displaced = q[1] or false
+if displaced then
+  redis.call('SET', P .. 'gone:' .. displaced, 'superseded', 'PX', KEEP)
+  tell(instance_of(displaced), {'superseded', slot, displaced})
+  done(displaced)
+end
+if not holder then
+  -- the lease is free while the queue is not: a hand-over in flight; take it over
+  redis.call('LPOP', qk)
+  local t = grant(slot, e)
+  room(slot)
+  return {'owner', t, displaced}
+end
+if displaced then redis.call('LSET', qk, 0, e) else redis.call('LPUSH', qk, e) end
+return {'queued', hi, retry_ms(slot, {e}, holder), displaced}
+"""
+
+_CLAIM: Final = r"""
+local slot, e = ARGV[4], ARGV[5]
+local holder, token = lease_of(slot)
+if holder == e then return {'owner', token} end
+local gone = redis.call('GET', P .. 'gone:' .. e)
+if gone then return {'gone', gone} end
+local q = prune(slot)
+if not position(q, e) then return {'missing'} end
+if holder or q[1] ~= e then return {'wait', retry_ms(slot, q, holder)} end
+redis.call('LPOP', P .. 'q:' .. slot)
+local t = grant(slot, e)
+room(slot)
+return {'owner', t}
+"""
+
+_RELEASE: Final = r"""
+local slot, e, outcome = ARGV[4], ARGV[5], ARGV[6]
+local lk = P .. 'lease:' .. slot
+if redis.call('HGET', lk, 'entry') == e then redis.call('DEL', lk) end
+local reply = 'ok'
+local outk = P .. 'out:' .. e
+if outcome ~= '' then
+  redis.call('SET', outk, outcome, 'PX', KEEP)
+  done(e)
+elseif redis.call('EXISTS', P .. 'jn:' .. e) == 1 then
+  local stored = redis.call('GET', outk)
+  if not stored then redis.call('SET', outk, 'pending', 'PX', KEEP); stored = 'pending' end
+  if stored == 'pending' then reply = 'need_outcome' end
+end
+wake_head(slot)
+return reply
+"""
+
+_STORE_OUTCOME: Final = r"""
+local e, outcome = ARGV[4], ARGV[5]
+redis.call('SET', P .. 'out:' .. e, outcome, 'PX', KEEP)
+done(e)
+return 'ok'
+"""
+
+_WITHDRAW: Final = r"""
+local slot, e, reason = ARGV[4], ARGV[5], ARGV[6]
+local lk = P .. 'lease:' .. slot
+redis.call('SET', P .. 'gone:' .. e, reason, 'NX', 'PX', KEEP)
+local changed = redis.call('LREM', P .. 'q:' .. slot, 0, e) > 0
+if changed then room(slot) end
+if redis.call('HGET', lk, 'entry') == e then
+  redis.call('DEL', lk)
+  changed = true
+end
+done(e)
+if changed then wake_head(slot) end
+return 'ok'
+"""
+
+_STOP_OWNER: Final = r"""
+local slot, me = ARGV[4], ARGV[5]
+local holder, token, stop = lease_of(slot)
+if not holder then return false end
+if not stop then
+  redis.call('HSET', P .. 'lease:' .. slot, 'stop', me)
+  tell(instance_of(holder), {'stop', slot, holder, me})
+end
+return instance_of(holder)
+"""
+
+_RENEW: Final = r"""
+local me = ARGV[4]
+redis.call('SET', P .. 'hb:' .. me, '1', 'PX', TTL)
+alive_memo[me] = true
+local i = 5
+local function pairs_of()
+  local n = tonumber(ARGV[i])
+  local first = i + 1
+  i = i + 1 + 2 * n
+  return first, n
+end
+
+local leases = {}
+local first, n = pairs_of()
+for k = 0, n - 1 do
+  local slot, e = ARGV[first + 2 * k], ARGV[first + 2 * k + 1]
+  local holder, _, stop = lease_of(slot)
+  if holder == e then
+    redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
+    leases[k + 1] = stop or ''
+  else
+    leases[k + 1] = false
+  end
+end
+
+local queues = {}  -- slot -> {q = live entries, at = entry -> position}
+local function queue_of(slot)
+  local m = queues[slot]
+  if not m then
+    local q = prune(slot)
+    local at = {}
+    for k, x in ipairs(q) do at[x] = k end
+    m = {q = q, at = at}
+    queues[slot] = m
+  end
+  return m
+end
+
+local entries = {}
+first, n = pairs_of()
+for k = 0, n - 1 do
+  local slot, e = ARGV[first + 2 * k], ARGV[first + 2 * k + 1]
+  local holder, token = lease_of(slot)
+  local item
+  if holder == e then
+    -- a claim whose reply was lost: keep the lease alive until the owner learns of it
+    redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
+    item = {'owner', token}
+  else
+    local gone = redis.call('GET', P .. 'gone:' .. e)
+    if gone then
+      item = {'gone', gone}
+    else
+      local m = queue_of(slot)
+      local state = 'queued'
+      if not m.at[e] then
+        -- lost with server data, or pruned while this process's heartbeat had expired
+        redis.call('RPUSH', P .. 'q:' .. slot, e)
+        m.q[#m.q + 1] = e
+        m.at[e] = #m.q
+        state = 'resubmitted'
+      end
+      item = {state, (not holder and m.q[1] == e) and 1 or 0}
+    end
+  end
+  entries[k + 1] = item
+end
+
+local follows = {}
+first, n = pairs_of()
+for k = 0, n - 1 do
+  local slot, e = ARGV[first + 2 * k], ARGV[first + 2 * k + 1]
+  local jk = P .. 'jn:' .. e
+  redis.call('SADD', jk, me)
+  redis.call('PEXPIRE', jk, KEEP)
+  local out = redis.call('GET', P .. 'out:' .. e)
+  local item
+  if out and out ~= 'pending' then
+    item = {'out', out}
+  else
+    local gone = redis.call('GET', P .. 'gone:' .. e)
+    if gone then
+      item = {'gone', gone}
+    elseif alive(instance_of(e)) and (out or redis.call('HGET', P .. 'lease:' .. slot, 'entry') == e
+        or redis.call('LPOS', P .. 'q:' .. slot, e)) then
+      item = {'live'}
+    else
+      item = {'lost'}
+    end
+  end
+  follows[k + 1] = item
+end
+return {leases, entries, follows}
+"""
+
+_CLUSTER_SLOT: Final = r"""
+local slot = ARGV[4]
+local holder, token = lease_of(slot)
+local n = 0
+for _, e in ipairs(redis.call('LRANGE', P .. 'q:' .. slot, 0, -1)) do
+  if live(e) then n = n + 1 end
+end
+if not holder then return {false, false, false, n} end
+return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n}
+"""
+
+
+@attrs.frozen
+class Script:
+    """One Lua script: its name, full source and SHA1 (for ``EVALSHA``)."""
+
+    name: str
+    source: str
+    sha: str
+
+
+def _script(name: str, body: str) -> Script:
+    source = _PRELUDE + body
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+SUBMIT: Final = _script("submit", _SUBMIT)
+CLAIM: Final = _script("claim", _CLAIM)
+RELEASE: Final = _script("release", _RELEASE)
+STORE_OUTCOME: Final = _script("store_outcome", _STORE_OUTCOME)
+WITHDRAW: Final = _script("withdraw", _WITHDRAW)
+STOP_OWNER: Final = _script("stop_owner", _STOP_OWNER)
+RENEW: Final = _script("renew", _RENEW)
+CLUSTER_SLOT: Final = _script("cluster_slot", _CLUSTER_SLOT)
+SCRIPTS: Final = (SUBMIT, CLAIM, RELEASE, STORE_OUTCOME, WITHDRAW, STOP_OWNER, RENEW, CLUSTER_SLOT)
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+Args = tuple[str, ...]
+"""A script's own arguments (after the common ``P, lease_ttl_ms, keep_ms``)."""
+
+
+def common_args(prefix: str, lease_ttl: float, keep: float) -> Args:
+    """The arguments every script starts with."""
+    return (prefix, str(round(lease_ttl * 1000)), str(round(keep * 1000)))
+
+
+def submit_args(slot: str, entry: str, policy: str, max_queue: int, watch: bool) -> Args:
+    """``policy`` is an ``AdmissionPolicy`` value; ``watch``: register for ``room``."""
+    return (slot, entry, policy, str(max_queue), "1" if watch else "0")
+
+
+def renew_args(
+    instance: str,
+    leases: Iterable[tuple[str, str]],
+    entries: Iterable[tuple[str, str]],
+    follows: Iterable[tuple[str, str]],
+) -> Args:
+    """Each part is ``(slot, entry)`` pairs: held leases, queued entries, followed entries."""
+    args = [instance]
+    for part in (leases, entries, follows):
+        flat = [text for pair in part for text in pair]
+        args.append(str(len(flat) // 2))
+        args.extend(flat)
+    return tuple(args)
+
+
+# -- replies --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Reply:
+    """One parsed item of a script reply.
+
+    ``kind``: for ``submit`` one of ``owner``, ``queued``, ``busy``, ``full``, ``joined``,
+    ``gone``; for ``claim`` one of ``owner``, ``gone``, ``missing``, ``wait``; for a queued
+    entry in ``renew`` one of ``owner``, ``gone``, ``queued``, ``resubmitted``; for a
+    followed entry in ``renew`` one of ``out``, ``gone``, ``live``, ``lost``. ``holder``
+    is the instance holding the lease; ``retry`` the seconds after which a claim may
+    succeed (the lease's or the head's heartbeat's expiry); ``claimable``: the lease is
+    free and the entry is the live head; ``detail`` the displaced entry (``queued``,
+    ``owner``), the followed entry (``joined``), the reason (``gone``) or the outcome JSON
+    (``out``).
+    """
+
+    kind: str
+    token: int | None = None
+    holder: str | None = None
+    retry: float | None = None
+    claimable: bool = False
+    detail: str | None = None
+
+
+def _ms(value: object) -> float:
+    return max(int(str(value)), 0) / 1000
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _items(raw: object, minimum: int = 1) -> list[object]:
+    if not isinstance(raw, list) or len(raw) < minimum:  # pyright: ignore[reportUnknownArgumentType]
+        raise ValueError(f"unexpected script reply {raw!r}")
+    return list(raw)  # pyright: ignore[reportUnknownArgumentType]
+
+
+def parse_reply(raw: object) -> Reply:
+    """Parse a raw ``submit`` or ``claim`` reply (a list as the server sends it)."""
+    items = _items(raw)
+    kind = str(items[0])
+    match kind:
+        case "owner":
+            displaced = _text(items[2]) if len(items) > 2 else None
+            return Reply(kind, token=int(str(items[1])), detail=displaced)
+        case "queued":
+            return Reply(kind, holder=_text(items[1]), retry=_ms(items[2]), detail=_text(items[3]))
+        case "busy" | "full":
+            return Reply(kind, holder=_text(items[1]), retry=_ms(items[2]))
+        case "joined":
+            return Reply(kind, holder=_text(items[2]), retry=_ms(items[3]), detail=str(items[1]))
+        case "gone":
+            return Reply(kind, detail=str(items[1]))
+        case "missing":
+            return Reply(kind)
+        case "wait":
+            return Reply(kind, retry=_ms(items[1]))
+        case _:
+            raise ValueError(f"unexpected script reply {raw!r}")
+
+
+def _parse_entry(raw: object) -> Reply:
+    items = _items(raw, 2)
+    kind = str(items[0])
+    match kind:
+        case "owner":
+            return Reply(kind, token=int(str(items[1])))
+        case "gone":
+            return Reply(kind, detail=str(items[1]))
+        case "queued" | "resubmitted":
+            return Reply(kind, claimable=int(str(items[1])) == 1)
+        case _:
+            raise ValueError(f"unexpected renew item {raw!r}")
+
+
+def _parse_follow(raw: object) -> Reply:
+    items = _items(raw)
+    kind = str(items[0])
+    if kind not in ("out", "gone", "live", "lost"):
+        raise ValueError(f"unexpected renew item {raw!r}")
+    return Reply(kind, detail=_text(items[1]) if len(items) > 1 else None)
+
+
+@attrs.frozen
+class RenewReply:
+    """A parsed ``renew`` reply, one item per pair sent, in order.
+
+    ``leases``: ``None`` for a refused lease, else the instance that asked for a stop
+    (``""`` when nobody did). ``entries`` and ``follows``: see ``Reply``.
+    """
+
+    leases: tuple[str | None, ...]
+    entries: tuple[Reply, ...]
+    follows: tuple[Reply, ...]
+
+
+def parse_renew(raw: object) -> RenewReply:
+    """Parse a raw ``renew`` reply."""
+    leases, entries, follows = (_items(part, 0) for part in _items(raw, 3))
+    return RenewReply(
+        tuple(_text(item) for item in leases),
+        tuple(_parse_entry(item) for item in entries),
+        tuple(_parse_follow(item) for item in follows),
+    )
+
+
+@attrs.frozen
+class SlotReply:
+    """A parsed ``cluster_slot`` reply."""
+
+    holder: str | None
+    token: int | None
+    remaining: float | None
+    live_entries: int
+
+
+def parse_cluster_slot(raw: object) -> SlotReply:
+    """Parse a raw ``cluster_slot`` reply."""
+    holder, token, pttl, count = _items(raw, 4)
+    return SlotReply(
+        _text(holder),
+        None if token is None else int(str(token)),
+        None if pttl is None else _ms(pttl),
+        int(str(count)),
+    )

@@ -1,0 +1,294 @@
+"""Cluster slot values: the slot store configuration, what the server tells about a slot,
+the outcome codec and the lost-lease rule (DESIGN section 10).
+
+Plain values and pure functions: no trio and no coredis here, so ``RedisSlotStore`` can be
+built (and validated) where no event loop runs and without the ``redis`` extra, and the
+rules below can be property-tested directly. The server side lives in ``_redis_scripts``
+and the lease keeper in ``_keeper``.
+
+Decisions the design leaves open:
+
+* ``RedisSlotStore.url`` is checked when the store is built: scheme ``redis`` or
+  ``rediss``, a host, an optional port and an optional database path (``/0``). Query
+  parameters are passed on to coredis as it documents them; percent-escapes in the user
+  name and password are decoded, so a password may contain ``@``, ``:`` or ``/`` as
+  ``%40``, ``%3A``, ``%2F``.
+* Credentials never show: ``repr()``/``str()`` print the URL with the password (and a
+  ``password=`` query parameter) as ``***``. A user part without a ``:`` is masked whole,
+  because some clients read ``redis://secret@host`` as a password. Error messages never
+  quote the URL: they name the part that is wrong.
+* Durations may be ``int`` or ``float`` (stored as ``float``); ``bool`` and other types
+  are a ``TypeError``.
+* The lost-lease deadline is inclusive: at ``sent + 0.8 * lease_ttl`` exactly the lease
+  counts as lost. Deadlines never move backwards (a late reply to an older renewal does
+  not shorten them), and a renewal confirmed after the loss does not revive the lease.
+* The outcome codec writes one JSON object per outcome; values of any kind are carried
+  (normally only ``COMPLETED`` has one). Text that is not such an object raises
+  ``ValueError`` on decoding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+import socket
+from typing import Final
+from urllib.parse import urlsplit
+
+import attrs
+
+from ._exceptions import ConfigError
+from ._outcome import OutcomeKind, RejectionKind, TaskOutcome
+
+LOST_LEASE_FRACTION: Final = 0.8
+"""A lease is lost this fraction of ``lease_ttl`` after its last confirmed send."""
+
+MAX_TRANSFER_CHARS: Final = 2**20
+"""The longest encoded value an outcome carries across processes."""
+
+_NOT_TRANSFERABLE: Final = "value not transferable: "
+_SCHEMES: Final = ("redis", "rediss")
+_MASK: Final = "***"
+
+
+# -- identifiers ----------------------------------------------------------------------------
+
+
+def new_instance_id() -> str:
+    """Return a new cluster-wide instance id, ``"<host>:<pid>:<8 hex>"``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def entry_id(instance_id: str, task_id: int) -> str:
+    """Return the server-side id of one submission: unique per acquisition."""
+    return f"{instance_id}/{task_id}"
+
+
+def instance_of(entry: str) -> str:
+    """Return the instance id of a server-side entry id."""
+    return entry.rpartition("/")[0]
+
+
+# -- configuration --------------------------------------------------------------------------
+
+_USERINFO: Final = re.compile(r"^(?P<head>[^:/?#]*://)(?P<user>[^/?#]*@)")
+_PASSWORD_PARAM: Final = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its password (user part and ``password=`` parameter) masked."""
+
+    def mask(match: re.Match[str]) -> str:
+        name, colon, _ = match["user"][:-1].partition(":")
+        # A user part without ":" may be a password to some clients: mask it whole.
+        return match["head"] + (f"{name}:{_MASK}@" if colon else f"{_MASK}@")
+
+    return _PASSWORD_PARAM.sub(rf"\g<1>{_MASK}", _USERINFO.sub(mask, url, count=1))
+
+
+def _check_url(url: object) -> str:
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises for a port that is not a number in range
+    except ValueError:
+        raise ConfigError("url must be a valid redis:// or rediss:// url") from None
+    if parts.scheme not in _SCHEMES:
+        raise ConfigError(f"url scheme must be 'redis' or 'rediss', got {parts.scheme!r}")
+    if not parts.hostname:
+        raise ConfigError("url must name a host, as in redis://host:6379/0")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ConfigError("url path must be a database number, as in redis://host:6379/0")
+    return url
+
+
+def _check_namespace(namespace: object) -> str:
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a str, got {namespace!r}")
+    if not namespace or "{" in namespace or "}" in namespace:
+        raise ConfigError(f"namespace must be non-empty, without '{{' or '}}', got {namespace!r}")
+    if any(char.isspace() for char in namespace):
+        raise ConfigError(f"namespace must not contain whitespace, got {namespace!r}")
+    return namespace
+
+
+def _check_duration(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise ConfigError(f"{what} must be finite and > 0, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{what} must be finite and > 0, got {value!r}")
+    return seconds
+
+
+def _lease_ttl(value: object) -> float:
+    return _check_duration("lease_ttl", value)
+
+
+def _connect_timeout(value: object) -> float:
+    return _check_duration("connect_timeout", value)
+
+
+class SlotStore:
+    """A shared server that makes a controller's slots cluster-wide (DESIGN section 10).
+
+    A slot store is a plain configuration value; the supervisor opens the connection.
+    """
+
+    __slots__ = ()
+
+
+@attrs.frozen(repr=False)
+class RedisSlotStore(SlotStore):
+    """Cluster slots on one Redis (>= 6.2) or Valkey (>= 7.2) server.
+
+    ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS);
+    ``namespace`` isolates one application's slots from another's on the same server;
+    ``lease_ttl`` and ``connect_timeout`` are seconds of real time. Building it opens
+    nothing. Its ``repr()`` never shows the password.
+    """
+
+    url: str = attrs.field(converter=_check_url)
+    namespace: str = attrs.field(default="taskvisor", kw_only=True, converter=_check_namespace)
+    lease_ttl: float = attrs.field(default=10.0, kw_only=True, converter=_lease_ttl)
+    connect_timeout: float = attrs.field(default=5.0, kw_only=True, converter=_connect_timeout)
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisSlotStore({self.safe_url!r}, namespace={self.namespace!r}, "
+            f"lease_ttl={self.lease_ttl!r}, connect_timeout={self.connect_timeout!r})"
+        )
+
+    __str__ = __repr__
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password masked: the only form of it that may be shown."""
+        return redact_url(self.url)
+
+    @property
+    def key_prefix(self) -> str:
+        """The prefix of every key and channel of this namespace."""
+        return "tv:{" + self.namespace + "}:"
+
+    @property
+    def keep(self) -> float:
+        """How long the server keeps outcomes and markers for other processes (seconds)."""
+        return max(60.0, 10.0 * self.lease_ttl)
+
+
+# -- observing --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ClusterSlotInfo:
+    """What the server holds for one cluster slot (``Supervisor.cluster_slot``).
+
+    ``holder`` is the ``instance_id`` of the lease holder (``None`` while a hand-over is
+    in flight); ``fence_token`` and ``lease_remaining`` (seconds) are ``None`` while
+    ``holder`` is. ``queue_depth`` counts live entries only: entries of processes whose
+    heartbeat expired are not counted, even before they are pruned.
+    """
+
+    slot: str
+    holder: str | None
+    fence_token: int | None
+    queue_depth: int
+    lease_remaining: float | None
+
+
+# -- outcomes across processes ----------------------------------------------------------------
+
+
+def encode_outcome(outcome: TaskOutcome) -> str:
+    """Encode an outcome for joiners in other processes.
+
+    ``kind``, ``reason``, ``exit_code`` and ``rejection`` are kept, ``error`` is not.
+    ``value`` is ``json.dumps(value, allow_nan=False)``; if that raises, or gives more
+    than ``2**20`` characters, the value is dropped and ``reason`` says why.
+    """
+    reason = outcome.reason
+    value = "null"
+    if outcome.value is not None:
+        try:
+            value = json.dumps(outcome.value, allow_nan=False)
+        except Exception as exc:  # any failure of the user's value: it is not transferable
+            value, reason = "null", _NOT_TRANSFERABLE + str(exc)
+        else:
+            if len(value) > MAX_TRANSFER_CHARS:
+                value, reason = "null", _NOT_TRANSFERABLE + "encoded value exceeds 1 MiB"
+    head = json.dumps(
+        {
+            "kind": outcome.kind.value,
+            "reason": reason,
+            "exit_code": outcome.exit_code,
+            "rejection": None if outcome.rejection is None else outcome.rejection.value,
+        },
+        separators=(",", ":"),
+    )
+    return f'{head[:-1]},"value":{value}}}'
+
+
+def decode_outcome(text: str) -> TaskOutcome:
+    """Decode ``encode_outcome``'s text; raise ``ValueError`` for anything else."""
+    try:
+        data = json.loads(text)
+        kind = OutcomeKind(data["kind"])
+        rejection = None if data["rejection"] is None else RejectionKind(data["rejection"])
+        reason, exit_code, value = data["reason"], data["exit_code"], data["value"]
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"not an encoded outcome ({exc})") from None
+    if not (reason is None or isinstance(reason, str)):
+        raise ValueError(f"not an encoded outcome (reason {reason!r})")
+    if not (exit_code is None or type(exit_code) is int):
+        raise ValueError(f"not an encoded outcome (exit_code {exit_code!r})")
+    return TaskOutcome(kind, value=value, reason=reason, exit_code=exit_code, rejection=rejection)
+
+
+# -- the lost-lease rule ------------------------------------------------------------------------
+
+
+@attrs.define
+class LeaseDeadline:
+    """When one held lease must count as lost: pure logic, times from any one clock.
+
+    A lease is lost when a renewal is refused, or once ``0.8 * lease_ttl`` has passed
+    since the *sending* of its last successful acquisition or renewal: the server set
+    the lease's expiry no earlier than that send, so until the deadline the server still
+    holds the lease for this owner, whatever the delay of the replies.
+    """
+
+    lease_ttl: float
+    deadline: float
+    lost: str | None = None
+
+    @classmethod
+    def acquired(cls, sent_at: float, lease_ttl: float) -> LeaseDeadline:
+        """Start the rule for a lease whose acquisition was sent at ``sent_at``."""
+        return cls(lease_ttl, sent_at + LOST_LEASE_FRACTION * lease_ttl)
+
+    def renewed(self, sent_at: float) -> None:
+        """Record a confirmed renewal that was sent at ``sent_at`` (no effect once lost)."""
+        if self.lost is None:
+            self.deadline = max(self.deadline, sent_at + LOST_LEASE_FRACTION * self.lease_ttl)
+
+    def refused(self) -> str:
+        """Record a refused renewal: the lease is lost now. Return the reason."""
+        if self.lost is None:
+            self.lost = "lease refused: the server no longer holds it for this owner"
+        return self.lost
+
+    def check(self, now: float) -> str | None:
+        """Return the reason the lease is lost at ``now``, or ``None`` while it is held."""
+        if self.lost is None and now >= self.deadline:
+            limit = LOST_LEASE_FRACTION * self.lease_ttl
+            self.lost = f"lease expired: no renewal confirmed within {limit:g} s of its sending"
+        return self.lost

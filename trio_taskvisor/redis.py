@@ -1,0 +1,25 @@
+"""Cluster slots on a Redis-compatible server (DESIGN section 10): the ``redis`` extra.
+
+::
+
+    from trio_taskvisor.redis import RedisSlotStore
+
+    store = RedisSlotStore("redis://127.0.0.1:6379/0", namespace="billing", lease_ttl=10.0)
+    config = SupervisorConfig(controller=ControllerConfig(slot_store=store))
+
+Importing this module without the extra (``pip install 'trio_taskvisor[redis]'``, which
+brings coredis, a client that runs natively under trio) raises ``ImportError``.
+"""
+
+try:
+    import coredis as _coredis
+except ImportError as exc:
+    raise ImportError(
+        "trio_taskvisor.redis needs the redis extra: pip install 'trio_taskvisor[redis]'"
+    ) from exc
+
+from ._slotstore import RedisSlotStore as RedisSlotStore
+
+del _coredis
+
+__all__ = ["RedisSlotStore"]
