@@ -73,7 +73,6 @@ from coredis.retry import NoRetryPolicy
 from . import _redis_scripts as scripts
 from ._exceptions import SlotStoreUnavailableError
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
-from ._slots import AdmissionPolicy
 from ._slotstore import (
     ClusterSlotInfo,
     LeaseDeadline,
@@ -83,6 +82,7 @@ from ._slotstore import (
     entry_id,
     instance_of,
 )
+from ._spec import AdmissionPolicy
 
 logger = logging.getLogger("trio_taskvisor")
 
