@@ -75,6 +75,9 @@ class ActorHost(Protocol):
     def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome, /) -> None:
         """The actor ends: free its name and commit ``outcome`` unless committed."""
 
+    def settle(self) -> None:
+        """The record's listener has heard of the exit too (it may have admitted more)."""
+
     def crashed(self, exc: BaseException, /) -> None:
         """A non-task ``BaseException`` ended the actor: take the supervisor down."""
 
@@ -196,6 +199,7 @@ def _exit(rec: TaskRecord, host: ActorHost, outcome: TaskOutcome) -> None:
     host.actor_exited(rec, outcome)
     if rec.listener is not None:
         rec.listener.owner_exited(rec)
+        host.settle()
     rec.release()
 
 

@@ -138,10 +138,12 @@ class Controller:
         # checks).
         self._in_inbox: set[int] = set()
         self._taken_in: dict[int, trio.Event] = {}
-        # Entries in the controller's custody: from intake until rejected, joined or
-        # handed to the registry. No custody: what wait_idle() waits for.
-        self._custody = 0
+        # Nothing in the controller's custody (in the inbox, queued or held: owners are
+        # the registry's, joiners follow other work): what wait_idle() waits for.
+        # Derived from that state and set only when it changes, so work that passes
+        # straight through (an idle slot) never touches it.
         self.idle = AsyncBool(True)
+        self._idle = True
 
     # -- intake (the caller's task) --------------------------------------------------------
 
@@ -163,8 +165,8 @@ class Controller:
             self._inbox.put_nowait(_Submit(entry))
         except trio.BrokenResourceError:
             raise SupervisorClosedError from None
-        self._accept(entry)
         self._in_inbox.add(entry.id)
+        self._sync_idle()
 
     async def submit(self, entry: Entry[TaskRecord]) -> None:
         """Take ``entry`` in: a checkpoint first; cancelled before intake, it is not."""
@@ -172,16 +174,15 @@ class Controller:
             await trio.lowlevel.checkpoint()
             self._registry.check_intake()  # the shutdown may have begun meanwhile
             if self._inbox.idle():  # still nothing queued before it: take it in here
-                self._accept(entry)
                 self._take_in(entry)
                 return
-        self._accept(entry)
-        self._in_inbox.add(entry.id)
+        self._in_inbox.add(entry.id)  # counted from here: the loop may take it in the put
+        self._sync_idle()
         try:
             await self._inbox.put(_Submit(entry))
         except BaseException as exc:
             self._in_inbox.discard(entry.id)
-            self._release_custody()
+            self._sync_idle()
             if isinstance(exc, trio.BrokenResourceError):
                 raise SupervisorClosedError from None
             raise
@@ -199,15 +200,12 @@ class Controller:
             return None
         return await reply.wait()
 
-    def _accept(self, entry: Entry[TaskRecord]) -> None:
-        if not self._custody:
-            self.idle.value = False
-        self._custody += 1
-
-    def _release_custody(self) -> None:
-        self._custody -= 1
-        if not self._custody:
-            self.idle.value = True
+    def _sync_idle(self) -> None:
+        machine = self.machine
+        idle = not (self._in_inbox or machine.queued or machine.held)
+        if idle is not self._idle:
+            self._idle = idle
+            self.idle.value = idle
 
     def _take_in(self, entry: Entry[TaskRecord]) -> None:
         if self._taken_in:
@@ -350,6 +348,7 @@ class Controller:
                 self._carry_out(effect)
             for entry in admits:
                 self._admit(entry)
+        self._sync_idle()
 
     def _carry_out(self, effect: Effect[TaskRecord]) -> None:
         bus = self._bus
@@ -359,13 +358,11 @@ class Controller:
             case Stop(entry):
                 self._registry.stop_record(entry.payload)
             case Reject(entry, kind):
-                self._release_custody()
                 self._rejected(entry, kind)
                 entry.payload.release()
             case Detach(entry, kind):
                 self._rejected(entry, kind)  # a joiner: out of custody since it joined
             case Join(entry, target):
-                self._release_custody()  # it only follows: the followed work is counted
                 entry.payload._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
             case Submitted(entry, reason):
                 if bus.active:
@@ -400,8 +397,7 @@ class Controller:
     def _admit(self, entry: Entry[TaskRecord]) -> None:
         """Hand an owner to the registry; learn its decision now or from its loop."""
         rec = entry.payload
-        accepted = self._registry.admit(rec)
-        self._release_custody()  # the registry counts it from here
+        accepted = self._registry.admit(rec)  # counted by the registry from here
         if accepted is not None:
             self.machine.admitted(entry, accepted, trio.current_time())
             if not accepted:

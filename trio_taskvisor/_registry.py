@@ -206,8 +206,10 @@ class Registry:
         self._names: dict[str, TaskRecord] = {}
         self.registered = 0  # live records whose outcome is not committed
         self._pending = 0  # records in queued add commands
-        # No pending add and no live record: what wait_idle() waits for.
+        # No pending add and no live record: what wait_idle() waits for; set only when
+        # that changes (``_idle`` is its value, read without trio-util's property).
         self.idle = AsyncBool(True)
+        self._idle = True
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
@@ -547,9 +549,14 @@ class Registry:
         elif self._overstaying.pop(rec.id, None) is not None and not self._overstaying:
             self._overstay_deadline = math.inf  # every one exited within the grace
             self._check_all_stopped()
-        self._maybe_idle()
+        if rec.listener is None:
+            self._maybe_idle()
+        # else: its listener may admit the slot's next owner first, then ``settle``.
         if self.shutting_down and not self._live:
             self._loop_scope.cancel(reason="shutdown: every actor exited")
+
+    def settle(self) -> None:
+        self._maybe_idle()
 
     def crashed(self, exc: BaseException) -> None:
         self._on_crash(exc)
@@ -641,11 +648,13 @@ class Registry:
             self._check_all_stopped()
 
     def _busy(self) -> None:
-        if self.idle.value:  # pyright: ignore[reportUnknownMemberType]
+        if self._idle:
+            self._idle = False
             self.idle.value = False
 
     def _maybe_idle(self) -> None:
-        if not self._live and not self._pending:
+        if not self._idle and not self._live and not self._pending:
+            self._idle = True
             self.idle.value = True
 
     # -- shutdown ---------------------------------------------------------------------------
