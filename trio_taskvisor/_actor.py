@@ -61,11 +61,6 @@ class ActorHost(Protocol):
     random: random.Random
     running_attempts: int
 
-    @property
-    def limited(self) -> bool:
-        """Whether attempts need a ``max_concurrent`` permit."""
-        ...
-
     async def acquire_permit(self, rec: TaskRecord, /) -> None:
         """Wait (FIFO) for a permit for the attempt after the first."""
 
@@ -91,27 +86,23 @@ def _is_awaitable(value: object) -> bool:
     return type(value) is types.CoroutineType or hasattr(value, "__await__")
 
 
-async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> None:
+async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> None:
     """Run ``rec``'s attempts strictly in sequence until it ends; commit its outcome.
 
-    ``holds_permit``: the host acquired the first attempt's permit before spawning it.
-    The retry loop and the attempt are inlined in this one coroutine, with few locals
-    and bookkeeping in plain helpers, on purpose: the memory of an idle supervised task
-    is mostly its coroutine frames.
+    ``permit``: ``None`` without ``max_concurrent``; else whether the host acquired the
+    first attempt's permit before spawning it. The retry loop and the attempt are inlined
+    in this one coroutine, with few locals and the bookkeeping in plain helpers, on
+    purpose: the memory of an idle supervised task is mostly its coroutine frames.
     """
     current_task_context.set(rec)
-    rec.stop_scope = stop_scope = trio.CancelScope()
-    if rec.stop_requested:  # stopped between its admission and this first step
-        stop_scope.cancel(reason="stop requested")
-    limited = host.limited
     retries = 0  # retries in the current failure streak
     outcome: TaskOutcome | None = None
     try:
-        with stop_scope:
+        with _stop_scope(rec):
             while True:
-                if limited and not holds_permit:
+                if permit is False:
                     await _acquire_permit(rec, host)
-                holds_permit = False
+                    permit = True
                 try:
                     if rec.stop_requested:
                         # Stopped before this attempt began (before the actor's first
@@ -132,9 +123,11 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
                         else:
                             assert started is not None
                             rec.hard_deadline = started + rec.policy.timeout
-                            with trio.CancelScope(deadline=rec.hard_deadline) as scope:
+                            with trio.CancelScope(deadline=rec.hard_deadline):
                                 result = await result
-                            if scope.cancel_called:
+                            # Cancelled at the deadline, or returned after it having
+                            # swallowed the cancellation: timed out either way.
+                            if trio.current_time() >= rec.hard_deadline:
                                 status, result = _TIMED_OUT, _timed_out(rec)
                     except TaskCancelled as exc:
                         status, result = _CANCELLED, exc
@@ -143,22 +136,15 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
                     except Exception as exc:
                         status, result = _FAILED, exc
                     except BaseException as exc:
-                        _, rest = split_cancelled(exc)
-                        if not isinstance(rest, Exception):
-                            _end_attempt(rec, host, EventKind.ATTEMPT_CANCELLED, started, None)
-                            if rest is None or rest is exc:
-                                raise
-                            raise rest from None  # the group without its Cancelled
-                        # Cancelled mixed with Exceptions (the task's own nursery, stopped
-                        # while a child's cleanup raised): the Exceptions decide.
-                        status, result = _FAILED, rest
+                        status, result = _FAILED, _failure_in(rec, host, exc, started)
                     _end_attempt(
                         rec, host, _END_EVENTS[status], started, None if status is _OK else result
                     )
                 finally:
-                    if limited:
+                    if permit:
                         host.release_permit(rec)
-                # -- what next ---------------------------------------------------------
+                        permit = False
+                # -- what next: ``started`` becomes the wake-up time -------------------
                 if status is _OK:
                     retries = 0
                     if not rec.policy.restart.restarts_on_success:
@@ -168,21 +154,21 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
                             else TaskOutcome(OutcomeKind.COMPLETED, value=result)
                         )
                         break
-                    wake: float | None = _schedule_repeat(rec, host, started)
+                    started = _schedule_repeat(rec, host, started)
                 else:
                     assert isinstance(result, BaseException)
                     outcome = _final_outcome(rec, status, result, retries)
                     if outcome is not None:
                         break
-                    wake = _schedule_retry(rec, host, result, retries)
+                    started = _schedule_retry(rec, host, result, retries)
                     retries += 1
                 _fresh_context(rec)
                 if not rec.stop_requested:  # a stopping task stays STOPPING
                     rec.state = TaskState.BACKOFF
-                if wake is None:
+                if started is None:
                     await trio.lowlevel.checkpoint()
                 else:
-                    await trio.sleep_until(wake)
+                    await trio.sleep_until(started)
     except BaseException as exc:
         if split_cancelled(exc)[1] is None:
             # Only an internal fault cancels the supervisor's shielded region early.
@@ -192,6 +178,32 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
         host.crashed(exc)
         return
     _exit(rec, host, CANCELLED if outcome is None or rec.stop_requested else outcome)
+
+
+def _stop_scope(rec: TaskRecord) -> trio.CancelScope:
+    """The actor's stop scope, cancelled at once if a stop came before its first step."""
+    rec.stop_scope = scope = trio.CancelScope()
+    if rec.stop_requested:
+        scope.cancel(reason="stop requested")
+    return scope
+
+
+def _failure_in(
+    rec: TaskRecord, host: ActorHost, exc: BaseException, started: float | None
+) -> Exception:
+    """An attempt raised a ``BaseException``: its failure, or re-raise it.
+
+    Cancelled mixed with Exceptions (the task's own nursery, stopped while a child's
+    cleanup raised): the Exceptions decide, as an ordinary failure. Anything else ends
+    the attempt cancelled and propagates, without its ``Cancelled``.
+    """
+    _, rest = split_cancelled(exc)
+    if isinstance(rest, Exception):
+        return rest
+    _end_attempt(rec, host, EventKind.ATTEMPT_CANCELLED, started, None)
+    if rest is None or rest is exc:
+        raise exc
+    raise rest from None  # the group without its Cancelled
 
 
 def _exit(rec: TaskRecord, host: ActorHost, outcome: TaskOutcome) -> None:

@@ -351,19 +351,9 @@ class Controller:
         self._sync_idle()
 
     def _carry_out(self, effect: Effect[TaskRecord]) -> None:
+        # The most frequent first: every submission has a Submitted, every owner a Transition.
         bus = self._bus
         match effect:
-            case Admit():
-                pass  # after the others (see _apply)
-            case Stop(entry):
-                self._registry.stop_record(entry.payload)
-            case Reject(entry, kind):
-                self._rejected(entry, kind)
-                entry.payload.release()
-            case Detach(entry, kind):
-                self._rejected(entry, kind)  # a joiner: out of custody since it joined
-            case Join(entry, target):
-                entry.payload._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
             case Submitted(entry, reason):
                 if bus.active:
                     rec = entry.payload
@@ -380,6 +370,19 @@ class Controller:
                         entry.key,
                         reason=reason,
                     )
+            case Admit():
+                pass  # after the others (see _apply)
+            case Stop(entry):
+                self._registry.stop_record(entry.payload)
+            case Reject(entry, kind):
+                self._rejected(entry, kind)
+                entry.payload.release()
+            case Join(entry, target):
+                joiner = entry.payload
+                joiner._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
+                joiner.release()  # it never runs: keep only what its waiter needs
+            case Detach(entry, kind):
+                self._rejected(entry, kind)  # a joiner: out of custody since it joined
 
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload

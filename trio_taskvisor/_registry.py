@@ -505,31 +505,30 @@ class Registry:
             self.bus.publish(EventKind.TASK_ADDED, rec.id, rec.name, rec.slot)
 
     def _spawn(self, rec: TaskRecord) -> None:
-        if self._permits is None or self._permits.first(rec):
-            self._start_actor(rec, holds_permit=self._permits is not None)
+        if self._permits is None:
+            self._start_actor(rec, None)
+        elif self._permits.first(rec):
+            self._start_actor(rec, True)
         # else: it waits in the permits' FIFO, with no actor yet.
 
     def _spawn_with_permit(self, rec: TaskRecord) -> None:
-        self._start_actor(rec, holds_permit=True)
+        self._start_actor(rec, True)
 
-    def _start_actor(self, rec: TaskRecord, *, holds_permit: bool) -> None:
+    def _start_actor(self, rec: TaskRecord, permit: bool | None) -> None:
+        """Spawn ``rec``'s actor; ``permit`` as ``run_actor`` takes it."""
         context = rec.context
         assert context is not None
         # start_soon copies the current context: call it inside the captured one.
-        context.run(self._start_soon, rec, holds_permit)
+        context.run(self._start_soon, rec, permit)
         restart = rec.policy.restart
         if not (restart.restarts_on_failure or restart.restarts_on_success):
             rec.context = None  # one attempt only: the actor's own copy is all it needs
 
-    def _start_soon(self, rec: TaskRecord, holds_permit: bool) -> None:
+    def _start_soon(self, rec: TaskRecord, permit: bool | None) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(run_actor, rec, self, holds_permit, name=rec.name)
+        self._nursery.start_soon(run_actor, rec, self, permit, name=rec.name)
 
     # -- the actors' host (their tasks) -------------------------------------------------------
-
-    @property
-    def limited(self) -> bool:
-        return self._permits is not None
 
     async def acquire_permit(self, rec: TaskRecord) -> None:
         assert self._permits is not None
@@ -582,9 +581,9 @@ class Registry:
             self.bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, rec.slot)
         rec.request_stop("stop requested")
         if self._permits is not None and self._permits.withdraw(rec):
-            # It had no actor yet: spawn one, which sees the stop and ends at once
-            # (its exit is reported as every actor's is).
-            self._start_actor(rec, holds_permit=False)
+            # It had no actor yet: spawn one, which sees the stop and ends at once,
+            # needing no permit (its exit is reported as every actor's is).
+            self._start_actor(rec, None)
         self._set_force_deadline(rec, deadline)
 
     def _set_force_deadline(self, rec: TaskRecord, deadline: float) -> None:

@@ -309,8 +309,10 @@ def resolve(spec: TaskSpec, defaults: TaskDefaults) -> ResolvedSpec:
 class Resolver:
     """Resolve specs against one ``TaskDefaults``, sharing one ``ResolvedSpec`` per policy.
 
-    Most tasks of a supervisor share a handful of policies, so a small cache saves an
-    object per task.
+    Most tasks of a supervisor share a handful of policy objects (``RestartPolicy.NEVER``,
+    ``INHERIT``, one ``BackoffPolicy``), so a small cache keyed by the options' identities
+    saves an object per task and hashes nothing but ints. Each entry keeps its option
+    objects alive, so their ids cannot be reused while cached.
     """
 
     __slots__ = ("_cache", "_defaults")
@@ -319,13 +321,15 @@ class Resolver:
 
     def __init__(self, defaults: TaskDefaults) -> None:
         self._defaults = defaults
-        self._cache: dict[tuple[object, ...], ResolvedSpec] = {}
+        self._cache: dict[tuple[int, int, int, int], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
     def __call__(self, spec: TaskSpec) -> ResolvedSpec:
-        key = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
-        resolved = self._cache.get(key)
-        if resolved is None:
-            resolved = resolve(spec, self._defaults)
-            if len(self._cache) < self._MAX_ENTRIES:
-                self._cache[key] = resolved
+        options = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
+        key = (id(options[0]), id(options[1]), id(options[2]), id(options[3]))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached[0]
+        resolved = resolve(spec, self._defaults)
+        if len(self._cache) < self._MAX_ENTRIES:
+            self._cache[key] = (resolved, options)
         return resolved
