@@ -237,6 +237,7 @@ def _begin_attempt(rec: TaskRecord, host: ActorHost) -> float | None:
             rec.slot,
             rec.attempt,
             timeout=policy.timeout,
+            fence_token=rec.fence_token,
         )
     elif policy.timeout is None and not policy.restart.restarts_on_success:
         return None  # no deadline, no duration, no repeat gap: no clock read
@@ -264,6 +265,7 @@ def _end_attempt(
         exit_code=None if failure is None else _exit_code(failure),
         duration=None if started is None else trio.current_time() - started,
         timeout=rec.policy.timeout if kind is EventKind.ATTEMPT_TIMED_OUT else None,
+        fence_token=rec.fence_token,
     )
 
 
@@ -346,6 +348,7 @@ def _publish_backoff(
             delay=delay,
             exit_code=None if error is None else _exit_code(error),
             backoff_source=source,
+            fence_token=rec.fence_token,
         )
 
 

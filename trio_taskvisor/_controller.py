@@ -32,18 +32,28 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, cast
 
 import attrs
 import trio
 from trio_util import AsyncBool
 
 from ._bus import EventBus
+from ._clusterslots import (
+    Ask,
+    ClusterEffect,
+    ClusterSlotMachine,
+    Follow,
+    LoseLease,
+    Release,
+    Unfollow,
+    Withdraw,
+)
 from ._config import ControllerConfig
 from ._events import EventKind
-from ._exceptions import DeadlockError, SupervisorClosedError
+from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
 from ._inbox import Inbox, Reply
-from ._outcome import RejectionKind, TaskId, rejected_outcome
+from ._outcome import RejectionKind, TaskId, TaskOutcome, rejected_outcome
 from ._record import TaskRecord, current_task_context
 from ._registry import Registry
 from ._slots import (
@@ -59,7 +69,23 @@ from ._slots import (
     Submitted,
     Transition,
 )
-from ._spec import ControllerSpec, TaskSpec
+from ._slotstore import (
+    ClusterSlotInfo,
+    FollowedOutcome,
+    Full,
+    Joined,
+    LeaseLost,
+    Owner,
+    Queued,
+    Rejected,
+    RemoteStop,
+    Report,
+    ReportSink,
+    Room,
+    StoreRecovered,
+    StoreUnavailable,
+)
+from ._spec import AdmissionPolicy, ControllerSpec, TaskSpec
 from ._waiter import TaskWaiter
 
 
@@ -69,10 +95,11 @@ class SlotView:
 
     slot: str
     status: SlotStatus
-    owner_id: TaskId
+    owner_id: TaskId | None
     queue_depth: int
     waiting: int
     status_for: float
+    fence_token: int | None = None
 
 
 @attrs.frozen
@@ -107,9 +134,49 @@ class _Decided(NamedTuple):
     accepted: bool
 
 
-_Command = _Submit | _Remove | _Decided
+_Command = _Submit | _Remove | _Decided | Report
 
 NewRecord = Callable[[TaskSpec, str], TaskRecord]
+
+
+class LeaseKeeperSeam(Protocol):
+    """What the controller needs of the lease keeper (``_keeper.LeaseKeeper``)."""
+
+    instance_id: str
+
+    def submit(
+        self, slot: str, entry: int, policy: AdmissionPolicy, max_queue: int, wait: bool, /
+    ) -> None: ...
+
+    def withdraw(self, slot: str, entry: int, reason: RejectionKind, /) -> None: ...
+
+    def release(self, slot: str, entry: int, outcome: TaskOutcome, /) -> None: ...
+
+    def follow(self, joiner: int, slot: str, target: str, /) -> None: ...
+
+    def unfollow(self, joiner: int, /) -> None: ...
+
+    async def query(self, slot: str, /) -> ClusterSlotInfo | None: ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _ReportInbox:
+    """The keeper's ``ReportSink``: its reports go to the controller's inbox, never refused."""
+
+    __slots__ = ("_inbox",)
+
+    def __init__(self, inbox: Inbox[_Command]) -> None:
+        self._inbox = inbox
+
+    def send_nowait(self, report: Report) -> None:
+        self._inbox.put_nowait(report, force=True)
+
+    async def send(self, report: Report) -> None:
+        self.send_nowait(report)
+        await trio.lowlevel.checkpoint()
 
 
 class Controller:
@@ -121,17 +188,29 @@ class Controller:
         registry: Registry,
         bus: EventBus,
         new_record: NewRecord,
+        keeper: Callable[[ReportSink], LeaseKeeperSeam] | None = None,
     ) -> None:
-        self.machine: SlotMachine[TaskRecord] = SlotMachine(
+        self._registry = registry
+        self._bus = bus
+        self._new_record = new_record
+        self._max_slot_queue = config.max_slot_queue
+        self._inbox: Inbox[_Command] = Inbox(config.queue_capacity)
+        # With a slot store, the lease keeper (built here: it reports to this inbox)
+        # places the work and the machine keeps the local view of cluster slots.
+        self.keeper = None if keeper is None else keeper(_ReportInbox(self._inbox))
+        kind: type[SlotMachine[TaskRecord]] = (
+            SlotMachine[TaskRecord] if self.keeper is None else ClusterSlotMachine[TaskRecord]
+        )
+        machine = kind(
             max_slot_queue=config.max_slot_queue,
             max_total_pending=config.max_total_pending,
             max_slots=config.max_slots,
             max_waiters=config.max_waiters,
         )
-        self._registry = registry
-        self._bus = bus
-        self._new_record = new_record
-        self._inbox: Inbox[_Command] = Inbox(config.queue_capacity)
+        self.machine = machine
+        self._cluster = (
+            None if self.keeper is None else cast("ClusterSlotMachine[TaskRecord]", machine)
+        )
         self._loop_scope = trio.CancelScope()
         self.exited = trio.Event()
         # Submissions in the inbox, and callers waiting for one to be taken in (deadlock
@@ -202,7 +281,7 @@ class Controller:
 
     def _sync_idle(self) -> None:
         machine = self.machine
-        idle = not (self._in_inbox or machine.queued or machine.held)
+        idle = not (self._in_inbox or machine.queued or machine.held or machine.asking)
         if idle is not self._idle:
             self._idle = idle
             self.idle.value = idle
@@ -235,18 +314,20 @@ class Controller:
         now = trio.current_time()
         views: list[SlotView] = []
         for slot in sorted(self.machine.slots.values(), key=lambda s: s.key):
-            # Invariant: a tracked slot always has an owner (held or queued work of an
-            # ownerless slot starts at once).
-            assert slot.owner is not None
+            # Invariant: a tracked slot has a status; a local one always has an owner (held
+            # or queued work of an ownerless slot starts at once), a cluster slot without
+            # a local owner is REMOTE (or ADMITTING, while the store decides).
             assert slot.status is not None
+            owner = slot.owner
             views.append(
                 SlotView(
                     slot=slot.key,
                     status=slot.status,
-                    owner_id=TaskId(slot.owner.id),
+                    owner_id=None if owner is None else TaskId(owner.id),
                     queue_depth=len(slot.queue),
                     waiting=len(slot.held),
                     status_for=now - slot.since,
+                    fence_token=None if owner is None else owner.payload.fence_token,
                 )
             )
         return ControllerSnapshot(
@@ -304,6 +385,20 @@ class Controller:
                     self._registry.forward_stop(target, reply)
                 else:
                     reply.set(removed)
+            case (
+                Owner()
+                | Queued()
+                | Joined()
+                | Rejected()
+                | Full()
+                | Room()
+                | RemoteStop()
+                | LeaseLost()
+                | FollowedOutcome()
+                | StoreUnavailable()
+                | StoreRecovered()
+            ):
+                self._report(command)
             case _Decided(entry, accepted):
                 # Stale when the owner has exited meanwhile: the machine ignores it.
                 self.machine.admitted(entry, accepted, trio.current_time())
@@ -339,15 +434,25 @@ class Controller:
     # -- effects ------------------------------------------------------------------------------
 
     def _apply(self) -> None:
-        """Carry out the machine's effects: all but admissions in order, then those."""
+        """Carry out the machine's effects: all but admissions in order, then those, then
+        a cluster machine's requests to the lease keeper."""
         machine = self.machine
-        while machine.effects:
-            effects, machine.effects = machine.effects, []
-            admits = [effect.entry for effect in effects if type(effect) is Admit]
-            for effect in effects:
-                self._carry_out(effect)
-            for entry in admits:
-                self._admit(entry)
+        cluster = self._cluster
+        while True:
+            effects = machine.effects
+            if effects:
+                machine.effects = []
+                admits = [effect.entry for effect in effects if type(effect) is Admit]
+                for effect in effects:
+                    self._carry_out(effect)
+                for entry in admits:
+                    self._admit(entry)
+            elif cluster is not None and cluster.extra:
+                extra, cluster.extra = cluster.extra, []
+                for request in extra:
+                    self._request(request)
+            else:
+                break
         self._sync_idle()
 
     def _carry_out(self, effect: Effect[TaskRecord]) -> None:
@@ -383,6 +488,117 @@ class Controller:
                 joiner.release()  # it never runs: keep only what its waiter needs
             case Detach(entry, kind):
                 self._rejected(entry, kind)  # a joiner: out of custody since it joined
+
+    # -- cluster slots: the lease keeper's reports and the requests to it ---------------------
+
+    def _report(self, report: Report) -> None:
+        """Carry a lease keeper's report into the cluster machine."""
+        cluster = self._cluster
+        assert cluster is not None
+        assert self.keeper is not None
+        now = trio.current_time()
+        bus = self._bus
+        match report:
+            case Owner(slot, entry, token):
+                owner = cluster.granted(entry, now)
+                if owner is None:  # it left meanwhile: give the lease back
+                    gone = rejected_outcome(RejectionKind.REMOVED_FROM_QUEUE)
+                    self.keeper.release(slot, entry, gone)
+                else:
+                    rec = owner.payload
+                    rec.fence_token = token
+                    if bus.active:
+                        bus.publish(
+                            EventKind.CONTROLLER_LEASE_ACQUIRED,
+                            rec.id,
+                            rec.name,
+                            slot,
+                            fence_token=token,
+                        )
+            case Queued(_, entry, _):
+                cluster.queued_in_cluster(entry, now)
+            case Joined(_, entry, target):
+                instance, _, number = target.rpartition("/")
+                local = (
+                    int(number.partition(".")[0]) if instance == self.keeper.instance_id else None
+                )
+                label = f"{instance}#{number.partition('.')[0]}"
+                cluster.joined(entry, local, target, label, now)
+            case Rejected(_, entry, kind):
+                cluster.rejected(entry, kind, now)
+            case Full(_, entry, _):
+                cluster.full(entry, now)
+            case Room(slot):
+                cluster.room(slot, now)
+            case RemoteStop(slot, entry, requester):
+                owner = cluster.remote_stop(entry, now)
+                if owner is not None and requester != self.keeper.instance_id and bus.active:
+                    rec = owner.payload
+                    bus.publish(
+                        EventKind.CONTROLLER_REMOTE_STOP,
+                        rec.id,
+                        rec.name,
+                        slot,
+                        reason=f"stop requested by {requester}",
+                        fence_token=rec.fence_token,
+                    )
+            case LeaseLost(slot, entry, token, reason):
+                owner = cluster.lease_lost(entry, reason)
+                if owner is not None and bus.active:
+                    rec = owner.payload
+                    bus.publish(
+                        EventKind.CONTROLLER_LEASE_LOST,
+                        rec.id,
+                        rec.name,
+                        slot,
+                        reason=reason,
+                        fence_token=token,
+                    )
+            case FollowedOutcome(joiner, outcome):
+                follower = cluster.followed_ended(joiner)
+                if follower is not None:
+                    follower.payload._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+            case StoreUnavailable():
+                if bus.active:
+                    bus.publish(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+            case StoreRecovered():
+                if bus.active:
+                    bus.publish(EventKind.CONTROLLER_STORE_RECOVERED)
+                cluster.recovered(now)
+        self._apply()
+
+    def _request(self, request: ClusterEffect[TaskRecord]) -> None:
+        """Carry out a cluster machine's request: to the lease keeper, or a lost lease."""
+        keeper = self.keeper
+        assert keeper is not None
+        match request:
+            case Ask(entry):
+                keeper.submit(entry.key, entry.id, entry.policy, self._max_slot_queue, entry.wait)
+            case Withdraw(entry, kind):
+                keeper.withdraw(entry.key, entry.id, kind)
+            case Release(entry):
+                outcome = entry.payload._outcome  # pyright: ignore[reportPrivateUsage]
+                if outcome is None:  # refused by the registry before its decision was final
+                    outcome = rejected_outcome(RejectionKind.SHUTTING_DOWN)
+                keeper.release(entry.key, entry.id, outcome)
+            case LoseLease(entry, reason):
+                self._registry.lose_lease(entry.payload, reason)
+            case Follow(entry, target):
+                keeper.follow(entry.id, entry.key, target)
+            case Unfollow(entry):
+                keeper.unfollow(entry.id)
+
+    async def cluster_slot(self, slot: str) -> ClusterSlotInfo | None:
+        """Ask the slot store about ``slot`` (``ConfigError`` without one)."""
+        if self.keeper is None:
+            raise ConfigError("cluster_slot needs a slot store: ControllerConfig(slot_store=...)")
+        return await self.keeper.query(slot)
+
+    async def close_store(self) -> None:
+        """The registry has ended: flush the keeper's withdrawals and releases and stop it
+        (bounded by the store's ``connect_timeout``)."""
+        if self.keeper is not None:
+            await self.keeper.aclose()
 
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload

@@ -84,6 +84,7 @@ class TaskRecord(TaskWaiter):
         "committed",
         "context",
         "entry",
+        "fence_token",
         "fn",
         "force_deadline",
         "forced",
@@ -130,6 +131,7 @@ class TaskRecord(TaskWaiter):
         # Controller work: whom to tell, and the slot machine's entry (opaque here).
         self.listener: RecordListener | None = None
         self.entry: object = None
+        self.fence_token: int | None = None  # the lease's, for cluster slots
         self._extras: _Extras | None = None
 
     def extras(self) -> _Extras:

@@ -77,7 +77,14 @@ from ._config import SupervisorConfig
 from ._events import EventKind
 from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUseError
 from ._inbox import Inbox, Reply
-from ._outcome import FORCE_ABORTED, RejectionKind, TaskId, TaskOutcome, rejected_outcome
+from ._outcome import (
+    FORCE_ABORTED,
+    OutcomeKind,
+    RejectionKind,
+    TaskId,
+    TaskOutcome,
+    rejected_outcome,
+)
 from ._record import TaskRecord, TaskState
 
 logger = logging.getLogger("trio_taskvisor")
@@ -323,6 +330,18 @@ class Registry:
         except trio.BrokenResourceError:
             reply.set((False, None))
 
+    def lose_lease(self, rec: TaskRecord, reason: str) -> None:
+        """The owner's cluster lease is lost: force it at once, no grace (``LEASE_LOST``).
+
+        Its name and slot stay reserved until it physically exits, as for any forced task.
+        """
+        if rec.committed:
+            return
+        if not rec.stop_requested:
+            rec.request_stop(reason)
+        rec.force()
+        self._commit(rec, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+
     def stop_record(self, rec: TaskRecord) -> None:
         """Stop a registered record (the controller's REPLACE); nothing if already stopping."""
         if not rec.stop_requested and not rec.committed:
@@ -445,7 +464,13 @@ class Registry:
         """Decide on one record: register and spawn it, or reject it; the error."""
         bus = self.bus
         if bus.active:
-            bus.publish(EventKind.TASK_ADD_REQUESTED, rec.id, rec.name, rec.slot)
+            bus.publish(
+                EventKind.TASK_ADD_REQUESTED,
+                rec.id,
+                rec.name,
+                rec.slot,
+                fence_token=rec.fence_token,
+            )
         if self.shutting_down:
             self._reject(rec, RejectionKind.SHUTTING_DOWN)
             return SupervisorClosedError()
@@ -502,7 +527,9 @@ class Registry:
             self._names[rec.name] = rec
         self.registered += 1
         if self.bus.active:
-            self.bus.publish(EventKind.TASK_ADDED, rec.id, rec.name, rec.slot)
+            self.bus.publish(
+                EventKind.TASK_ADDED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
+            )
 
     def _spawn(self, rec: TaskRecord) -> None:
         if self._permits is None:
@@ -578,7 +605,13 @@ class Registry:
 
     def _request_stop(self, rec: TaskRecord, deadline: float) -> None:
         if self.bus.active:
-            self.bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, rec.slot)
+            self.bus.publish(
+                EventKind.TASK_REMOVE_REQUESTED,
+                rec.id,
+                rec.name,
+                rec.slot,
+                fence_token=rec.fence_token,
+            )
         rec.request_stop("stop requested")
         if self._permits is not None and self._permits.withdraw(rec):
             # It had no actor yet: spawn one, which sees the stop and ends at once,
@@ -640,8 +673,11 @@ class Registry:
                 outcome.reason,
                 outcome.kind,
                 exit_code=outcome.exit_code,
+                fence_token=rec.fence_token,
             )
-            bus.publish(EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot)
+            bus.publish(
+                EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
+            )
         rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
         if self.shutting_down and not self.registered:
             self._check_all_stopped()

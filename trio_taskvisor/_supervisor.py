@@ -44,14 +44,15 @@ import trio
 
 from ._bus import EventBus, Subscriber
 from ._config import SupervisorConfig, check_capacity
-from ._controller import Controller, ControllerSnapshot
+from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
-from ._exceptions import NoControllerError
+from ._exceptions import NoControllerError, SlotStoreUnavailableError
 from ._outcome import TaskId, allocate_id
 from ._record import TaskRecord
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
+from ._slotstore import ClusterSlotInfo, RedisSlotStore, ReportSink, new_instance_id
 from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec
 from ._waiter import TaskWaiter
 
@@ -94,10 +95,18 @@ class Supervisor:
         self._bus = EventBus(config.bus_capacity, subscribers, self._on_crash)
         self._resolve = Resolver(config.task_defaults)
         self._registry = Registry(config, self._bus, self._on_crash)
+        self._instance_id = new_instance_id()
+        controller = config.controller
         self._controller = (
             None
-            if config.controller is None
-            else Controller(config.controller, self._registry, self._bus, self._new_record)
+            if controller is None
+            else Controller(
+                controller,
+                self._registry,
+                self._bus,
+                self._new_record,
+                None if controller.slot_store is None else self._lease_keeper,
+            )
         )
         self._shutdown = Shutdown(
             self._registry,
@@ -116,26 +125,54 @@ class Supervisor:
         return f"<Supervisor {state} registered={self._registry.registered}>"
 
     @property
+    def instance_id(self) -> str:
+        """This supervisor's identity in a cluster: ``"<host>:<pid>:<random hex>"``.
+
+        Unique per ``open_supervisor``; it exists with or without a slot store.
+        """
+        return self._instance_id
+
+    @property
     def config(self) -> SupervisorConfig:
         """The configuration this supervisor runs with."""
         return self._config
 
     # -- the background -------------------------------------------------------------------
 
+    def _lease_keeper(self, reports: ReportSink) -> LeaseKeeperSeam:
+        """The lease keeper of the controller's slot store (the ``redis`` extra)."""
+        from ._keeper import LeaseKeeper  # imports coredis: only with a slot store
+
+        controller = self._config.controller
+        assert controller is not None
+        assert isinstance(controller.slot_store, RedisSlotStore)
+        return LeaseKeeper(controller.slot_store, self._instance_id, reports)
+
     async def _run_background(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        unavailable: SlotStoreUnavailableError | None = None
+        keeper = None if self._controller is None else self._controller.keeper
         try:
             with trio.CancelScope(shield=True):
                 async with trio.open_nursery() as nursery:
                     self._background = nursery
-                    await nursery.start(self._bus.run)
-                    await nursery.start(self._registry.run)
-                    if self._controller is not None:
-                        await nursery.start(self._controller.run)
-                    task_status.started()
+                    if keeper is not None:
+                        # First: nothing starts when the store cannot be reached.
+                        try:
+                            await nursery.start(keeper.run)
+                        except SlotStoreUnavailableError as exc:
+                            unavailable = exc
+                    if unavailable is None:
+                        await nursery.start(self._bus.run)
+                        await nursery.start(self._registry.run)
+                        if self._controller is not None:
+                            await nursery.start(self._controller.run)
+                        task_status.started()
         finally:
             self._shutdown.done.set()
+        if unavailable is not None:
+            raise unavailable
 
     def _start_shutdown(self, *, explicit: bool) -> None:
         assert self._background is not None
@@ -275,8 +312,21 @@ class Supervisor:
         return PreparedSubmission(self, controller, controller.prepare(request))
 
     def controller_snapshot(self) -> ControllerSnapshot:
-        """The controller's slots now (atomic)."""
+        """The controller's slots now (atomic; local, even for cluster slots)."""
         return self._require_controller("controller_snapshot").snapshot()
+
+    async def cluster_slot(self, slot: str) -> ClusterSlotInfo | None:
+        """Ask the slot store about ``slot``, cluster-wide. A checkpoint.
+
+        ``None`` when no process holds its lease and its cluster queue has no live entry.
+        Raises ``NoControllerError`` without a controller, ``ConfigError`` without a slot
+        store, ``SlotStoreUnavailableError`` when the server does not answer within
+        ``connect_timeout``.
+        """
+        controller = self._require_controller("cluster_slot")
+        if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"slot must be a str, got {slot!r}")
+        return await controller.cluster_slot(slot)
 
     async def run_in_slot(
         self,
@@ -436,16 +486,23 @@ async def open_supervisor(
     _check_iterable("subscribers", subscribers, "subscribers")
     sup = Supervisor(config, tuple(subscribers))
     body_error: BaseException | None = None
+    unavailable: SlotStoreUnavailableError | None = None
     async with trio.open_nursery() as nursery:
-        await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
-        sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
         try:
-            yield sup
-        except BaseException as exc:
-            body_error = exc
-        sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
-        with trio.CancelScope(shield=True):
-            await sup._shutdown.done.wait()  # pyright: ignore[reportPrivateUsage]
+            await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
+        except SlotStoreUnavailableError as exc:
+            unavailable = exc  # raised bare below: nothing was started
+        else:
+            sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
+            try:
+                yield sup
+            except BaseException as exc:
+                body_error = exc
+            sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
+            with trio.CancelScope(shield=True):
+                await sup._shutdown.done.wait()  # pyright: ignore[reportPrivateUsage]
+    if unavailable is not None:
+        raise unavailable
     crash = sup._crash  # pyright: ignore[reportPrivateUsage]
     if crash is not None:
         raise crash from None if body_error is None else body_error
