@@ -602,14 +602,15 @@ class Controller:
 
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload
-        rec._resolve(rejected_outcome(kind))  # pyright: ignore[reportPrivateUsage]
+        outcome = rejected_outcome(kind)
+        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
         if self._bus.active:
             self._bus.publish(
                 EventKind.CONTROLLER_REJECTED,
                 rec.id,
                 rec.name,
                 entry.key,
-                reason=kind.value,
+                reason=outcome.reason,  # the words, beside the kind
                 rejection=kind,
             )
 
