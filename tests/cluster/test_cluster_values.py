@@ -372,7 +372,7 @@ def urls_with_secrets(draw: st.DrawFn) -> tuple[str, str, list[str]]:
 
 
 @given(urls_with_secrets())
-@settings(max_examples=400)
+@settings(max_examples=250)
 def test_store_never_shows_the_password(case: tuple[str, str, list[str]]) -> None:
     """repr, str and safe_url mask every password (user part, ``password`` query
     parameters however spelt); the URL itself is kept as given."""
@@ -473,3 +473,35 @@ def test_url_must_be_text(url: object) -> None:
     """A URL that is not a str is a TypeError."""
     with pytest.raises(TypeError, match="url must be a str"):
         RedisSlotStore(url)  # type: ignore[arg-type]
+
+
+# -- longer runs (-m slow) ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@given(lease_histories())
+@settings(max_examples=10_000)
+def test_lease_rule_long(history: tuple[float, float, list[tuple[float, str, float]]]) -> None:
+    """test_lease_is_lost_by_the_last_confirmed_send, many more histories."""
+    test_lease_is_lost_by_the_last_confirmed_send.hypothesis.inner_test(history)
+
+
+@pytest.mark.slow
+@given(fields=outcome_fields, value=json_values | untransferable)
+@settings(max_examples=5_000)
+def test_outcome_codec_long(fields: dict[str, Any], value: object) -> None:
+    """The round trip and the untransferable rule, many more values."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        test_value_json_refuses_is_not_transferred.hypothesis.inner_test(fields, value)
+    else:
+        test_outcome_round_trip_keeps_everything_but_the_error.hypothesis.inner_test(fields, value)
+
+
+@pytest.mark.slow
+@given(urls_with_secrets())
+@settings(max_examples=10_000)
+def test_store_never_shows_the_password_long(case: tuple[str, str, list[str]]) -> None:
+    """test_store_never_shows_the_password, many more URLs."""
+    test_store_never_shows_the_password.hypothesis.inner_test(case)
