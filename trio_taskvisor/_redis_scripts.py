@@ -326,7 +326,7 @@ for k = 0, n - 1 do
           redis.call('LREM', P .. 'q:' .. slot, 0, e)
           table.remove(m.q, m.at[e])
           m.at = {}
-          for k, x in ipairs(m.q) do m.at[x] = k end
+          for j, x in ipairs(m.q) do m.at[x] = j end
         end
         redis.call('RPUSH', P .. 'q:' .. slot, e)
         m.q[#m.q + 1] = e
