@@ -17,7 +17,9 @@ class) and the messages each instance received, and checks:
 * a slot's lease is granted only while free, and only to the live head of its queue,
   on an idle slot, or to a REPLACE during a hand-over;
 * fence tokens strictly increase per slot, across ``FLUSHALL`` too, below 2**53;
-* a lease holder is neither queued nor gone; no entry is queued twice;
+* at most one process owns a slot, but for owners whose lease went with lost data (they
+  learn it at their next renewal); a lease holder is neither queued nor gone; no entry
+  is queued twice;
 * an owner keeps its lease and a queued entry its place (or a gone marker) until its
   process dies or the data is lost;
 * a call sent again at once changes nothing.
@@ -962,6 +964,8 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         for lease in m.lease.values():
             assert lease.entry not in queued
             assert lease.entry not in m.gone
+        owners = [w.slot for w in self.work.values() if w.status == "owner" and not w.stale]
+        assert len(owners) == len(set(owners)), "two processes own one slot"
         for work in self.work.values():
             if work.stale:
                 continue
