@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Plan, Result, Row, format_table, machine_info, write_json
+from cluster import run_cluster
 from controller import run_controller
 from fanout import run_fanout
 from keyed import run_keyed
@@ -45,6 +46,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "memory": ("7", run_memory),
     "shutdown": ("8", run_shutdown),
     "peers": ("9", run_peers),
+    "cluster": ("10", run_cluster),
 }
 
 

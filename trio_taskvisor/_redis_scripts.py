@@ -265,6 +265,7 @@ return instance_of(holder)
 
 _RENEW: Final = r"""
 local me = ARGV[4]
+local expired = redis.call('EXISTS', P .. 'hb:' .. me) == 0
 redis.call('SET', P .. 'hb:' .. me, '1', 'PX', TTL)
 alive_memo[me] = true
 local i = 5
@@ -318,8 +319,15 @@ for k = 0, n - 1 do
     else
       local m = queue_of(slot)
       local state = 'queued'
-      if not m.at[e] then
-        -- lost with server data, or pruned while this process's heartbeat had expired
+      if expired or not m.at[e] then
+        -- lost with server data, or this process's heartbeat expired meanwhile (its
+        -- entry pruned, or not yet): back at the tail, a new acceptance (DESIGN)
+        if m.at[e] then
+          redis.call('LREM', P .. 'q:' .. slot, 0, e)
+          table.remove(m.q, m.at[e])
+          m.at = {}
+          for j, x in ipairs(m.q) do m.at[x] = j end
+        end
         redis.call('RPUSH', P .. 'q:' .. slot, e)
         m.q[#m.q + 1] = e
         m.at[e] = #m.q

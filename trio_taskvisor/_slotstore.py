@@ -14,7 +14,8 @@ Decisions the design leaves open:
   name and password are decoded, so a password may contain ``@``, ``:`` or ``/`` as
   ``%40``, ``%3A``, ``%2F``.
 * Credentials never show: ``repr()``/``str()`` print the URL with the password (and a
-  ``password=`` query parameter) as ``***``. A user part without a ``:`` is masked whole,
+  ``password=`` query parameter, in any case and with any percent-escapes in its name,
+  as coredis decodes them) as ``***``. A user part without a ``:`` is masked whole,
   because some clients read ``redis://secret@host`` as a password. Error messages never
   quote the URL: they name the part that is wrong.
 * Durations may be ``int`` or ``float`` (stored as ``float``); ``bool`` and other types
@@ -36,7 +37,7 @@ import re
 import secrets
 import socket
 from typing import Final, Protocol, TypeAlias
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import attrs
 
@@ -75,18 +76,24 @@ def instance_of(entry: str) -> str:
 # -- configuration --------------------------------------------------------------------------
 
 _USERINFO: Final = re.compile(r"^(?P<head>[^:/?#]*://)(?P<user>[^/?#]*@)")
-_PASSWORD_PARAM: Final = re.compile(r"(?i)([?&]password=)[^&#]*")
+_PARAM: Final = re.compile(r"(?P<key>[?&][^=&#]*=)[^&#]*")
 
 
 def redact_url(url: str) -> str:
     """Return ``url`` with its password (user part and ``password=`` parameter) masked."""
 
-    def mask(match: re.Match[str]) -> str:
+    def mask_user(match: re.Match[str]) -> str:
         name, colon, _ = match["user"][:-1].partition(":")
         # A user part without ":" may be a password to some clients: mask it whole.
         return match["head"] + (f"{name}:{_MASK}@" if colon else f"{_MASK}@")
 
-    return _PASSWORD_PARAM.sub(rf"\g<1>{_MASK}", _USERINFO.sub(mask, url, count=1))
+    def mask_param(match: re.Match[str]) -> str:
+        # coredis reads query keys percent-decoded: "pass%77ord=" is a password too.
+        key = match["key"]
+        return key + _MASK if unquote_plus(key[1:-1]).lower() == "password" else match[0]
+
+    # The user part goes first: it may contain "&" and "=" of its own.
+    return _PARAM.sub(mask_param, _USERINFO.sub(mask_user, url, count=1))
 
 
 def _check_url(url: object) -> str:

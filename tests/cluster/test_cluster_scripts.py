@@ -351,6 +351,25 @@ async def test_renew_resubmits_lost_entries_at_the_tail(s: Scripts) -> None:
     assert entries == [["queued", 0]]
 
 
+async def test_renew_after_a_heartbeat_expiry_moves_entries_to_the_tail(s: Scripts) -> None:
+    """A process whose heartbeat expired (a long pause) has its entries re-submitted at
+    the tail by its next renewal (DESIGN section 10), also where no script pruned them
+    meanwhile; while its heartbeat lives, an entry keeps its place."""
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(C, 1))
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1))])
+    assert entries == [["queued", 0]]
+    await s.kill(A)  # nothing reads the queue until A's next renewal
+    assert await s.queue("k") == [entry(A, 1), entry(C, 1)]
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1))])
+    assert entries == [["resubmitted", 0]]
+    assert await s.queue("k") == [entry(C, 1), entry(A, 1)]
+    _, entries, _ = await s.renew(A, [], [("k", entry(A, 1))])  # sent again
+    assert entries == [["queued", 0]]
+    assert await s.queue("k") == [entry(C, 1), entry(A, 1)]
+
+
 async def test_renew_sees_a_grant_whose_reply_was_lost(s: Scripts) -> None:
     """A claim whose reply was lost shows at renewal as owner, and the lease is renewed."""
     await s.submit("k", entry(B, 1))

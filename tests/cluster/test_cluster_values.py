@@ -1,0 +1,507 @@
+"""The pure parts of cluster slots (``_slotstore``), property-tested without a server.
+
+* ``LeaseDeadline``: the lease is lost at ``0.8 * lease_ttl`` after the sending of the
+  last renewal (or the acquisition) the server confirmed, whatever order the replies
+  come in; at once when a renewal is refused; and a lost lease stays lost.
+* The outcome codec: ``kind``, ``reason``, ``exit_code`` and ``rejection`` survive,
+  ``error`` does not, ``value`` goes through JSON (tuples come back as lists, keys as
+  strings); a value JSON refuses, or whose text is longer than 2**20 characters,
+  arrives as ``None`` with a ``"value not transferable: ..."`` reason; decoding anything
+  else raises ``ValueError``.
+* ``RedisSlotStore``: what it accepts, and that the password shows nowhere (``repr``,
+  ``str``, ``safe_url``, error messages) for any URL that can carry one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+from urllib.parse import quote, unquote_plus
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
+from trio_taskvisor._slotstore import (
+    LOST_LEASE_FRACTION,
+    MAX_TRANSFER_CHARS,
+    LeaseDeadline,
+    RedisSlotStore,
+    decode_outcome,
+    encode_outcome,
+)
+
+# -- the lost-lease rule ----------------------------------------------------------------------
+
+ttls = st.floats(min_value=0.01, max_value=1000.0, allow_nan=False)
+instants = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+@st.composite
+def lease_histories(draw: st.DrawFn) -> tuple[float, float, list[tuple[float, str, float]]]:
+    """A lease's acquisition send time, and its renewals' replies and the timer checks
+    as one timeline: ``(time, "ok" | "refused", sent_at)`` or ``(time, "check", time)``.
+
+    Renewals are sent in order, about every ``ttl / 3``; their replies come back after
+    any delay, so they may arrive out of order, late, or after the deadline.
+    """
+    ttl = draw(ttls)
+    acquired = draw(instants)
+    events: list[tuple[float, str, float]] = []
+    sent = acquired
+    for _ in range(draw(st.integers(0, 10))):
+        sent += draw(st.floats(0.0, ttl))
+        delay = draw(st.floats(0.0, 2 * ttl))
+        verdict = draw(st.sampled_from(["ok", "ok", "ok", "ok", "refused"]))
+        events.append((sent + delay, verdict, sent))
+    for at in draw(st.lists(st.floats(acquired, sent + 2 * ttl), max_size=12)):
+        events.append((at, "check", at))
+    order = draw(st.permutations(range(len(events))))
+    # time order; events at the same instant in a drawn order
+    events = [events[i] for i in sorted(order, key=lambda i: (events[i][0], order.index(i)))]
+    return ttl, acquired, events
+
+
+@given(lease_histories())
+@settings(max_examples=300)
+def test_lease_is_lost_by_the_last_confirmed_send(
+    history: tuple[float, float, list[tuple[float, str, float]]],
+) -> None:
+    """Held while some confirmed send (the acquisition or a renewal) is less than
+    0.8 * lease_ttl old at the check; lost at once on a refusal; out-of-order replies
+    never pull the deadline back."""
+    ttl, acquired, events = history
+    rule = LeaseDeadline.acquired(acquired, ttl)
+    latest_confirmed = acquired
+    expected: str | None = None  # "refused" / "expired" once lost
+    for _, what, value in events:
+        if what == "check":
+            if expected is None and value >= latest_confirmed + LOST_LEASE_FRACTION * ttl:
+                expected = "expired"
+            reason = rule.check(value)
+        elif what == "ok":
+            if expected is None:
+                latest_confirmed = max(latest_confirmed, value)
+            rule.renewed(value)
+            reason = rule.lost
+        else:
+            expected = expected or "refused"
+            reason = rule.refused()
+        if expected is None:
+            assert reason is None
+            assert rule.deadline == latest_confirmed + LOST_LEASE_FRACTION * ttl
+        else:
+            assert reason is not None
+            assert reason.startswith(f"lease {expected}")
+
+
+@given(ttl=ttls, acquired=instants)
+def test_deadline_is_inclusive(ttl: float, acquired: float) -> None:
+    """The lease is held until just before sent + 0.8 * lease_ttl and lost at it."""
+    deadline = acquired + LOST_LEASE_FRACTION * ttl
+    rule = LeaseDeadline.acquired(acquired, ttl)
+    assert rule.check(math.nextafter(deadline, -math.inf)) is None
+    limit = LOST_LEASE_FRACTION * ttl
+    assert rule.check(deadline) == (
+        f"lease expired: no renewal confirmed within {limit:g} s of its sending"
+    )
+
+
+@given(
+    ttl=ttls,
+    acquired=instants,
+    refused=st.booleans(),
+    later=st.lists(st.tuples(st.booleans(), instants), max_size=10),
+)
+def test_a_lost_lease_is_never_held_again(
+    ttl: float, acquired: float, refused: bool, later: list[tuple[bool, float]]
+) -> None:
+    """After the loss, no renewal (however recent its sending) and no check (however
+    early) gives the lease back, and the reason stays the first one."""
+    rule = LeaseDeadline.acquired(acquired, ttl)
+    lost = rule.refused() if refused else rule.check(acquired + ttl)
+    assert lost is not None
+    deadline = rule.deadline
+    for renew, at in later:
+        if renew:
+            rule.renewed(at)
+            assert rule.deadline == deadline
+        else:
+            assert rule.check(at) == lost
+        assert rule.refused() == lost
+        assert rule.lost == lost
+
+
+# -- the outcome codec -----------------------------------------------------------------------
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+json_keys = (
+    st.text(max_size=8)
+    | st.integers(-1000, 1000)
+    | st.booleans()
+    | st.none()
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+# JSON-able in Python's sense: tuples and non-str keys allowed (they come back changed)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=4).map(tuple)
+        | st.dictionaries(json_keys, inner, max_size=4)
+    ),
+    max_leaves=15,
+)
+
+
+def _circular() -> list[object]:
+    loop: list[object] = []
+    loop.append(loop)
+    return loop
+
+
+# values json.dumps(..., allow_nan=False) refuses, alone or deep inside JSON-able ones
+poison = st.one_of(
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    st.sets(st.integers(), max_size=2),
+    st.binary(max_size=4),
+    st.complex_numbers(allow_nan=False, allow_infinity=False),
+    st.builds(object),
+    st.builds(_circular),
+    st.dictionaries(st.tuples(st.integers()), st.integers(), min_size=1, max_size=2),
+    st.just({math.nan: 1}),
+)
+untransferable = st.recursive(
+    poison,
+    lambda inner: (
+        st.builds(lambda x, rest: [*rest, x], inner, st.lists(json_values, max_size=2))
+        | st.builds(
+            lambda x, key, rest: {**rest, key: x},
+            inner,
+            st.text(max_size=4),
+            st.dictionaries(st.text(max_size=4), json_values, max_size=2),
+        )
+    ),
+    max_leaves=4,
+)
+
+outcome_fields = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(OutcomeKind),
+        "reason": st.none() | st.text(max_size=30),
+        "exit_code": st.none() | st.integers(-(2**63), 2**63),
+        "rejection": st.none() | st.sampled_from(RejectionKind),
+        "error": st.none() | st.builds(ValueError, st.text(max_size=10)),
+    }
+)
+
+
+def through_json(value: object) -> object:
+    """What a transferable value becomes in another process."""
+    return json.loads(json.dumps(value, allow_nan=False))
+
+
+@given(fields=outcome_fields, value=json_values)
+@settings(max_examples=300)
+def test_outcome_round_trip_keeps_everything_but_the_error(
+    fields: dict[str, Any], value: object
+) -> None:
+    """kind, reason, exit_code and rejection come back equal; error is None; the value
+    comes back as JSON gives it (tuples as lists, keys as strings)."""
+    outcome = TaskOutcome(value=value, **fields)
+    decoded = decode_outcome(encode_outcome(outcome))
+    assert decoded == TaskOutcome(
+        fields["kind"],
+        value=through_json(value),
+        reason=fields["reason"],
+        exit_code=fields["exit_code"],
+        rejection=fields["rejection"],
+    )
+    assert decoded.error is None
+
+
+def test_tuples_and_int_keys_change_on_the_way() -> None:
+    """The documented changes: tuples become lists, int keys become strings."""
+    outcome = TaskOutcome(OutcomeKind.COMPLETED, value=(1, {2: (3,)}))
+    assert decode_outcome(encode_outcome(outcome)).value == [1, {"2": [3]}]
+
+
+@given(fields=outcome_fields, value=untransferable)
+@settings(max_examples=200)
+def test_value_json_refuses_is_not_transferred(fields: dict[str, Any], value: object) -> None:
+    """A value json.dumps refuses arrives as None, with json's error as the reason; the
+    kind (COMPLETED included) and the other fields stay."""
+    with pytest.raises((TypeError, ValueError)) as refusal:
+        json.dumps(value, allow_nan=False)
+    decoded = decode_outcome(encode_outcome(TaskOutcome(value=value, **fields)))
+    assert decoded == TaskOutcome(
+        fields["kind"],
+        reason=f"value not transferable: {refusal.value}",
+        exit_code=fields["exit_code"],
+        rejection=fields["rejection"],
+    )
+
+
+@given(
+    extra=st.integers(-3, 3),
+    char=st.sampled_from(["x", "\u00e9", "\U0001f600"]),
+    nested=st.booleans(),
+)
+@settings(max_examples=40, deadline=None)
+def test_value_longer_than_a_mebibyte_is_not_transferred(
+    extra: int, char: str, nested: bool
+) -> None:
+    """The limit is on the encoded text (escapes count): 2**20 characters pass, one
+    more does not; the kind stays COMPLETED."""
+    width = len(json.dumps(char)) - 2  # "x" -> 1, "\u00e9" -> 6, an emoji -> 12
+    overhead = 4 if nested else 2  # ["..."] or "..."
+    count = (MAX_TRANSFER_CHARS - overhead) // width + extra
+    text = char * count
+    value: object = [text] if nested else text
+    encoded_length = len(json.dumps(value))
+    decoded = decode_outcome(encode_outcome(TaskOutcome(OutcomeKind.COMPLETED, value=value)))
+    if encoded_length <= MAX_TRANSFER_CHARS:
+        assert decoded == TaskOutcome(OutcomeKind.COMPLETED, value=value)
+    else:
+        assert decoded == TaskOutcome(
+            OutcomeKind.COMPLETED, reason="value not transferable: encoded value exceeds 1 MiB"
+        )
+
+
+encoded_like = st.dictionaries(
+    st.sampled_from(["kind", "reason", "exit_code", "rejection", "value"]),
+    st.sampled_from([*OutcomeKind, *RejectionKind]).map(lambda k: k.value) | json_values,
+).map(json.dumps)
+
+
+@given(text=st.text(max_size=40) | encoded_like)
+@settings(max_examples=300)
+def test_decoding_accepts_only_encoded_outcomes(text: str) -> None:
+    """Any text decodes to a well-typed outcome or raises ValueError, nothing else."""
+    try:
+        decoded = decode_outcome(text)
+    except ValueError:
+        return
+    data = json.loads(text)
+    assert decoded.kind is OutcomeKind(data["kind"])
+    assert decoded.reason is None or isinstance(decoded.reason, str)
+    assert decoded.exit_code is None or type(decoded.exit_code) is int
+    assert decoded.rejection is None or isinstance(decoded.rejection, RejectionKind)
+    assert decoded.error is None
+    assert decoded.value == data["value"]
+
+
+# -- RedisSlotStore ---------------------------------------------------------------------------
+
+# characters a password may carry unescaped in the user part of a URL
+RAW_SAFE = "abcXYZ0189-._~!$&'()*+,;=:@"
+secrets = st.text(min_size=1, max_size=12)
+raw_secrets = st.text(RAW_SAFE, min_size=1, max_size=12).filter(lambda s: s[0] != "@")
+names = st.text("abcxyz019-._", min_size=1, max_size=8)
+
+
+def escaped(text: str) -> str:
+    return quote(text, safe="")
+
+
+def password_keys() -> st.SearchStrategy[str]:
+    """``password`` as a query key, in any case, with any characters percent-escaped."""
+
+    def spell(word: str, escapes: list[bool]) -> str:
+        return "".join(f"%{ord(c):02X}" if e else c for c, e in zip(word, escapes, strict=True))
+
+    return st.builds(
+        spell,
+        st.sampled_from(["password", "PASSWORD", "Password"]),
+        st.lists(st.booleans(), min_size=8, max_size=8),
+    )
+
+
+@st.composite
+def urls_with_secrets(draw: st.DrawFn) -> tuple[str, str, list[str]]:
+    """A valid store URL, the URL as it must show (every secret masked), and the
+    secrets as written in the URL (with their decoded forms)."""
+    scheme = draw(st.sampled_from(["redis", "rediss"]))
+    host = draw(st.sampled_from(["127.0.0.1", "localhost", "cache.example.com", "[::1]"]))
+    port = draw(st.none() | st.integers(0, 65535))
+    db = draw(st.none() | st.integers(0, 15))
+    found: list[str] = []
+    shown = url = f"{scheme}://"
+    form = draw(st.sampled_from(["none", "user:pw", ":pw", "pw", "user"]))
+    if form != "none":
+        raw = draw(st.booleans())
+        secret = draw(raw_secrets) if raw else draw(secrets)
+        written = secret if raw else escaped(secret)
+        found += [written, secret]
+        if form == "user:pw":
+            user = draw(names)
+            url, shown = f"{url}{user}:{written}@", f"{shown}{user}:***@"
+        else:
+            if form != ":pw":
+                assume(":" not in written)  # a bare user part has no colon
+            prefix = ":" if form == ":pw" else ""
+            url, shown = f"{url}{prefix}{written}@", f"{shown}{prefix}***@"
+    tail = host + ("" if port is None else f":{port}") + ("" if db is None else f"/{db}")
+    url, shown = url + tail, shown + tail
+    params = draw(
+        st.lists(
+            st.tuples(
+                password_keys() | st.sampled_from(["db", "ssl_cert_reqs", "client_name"]),
+                secrets,
+            ),
+            max_size=3,
+        )
+    )
+    for index, (key, value) in enumerate(params):
+        sep = "?" if index == 0 else "&"
+        url += f"{sep}{key}={escaped(value)}"
+        if unquote_plus(key).lower() == "password":
+            shown += f"{sep}{key}=***"
+            found += [escaped(value), value]
+        else:
+            shown += f"{sep}{key}={escaped(value)}"
+    return url, shown, found
+
+
+@given(urls_with_secrets())
+@settings(max_examples=250)
+def test_store_never_shows_the_password(case: tuple[str, str, list[str]]) -> None:
+    """repr, str and safe_url mask every password (user part, ``password`` query
+    parameters however spelt); the URL itself is kept as given."""
+    url, shown, found = case
+    store = RedisSlotStore(url, namespace="ns")
+    assert store.url == url
+    assert store.safe_url == shown
+    texts = [repr(store), str(store), store.safe_url]
+    public = f"RedisSlotStore({shown!r}, namespace='ns', lease_ttl=10.0, connect_timeout=5.0)"
+    assert repr(store) == public
+    for secret in found:
+        assume(secret not in public)  # a secret like "1" may be part of the port
+        assert not [text for text in texts if secret in text]
+
+
+@st.composite
+def broken_urls(draw: st.DrawFn) -> tuple[str, str, str]:
+    """A URL with a password that the store must refuse, the same URL with another
+    password, and the password."""
+    secret = draw(secrets)
+    template = draw(
+        st.sampled_from(
+            [
+                "http://user:{}@host:6379/0",
+                "unix://user:{}@/tmp/redis.sock",
+                "user:{}@host:6379",
+                "redis://user:{}@:6379/0",
+                "redis://user:{}@host:6379/zero",
+                "redis://user:{}@host:99999/0",
+                "rediss://user:{}@host:port/0",
+                "redis+tls://user:{}@host/0",
+                "redis://user:{}@[::1/0",
+            ]
+        )
+    )
+    return template.format(escaped(secret)), template.format("placeholder"), secret
+
+
+@given(broken_urls())
+def test_refused_urls_never_quote_the_password(case: tuple[str, str, str]) -> None:
+    """A URL the store refuses raises ConfigError whose text names the wrong part only:
+    the same text whatever the password."""
+    url, placeholder_url, secret = case
+    with pytest.raises(ConfigError) as refusal:
+        RedisSlotStore(url)
+    with pytest.raises(ConfigError) as same:
+        RedisSlotStore(placeholder_url)
+    assert str(refusal.value) == str(same.value)
+    for text in (secret, escaped(secret)):
+        assume(text not in repr(same.value))
+        assert text not in str(refusal.value)
+        assert text not in repr(refusal.value)
+
+
+@given(namespace=st.text(max_size=12))
+@settings(max_examples=200)
+def test_namespace_rule(namespace: str) -> None:
+    """A namespace is accepted iff non-empty, without '{', '}' or whitespace; it makes
+    the key prefix ``tv:{<namespace>}:``."""
+    valid = bool(namespace) and not any(c in "{}" or c.isspace() for c in namespace)
+    if valid:
+        assert RedisSlotStore("redis://h/0", namespace=namespace).key_prefix == (
+            "tv:{" + namespace + "}:"
+        )
+    else:
+        with pytest.raises(ConfigError):
+            RedisSlotStore("redis://h/0", namespace=namespace)
+
+
+@given(
+    value=st.integers(-5, 10**400) | st.floats() | st.booleans() | st.none() | st.text(max_size=3),
+    field=st.sampled_from(["lease_ttl", "connect_timeout"]),
+)
+@settings(max_examples=200)
+def test_duration_rule(value: object, field: str) -> None:
+    """Durations: finite numbers > 0 (stored as float); other numbers are a ConfigError;
+    bools and non-numbers a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        with pytest.raises(TypeError):
+            RedisSlotStore("redis://h/0", **{field: value})
+        return
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if math.isfinite(seconds) and seconds > 0:
+        store = RedisSlotStore("redis://h/0", **{field: value})
+        assert getattr(store, field) == seconds
+        assert type(getattr(store, field)) is float
+        assert store.keep == max(60.0, 10.0 * store.lease_ttl)
+    else:
+        with pytest.raises(ConfigError, match=f"{field} must be finite and > 0"):
+            RedisSlotStore("redis://h/0", **{field: value})
+
+
+@pytest.mark.parametrize("url", [None, b"redis://h/0", 6379])
+def test_url_must_be_text(url: object) -> None:
+    """A URL that is not a str is a TypeError."""
+    with pytest.raises(TypeError, match="url must be a str"):
+        RedisSlotStore(url)  # type: ignore[arg-type]
+
+
+# -- longer runs (-m slow) ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@given(lease_histories())
+@settings(max_examples=10_000)
+def test_lease_rule_long(history: tuple[float, float, list[tuple[float, str, float]]]) -> None:
+    """test_lease_is_lost_by_the_last_confirmed_send, many more histories."""
+    test_lease_is_lost_by_the_last_confirmed_send.hypothesis.inner_test(history)
+
+
+@pytest.mark.slow
+@given(fields=outcome_fields, value=json_values | untransferable)
+@settings(max_examples=5_000)
+def test_outcome_codec_long(fields: dict[str, Any], value: object) -> None:
+    """The round trip and the untransferable rule, many more values."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        test_value_json_refuses_is_not_transferred.hypothesis.inner_test(fields, value)
+    else:
+        test_outcome_round_trip_keeps_everything_but_the_error.hypothesis.inner_test(fields, value)
+
+
+@pytest.mark.slow
+@given(urls_with_secrets())
+@settings(max_examples=10_000)
+def test_store_never_shows_the_password_long(case: tuple[str, str, list[str]]) -> None:
+    """test_store_never_shows_the_password, many more URLs."""
+    test_store_never_shows_the_password.hypothesis.inner_test(case)
