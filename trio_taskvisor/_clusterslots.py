@@ -432,6 +432,14 @@ class ClusterSlotMachine(SlotMachine[P]):
         else:
             self._drop_if_empty(slot)
 
+    def _hold(self, slot: Slot[P], entry: Entry[P]) -> None:
+        super()._hold(slot, entry)
+        if slot.held and slot.owner is None and slot.status is None:
+            # Invariant: a tracked slot has a status. Held work alone (the store was
+            # unavailable, or the local budget is full) leaves a slot with local work and
+            # no local owner: REMOTE, as for queued work.
+            slot.status = SlotStatus.REMOTE
+
     def _unhold_head(self, slot: Slot[P]) -> Entry[P]:
         entry = super()._unhold_head(slot)
         self._local_holds.discard(entry.id)
