@@ -13,7 +13,8 @@ can be compared.
 Commands (``op``):
 
 * ``submit``: ``id``, ``slot``, ``policy`` (an ``AdmissionPolicy`` value), ``wait``, and
-  the body's behaviour: ``gate`` (run until ``release``), ``hold`` (seconds), ``value``
+  the body's behaviour: ``gate`` (run until ``release``; ``defer``: in a ``defer_cancel()``
+  block), ``thread`` (block in a thread until ``release``), ``hold`` (seconds), ``value``
   (returned; ``"sample"``: ``SAMPLE``), ``db`` (a port: write to the fenced database every
   20 ms while running, and once more as the body ends).
 * ``call``: ``run_in_slot`` with the same body arguments, in a scope ``cancel`` cancels
@@ -36,6 +37,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
@@ -112,6 +114,7 @@ class Replica:
         self.sup = sup
         self.nursery = nursery
         self.gates: dict[str, trio.Event] = {}
+        self.thread_gates: dict[str, threading.Event] = {}
         self.callers: dict[str, trio.CancelScope] = {}
         self.done = trio.Event()
         self._busy = 0  # submit and call tasks still waiting for their outcome
@@ -137,6 +140,9 @@ class Replica:
     def body(self, command: dict[str, Any]) -> Any:
         wid = command["id"]
         gate = self.gates.setdefault(wid, trio.Event()) if command.get("gate") else None
+        thread_gate = None
+        if command.get("thread"):
+            thread_gate = self.thread_gates.setdefault(wid, threading.Event())
         hold = command.get("hold")
         port = command.get("db")
 
@@ -158,6 +164,13 @@ class Replica:
                                     await gate.wait()
                     finally:
                         write(port, wid, token, "flush")
+                elif thread_gate is not None:
+                    # Blocking code in a thread nothing can cancel: the body outlives a
+                    # force (a lost lease) until ``release``.
+                    await trio.to_thread.run_sync(thread_gate.wait)
+                elif gate is not None and command.get("defer"):
+                    with context.defer_cancel():  # ignores the soft stop: forced after grace
+                        await gate.wait()
                 elif gate is not None:
                     await gate.wait()
                 elif hold:
@@ -243,6 +256,7 @@ class Replica:
                 self.spawn(self.call, command)
             case "release":
                 self.gates.setdefault(command["id"], trio.Event()).set()
+                self.thread_gates.setdefault(command["id"], threading.Event()).set()
             case "cancel":
                 self.callers[command["id"]].cancel(reason="the test cancels the caller")
             case "cluster_slot":

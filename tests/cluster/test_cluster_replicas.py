@@ -285,6 +285,94 @@ async def test_server_restart_loses_leases_then_work_resumes_with_higher_tokens(
         assert len(a.event("controller_store_recovered")) == 1
 
 
+async def test_quick_server_restart_refuses_the_lease_and_keeps_tokens_increasing(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """The server restarts at once (a new run_id, every key lost): A's next renewal is
+    refused, its owner ends LEASE_LOST, and B's entry (placed again by its renewal) runs
+    with a higher token. The two may overlap here: the restart window of DESIGN 10."""
+    async with open_replicas(store, "a", "b") as (a, b):
+        await a.submit("owner", "s", gate=True)
+        first = await a.wait_for("start", id="owner")
+        await b.submit("queued", "s", hold=0.005)
+        await b.wait_event("controller_submitted", name="queued")
+        restarted = time.monotonic()
+        redis_server.restart()
+        lost = await a.wait_for("outcome", id="owner")
+        assert lost["kind"] == "lease_lost"
+        assert lost["t"] - restarted < 2 * TTL
+        resumed = await b.wait_for("start", id="queued")
+        assert resumed["token"] > first["token"]
+        assert (await b.wait_for("outcome", id="queued"))["kind"] == "completed"
+        await a.wait_event("controller_store_recovered")
+
+
+async def test_network_cut_ends_the_owner_lease_lost_and_work_resumes(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """Nothing answers (the server is paused: as a network cut to every replica): A's
+    owner ends "lease expired" within 0.8 lease_ttl of its last renewal; once the server
+    answers again, B's queued work runs with a higher token."""
+    async with open_replicas(store, "a", "b") as (a, b):
+        await a.submit("owner", "s", gate=True)
+        first = await a.wait_for("start", id="owner")
+        await b.submit("queued", "s", hold=0.005)
+        await b.wait_event("controller_submitted", name="queued")
+        redis_server.pause()
+        cut = time.monotonic()
+        lost = await a.wait_for("outcome", id="owner")
+        assert (lost["kind"], lost["reason"][:13]) == ("lease_lost", "lease expired")
+        assert lost["t"] - cut < 2 * 0.8 * TTL
+        await a.wait_event("controller_store_unavailable")
+        redis_server.resume()
+        resumed = await b.wait_for("start", id="queued")
+        assert resumed["token"] > first["token"]
+        assert (await b.wait_for("outcome", id="queued"))["kind"] == "completed"
+        assert_one_owner_at_a_time(a, b)
+
+
+async def test_next_local_owner_waits_for_a_lost_owner_to_exit(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A's owner loses its lease while it cannot stop (blocked in a thread): A's next
+    entry of the slot is granted the lease but starts only once the old body has
+    physically exited."""
+    async with open_replicas(store, "a") as (a,):
+        await a.submit("blocked", "s", thread=True)
+        first = await a.wait_for("start", id="blocked")
+        await a.submit("next", "s", hold=0.005)
+        await a.wait_event("controller_submitted", name="next", reason="queued in the cluster")
+        redis_server.pause()
+        lost = await a.wait_for("outcome", id="blocked")
+        assert lost["kind"] == "lease_lost"
+        redis_server.resume()
+        granted = await a.wait_event("controller_lease_acquired", name="next")
+        assert granted["token"] > first["token"]
+        assert a.of("end", id="blocked") == []
+        assert a.of("start", id="next") == []  # granted, held: the slot is busy locally
+        await a.send("release", id="blocked")
+        started = await a.wait_for("start", id="next")
+        assert started["t"] >= a.of("end", id="blocked")[0]["t"]
+        assert (await a.wait_for("outcome", id="next"))["kind"] == "completed"
+
+
+async def test_remote_replace_waits_for_the_owner_through_its_grace(
+    store: RedisSlotStore,
+) -> None:
+    """A's owner defers cancellation: B's REPLACE waits for A's grace (0.3 s), A forces
+    its owner, and B's work starts only after the old body physically ended."""
+    async with open_replicas(store, "a", "b", grace=0.3) as (a, b):
+        await a.submit("stubborn", "s", gate=True, defer=True)
+        await a.wait_for("start", id="stubborn")
+        await b.submit("new", "s", policy="replace", hold=0.005)
+        await a.wait_event("controller_remote_stop", name="stubborn")
+        started = await b.wait_for("start", id="new")
+        assert outcome(a, "stubborn")["kind"] == "force_aborted"
+        assert started["t"] >= a.of("end", id="stubborn")[0]["t"]
+        await b.wait_for("outcome", id="new")
+        assert_one_owner_at_a_time(a, b)
+
+
 async def test_cancelled_acquire_leaves_no_orphan_lease(store: RedisSlotStore) -> None:
     """A caller cancelled while its acquisition is in flight leaves no lease behind: B's
     work on the slot starts at once, not after the lease TTL."""
