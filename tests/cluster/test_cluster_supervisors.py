@@ -22,6 +22,7 @@ import trio.testing
 from conftest import RedisServer
 
 from trio_taskvisor import (
+    BackoffPolicy,
     ControllerConfig,
     ControllerSpec,
     EventKind,
@@ -32,6 +33,7 @@ from trio_taskvisor import (
     Supervisor,
     SupervisorConfig,
     TaskSpec,
+    current_context,
     open_supervisor,
 )
 from trio_taskvisor.redis import RedisSlotStore
@@ -270,6 +272,30 @@ async def test_caller_cancelled_while_the_server_is_paused_leaves_no_lease(
         assert time.monotonic() - resumed < TTL / 2
         # B's keeper sends its release before this query (the owner's exit requested it)
         assert await b.cluster_slot("s") is None
+
+
+async def test_restarting_owner_keeps_its_lease_and_token(store: RedisSlotStore) -> None:
+    """A restartable owner keeps one lease (one token) for all its attempts: another
+    process's work waits for the task's end, not for an attempt's."""
+    tokens: list[int | None] = []
+
+    async def flaky() -> str:
+        tokens.append(current_context().fence_token)
+        if len(tokens) < 3:
+            raise ConnectionError("upstream unavailable")
+        return "done"
+
+    spec = TaskSpec.restartable("flaky", flaky, backoff=BackoffPolicy.constant(0.05))
+    async with replica(store) as (a, rec_a), replica(store) as (b, rec_b):
+        owner = await a.submit(ControllerSpec.queue(spec, slot="s"))
+        await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        follower = await b.submit(ControllerSpec.queue(quick("after"), slot="s"))
+        assert (await owner.wait()).value == "done"
+        await follower.wait()
+        acquired = rec_b.of(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=follower.id)
+    assert len(tokens) == 3
+    assert len(set(tokens)) == 1
+    assert acquired[0].fence_token > tokens[0]
 
 
 # -- observing -------------------------------------------------------------------------------------
