@@ -58,6 +58,59 @@ def test_work_held_for_the_local_budget_leaves_its_slot_remote() -> None:
     assert (slot.status, [e.id for e in slot.held]) == (SlotStatus.REMOTE, [2])
 
 
+def held_machine(**budgets: int) -> ClusterSlotMachine[None]:
+    """A machine with work 1 and 2 held in slot "s" (the cluster queue was full)."""
+    m = machine(**budgets)
+    m.submit(Entry(1, "s", QUEUE, wait=True), 0.0)
+    m.full(1, 0.0)
+    m.submit(Entry(2, "s", QUEUE, wait=True), 0.0)  # behind 1, without asking
+    assert [e.id for e in m.slots["s"].held] == [1, 2]
+    m.effects.clear()
+    m.extra.clear()
+    return m
+
+
+def test_held_work_asked_again_keeps_its_place() -> None:
+    """The oldest held work, asked again (at every renewal) and still refused, goes back
+    to the head: it went to the tail, so a process's held work was served out of order."""
+    m = held_machine()
+    m.room("s", 1.0)
+    assert [e.entry.id for e in m.extra if isinstance(e, Ask)] == [1]
+    m.full(1, 1.0)
+    assert [e.id for e in m.slots["s"].held] == [1, 2]
+    assert m.effects == []  # no second CONTROLLER_SUBMITTED "held"
+    m.extra.clear()
+    m.room("s", 2.0)
+    assert [e.entry.id for e in m.extra if isinstance(e, Ask)] == [1]
+
+
+def test_held_work_asked_again_keeps_its_max_waiters_place() -> None:
+    """While held work is asked again it still counts in ``max_waiters``: newer work is
+    refused, instead of taking the place and getting the older work rejected."""
+    m = held_machine(max_waiters=2)
+    m.room("s", 1.0)
+    m.submit(Entry(3, "s", QUEUE, wait=True), 1.0)
+    assert [(type(e).__name__, e.entry.id) for e in m.effects] == [("Reject", 3)]
+    m.effects.clear()
+    m.full(1, 1.0)
+    assert [e.id for e in m.slots["s"].held] == [1, 2]
+    assert m.effects == []
+
+
+def test_new_wait_work_queues_behind_held_work_asked_again() -> None:
+    """Wait-mode work submitted while the slot's only held work is asked again is held
+    behind it, not asked ahead of it."""
+    m = machine()
+    m.submit(Entry(1, "s", QUEUE, wait=True), 0.0)
+    m.full(1, 0.0)
+    m.extra.clear()
+    m.room("s", 1.0)
+    m.submit(Entry(2, "s", QUEUE, wait=True), 1.0)
+    assert [e.entry.id for e in m.extra if isinstance(e, Ask)] == [1]
+    m.full(1, 1.0)
+    assert [e.id for e in m.slots["s"].held] == [1, 2]
+
+
 async def test_failed_connections_leave_no_unclosed_streams() -> None:
     """A connection attempt the server refuses leaves nothing to the garbage collector:
     coredis left six memory streams per attempt, one ``ResourceWarning`` each (errors
