@@ -21,7 +21,8 @@ Decisions the design leaves open:
   held for the local ``max_total_pending`` budget, when that budget frees. While it is
   asked again it keeps its place: it still counts in ``max_waiters``, newer wait-mode
   work of its slot is held behind it, and if the store still cannot take it, it goes
-  back where it was (no second ``CONTROLLER_SUBMITTED``).
+  back where it was (no second ``CONTROLLER_SUBMITTED``). Once the store places it, the
+  slot's next held work is asked at once: a room report wakes a process only once.
 * A slot with local work but no local owner is ``REMOTE``; while a submission is being
   decided on an otherwise empty slot it is ``ADMITTING`` (lease acquisition), with no
   owner yet.
@@ -183,6 +184,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def granted(self, entry_id: int, now: float) -> Entry[P] | None:
         """``entry_id`` holds the slot's lease now: it becomes (or will be) the owner."""
+        again = entry_id in self._reasked
         entry = self._take_asking(entry_id, now)
         reason = "admitting: lease acquired"
         if entry is None:
@@ -196,6 +198,8 @@ class ClusterSlotMachine(SlotMachine[P]):
             slot.granted = entry  # the previous owner lost its lease and still runs
         else:
             self._start(slot, entry, now, reason)
+        if again:
+            self.room(slot.key, now)
         return entry
 
     def queued_in_cluster(self, entry_id: int, now: float) -> Entry[P] | None:
@@ -203,6 +207,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         entry = self.asking.pop(entry_id, None)
         if entry is None:
             return None
+        again = entry_id in self._reasked
         self._reasked.discard(entry_id)
         slot = self.slots[entry.key]
         assert slot.asking is not None
@@ -216,6 +221,8 @@ class ClusterSlotMachine(SlotMachine[P]):
             slot.status = SlotStatus.REMOTE
             slot.since = now
         self.effects.append(Submitted(entry, "queued in the cluster"))
+        if again:
+            self.room(slot.key, now)
         return entry
 
     def joined(

@@ -111,6 +111,22 @@ def test_new_wait_work_queues_behind_held_work_asked_again() -> None:
     assert [e.id for e in m.slots["s"].held] == [1, 2]
 
 
+def test_placing_held_work_asks_the_next_held_work_of_its_slot() -> None:
+    """Once held work asked again is placed, the slot's next held work is asked at once.
+    A room report wakes a process once and the store forgets its watch: the next held
+    work waited for ever (found by
+    ``test_held_work_of_one_process_runs_in_order_as_room_appears``)."""
+    for place in ("queued", "granted"):
+        m = held_machine()
+        m.room("s", 1.0)
+        m.extra.clear()
+        if place == "queued":
+            m.queued_in_cluster(1, 1.0)
+        else:
+            m.granted(1, 1.0)
+        assert [e.entry.id for e in m.extra if isinstance(e, Ask)] == [2], place
+
+
 async def test_failed_connections_leave_no_unclosed_streams() -> None:
     """A connection attempt the server refuses leaves nothing to the garbage collector:
     coredis left six memory streams per attempt, one ``ResourceWarning`` each (errors

@@ -189,26 +189,51 @@ async def test_wait_mode_work_is_held_for_cluster_queue_room(store: RedisSlotSto
         assert (await queued.wait()).value == "b"
 
 
+async def test_held_work_of_one_process_runs_in_order_as_room_appears(
+    store: RedisSlotStore,
+) -> None:
+    """Three wait=True submissions held behind a full cluster queue all run, in their
+    order, as entries leave it (each room report wakes the process once)."""
+    gate_owner, gate_queued = trio.Event(), trio.Event()
+    async with replica(store, max_slot_queue=1) as (a, rec_a), replica(store) as (b, rec_b):
+        owner = await b.submit(ControllerSpec.queue(gated(gate_owner), slot="s"))
+        await rec_b.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        queued = await b.submit(ControllerSpec.queue(gated(gate_queued), slot="s"))
+        await rec_b.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=queued.id)
+        held = []
+        for i in range(3):
+            spec = ControllerSpec.queue(quick(f"h{i}", i), slot="s", wait=True)
+            held.append(await a.submit(spec))
+            await rec_a.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=held[i].id)
+        gate_owner.set()
+        gate_queued.set()
+        assert [(await w.wait()).value for w in held] == [0, 1, 2]
+        starts = [rec_a.of(EventKind.ATTEMPT_STARTING, task_id=w.id)[0].seq for w in held]
+        assert starts == sorted(starts)
+
+
 async def test_wait_mode_work_is_held_through_an_outage(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
     """While the server is down, wait=False work is rejected STORE_UNAVAILABLE (JOIN too)
-    and wait=True work is held; once it is back, the held work runs."""
+    and wait=True work is held; once it is back, the held work runs, all of it."""
     async with replica(store) as (sup, recorder):
         redis_server.stop()
         await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
         rejected = await sup.submit(ControllerSpec.queue(quick("now"), slot="s"))
         joiner = await sup.submit(ControllerSpec.join(quick("join"), slot="s"))
         held = await sup.submit(ControllerSpec.queue(quick("later", 7), slot="s", wait=True))
+        second = await sup.submit(ControllerSpec.queue(quick("after", 8), slot="s", wait=True))
         assert (await rejected.wait()).rejection is RejectionKind.STORE_UNAVAILABLE
         assert (await joiner.wait()).rejection is RejectionKind.STORE_UNAVAILABLE
         await recorder.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=held.id, reason="held")
         view = sup.controller_snapshot().slot("s")
         assert view is not None
-        assert (view.status, view.waiting) == (SlotStatus.REMOTE, 1)
+        assert (view.status, view.waiting) == (SlotStatus.REMOTE, 2)
         redis_server.start()
         outcome = await held.wait()
         assert (outcome.kind, outcome.value) == (OutcomeKind.COMPLETED, 7)
+        assert (await second.wait()).value == 8  # the slot's next held work is asked too
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
 
 
