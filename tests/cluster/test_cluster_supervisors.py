@@ -1,0 +1,361 @@
+"""Cluster slots through the public API: supervisors with a slot store, in this process,
+against the real server (real clock).
+
+What needs no second OS process is tested here, where the supervisors' events and
+outcomes can be read directly: start-up against a server that does not answer,
+credentials, wait-mode work held for cluster queue room and through an outage, a
+caller cancelled while its acquisition waits for a paused server. Timing bounds are
+liveness bounds with at least a 2x margin; waits are for events and outcomes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import coredis
+import pytest
+import trio
+import trio.testing
+from conftest import RedisServer
+
+from trio_taskvisor import (
+    BackoffPolicy,
+    ControllerConfig,
+    ControllerSpec,
+    EventKind,
+    OutcomeKind,
+    RejectionKind,
+    SlotStatus,
+    SlotStoreUnavailableError,
+    Supervisor,
+    SupervisorConfig,
+    TaskSpec,
+    current_context,
+    open_supervisor,
+)
+from trio_taskvisor.redis import RedisSlotStore
+from trio_taskvisor.testing import EventRecorder
+
+TTL = 1.0
+
+
+def store_like(store: RedisSlotStore, url: str | None = None, **fields: float) -> RedisSlotStore:
+    values = {"lease_ttl": store.lease_ttl, "connect_timeout": store.connect_timeout, **fields}
+    return RedisSlotStore(url or store.url, namespace=store.namespace, **values)
+
+
+def config(store: RedisSlotStore, **controller: int) -> SupervisorConfig:
+    return SupervisorConfig(grace=1.0, controller=ControllerConfig(slot_store=store, **controller))
+
+
+@asynccontextmanager
+async def replica(
+    store: RedisSlotStore, **controller: int
+) -> AsyncIterator[tuple[Supervisor, EventRecorder]]:
+    recorder = EventRecorder()
+    async with open_supervisor(config(store, **controller), subscribers=[recorder]) as sup:
+        yield sup, recorder
+
+
+async def until_cancelled() -> None:
+    await trio.sleep_forever()
+
+
+def gated(gate: trio.Event, value: object = None) -> TaskSpec:
+    async def body() -> object:
+        await gate.wait()
+        return value
+
+    return TaskSpec.once(f"gated-{id(gate)}", body)
+
+
+def quick(name: str, value: object = None) -> TaskSpec:
+    async def body() -> object:
+        await trio.lowlevel.checkpoint()
+        return value
+
+    return TaskSpec.once(name, body)
+
+
+# -- start-up -------------------------------------------------------------------------------
+
+
+async def test_open_supervisor_raises_when_nothing_answers(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A server that accepts connections but never answers (SIGSTOP): ``open_supervisor``
+    raises ``SlotStoreUnavailableError`` after ``connect_timeout`` and runs no body."""
+    paused = store_like(store, connect_timeout=0.5)
+    redis_server.pause()
+    started = time.monotonic()
+    entered = False
+    with pytest.raises(SlotStoreUnavailableError, match=r"did not answer within 0\.5 s"):
+        async with open_supervisor(config(paused)):
+            entered = True
+    assert not entered
+    assert time.monotonic() - started < 2 * 0.5 + 0.5  # connect_timeout, then the teardown
+
+
+async def test_open_supervisor_raises_when_no_server_listens(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """Nothing listens on the port: ``SlotStoreUnavailableError`` at once."""
+    with trio.socket.socket() as sock:  # a port that is surely free: bound, not listening
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        closed = store_like(store, f"redis://127.0.0.1:{port}/0")
+        with pytest.raises(SlotStoreUnavailableError):
+            async with open_supervisor(config(closed)):
+                pytest.fail("the block must not run")
+
+
+# -- credentials -----------------------------------------------------------------------------
+
+SECRET = "s3cr3t-Pa55"
+
+
+async def add_user(client: coredis.Redis[str]) -> None:
+    await client.acl_setuser("tv-user", "on", f">{SECRET}", "~*", "&*", "+@all")
+
+
+async def test_credentials_never_show(
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A password in the URL is in no repr, event, log record or error: not at start with
+    a wrong password, not while the server restarts and refuses it, not in normal work."""
+    caplog.set_level(logging.DEBUG)
+    await add_user(client)
+    url = f"redis://tv-user:{SECRET}@127.0.0.1:{redis_server.port}/0"
+    secret_store = store_like(store, url)
+    wrong = store_like(store, url.replace(SECRET, SECRET + "-wrong"), connect_timeout=0.5)
+    with pytest.raises(SlotStoreUnavailableError) as error:
+        async with open_supervisor(config(wrong)):
+            pytest.fail("the block must not run")
+    texts = [repr(secret_store), str(secret_store), repr(wrong), str(error.value)]
+    texts.append(repr(error.value.__cause__) + repr(error.value.__context__))
+    recorder = EventRecorder()
+    async with open_supervisor(config(secret_store), subscribers=[recorder]) as sup:
+        texts.append(repr(sup))
+        assert (await sup.run_in_slot("s", trio.lowlevel.checkpoint)) is None
+        redis_server.restart()  # the user is gone: every reconnection is refused
+        await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        async with coredis.Redis.from_url(redis_server.url, decode_responses=True) as fresh:
+            await add_user(fresh)
+        await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
+        info = await sup.cluster_slot("s")
+        texts.append(repr(info))
+    texts += [repr(event) for event in recorder.events]
+    texts += [record.getMessage() for record in caplog.records]
+    texts += [repr(record.args) for record in caplog.records]
+    assert any("tv-user:***@" in text for text in texts)  # the masked URL is shown
+    assert [text for text in texts if SECRET in text] == []
+
+
+# -- wait-mode work ------------------------------------------------------------------------------
+
+
+async def test_wait_mode_work_is_held_for_cluster_queue_room(store: RedisSlotStore) -> None:
+    """``max_slot_queue`` bounds the cluster-wide queue: with it full, wait=False work is
+    rejected QUEUE_FULL and wait=True work is held, then placed when an entry leaves."""
+    gate_a, gate_b = trio.Event(), trio.Event()
+    async with replica(store, max_slot_queue=1) as (a, rec_a), replica(store) as (b, rec_b):
+        owner = await a.submit(ControllerSpec.queue(gated(gate_a), slot="s"))
+        await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="s")
+        queued = await b.submit(ControllerSpec.queue(gated(gate_b, "b"), slot="s"))
+        await rec_b.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=queued.id)
+        full = await a.submit(ControllerSpec.queue(quick("full"), slot="s"))
+        assert (await full.wait()).rejection is RejectionKind.QUEUE_FULL
+        held = await a.submit(ControllerSpec.queue(quick("held", "a"), slot="s", wait=True))
+        await rec_a.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=held.id, reason="held")
+        view = a.controller_snapshot().slot("s")
+        assert view is not None
+        assert (view.status, view.waiting, view.queue_depth) == (SlotStatus.RUNNING, 1, 0)
+        gate_a.set()  # B's entry leaves the queue to own the slot: room for the held work
+        await rec_a.wait_for(
+            EventKind.CONTROLLER_SUBMITTED, task_id=held.id, reason="queued in the cluster"
+        )
+        info = await a.cluster_slot("s")
+        assert info is not None
+        assert (info.holder, info.queue_depth) == (b.instance_id, 1)
+        gate_b.set()
+        assert (await held.wait()).value == "a"
+        assert (await owner.wait()).kind is OutcomeKind.COMPLETED
+        assert (await queued.wait()).value == "b"
+
+
+async def test_held_work_of_one_process_runs_in_order_as_room_appears(
+    store: RedisSlotStore,
+) -> None:
+    """Three wait=True submissions held behind a full cluster queue all run, in their
+    order, as entries leave it (each room report wakes the process once)."""
+    gate_owner, gate_queued = trio.Event(), trio.Event()
+    async with replica(store, max_slot_queue=1) as (a, rec_a), replica(store) as (b, rec_b):
+        owner = await b.submit(ControllerSpec.queue(gated(gate_owner), slot="s"))
+        await rec_b.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        queued = await b.submit(ControllerSpec.queue(gated(gate_queued), slot="s"))
+        await rec_b.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=queued.id)
+        held = []
+        for i in range(3):
+            spec = ControllerSpec.queue(quick(f"h{i}", i), slot="s", wait=True)
+            held.append(await a.submit(spec))
+            await rec_a.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=held[i].id)
+        gate_owner.set()
+        gate_queued.set()
+        assert [(await w.wait()).value for w in held] == [0, 1, 2]
+        starts = [rec_a.of(EventKind.ATTEMPT_STARTING, task_id=w.id)[0].seq for w in held]
+        assert starts == sorted(starts)
+
+
+async def test_wait_mode_work_is_held_through_an_outage(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """While the server is down, wait=False work is rejected STORE_UNAVAILABLE (JOIN too)
+    and wait=True work is held; once it is back, the held work runs, all of it."""
+    async with replica(store) as (sup, recorder):
+        redis_server.stop()
+        await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        rejected = await sup.submit(ControllerSpec.queue(quick("now"), slot="s"))
+        joiner = await sup.submit(ControllerSpec.join(quick("join"), slot="s"))
+        held = await sup.submit(ControllerSpec.queue(quick("later", 7), slot="s", wait=True))
+        second = await sup.submit(ControllerSpec.queue(quick("after", 8), slot="s", wait=True))
+        assert (await rejected.wait()).rejection is RejectionKind.STORE_UNAVAILABLE
+        assert (await joiner.wait()).rejection is RejectionKind.STORE_UNAVAILABLE
+        await recorder.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=held.id, reason="held")
+        view = sup.controller_snapshot().slot("s")
+        assert view is not None
+        assert (view.status, view.waiting) == (SlotStatus.REMOTE, 2)
+        redis_server.start()
+        outcome = await held.wait()
+        assert (outcome.kind, outcome.value) == (OutcomeKind.COMPLETED, 7)
+        assert (await second.wait()).value == 8  # the slot's next held work is asked too
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+
+
+async def test_shutdown_is_bounded_when_the_server_does_not_answer(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """The server hangs (SIGSTOP) while an owner runs and work is queued: leaving the
+    block still ends within grace + connect_timeout (plus the subscriber drain)."""
+    quick_store = store_like(store, connect_timeout=0.5)
+    gate = trio.Event()
+    async with replica(quick_store) as (other, _):
+        await other.submit(ControllerSpec.queue(gated(gate), slot="q"))
+        started = 0.0
+        async with replica(quick_store) as (sup, recorder):
+            owner = await sup.submit(
+                ControllerSpec.queue(TaskSpec.once("o", until_cancelled), slot="s")
+            )
+            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+            queued = await sup.submit(ControllerSpec.queue(quick("queued"), slot="q"))
+            await recorder.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=queued.id)
+            redis_server.pause()
+            started = time.monotonic()
+        elapsed = time.monotonic() - started
+        assert elapsed < 2 * (1.0 + 0.5)  # grace + connect_timeout, 2x margin
+        assert (await owner.wait()).kind is OutcomeKind.CANCELLED
+        assert (await queued.wait()).rejection is RejectionKind.SHUTTING_DOWN
+        redis_server.resume()
+        gate.set()
+
+
+async def test_cluster_slot_raises_when_the_server_does_not_answer(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """``cluster_slot`` raises ``SlotStoreUnavailableError`` after ``connect_timeout``."""
+    async with replica(store_like(store, connect_timeout=0.5)) as (sup, _):
+        redis_server.pause()
+        started = time.monotonic()
+        with pytest.raises(SlotStoreUnavailableError, match=r"did not answer within 0\.5 s"):
+            await sup.cluster_slot("s")
+        assert time.monotonic() - started < 2 * 0.5
+        redis_server.resume()
+
+
+# -- a cancelled acquisition --------------------------------------------------------------------
+
+
+async def test_caller_cancelled_while_the_server_is_paused_leaves_no_lease(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """The server takes the acquisition only after the caller left: the lease it grants is
+    given back at once, so another process's work starts well before the lease TTL."""
+    async with replica(store) as (a, _), replica(store) as (b, _):
+        redis_server.pause()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(a.run_in_slot, "s", until_cancelled)
+            await trio.testing.wait_all_tasks_blocked()  # the request is on the wire
+            nursery.cancel_scope.cancel(reason="the caller gives up")
+        redis_server.resume()
+        resumed = time.monotonic()
+        assert (await b.run_in_slot("s", trio.lowlevel.checkpoint)) is None
+        assert time.monotonic() - resumed < TTL / 2
+        # B's keeper sends its release before this query (the owner's exit requested it)
+        assert await b.cluster_slot("s") is None
+
+
+async def test_restarting_owner_keeps_its_lease_and_token(store: RedisSlotStore) -> None:
+    """A restartable owner keeps one lease (one token) for all its attempts: another
+    process's work waits for the task's end, not for an attempt's."""
+    tokens: list[int | None] = []
+
+    async def flaky() -> str:
+        tokens.append(current_context().fence_token)
+        if len(tokens) < 3:
+            raise ConnectionError("upstream unavailable")
+        return "done"
+
+    spec = TaskSpec.restartable("flaky", flaky, backoff=BackoffPolicy.constant(0.05))
+    async with replica(store) as (a, rec_a), replica(store) as (b, rec_b):
+        owner = await a.submit(ControllerSpec.queue(spec, slot="s"))
+        await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        follower = await b.submit(ControllerSpec.queue(quick("after"), slot="s"))
+        assert (await owner.wait()).value == "done"
+        await follower.wait()
+        acquired = rec_b.of(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=follower.id)
+    assert len(tokens) == 3
+    assert len(set(tokens)) == 1
+    assert acquired[0].fence_token > tokens[0]
+
+
+# -- observing -------------------------------------------------------------------------------------
+
+
+async def test_remote_owner_shows_as_remote_and_in_cluster_slot(store: RedisSlotStore) -> None:
+    """Work queued behind another process's owner: REMOTE locally, the owner's instance,
+    token and lease in ``cluster_slot``; DROP_IF_RUNNING is rejected SLOT_BUSY."""
+    gate = trio.Event()
+    async with replica(store) as (a, rec_a), replica(store) as (b, rec_b):
+        owner = await a.submit(ControllerSpec.queue(gated(gate), slot="s"))
+        acquired = await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        queued = await b.submit(ControllerSpec.queue(quick("next"), slot="s"))
+        await rec_b.wait_for(EventKind.CONTROLLER_SUBMITTED, task_id=queued.id)
+        dropped = await b.submit(ControllerSpec.drop_if_running(quick("drop"), slot="s"))
+        assert (await dropped.wait()).rejection is RejectionKind.SLOT_BUSY
+        view = b.controller_snapshot().slot("s")
+        assert view is not None
+        assert (view.status, view.owner_id, view.queue_depth, view.fence_token) == (
+            SlotStatus.REMOTE,
+            None,
+            1,
+            None,
+        )
+        mine = a.controller_snapshot().slot("s")
+        assert mine is not None
+        assert (mine.status, mine.fence_token) == (SlotStatus.RUNNING, acquired.fence_token)
+        info = await b.cluster_slot("s")
+        assert info is not None
+        assert (info.holder, info.fence_token, info.queue_depth) == (
+            a.instance_id,
+            acquired.fence_token,
+            1,
+        )
+        assert info.lease_remaining is not None
+        assert 0 < info.lease_remaining <= TTL
+        gate.set()
+        await queued.wait()
