@@ -38,9 +38,11 @@ Section 11 (placement, queue deadlines, slot-wide operations, wait-for cycles):
 
 Seams for cluster slots (DESIGN section 10): the slot-wide operations go through
 ``_cancel_slot_now`` (withdraw the line, stop the owner: ``_stop_owner``) and
-``slot_idle``; the wait guard's view of the slots through ``slot_edge`` / ``slot_owner``
-(local only: detection is local to one process); a queue deadline ends in the machine's
-``Reject(QUEUE_TIMEOUT)`` effect, where a cluster entry would also leave the cluster queue.
+``slot_idle`` (what ``wait_slot_idle`` waits for); every placement through ``_placed``;
+queue deadlines through ``_expire`` (and the machine's ``Reject(QUEUE_TIMEOUT)``
+effects, where a cluster entry would also leave the cluster queue); the wait guard's
+view of the slots through ``slot_edge`` / ``slot_owner`` (local only: detection is local
+to one process).
 
 Decisions the design leaves open:
 
@@ -70,6 +72,7 @@ from ._outcome import Placement, RejectionKind, TaskId, rejected_outcome
 from ._record import TaskRecord
 from ._registry import Registry
 from ._slots import (
+    NO_DEADLINE,
     Admit,
     Detach,
     Effect,
@@ -295,7 +298,7 @@ class Controller:
         machine = self.machine
         machine.submit(entry, trio.current_time())
         self._apply()
-        if entry.deadline != math.inf:
+        if entry.deadline != NO_DEADLINE:
             self._deadline_added()
         if self._waits.active:
             self._waits.edges_added(entry.payload)  # queued, held or joined: a later edge
@@ -307,7 +310,7 @@ class Controller:
         if scope is not None:
             if deadline < scope.deadline:
                 scope.deadline = deadline
-        elif self._parked and deadline != math.inf:
+        elif self._parked and deadline != NO_DEADLINE:
             self._parked = False
             self._inbox.put_nowait(_WAKE, force=True)
 
@@ -434,7 +437,7 @@ class Controller:
                 task_status.started()
                 while True:
                     wake = machine.next_deadline
-                    if wake == math.inf:
+                    if wake == NO_DEADLINE:
                         # No deadline, so no scope; one added meanwhile from another task
                         # wakes this wait with a no-op command instead.
                         self._parked = True
@@ -446,8 +449,7 @@ class Controller:
                         self._wait_scope = None
                         now = trio.current_time()
                         if now >= machine.next_deadline:
-                            machine.expire(now)
-                            self._apply()
+                            self._expire(now)
                     # Commands already queued: no scheduler pass each.
                     while True:
                         try:
@@ -467,6 +469,11 @@ class Controller:
                     break
                 self._handle(command)
             self.exited.set()
+
+    def _expire(self, now: float) -> None:
+        """Queue deadlines came: withdraw that work (``QUEUE_TIMEOUT``)."""
+        self.machine.expire(now)
+        self._apply()
 
     def close(self) -> None:
         """Shutdown began: reject queued and held work; nothing advances any more."""
@@ -554,7 +561,7 @@ class Controller:
             case Submitted(entry, reason, placement):
                 rec = entry.payload
                 if placement is not None:
-                    rec._place(placement)  # pyright: ignore[reportPrivateUsage]
+                    self._placed(entry, placement)
                 if bus.active:
                     bus.publish(
                         EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
@@ -575,9 +582,13 @@ class Controller:
                         reason=reason,
                     )
 
+    def _placed(self, entry: Entry[TaskRecord], placement: Placement) -> None:
+        """The admission decision on ``entry``: its waiter's placement, set once."""
+        entry.payload._place(placement)  # pyright: ignore[reportPrivateUsage]
+
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload
-        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not once placed
+        self._placed(entry, Placement.REJECTED)  # changes nothing once placed
         rec._resolve(rejected_outcome(kind))  # pyright: ignore[reportPrivateUsage]
         if self._bus.active:
             self._bus.publish(

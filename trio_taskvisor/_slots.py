@@ -49,7 +49,7 @@ import enum
 import heapq
 import math
 from collections import deque
-from typing import Generic, NamedTuple, TypeAlias, TypeVar, Union
+from typing import Final, Generic, NamedTuple, TypeAlias, TypeVar, Union
 
 from ._outcome import Placement, RejectionKind
 from ._spec import AdmissionPolicy
@@ -64,6 +64,7 @@ SHUTTING_DOWN = RejectionKind.SHUTTING_DOWN
 RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
 QUEUE_TIMEOUT = RejectionKind.QUEUE_TIMEOUT
 QUEUED = Placement.QUEUED
+NO_DEADLINE: Final = math.inf
 
 
 class SlotStatus(enum.Enum):
@@ -110,7 +111,7 @@ class Entry(Generic[P]):
         self.seq = 0  # for held entries: the order in which they were held
         # The queue timeout (``None``: none) and, from intake, its absolute deadline.
         self.timeout = timeout
-        self.deadline = math.inf
+        self.deadline = NO_DEADLINE
 
     def __repr__(self) -> str:
         return f"Entry({self.id}, {self.key!r}, {self.policy.name})"
@@ -264,7 +265,7 @@ class SlotMachine(Generic[P]):
         heap = self._deadlines
         while heap and not self._in_line(heap[0][2]):
             heapq.heappop(heap)
-        return heap[0][0] if heap else math.inf
+        return heap[0][0] if heap else NO_DEADLINE
 
     def _in_line(self, entry: Entry[P]) -> bool:
         return self.queued.get(entry.id) is entry or self.held.get(entry.id) is entry
@@ -276,7 +277,7 @@ class SlotMachine(Generic[P]):
         if self._deadlines and self._deadlines[0][0] <= now:
             self.expire(now)
         self._submit(entry, now)
-        if entry.deadline != math.inf and self._in_line(entry):
+        if entry.deadline != NO_DEADLINE and self._in_line(entry):
             self._add_deadline(entry)
             if entry.deadline <= now:
                 self.expire(now)
