@@ -37,7 +37,7 @@ from trio_taskvisor import (
     open_supervisor,
 )
 
-from helpers import forever, job, join, once, queue, settle, stall_registry, supervisor
+from helpers import job, join, once, queue, settle, stall_registry, supervisor
 
 
 def ref(waiter: TaskWaiter) -> str:
@@ -754,8 +754,3 @@ def test_chosen_wait_for_graphs_match_the_model(max_concurrent: int | None, ops:
             await run_graph(max_concurrent, ops)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-
-
-def test_forever_is_the_default_body() -> None:
-    """(helpers' ``queue`` runs ``forever`` unless given a body: used above.)"""
-    assert queue("x").task.fn is forever
