@@ -81,6 +81,13 @@ class Harness:
         self.m.submit(entry, now)
         return entry
 
+    def timed(self, entry: Entry, deadline: float, now: float) -> Entry:
+        """Submit ``entry`` with a queue deadline, as the controller does."""
+        entry.deadline = deadline
+        self.m.submit(entry, now)
+        self.m.track_deadline(entry, now)
+        return entry
+
     def running(self, key: str) -> Entry:
         """Start an owner on idle ``key`` and let the registry accept it."""
         owner = self.submit(key)
@@ -749,9 +756,7 @@ def test_queued_work_expires_at_its_deadline_and_frees_its_units() -> None:
     """expire(now) withdraws queued work whose deadline is <= now, QUEUE_TIMEOUT."""
     h = Harness()
     h.running("k")
-    late = Entry(100, "k", QUEUE)
-    late.deadline = 5.0
-    h.m.submit(late, 1.0)
+    late = h.timed(Entry(100, "k", QUEUE), 5.0, now=1.0)
     h.take()
     assert h.m.next_deadline == 5.0
     h.m.expire(4.999)
@@ -765,10 +770,8 @@ def test_a_due_deadline_goes_before_the_owner_exit_that_would_start_it() -> None
     """Every transition first withdraws what is due: the head never starts at its deadline."""
     h = Harness()
     owner = h.running("k")
-    head = Entry(100, "k", QUEUE)
-    head.deadline = 3.0
     nxt = h.submit("k")
-    h.m.submit(head, 1.0)  # behind nxt
+    head = h.timed(Entry(100, "k", QUEUE), 3.0, now=1.0)  # behind nxt
     h.take()
     h.m.exited(owner, 3.0)
     effects = h.take()
@@ -780,9 +783,7 @@ def test_a_deadline_already_due_at_intake_withdraws_at_once() -> None:
     """A deadline <= now at intake: queued (the REPLACE still stops the owner), then out."""
     h = Harness()
     owner = h.running("k")
-    entry = Entry(100, "k", REPLACE)
-    entry.deadline = 1.0
-    h.m.submit(entry, 1.0)
+    entry = h.timed(Entry(100, "k", REPLACE), 1.0, now=1.0)
     assert h.take() == [
         (SUBMITTED, entry),
         (TRANSITION, owner, "running->terminating"),
@@ -796,12 +797,8 @@ def test_held_work_expires_as_held_and_due_work_gets_no_room() -> None:
     """All due work is withdrawn before room is offered: due held work is not placed."""
     h = Harness(max_slot_queue=1)
     h.running("k")
-    queued = Entry(100, "k", QUEUE)
-    queued.deadline = 4.0
-    held = Entry(101, "k", QUEUE, wait=True)
-    held.deadline = 4.0
-    h.m.submit(queued, 1.0)
-    h.m.submit(held, 1.0)
+    queued = h.timed(Entry(100, "k", QUEUE), 4.0, now=1.0)
+    held = h.timed(Entry(101, "k", QUEUE, wait=True), 4.0, now=1.0)
     h.take()
     h.m.expire(4.0)
     assert h.take() == [(REJECT, queued, QUEUE_TIMEOUT), (REJECT, held, QUEUE_TIMEOUT)]
@@ -1202,7 +1199,13 @@ class SlotMachineModel(RuleBasedStateMachine):
         held = [] if before is None else list(before.held)
         n_slots, pending, waiting = len(m.slots), m.pending, m.waiting
         expected, kind = self.expect_submit(entry, owner, queue, held, n_slots, pending, waiting)
-        effects = self.step(lambda: m.submit(entry, self.now))
+
+        def submit() -> None:
+            m.submit(entry, self.now)
+            if entry.deadline != math.inf:
+                m.track_deadline(entry, self.now)
+
+        effects = self.step(submit)
         got = self.where(entry)
         if expected == "rejected":
             assert got == "gone"

@@ -296,10 +296,14 @@ class Controller:
 
     def _take_in(self, entry: Entry[TaskRecord]) -> None:
         machine = self.machine
-        machine.submit(entry, trio.current_time())
-        self._apply()
+        now = trio.current_time()
+        machine.submit(entry, now)
         if entry.deadline != NO_DEADLINE:
+            machine.track_deadline(entry, now)
+            self._apply()
             self._deadline_added()
+        else:
+            self._apply()
         if self._waits.active:
             self._waits.edges_added(entry.payload)  # queued, held or joined: a later edge
 
@@ -566,11 +570,6 @@ class Controller:
                     bus.publish(
                         EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
                     )
-            case RemoveRequested(entry):
-                if bus.active:
-                    # As for registered work, before the rejection the removal causes.
-                    rec = entry.payload
-                    bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, entry.key)
             case Transition(entry, reason):
                 if bus.active:
                     rec = entry.payload
@@ -581,10 +580,20 @@ class Controller:
                         entry.key,
                         reason=reason,
                     )
+            case RemoveRequested(entry):
+                if bus.active:
+                    # As for registered work, before the rejection the removal causes.
+                    rec = entry.payload
+                    bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, entry.key)
 
     def _placed(self, entry: Entry[TaskRecord], placement: Placement) -> None:
         """The admission decision on ``entry``: its waiter's placement, set once."""
-        entry.payload._place(placement)  # pyright: ignore[reportPrivateUsage]
+        rec = entry.payload
+        current = rec._placement  # pyright: ignore[reportPrivateUsage]
+        if current is None:
+            rec._placement = placement  # pyright: ignore[reportPrivateUsage]  # _place, inlined
+        elif type(current) is trio.Event:
+            rec._place(placement)  # pyright: ignore[reportPrivateUsage]  # wakes wait_placed()
 
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload

@@ -94,6 +94,7 @@ from ._record import TaskRecord, TaskState
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
+_OWNER: Final = Placement.OWNER
 
 
 @attrs.frozen
@@ -532,7 +533,11 @@ class Registry:
 
     def _register(self, rec: TaskRecord) -> None:
         self._busy()
-        rec._place(Placement.OWNER)  # pyright: ignore[reportPrivateUsage]  # controller work: placed already
+        current = rec._placement  # pyright: ignore[reportPrivateUsage]
+        if current is None:
+            rec._placement = _OWNER  # pyright: ignore[reportPrivateUsage]  # _place, inlined
+        elif type(current) is trio.Event:
+            rec._place(_OWNER)  # pyright: ignore[reportPrivateUsage]  # wakes wait_placed()
         self._live[rec.id] = rec
         if rec.reserved:
             self._names[rec.name] = rec

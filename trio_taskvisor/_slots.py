@@ -7,11 +7,12 @@ each call appends *effects* (``Admit``, ``Stop``, ``Reject``, ``Join``, ``Detach
 ``match``) to ``machine.effects`` for the driver to carry out. An ``Entry`` carries the
 driver's ``payload`` (the controller's record), which the machine never looks at.
 
-Queue deadlines (DESIGN section 11): an entry submitted with a finite ``deadline`` (the
-driver sets it at intake) is withdrawn ``QUEUE_TIMEOUT`` if it is still queued or held
-when ``now >= deadline``. The driver calls ``expire(now)`` at ``next_deadline``; every
-other transition first withdraws what is due, so work whose deadline has come never
-starts, whichever of two same-instant events the driver sees first.
+Queue deadlines (DESIGN section 11): an entry with a finite ``deadline`` (the driver sets
+it at intake, and calls ``track_deadline`` right after ``submit``; work without one costs
+nothing) is withdrawn ``QUEUE_TIMEOUT`` if it is still queued or held when
+``now >= deadline``. The driver calls ``expire(now)`` at ``next_deadline``; every other
+transition first withdraws what is due, so work whose deadline has come never starts,
+whichever of two same-instant events the driver sees first.
 
 Invariants (checked by the property tests):
 
@@ -63,7 +64,9 @@ REMOVED_FROM_QUEUE = RejectionKind.REMOVED_FROM_QUEUE
 SHUTTING_DOWN = RejectionKind.SHUTTING_DOWN
 RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
 QUEUE_TIMEOUT = RejectionKind.QUEUE_TIMEOUT
+OWNER = Placement.OWNER
 QUEUED = Placement.QUEUED
+JOINED = Placement.JOINED
 NO_DEADLINE: Final = math.inf
 
 
@@ -273,16 +276,9 @@ class SlotMachine(Generic[P]):
     # -- transitions --------------------------------------------------------------------
 
     def submit(self, entry: Entry[P], now: float) -> None:
-        """Take a new submission in (its ``deadline`` set, if it has one)."""
+        """Take a new submission in; then ``track_deadline`` if it has a deadline."""
         if self._deadlines and self._deadlines[0][0] <= now:
             self.expire(now)
-        self._submit(entry, now)
-        if entry.deadline != NO_DEADLINE and self._in_line(entry):
-            self._add_deadline(entry)
-            if entry.deadline <= now:
-                self.expire(now)
-
-    def _submit(self, entry: Entry[P], now: float) -> None:
         if self.closed:
             self._reject(entry, SHUTTING_DOWN)
             return
@@ -312,6 +308,14 @@ class SlotMachine(Generic[P]):
                 self._hold(slot, entry)
             else:
                 self._reject(entry, missing)
+
+    def track_deadline(self, entry: Entry[P], now: float) -> None:
+        """``entry``, just submitted with a ``deadline``: keep it if it was queued or held,
+        and withdraw it at once if the deadline has already come."""
+        if self._in_line(entry):
+            self._add_deadline(entry)
+            if entry.deadline <= now:
+                self.expire(now)
 
     def admitted(self, entry: Entry[P], accepted: bool, now: float) -> None:
         """The registry's decision on an owner's admission; stale decisions are ignored."""
@@ -468,7 +472,7 @@ class SlotMachine(Generic[P]):
         slot.owner = entry
         slot.status = SlotStatus.ADMITTING
         slot.since = now
-        self.effects.append(Submitted(entry, reason, Placement.OWNER))
+        self.effects.append(Submitted(entry, reason, OWNER))
         self.effects.append(Admit(entry))
 
     def _place(self, slot: Slot[P], entry: Entry[P], now: float) -> None:
@@ -519,7 +523,7 @@ class SlotMachine(Generic[P]):
             target.followers = []
         target.followers.append(entry)
         self.joiners[entry.id] = entry
-        self.effects.append(Submitted(entry, f"joined #{int(target.id)}", Placement.JOINED))
+        self.effects.append(Submitted(entry, f"joined #{int(target.id)}", JOINED))
         self.effects.append(Join(entry, target))
 
     def _reject(self, entry: Entry[P], kind: RejectionKind) -> None:
