@@ -1,5 +1,9 @@
 """The wait guard: ``DeadlockError`` for waits that close a wait-for cycle (DESIGN section 11).
 
+Loops layer, between the controller (which tells it what its work waits for, through
+``SlotEdges``, declared here) and the registry (whose permits it reads); the cycle search
+itself is the pure ``_waitfor``.
+
 Every waiter of a supervisor has its ``WaitChecker`` as ``WaitGuard``. A wait made
 outside an attempt of the same supervisor parks as usual (``caller()`` is ``None``: one
 context-variable read). A wait made inside one is registered in the pure ``WaitFor``
