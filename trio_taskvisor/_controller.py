@@ -38,11 +38,12 @@ Section 11 (placement, queue deadlines, slot-wide operations, wait-for cycles):
 
 Seams for cluster slots (DESIGN section 10): the slot-wide operations go through
 ``_cancel_slot_now`` (withdraw the line, stop the owner: ``_stop_owner``) and
-``slot_idle`` (what ``wait_slot_idle`` waits for); every placement through ``_placed``;
-queue deadlines through ``_expire`` (and the machine's ``Reject(QUEUE_TIMEOUT)``
-effects, where a cluster entry would also leave the cluster queue); the wait guard's
-view of the slots through ``slot_edge`` / ``slot_owner`` (local only: detection is local
-to one process).
+``slot_idle`` (what ``wait_slot_idle`` waits for); every placement comes with the
+machine's effects (``Submitted.placement``, ``Reject``), so a cluster mode that decides
+placements elsewhere emits the same effects; queue deadlines go through ``_expire`` and
+end in ``Reject(QUEUE_TIMEOUT)`` effects, where a cluster entry would also leave the
+cluster queue; the wait guard sees the slots through ``slot_edge`` / ``slot_owner``
+(local only: detection is local to one process).
 
 Decisions the design leaves open:
 
@@ -565,7 +566,12 @@ class Controller:
             case Submitted(entry, reason, placement):
                 rec = entry.payload
                 if placement is not None:
-                    self._placed(entry, placement)
+                    # Set once (TaskWaiter._place, inlined on this hot path).
+                    current = rec._placement  # pyright: ignore[reportPrivateUsage]
+                    if current is None:
+                        rec._placement = placement  # pyright: ignore[reportPrivateUsage]
+                    elif type(current) is trio.Event:
+                        rec._place(placement)  # pyright: ignore[reportPrivateUsage]  # wakes waiters
                 if bus.active:
                     bus.publish(
                         EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
@@ -586,18 +592,9 @@ class Controller:
                     rec = entry.payload
                     bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, entry.key)
 
-    def _placed(self, entry: Entry[TaskRecord], placement: Placement) -> None:
-        """The admission decision on ``entry``: its waiter's placement, set once."""
-        rec = entry.payload
-        current = rec._placement  # pyright: ignore[reportPrivateUsage]
-        if current is None:
-            rec._placement = placement  # pyright: ignore[reportPrivateUsage]  # _place, inlined
-        elif type(current) is trio.Event:
-            rec._place(placement)  # pyright: ignore[reportPrivateUsage]  # wakes wait_placed()
-
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload
-        self._placed(entry, Placement.REJECTED)  # changes nothing once placed
+        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not once placed
         rec._resolve(rejected_outcome(kind))  # pyright: ignore[reportPrivateUsage]
         if self._bus.active:
             self._bus.publish(
