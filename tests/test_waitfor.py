@@ -225,6 +225,9 @@ class WaitForModel(RuleBasedStateMachine):
         """A new wait raises exactly when its target reaches its caller."""
         g = self.g
         c, t = self.nodes[caller], self.nodes[awaited]
+        # The caller runs an attempt: it is queued, held or waiting for a permit no
+        # more, so it has lost its state edges (and gains none while it is a caller).
+        g.state[c] = []
         wait = g.wait(c, t)
         cycle = g.wf.closing_cycle(wait)
         assert (cycle is not None) == g.reaches(t, c)

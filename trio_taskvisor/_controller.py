@@ -374,18 +374,21 @@ class Controller:
         return not any(entry.key == key for entry in self._in_inbox.values())
 
     async def wait_slot_idle(self, key: str) -> None:
-        """Wait until slot ``key`` is idle (at once if it is); a checkpoint."""
-        if self.slot_idle(key):
-            await trio.lowlevel.checkpoint()
-            return
-        event = self._idle_waits.get(key)
-        if event is None:
-            event = self._idle_waits[key] = trio.Event()
-        caller = self._waits.caller()
-        if caller is None:
-            await event.wait()
-        else:
-            await self._waits.guarded_slot_wait(caller, key, event)
+        """Wait until slot ``key`` is idle (at once if it is); a checkpoint.
+
+        Idleness is checked after the checkpoint and after every wake-up, so the slot is
+        idle at the moment this returns (work submitted during the checkpoint counts).
+        """
+        await trio.lowlevel.checkpoint()
+        while not self.slot_idle(key):
+            event = self._idle_waits.get(key)
+            if event is None:
+                event = self._idle_waits[key] = trio.Event()
+            caller = self._waits.caller()
+            if caller is None:
+                await event.wait()
+            else:
+                await self._waits.guarded_slot_wait(caller, key, event)
 
     def _check_idle_waits(self) -> None:
         for key in [key for key in self._idle_waits if self.slot_idle(key)]:
