@@ -84,6 +84,7 @@ __all__ = [
     "DETACH",
     "JOIN",
     "QUEUE_FULL",
+    "QUEUE_TIMEOUT",
     "REJECT",
     "REMOVED_FROM_QUEUE",
     "RESOURCE_LIMIT",
@@ -95,7 +96,11 @@ __all__ = [
     "TRANSITION",
     "Entry",
     "SlotMachine",
+    "Submitted",
     "triples",
+    # the pure wait-for graph, for test_waitfor.py
+    "Wait",
+    "WaitFor",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -313,17 +318,31 @@ def once(name: str, fn: Callable[..., Any] = forever, *args: Any, **options: Any
 
 
 def queue(
-    name: str, fn: Callable[..., Any] = forever, *args: Any, slot: str = "k", wait: bool = False
+    name: str,
+    fn: Callable[..., Any] = forever,
+    *args: Any,
+    slot: str = "k",
+    wait: bool = False,
+    queue_timeout: float | None = None,
 ) -> ControllerSpec:
     """QUEUE ``once(name, fn, *args)`` in ``slot``."""
-    return ControllerSpec.queue(once(name, fn, *args), slot=slot, wait=wait)
+    return ControllerSpec.queue(
+        once(name, fn, *args), slot=slot, wait=wait, queue_timeout=queue_timeout
+    )
 
 
 def replace(
-    name: str, fn: Callable[..., Any] = forever, *args: Any, slot: str = "k", wait: bool = False
+    name: str,
+    fn: Callable[..., Any] = forever,
+    *args: Any,
+    slot: str = "k",
+    wait: bool = False,
+    queue_timeout: float | None = None,
 ) -> ControllerSpec:
     """REPLACE with ``once(name, fn, *args)`` in ``slot``."""
-    return ControllerSpec.replace(once(name, fn, *args), slot=slot, wait=wait)
+    return ControllerSpec.replace(
+        once(name, fn, *args), slot=slot, wait=wait, queue_timeout=queue_timeout
+    )
 
 
 def drop(
@@ -424,6 +443,11 @@ SUPERSEDED = RejectionKind.SUPERSEDED
 REMOVED_FROM_QUEUE = RejectionKind.REMOVED_FROM_QUEUE
 SHUTTING_DOWN = RejectionKind.SHUTTING_DOWN
 RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
+QUEUE_TIMEOUT = RejectionKind.QUEUE_TIMEOUT
+
+
+# The pure wait-for cycle search, tested directly (and only) by test_waitfor.py.
+from trio_taskvisor._waitfor import Wait, WaitFor  # noqa: E402
 
 
 def triples(effects: list[Effect[Any]]) -> list[tuple[str, Entry[Any], Any]]:

@@ -360,6 +360,40 @@ CONSTRUCTOR_CASES: list[Any] = [
         "DROP_IF_RUNNING",
         id="cspec-drop-wait",
     ),
+    # ControllerSpec.queue_timeout (DESIGN section 11)
+    pytest.param(
+        lambda: ControllerSpec.queue(SPEC, queue_timeout=-1), ConfigError, "-1", id="qt-negative"
+    ),
+    pytest.param(
+        lambda: ControllerSpec.replace(SPEC, queue_timeout=math.nan),
+        ConfigError,
+        "nan",
+        id="qt-nan",
+    ),
+    pytest.param(
+        lambda: ControllerSpec.queue(SPEC, queue_timeout="5"), TypeError, "'5'", id="qt-str"
+    ),
+    pytest.param(
+        lambda: ControllerSpec.queue(SPEC, queue_timeout=True), TypeError, "True", id="qt-bool"
+    ),
+    pytest.param(
+        lambda: ControllerSpec(SPEC, AdmissionPolicy.JOIN, queue_timeout=5.0),
+        TypeError,
+        "JOIN",
+        id="qt-join",
+    ),
+    pytest.param(
+        lambda: ControllerSpec(SPEC, AdmissionPolicy.DROP_IF_RUNNING, queue_timeout=0),
+        TypeError,
+        "DROP_IF_RUNNING",
+        id="qt-drop",
+    ),
+    pytest.param(
+        lambda: ControllerSpec(SPEC, AdmissionPolicy.JOIN, queue_timeout=math.inf),
+        TypeError,
+        "inf",
+        id="qt-join-inf",
+    ),
     # EventRecorder queries
     pytest.param(
         lambda: EventRecorder().of("task_addded"), ConfigError, "'task_addded'", id="of-typo"
@@ -375,6 +409,26 @@ def test_constructor_rejects_bad_input_clearly(
     with pytest.raises(exc_type) as info:
         make()
     check_message(info.value, shown)
+
+
+def test_join_and_drop_constructors_take_no_queue_timeout() -> None:
+    """ControllerSpec.join and .drop_if_running have no queue_timeout parameter."""
+    with pytest.raises(TypeError, match="queue_timeout"):
+        ControllerSpec.join(SPEC, queue_timeout=5.0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="queue_timeout"):
+        ControllerSpec.drop_if_running(SPEC, queue_timeout=5.0)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("policy", [AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING])
+async def test_run_in_slot_rejects_a_queue_timeout_for_a_policy_that_never_queues(
+    autojump_clock: Any, policy: AdmissionPolicy
+) -> None:
+    """run_in_slot(policy=JOIN or DROP_IF_RUNNING, queue_timeout=...) is a TypeError."""
+    async with supervisor(controller=ControllerConfig()) as sup:
+        with pytest.raises(TypeError) as info:
+            await sup.run_in_slot("s", async_fn, policy=policy, queue_timeout=1.0)
+        check_message(info.value, policy.name)
+        await assert_still_works(sup)
 
 
 def test_unknown_option_is_a_type_error() -> None:
@@ -597,6 +651,8 @@ async def test_rejected_mixed_batch_registers_none_of_its_items(autojump_clock: 
         pytest.param(lambda sup: sup.prepare_submission(ControllerSpec.queue(SPEC)), id="prep"),
         pytest.param(lambda sup: sup.run_in_slot("s", async_fn), id="run-in-slot"),
         pytest.param(lambda sup: sup.controller_snapshot(), id="snapshot"),
+        pytest.param(lambda sup: sup.cancel_slot("s"), id="cancel-slot"),
+        pytest.param(lambda sup: sup.wait_slot_idle("s"), id="wait-slot-idle"),
     ],
 )
 async def test_controller_calls_without_a_controller_raise_no_controller_error(

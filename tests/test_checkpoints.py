@@ -408,6 +408,80 @@ async def test_controller_waiter_wait_cancelled_at_every_checkpoint(autojump_clo
     assert await sweep(scenario)
 
 
+async def test_wait_placed_cancelled_at_every_checkpoint(autojump_clock: Any) -> None:
+    """A cancelled wait_placed() leaves the held work alone: it is placed on time."""
+
+    async def scenario(k: int) -> tuple[Run, Phase]:
+        async with supervisor(max_slot_queue=0) as sup:
+            await sup.submit(ControllerSpec.queue(TaskSpec.once("owner", Body(3.0)), slot="s"))
+            held = await sup.submit(
+                ControllerSpec.queue(TaskSpec.once("held", Body(1.0)), slot="s", wait=True)
+            )
+            t0 = trio.current_time()
+            run = await call_cancelled_at(k, held.wait_placed)
+            assert run.error is None
+            assert str(await held.wait_placed()) == "owner"
+            assert trio.current_time() == t0 + 3.0
+            return run, Phase.DONE
+
+    assert await sweep(scenario)
+
+
+async def test_wait_slot_idle_cancelled_at_every_checkpoint(autojump_clock: Any) -> None:
+    """A cancelled wait_slot_idle changes nothing: the slot's work ends on time."""
+
+    async def scenario(k: int) -> tuple[Run, Phase]:
+        async with supervisor(controller=ControllerConfig()) as sup:
+            body = Body(3.0)
+            await sup.submit(ControllerSpec.queue(TaskSpec.once("job", body), slot="s"))
+            t0 = trio.current_time()
+            run = await call_cancelled_at(k, lambda: sup.wait_slot_idle("s"))
+            assert run.error is None
+            with trio.fail_after(60):
+                await sup.wait_slot_idle("s")
+            assert trio.current_time() == t0 + 3.0
+            assert body.finished == 1
+            return run, Phase.DONE
+
+    assert await sweep(scenario)
+
+
+async def test_cancel_slot_cancelled_at_every_checkpoint(autojump_clock: Any) -> None:
+    """cancel_slot cancelled before its command is sent does nothing; after, it goes on."""
+
+    async def scenario(k: int) -> tuple[Run, Phase]:
+        async with supervisor(controller=ControllerConfig()) as sup:
+            owner = await sup.submit(
+                ControllerSpec.queue(TaskSpec.once("owner", forever), slot="s")
+            )
+            queued = await sup.submit(ControllerSpec.queue(TaskSpec.once("q", forever), slot="s"))
+            await settle()
+            run = await call_cancelled_at(k, lambda: sup.cancel_slot("s"))
+            assert run.error is None
+            await settle()
+            if queued.placement is not None and not _resolved(queued):
+                assert run.cancelled
+                assert not _resolved(owner)
+                return run, Phase.NO_TRACE
+            assert queued.outcome_nowait().rejection is RejectionKind.REMOVED_FROM_QUEUE
+            assert (await owner.wait()).kind is OutcomeKind.CANCELLED
+            if not run.cancelled:
+                assert run.value == 2
+            return run, Phase.DONE
+
+    phases = await sweep(scenario)
+    assert phases[0] is Phase.NO_TRACE
+    assert Phase.DONE in phases
+
+
+def _resolved(waiter: Any) -> bool:
+    try:
+        waiter.outcome_nowait()
+    except trio.WouldBlock:
+        return False
+    return True
+
+
 async def test_waiter_wait_on_a_resolved_waiter_cancelled(autojump_clock: Any) -> None:
     """Even when the outcome is known, a cancelled caller gets Cancelled, not the value."""
     async with supervisor() as sup:
@@ -777,6 +851,18 @@ async def test_remove_after_the_supervisor_closed_is_a_checkpoint(autojump_clock
         assert await sup.remove("t") is False
     with trio.testing.assert_checkpoints():
         assert await sup.cancel("t") is False
+
+
+async def test_slot_operations_after_the_supervisor_closed_are_checkpoints(
+    autojump_clock: Any,
+) -> None:
+    """cancel_slot and wait_slot_idle after the supervisor ended: 0 and idle, as checkpoints."""
+    async with supervisor(controller=ControllerConfig()) as sup:
+        pass
+    with trio.testing.assert_checkpoints():
+        assert await sup.cancel_slot("s") == 0
+    with trio.testing.assert_checkpoints():
+        await sup.wait_slot_idle("s")
 
 
 async def test_wait_idle_when_idle_with_a_controller_is_a_checkpoint(autojump_clock: Any) -> None:

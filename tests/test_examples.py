@@ -309,9 +309,9 @@ def started(request: pytest.FixtureRequest) -> Iterator[dict[str, Started]]:
 def _redis_server() -> Iterator[str]:
     """A Redis-compatible server for the examples that need one, started as the cluster
     tests start theirs (``tests/cluster/conftest.py``); yield its url."""
-    from cluster.conftest import RedisServer, _find_server_binary
+    from cluster.redis_server import RedisServer, find_server_binary
 
-    binary = _find_server_binary()
+    binary = find_server_binary()
     if binary is None:
         pytest.fail(
             "examples/replicas.py needs a Redis-compatible server: put redis-server on PATH "

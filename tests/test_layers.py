@@ -29,6 +29,7 @@ ORDER = [
     "_events",
     "_waiter",
     "_redis_scripts",
+    "_waitfor",
     # state: what the loops share, and the pure slot machines
     "_inbox",
     "_record",
@@ -41,6 +42,7 @@ ORDER = [
     "_actor",
     "_registry",
     "_keeper",
+    "_waits",
     "_controller",
     "_shutdown",
     # facade: the composition root

@@ -55,6 +55,7 @@ DESIGN_NAMES = {
     "TaskOutcome",
     "OutcomeKind",
     "RejectionKind",
+    "Placement",  # section 11
     "TaskInfo",
     "TaskState",
     # events

@@ -2,9 +2,10 @@
 
 Hypothesis draws a small configuration (grace, budgets, capacities) and a sequence of
 operations: ``add`` / ``add_nowait`` / ``add_batch`` / ``remove`` / ``cancel`` (by id and
-by name) / ``submit`` and ``submit_nowait`` with every policy and ``wait`` /
-``run_in_slot`` (in a background task, possibly cancelled) / advancing time / shutdown
-(inline or in the background) / ``wait_idle``. Task bodies succeed, fail, raise
+by name) / ``submit`` and ``submit_nowait`` with every policy, ``wait`` and a
+``queue_timeout`` / ``run_in_slot`` (in a background task, possibly cancelled) /
+``cancel_slot`` and ``wait_slot_idle`` / advancing time / shutdown (inline or in the
+background) / ``wait_idle``. Task bodies succeed, fail, raise
 ``FatalError`` or ``TaskCancelled``, hang, defer cancellation, ignore it (their own
 shield), swallow it and return late, or make a keyed call themselves (into their own
 slot that must raise ``DeadlockError``); any of them may carry an attempt timeout and a
@@ -24,7 +25,7 @@ step, so invariants hold "at every instant", not just between operations:
   with each other and with the bodies actually running;
 * every accepted submission ends with exactly one outcome, consistent with what its
   body did; a refused or rejected submission's body never runs, and no body starts
-  after its outcome was committed;
+  after its outcome was committed; its placement is set and agrees with the outcome;
 * QUEUE work of one slot starts in submission order (for submissions whose order the
   test knows: those of the main task; concurrent callers race for intake);
 * ``cancel()`` returns only once the outcome is committed; one claim per stop;
@@ -67,6 +68,7 @@ from trio_taskvisor import (
     GraceExceededError,
     OutcomeError,
     OutcomeKind,
+    Placement,
     RejectionKind,
     ResourceLimitError,
     SlotStatus,
@@ -202,6 +204,20 @@ class Submit:
     work: Work
     wait: bool = False
     nowait: bool = False
+    queue_timeout: float | None = None
+
+
+@attrs.frozen
+class CancelSlot:
+    slot: str
+    background: bool = False
+
+
+@attrs.frozen
+class WaitSlotIdle:
+    """``wait_slot_idle(slot)``, bounded: when it returns, the slot may hold nothing."""
+
+    slot: str
 
 
 @attrs.frozen
@@ -245,7 +261,21 @@ class WaitIdle:
     """``wait_idle()``, bounded: when it returns, nothing may be registered or held."""
 
 
-Op = Add | AddBatch | Submit | RunInSlot | Remove | Cancel | Sleep | Shutdown | WaitIdle | Spawn
+Op = (
+    Add
+    | AddBatch
+    | Submit
+    | RunInSlot
+    | Remove
+    | Cancel
+    | CancelSlot
+    | WaitSlotIdle
+    | Sleep
+    | Shutdown
+    | WaitIdle
+    | Spawn
+)
+queue_timeouts = st.sampled_from((None, None, None, 1.0, 0.0, 2.5))
 
 # -- strategies (first choices are the simplest: they are what examples shrink to) --------
 
@@ -285,6 +315,7 @@ def submits(draw: st.DrawFn) -> Submit:
         work=draw(works),
         wait=draw(st.booleans()) if has_wait else False,
         nowait=draw(st.booleans()),
+        queue_timeout=draw(queue_timeouts) if has_wait else None,
     )
 
 
@@ -317,6 +348,8 @@ ops = st.one_of(
     ),
     st.just(WaitIdle()),
     st.builds(Spawn, st.one_of(st.builds(Add, names, works), submits())),
+    st.builds(CancelSlot, st.sampled_from(SLOTS), st.booleans()),
+    st.builds(WaitSlotIdle, st.sampled_from(SLOTS)),
 )
 
 
@@ -332,6 +365,7 @@ def keyed_submits(draw: st.DrawFn) -> Submit:
         work=draw(finite_works),
         wait=draw(st.booleans()) if has_wait else False,
         nowait=draw(st.booleans()),
+        queue_timeout=draw(queue_timeouts) if has_wait else None,
     )
 
 
@@ -351,6 +385,8 @@ keyed_ops = st.one_of(
         call_works,
         st.sampled_from((None, 0.5, 2.0)),
     ),
+    st.builds(CancelSlot, st.sampled_from(SLOTS), st.booleans()),
+    st.builds(WaitSlotIdle, st.sampled_from(SLOTS)),
 )
 
 
@@ -730,6 +766,8 @@ class Harness:
         where = f"{sub.how} {sub.name or ''} {sub.id} {sub.work!r}: {outcome}"
         kind = outcome.kind
         expect(kind is not OutcomeKind.PANICKED, where)
+        if sub.waiter is not None:
+            self._check_placement(sub, sub.waiter.placement, outcome, where)
         expect((kind is OutcomeKind.REJECTED) == (outcome.rejection is not None), where)
         if kind is OutcomeKind.REJECTED:
             expect(not sub.entered, f"REJECTED but the body ran: {where}")
@@ -772,6 +810,27 @@ class Harness:
                 or (work.timeout is not None and isinstance(outcome.error, TimeoutError)),
                 f"bad FAILED {where}",
             )
+
+    def _check_placement(
+        self, sub: Sub, placement: Placement | None, outcome: TaskOutcome, where: str
+    ) -> None:
+        """A resolved waiter has its placement, and it agrees with what happened."""
+        expect = self.expect
+        expect(placement is not None, f"resolved without a placement: {where}")
+        if placement is Placement.REJECTED:
+            expect(outcome.kind is OutcomeKind.REJECTED, f"placed REJECTED: {where}")
+            expect(not sub.entered, f"placed REJECTED, yet the body ran: {where}")
+        elif placement is Placement.JOINED:
+            expect(sub.policy is AdmissionPolicy.JOIN, f"JOINED but not a JOIN: {where}")
+            expect(not sub.entered, f"a joiner's body ran: {where}")
+        if sub.how in ("add", "add_nowait", "batch") and outcome.kind is not OutcomeKind.REJECTED:
+            expect(placement is Placement.OWNER, f"added work placed {placement}: {where}")
+        if outcome.rejection in (RejectionKind.SLOT_BUSY, RejectionKind.QUEUE_FULL):
+            expect(placement is Placement.REJECTED, f"rejected at intake, placed {placement}")
+        if outcome.rejection is RejectionKind.SUPERSEDED:
+            # A joiner of the displaced head shares its outcome and stays JOINED.
+            expected = Placement.JOINED if sub.policy is AdmissionPolicy.JOIN else Placement.QUEUED
+            expect(placement is expected, f"superseded, placed {placement}: {where}")
 
     def _check_events(self) -> None:
         assert self.recorder is not None
@@ -950,7 +1009,7 @@ async def _nested_call(h: Harness, ctx: TaskContext, work: Work) -> None:
     """Make a keyed call from inside a body.
 
     Into the body's own slot it must raise ``DeadlockError`` (or be rejected); into
-    another slot it is an ordinary call.
+    another slot it is an ordinary call, unless it closes a cycle through permits.
     """
     slot = ctx.slot or "s2"
     inner = h.new_sub(
@@ -958,8 +1017,14 @@ async def _nested_call(h: Harness, ctx: TaskContext, work: Work) -> None:
     )
     try:
         value = await ctx.supervisor.run_in_slot(slot, task_body, h, inner.token)
-    except DeadlockError:
-        h.expect(slot == ctx.slot, f"DeadlockError for a call from {ctx} into slot {slot!r}")
+    except DeadlockError as exc:
+        # Into its own slot the call always closes a cycle; into another slot (from
+        # added work) only through permits: every permit held by a body blocked in a
+        # call while the call's work waits for one.
+        permits = h.config.max_concurrent is not None and "waits for a permit" in str(exc)
+        h.expect(
+            slot == ctx.slot or permits, f"DeadlockError for a call from {ctx} into slot {slot!r}"
+        )
         inner.withdrawn = True
         inner.results.append("refused")
     except OutcomeError as exc:
@@ -1043,7 +1108,13 @@ async def apply(h: Harness, sup: Supervisor, op: Op, *, ordered: bool = True) ->
         how = "submit_nowait" if op.nowait else "submit"
         slot = op.name if op.slot is None else op.slot
         sub = h.new_sub(how, op.name, slot, op.policy, op.work, ordered=ordered)
-        request = ControllerSpec(h.spec(op.name, op.work, sub), op.policy, op.slot, op.wait)
+        request = ControllerSpec(
+            h.spec(op.name, op.work, sub),
+            op.policy,
+            op.slot,
+            op.wait,
+            queue_timeout=op.queue_timeout,
+        )
         try:
             if op.nowait:
                 waiter = sup.submit_nowait(request)
@@ -1078,6 +1149,18 @@ async def apply(h: Harness, sup: Supervisor, op: Op, *, ordered: bool = True) ->
             h.nursery.start_soon(_cancel, h, sup, target, sub_target)
         else:
             await _cancel(h, sup, target, sub_target)
+    elif isinstance(op, CancelSlot):
+        if op.background:
+            h.nursery.start_soon(_cancel_slot, h, sup, op.slot)
+        else:
+            await _cancel_slot(h, sup, op.slot)
+    elif isinstance(op, WaitSlotIdle):
+        quiet = not h.calls_in_flight
+        with trio.move_on_after(3.0) as scope:
+            await sup.wait_slot_idle(op.slot)
+        if not scope.cancelled_caught and quiet:
+            view = sup.controller_snapshot().slot(op.slot)
+            h.expect(view is None, f"wait_slot_idle({op.slot!r}) returned with {view}")
     elif isinstance(op, Sleep):
         await trio.sleep(op.seconds)
     elif isinstance(op, WaitIdle):
@@ -1115,6 +1198,21 @@ async def _cancel(h: Harness, sup: Supervisor, target: TaskId | str, sub: Sub | 
         if claimed:
             sub.claims += 1
         h.expect(_resolved(sub.waiter), f"cancel({target}) returned, but {sub.waiter} is pending")
+
+
+async def _cancel_slot(h: Harness, sup: Supervisor, slot: str) -> None:
+    """cancel_slot: on return, what it withdrew and the owner it stopped have outcomes."""
+    assert h.sup is not None
+    before = sup.controller_snapshot().slot(slot)
+    count = await sup.cancel_slot(slot)
+    h.expect(count >= 0, f"cancel_slot({slot!r}) returned {count}")
+    if before is not None and count:
+        owner = h.by_id.get(before.owner_id)
+        if owner is not None and owner.waiter is not None:
+            h.expect(
+                _resolved(owner.waiter),
+                f"cancel_slot({slot!r}) returned, but the owner {owner.waiter} is pending",
+            )
 
 
 async def _shutdown(h: Harness, sup: Supervisor) -> None:

@@ -8,6 +8,7 @@ shutdown under small budgets and checks the module's invariants after every step
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from trio_taskvisor import AdmissionPolicy, SlotStatus
+from trio_taskvisor import AdmissionPolicy, Placement, SlotStatus
 
 # The slot machine's own names: private, so they come through helpers like every internal.
 from helpers import (
@@ -28,6 +29,7 @@ from helpers import (
     DETACH,
     JOIN,
     QUEUE_FULL,
+    QUEUE_TIMEOUT,
     REJECT,
     REMOVED_FROM_QUEUE,
     RESOURCE_LIMIT,
@@ -39,6 +41,7 @@ from helpers import (
     TRANSITION,
     Entry,
     SlotMachine,
+    Submitted,
     triples,
 )
 
@@ -76,6 +79,13 @@ class Harness:
     ) -> Entry:
         entry = Entry(next(self.ids), key, policy, wait=wait)
         self.m.submit(entry, now)
+        return entry
+
+    def timed(self, entry: Entry, deadline: float, now: float) -> Entry:
+        """Submit ``entry`` with a queue deadline, as the controller does."""
+        entry.deadline = deadline
+        self.m.submit(entry, now)
+        self.m.track_deadline(entry, now)
         return entry
 
     def running(self, key: str) -> Entry:
@@ -705,6 +715,121 @@ def test_remove_of_work_the_machine_does_not_hold_returns_none(which: str) -> No
     assert h.m.slots["k"].owner is a
 
 
+# -- section 11: placement, queue deadlines, cancel_slot, what work waits for ------------------
+
+
+def test_submitted_effects_carry_the_placement() -> None:
+    """OWNER on an idle slot, QUEUED in a queue, JOINED for a joiner, none while held."""
+    h = Harness(max_slot_queue=1)
+    owner = h.submit("k")
+    queued = h.submit("k")
+    held = h.submit("k", wait=True)
+    joiner = h.submit("k", JOINS)
+    placements = {
+        effect.entry.id: effect.placement for effect in h.m.effects if type(effect) is Submitted
+    }
+    assert placements == {
+        owner.id: Placement.OWNER,
+        queued.id: Placement.QUEUED,
+        held.id: None,
+        joiner.id: Placement.JOINED,
+    }
+
+
+def test_removals_are_announced_before_their_rejection() -> None:
+    """remove() and withdraw_slot() emit RemoveRequested right before each rejection."""
+    h = Harness(max_slot_queue=1)
+    h.running("k")
+    queued = h.submit("k")
+    held = h.submit("k", wait=True)
+    h.m.effects.clear()
+    h.m.remove(queued.id, 1.0)
+    kinds = [type(effect).__name__ for effect in h.m.effects]
+    assert kinds[:2] == ["RemoveRequested", "Reject"]
+    h.m.effects.clear()
+    h.m.withdraw_slot("k", 2.0)
+    assert [type(effect).__name__ for effect in h.m.effects] == ["RemoveRequested", "Reject"]
+    assert h.m.effects[0].entry is held
+
+
+def test_queued_work_expires_at_its_deadline_and_frees_its_units() -> None:
+    """expire(now) withdraws queued work whose deadline is <= now, QUEUE_TIMEOUT."""
+    h = Harness()
+    h.running("k")
+    late = h.timed(Entry(100, "k", QUEUE), 5.0, now=1.0)
+    h.take()
+    assert h.m.next_deadline == 5.0
+    h.m.expire(4.999)
+    assert h.take() == []
+    h.m.expire(5.0)
+    assert h.take() == [(REJECT, late, QUEUE_TIMEOUT)]
+    assert (h.m.pending, h.m.next_deadline) == (0, math.inf)
+
+
+def test_a_due_deadline_goes_before_the_owner_exit_that_would_start_it() -> None:
+    """Every transition first withdraws what is due: the head never starts at its deadline."""
+    h = Harness()
+    owner = h.running("k")
+    nxt = h.submit("k")
+    head = h.timed(Entry(100, "k", QUEUE), 3.0, now=1.0)  # behind nxt
+    h.take()
+    h.m.exited(owner, 3.0)
+    effects = h.take()
+    assert effects[0] == (REJECT, head, QUEUE_TIMEOUT)
+    assert h.m.slots["k"].owner is nxt
+
+
+def test_a_deadline_already_due_at_intake_withdraws_at_once() -> None:
+    """A deadline <= now at intake: queued (the REPLACE still stops the owner), then out."""
+    h = Harness()
+    owner = h.running("k")
+    entry = h.timed(Entry(100, "k", REPLACE), 1.0, now=1.0)
+    assert h.take() == [
+        (SUBMITTED, entry),
+        (TRANSITION, owner, "running->terminating"),
+        (STOP, owner, None),
+        (REJECT, entry, QUEUE_TIMEOUT),
+    ]
+    assert h.status("k") is TERMINATING
+
+
+def test_held_work_expires_as_held_and_due_work_gets_no_room() -> None:
+    """All due work is withdrawn before room is offered: due held work is not placed."""
+    h = Harness(max_slot_queue=1)
+    h.running("k")
+    queued = h.timed(Entry(100, "k", QUEUE), 4.0, now=1.0)
+    held = h.timed(Entry(101, "k", QUEUE, wait=True), 4.0, now=1.0)
+    h.take()
+    h.m.expire(4.0)
+    assert h.take() == [(REJECT, queued, QUEUE_TIMEOUT), (REJECT, held, QUEUE_TIMEOUT)]
+
+
+def test_withdraw_slot_returns_the_count_and_the_owner() -> None:
+    """withdraw_slot takes the queue (head first) and the held work; the owner stays."""
+    h = Harness(max_slot_queue=1)
+    owner = h.running("k")
+    queued = h.submit("k")
+    held = h.submit("k", wait=True)
+    h.take()
+    assert h.m.withdraw_slot("k", 1.0) == (2, owner)
+    assert h.take() == [(REJECT, queued, REMOVED_FROM_QUEUE), (REJECT, held, REMOVED_FROM_QUEUE)]
+    assert (h.queue("k"), h.held("k"), h.m.pending, h.m.waiting) == ([], [], 0, 0)
+    assert h.m.withdraw_slot("idle", 1.0) == (0, None)
+
+
+def test_waits_for_names_the_owner_or_the_followed_work() -> None:
+    """Queued and held work waits for its owner, a joiner for its target, an owner for nothing."""
+    h = Harness(max_slot_queue=1)
+    owner = h.running("k")
+    queued = h.submit("k")
+    held = h.submit("k", wait=True)
+    joiner = h.submit("k", JOINS)
+    assert h.m.waits_for(queued) == (owner, "queued")
+    assert h.m.waits_for(held) == (owner, "held")
+    assert h.m.waits_for(joiner) == (queued, "joined")
+    assert h.m.waits_for(owner) is None
+
+
 # -- close ------------------------------------------------------------------------------------
 
 
@@ -893,7 +1018,6 @@ class SlotMachineModel(RuleBasedStateMachine):
         """Run ``action`` on the machine; check each entry's move against its effects."""
         self.healthy = False
         m = self.machine
-        self.now += 1.0
         pre = self.snapshot()
         if self.fresh is not None:
             pre["where"][self.fresh] = "new"
@@ -919,6 +1043,7 @@ class SlotMachineModel(RuleBasedStateMachine):
                     REMOVED_FROM_QUEUE,
                     SHUTTING_DOWN,
                     RESOURCE_LIMIT,
+                    QUEUE_TIMEOUT,
                 )
             elif tag == DETACH:
                 assert arg == REMOVED_FROM_QUEUE
@@ -1019,8 +1144,29 @@ class SlotMachineModel(RuleBasedStateMachine):
                 younger = [i for i in took_unit if i > head.id]
                 assert not younger, f"held {younger} placed before older held {head}"
 
-    def new_entry(self, key: str, policy: AdmissionPolicy, wait: bool) -> Entry:
+    def tick(self) -> None:
+        """Time passes (one unit per rule): work whose queue deadline came is withdrawn
+        first, in a step of its own, so each rule's predictions see the state after it."""
+        m = self.machine
+        self.now += 1.0
+        due = [
+            e
+            for e in self.entries.values()
+            if self.where(e) in ("queued", "held") and e.deadline <= self.now
+        ]
+        if not due:
+            return
+        effects = self.step(lambda: m.expire(self.now))
+        rejected = [(e, arg) for tag, e, arg in effects if tag == REJECT and arg == QUEUE_TIMEOUT]
+        assert sorted(e.id for e, _ in rejected) == sorted(e.id for e in due)
+        assert all(self.where(e) == "gone" for e in due)
+
+    def new_entry(
+        self, key: str, policy: AdmissionPolicy, wait: bool, timeout: float | None = None
+    ) -> Entry:
         entry = Entry(next(self.ids), key, policy, wait=wait)
+        if timeout is not None:
+            entry.deadline = self.now + timeout  # never due at intake: timeout >= 1
         self.entries[entry.id] = entry
         self.log[entry.id] = []
         self.fresh = entry.id
@@ -1035,12 +1181,17 @@ class SlotMachineModel(RuleBasedStateMachine):
         key_index=st.integers(0, 2),
         policy=st.sampled_from(AdmissionPolicy),
         wait=st.booleans(),
+        timeout=st.sampled_from([None, None, 1.0, 2.0, 5.0]),
     )
-    def submit(self, key_index: int, policy: AdmissionPolicy, wait: bool) -> None:
+    def submit(
+        self, key_index: int, policy: AdmissionPolicy, wait: bool, timeout: float | None = None
+    ) -> None:
+        self.tick()
         m = self.machine
         key = self.keys[key_index % len(self.keys)]
         wait = wait and policy in (QUEUE, REPLACE)
-        entry = self.new_entry(key, policy, wait)
+        timeout = timeout if policy in (QUEUE, REPLACE) else None
+        entry = self.new_entry(key, policy, wait, timeout)
         before = m.slots.get(key)
         owner = None if before is None else before.owner
         status = None if before is None else before.status
@@ -1048,7 +1199,13 @@ class SlotMachineModel(RuleBasedStateMachine):
         held = [] if before is None else list(before.held)
         n_slots, pending, waiting = len(m.slots), m.pending, m.waiting
         expected, kind = self.expect_submit(entry, owner, queue, held, n_slots, pending, waiting)
-        effects = self.step(lambda: m.submit(entry, self.now))
+
+        def submit() -> None:
+            m.submit(entry, self.now)
+            if entry.deadline != math.inf:
+                m.track_deadline(entry, self.now)
+
+        effects = self.step(submit)
         got = self.where(entry)
         if expected == "rejected":
             assert got == "gone"
@@ -1066,10 +1223,14 @@ class SlotMachineModel(RuleBasedStateMachine):
             assert stops == ([owner] if status is RUNNING else [])
             assert m.slots[key].status is TERMINATING
 
-    @rule(key_index=st.integers(0, 2), replace=st.booleans())
-    def submit_wait(self, key_index: int, replace: bool) -> None:
+    @rule(
+        key_index=st.integers(0, 2),
+        replace=st.booleans(),
+        timeout=st.sampled_from([None, 2.0, 3.0]),
+    )
+    def submit_wait(self, key_index: int, replace: bool, timeout: float | None) -> None:
         """A wait-mode QUEUE or REPLACE (a second submit rule, so holds are common)."""
-        self.submit(key_index, REPLACE if replace else QUEUE, True)
+        self.submit(key_index, REPLACE if replace else QUEUE, True, timeout)
 
     @rule(replace=st.booleans())
     def submit_wait_everywhere(self, replace: bool) -> None:
@@ -1129,6 +1290,7 @@ class SlotMachineModel(RuleBasedStateMachine):
 
     def decide(self, entry: Entry, accept: bool) -> None:
         """The registry accepts or rejects ``entry``, which awaits its decision."""
+        self.tick()
         m = self.machine
         slot = m.slots[entry.key]
         status, queue, held = slot.status, list(slot.queue), list(slot.held)
@@ -1152,6 +1314,7 @@ class SlotMachineModel(RuleBasedStateMachine):
 
     def exit(self, entry: Entry) -> None:
         """``entry``, an accepted owner, physically exits and its outcome is committed."""
+        self.tick()
         m = self.machine
         slot = m.slots[entry.key]
         queue, held = list(slot.queue), list(slot.held)
@@ -1181,6 +1344,7 @@ class SlotMachineModel(RuleBasedStateMachine):
     def remove(self, index: int, live: bool) -> None:
         """Remove a known id (a queued, held or joined one when ``live``): queued, held and
         joined work goes; anything else is not found."""
+        self.tick()
         m = self.machine
         ids = [
             i
@@ -1210,6 +1374,7 @@ class SlotMachineModel(RuleBasedStateMachine):
     @rule(index=st.integers(0, 31), call=st.sampled_from(["accept", "reject", "exit"]))
     def stale(self, index: int, call: str) -> None:
         """A decision or exit for an entry that is not a slot's owner changes nothing."""
+        self.tick()
         m = self.machine
         candidates = [i for i, e in self.entries.items() if self.where(e) != "owner"]
         if not candidates:
@@ -1228,6 +1393,31 @@ class SlotMachineModel(RuleBasedStateMachine):
             post["pending"],
         )
 
+    @rule(key_index=st.integers(0, 2))
+    def cancel_slot(self, key_index: int) -> None:
+        """cancel_slot: the slot's queue and held work are withdrawn, in line order, as
+        removals; none of its held work is placed on the way; the owner is returned."""
+        self.tick()
+        m = self.machine
+        key = self.keys[key_index % len(self.keys)]
+        slot = m.slots.get(key)
+        line = [] if slot is None else [*slot.queue, *slot.held]
+        owner = None if slot is None else slot.owner
+        result: list[tuple[int, Entry | None]] = []
+        effects = self.step(lambda: result.append(m.withdraw_slot(key, self.now)))
+        assert result == [(len(line), owner)]
+        mine = [(tag, e, arg) for tag, e, arg in effects if e.key == key]
+        assert mine[: len(line)] == [(REJECT, e, REMOVED_FROM_QUEUE) for e in line]
+        assert all(self.where(e) == "gone" for e in line)
+        after = m.slots.get(key)
+        assert after is None or (not after.queue and not after.held)
+        assert (after is None) == (owner is None)
+
+    @rule()
+    def time_passes(self) -> None:
+        """Nothing but time: queue deadlines that come are kept."""
+        self.tick()
+
     @rule(go=st.integers(0, 19))
     def close(self, go: int) -> None:
         """Shut down, on one draw in twenty (so most runs get far before it)."""
@@ -1236,6 +1426,7 @@ class SlotMachineModel(RuleBasedStateMachine):
 
     def shut_down(self) -> None:
         """Shutdown: queued and held work is rejected SHUTTING_DOWN; owners stay."""
+        self.tick()
         m = self.machine
         doomed = [e for e in self.entries.values() if self.where(e) in ("queued", "held")]
         owners = {k: s.owner for k, s in m.slots.items()}
@@ -1257,6 +1448,7 @@ class SlotMachineModel(RuleBasedStateMachine):
         self.budgets_hold()
         self.held_heads_really_wait()
         self.closed_machine_holds_nothing()
+        self.deadlines_are_kept()
         self.every_entry_ends_once()
         self.healthy = True
 
@@ -1342,6 +1534,11 @@ class SlotMachineModel(RuleBasedStateMachine):
         assert m.closed == self.closed
         if self.closed:
             assert (m.queued, m.held, m.pending) == ({}, {}, 0)
+
+    def deadlines_are_kept(self) -> None:
+        m = self.machine
+        for entry in [*m.queued.values(), *m.held.values()]:
+            assert entry.deadline > self.now, f"{entry} still waits past its deadline"
 
     def every_entry_ends_once(self) -> None:
         for i, tags in self.log.items():

@@ -32,6 +32,7 @@ from ._exceptions import TaskFailure as TaskFailure
 from ._exceptions import TaskNameInUseError as TaskNameInUseError
 from ._logging import LoggingSubscriber as LoggingSubscriber
 from ._outcome import OutcomeKind as OutcomeKind
+from ._outcome import Placement as Placement
 from ._outcome import RejectionKind as RejectionKind
 from ._outcome import TaskId as TaskId
 from ._outcome import TaskOutcome as TaskOutcome
@@ -72,6 +73,7 @@ __all__ = [
     "NoControllerError",
     "OutcomeError",
     "OutcomeKind",
+    "Placement",
     "PreparedSubmission",
     "RejectionKind",
     "ResourceLimitError",

@@ -36,6 +36,8 @@ from typing import Generic, NamedTuple, TypeAlias, Union
 
 from ._outcome import RejectionKind
 from ._slots import (
+    JOINED,
+    QUEUED,
     REMOVED_FROM_QUEUE,
     RESOURCE_LIMIT,
     SHUTTING_DOWN,
@@ -44,6 +46,7 @@ from ._slots import (
     Entry,
     Join,
     P,
+    RemoveRequested,
     Slot,
     SlotMachine,
     SlotStatus,
@@ -137,12 +140,13 @@ class ClusterSlotMachine(SlotMachine[P]):
         """Held submissions (held work asked again included) plus joiners."""
         return len(self.held) + len(self._reasked) + len(self.joiners)
 
-    def is_behind(self, entry_id: int, key: str) -> bool:
-        """As ``SlotMachine.is_behind``; work being asked in ``key`` waits behind it too."""
-        asking = self.asking.get(entry_id)
-        if asking is not None:
-            return asking.key == key
-        return super().is_behind(entry_id, key)
+    def waits_for(self, entry: Entry[P]) -> tuple[Entry[P], str] | None:
+        """As ``SlotMachine.waits_for``; work the store is deciding on waits for its slot's
+        local owner too. A remote owner is no edge: cycles are found within one process."""
+        if self.asking.get(entry.id) is entry:
+            owner = self.slots[entry.key].owner
+            return None if owner is None else (owner, "queued")
+        return super().waits_for(entry)
 
     def find(self, entry_id: int) -> Entry[P] | None:
         """The local entry ``entry_id``: an owner, queued, asked or held work."""
@@ -220,7 +224,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         if slot.owner is None and slot.status is not SlotStatus.REMOTE:
             slot.status = SlotStatus.REMOTE
             slot.since = now
-        self.effects.append(Submitted(entry, "queued in the cluster"))
+        self.effects.append(Submitted(entry, "queued in the cluster", QUEUED))
         if again:
             self.room(slot.key, now)
         return entry
@@ -242,11 +246,11 @@ class ClusterSlotMachine(SlotMachine[P]):
                 followed.followers = []
             followed.followers.append(entry)
             self.joiners[entry.id] = entry
-            self.effects.append(Submitted(entry, f"joined #{int(followed.id)}"))
+            self.effects.append(Submitted(entry, f"joined #{int(followed.id)}", JOINED))
             self.effects.append(Join(entry, followed))
         else:
             self.joiners[entry.id] = entry  # no target: it follows remote work
-            self.effects.append(Submitted(entry, f"joined {label}"))
+            self.effects.append(Submitted(entry, f"joined {label}", JOINED))
             self.extra.append(Follow(entry, target))
         self._drop_if_empty(slot)
         return entry
@@ -359,6 +363,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         """Take queued, asked or held work, or a joiner, out at once; return it if found."""
         entry = self.queued.get(entry_id) or self.asking.get(entry_id)
         if entry is not None:
+            self.effects.append(RemoveRequested(entry))
             self.extra.append(Withdraw(entry, REMOVED_FROM_QUEUE))
             self.rejected(entry_id, REMOVED_FROM_QUEUE, now)
             return entry
@@ -366,6 +371,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         if joiner is not None and joiner.target is None:
             del self.joiners[entry_id]
             self.extra.append(Unfollow(joiner))
+            self.effects.append(RemoveRequested(joiner))
             self.effects.append(Detach(joiner, REMOVED_FROM_QUEUE))
             return joiner
         self._local_holds.discard(entry_id)

@@ -8,10 +8,11 @@ Its callers use these methods:
   in the caller's task when the inbox is idle (nothing queued, the loop parked in
   ``get()``), after the caller's checkpoint: nothing is ordered before it then, and code
   between two checkpoints is as atomic there as in the loop. Otherwise it is queued.
-* ``submit_nowait`` and ``remove`` always queue, in call order. A remove by ``TaskId``
-  that the controller does not hold is forwarded to the registry's inbox with the
-  caller's reply (``Registry.forward_stop``), so it is ordered after the submission it
-  targets.
+* ``submit_nowait``, ``remove`` and ``cancel_slot`` always queue, in call order. A remove
+  by ``TaskId`` that the controller does not hold is forwarded to the registry's inbox
+  with the caller's reply (``Registry.forward_stop``), so it is ordered after the
+  submission it targets.
+* ``wait_slot_idle`` and ``snapshot`` read the state in the caller's task.
 * ``close`` (the shutdown) runs directly: from then on nothing is admitted, and queued
   and held work is rejected.
 * ``RecordListener`` (``_record``): ``owner_exited`` runs directly in the exiting actor's
@@ -23,16 +24,41 @@ Owners go to the registry with ``Registry.admit``: decided at once when the regi
 idle (then ``ADMITTING`` is not observable), or queued behind its commands (``ADMITTING``
 until the decision).
 
+Section 11 (placement, queue deadlines, slot-wide operations, wait-for cycles):
+
+* Placement comes with the machine's ``Submitted`` effects (``OWNER``, ``QUEUED``,
+  ``JOINED``) and its rejections (``REJECTED``, which changes nothing once placed).
+* Queue deadlines: a submission's deadline is its intake time plus its ``queue_timeout``,
+  stamped when ``submit`` / ``submit_nowait`` hands it over. The loop waits for its next
+  command or the machine's ``next_deadline``, whichever comes first, as the registry's
+  loop does for force deadlines; work taken in from another task (``submit``'s direct
+  path) with an earlier deadline brings the wake-up forward.
+* The wait guard (``_waits``) learns from ``slot_edge`` / ``slot_owner`` what work waits
+  for in the slots, and from ``_take_in`` when taken-in work gains such an edge.
+
+Seams for cluster slots (DESIGN section 10): the slot-wide operations go through
+``_cancel_slot_now`` (withdraw the line, stop the owner: ``_stop_owner``) and
+``slot_idle`` (what ``wait_slot_idle`` waits for); every placement comes with the
+machine's effects (``Submitted.placement``, ``Reject``), so a cluster mode that decides
+placements elsewhere emits the same effects; queue deadlines go through ``_expire`` and
+end in ``Reject(QUEUE_TIMEOUT)`` effects, where a cluster entry would also leave the
+cluster queue; the wait guard sees the slots through ``slot_edge`` / ``slot_owner``
+(local only: detection is local to one process).
+
 Decisions the design leaves open:
 
 * A JOIN on an idle slot starts its own work, like any policy on an idle slot.
 * ``prepare_submission`` captures the caller's context variables when it is called.
+* ``cancel_slot`` changes no slot status (as ``cancel`` by id): an owner it stops stays
+  ``RUNNING`` until it exits. An owner the registry has not decided on yet is stopped
+  through the registry's inbox, after its admission, as ``cancel`` by id is.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import NamedTuple, Protocol, cast
+from typing import Final, NamedTuple, Protocol, cast
 
 import attrs
 import trio
@@ -53,16 +79,18 @@ from ._config import ControllerConfig
 from ._events import EventKind
 from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
 from ._inbox import Inbox, Reply
-from ._outcome import RejectionKind, TaskId, TaskOutcome, rejected_outcome
-from ._record import TaskRecord, current_task_context
+from ._outcome import Placement, RejectionKind, TaskId, TaskOutcome, rejected_outcome
+from ._record import TaskRecord
 from ._registry import Registry
 from ._slots import (
+    NO_DEADLINE,
     Admit,
     Detach,
     Effect,
     Entry,
     Join,
     Reject,
+    RemoveRequested,
     SlotMachine,
     SlotStatus,
     Stop,
@@ -86,7 +114,8 @@ from ._slotstore import (
     StoreUnavailable,
 )
 from ._spec import AdmissionPolicy, ControllerSpec, TaskSpec
-from ._waiter import TaskWaiter
+from ._waitfor import Edge
+from ._waits import WaitChecker
 
 
 @attrs.frozen
@@ -134,7 +163,24 @@ class _Decided(NamedTuple):
     accepted: bool
 
 
-_Command = _Submit | _Remove | _Decided | Report
+class _CancelSlot(NamedTuple):
+    key: str
+    reply: Reply[tuple[int, TaskRecord | None]]
+
+
+class _Wake(NamedTuple):
+    """A no-op: makes the loop look at its queue deadlines again."""
+
+
+_WAKE: Final = _Wake()
+
+_Command = _Submit | _Remove | _Decided | _CancelSlot | _Wake | Report
+
+_EDGE_LABELS: Final = {
+    "queued": "is queued behind",
+    "held": "is held behind",
+    "joined": "follows",
+}
 
 NewRecord = Callable[[TaskSpec, str], TaskRecord]
 
@@ -188,6 +234,7 @@ class Controller:
         registry: Registry,
         bus: EventBus,
         new_record: NewRecord,
+        waits: WaitChecker,
         keeper: Callable[[ReportSink], LeaseKeeperSeam] | None = None,
     ) -> None:
         self._registry = registry
@@ -213,16 +260,22 @@ class Controller:
         )
         self._loop_scope = trio.CancelScope()
         self.exited = trio.Event()
-        # Submissions in the inbox, and callers waiting for one to be taken in (deadlock
-        # checks).
-        self._in_inbox: set[int] = set()
-        self._taken_in: dict[int, trio.Event] = {}
+        self._waits = waits
+        waits.slots = self
+        # Submissions in the inbox, by id (wait_slot_idle looks for their slots).
+        self._in_inbox: dict[int, Entry[TaskRecord]] = {}
         # Nothing in the controller's custody (in the inbox, queued or held: owners are
         # the registry's, joiners follow other work): what wait_idle() waits for.
         # Derived from that state and set only when it changes, so work that passes
         # straight through (an idle slot) never touches it.
         self.idle = AsyncBool(True)
         self._idle = True
+        # wait_slot_idle: one event per slot waited for, set when the slot is idle.
+        self._idle_waits: dict[str, trio.Event] = {}
+        # The loop's wait for the next command; work taken in from another task with an
+        # earlier queue deadline brings it forward (or, parked with none, wakes it).
+        self._wait_scope: trio.CancelScope | None = None
+        self._parked = False
 
     # -- intake (the caller's task) --------------------------------------------------------
 
@@ -233,18 +286,27 @@ class Controller:
         key = request.slot_name
         rec = self._new_record(request.task, key)
         rec.listener = self
-        rec._guard = self  # pyright: ignore[reportPrivateUsage]
-        entry = Entry(rec.id, key, request.policy, wait=request.wait, payload=rec)
+        timeout = request.queue_timeout
+        entry = Entry(
+            rec.id,
+            key,
+            request.policy,
+            wait=request.wait,
+            payload=rec,
+            timeout=None if timeout is None or timeout == math.inf else timeout,
+        )
         rec.entry = entry
         return entry
 
     def submit_nowait(self, entry: Entry[TaskRecord]) -> None:
         """Queue ``entry``; ``trio.WouldBlock`` when the inbox is full."""
+        if entry.timeout is not None:
+            entry.deadline = trio.current_time() + entry.timeout  # intake: now
         try:
             self._inbox.put_nowait(_Submit(entry))
         except trio.BrokenResourceError:
             raise SupervisorClosedError from None
-        self._in_inbox.add(entry.id)
+        self._in_inbox[entry.id] = entry
         self._sync_idle()
 
     async def submit(self, entry: Entry[TaskRecord]) -> None:
@@ -253,18 +315,42 @@ class Controller:
             await trio.lowlevel.checkpoint()
             self._registry.check_intake()  # the shutdown may have begun meanwhile
             if self._inbox.idle():  # still nothing queued before it: take it in here
+                if entry.timeout is not None:
+                    entry.deadline = trio.current_time() + entry.timeout
                 self._take_in(entry)
                 return
-        self._in_inbox.add(entry.id)  # counted from here: the loop may take it in the put
+        self._in_inbox[entry.id] = entry  # counted from here: the loop may take it in the put
         self._sync_idle()
         try:
-            await self._inbox.put(_Submit(entry))
+            if entry.timeout is None:
+                await self._inbox.put(_Submit(entry))
+            else:
+                await self._put_timed(entry)
         except BaseException as exc:
-            self._in_inbox.discard(entry.id)
+            self._in_inbox.pop(entry.id, None)
             self._sync_idle()
+            if self._idle_waits:
+                self._check_idle_waits()
             if isinstance(exc, trio.BrokenResourceError):
                 raise SupervisorClosedError from None
             raise
+
+    async def _put_timed(self, entry: Entry[TaskRecord]) -> None:
+        """Queue ``entry``, stamping its deadline at the moment the inbox takes it."""
+        assert entry.timeout is not None
+        command = _Submit(entry)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        entry.deadline = trio.current_time() + entry.timeout
+        try:
+            self._inbox.put_nowait(command)
+        except trio.WouldBlock:
+            # Full: wait for room. ``put`` returns right after handing it over, before
+            # the loop can have taken it in, so the intake time is now.
+            await self._inbox.put(command)
+            if entry.id in self._in_inbox:
+                entry.deadline = trio.current_time() + entry.timeout
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def remove(self, target: TaskId) -> tuple[bool, TaskRecord | None] | None:
         """Stop work by id, ordered after every submission before it.
@@ -287,28 +373,118 @@ class Controller:
             self.idle.value = idle
 
     def _take_in(self, entry: Entry[TaskRecord]) -> None:
-        if self._taken_in:
-            event = self._taken_in.pop(entry.id, None)
-            if event is not None:
-                event.set()
-        self.machine.submit(entry, trio.current_time())
-        self._apply()
+        machine = self.machine
+        now = trio.current_time()
+        machine.submit(entry, now)
+        if entry.deadline != NO_DEADLINE:
+            machine.track_deadline(entry, now)
+            self._apply()
+            self._deadline_added()
+        else:
+            self._apply()
+        if self._waits.active:
+            self._waits.edges_added(entry.payload)  # queued, held or joined: a later edge
 
-    # -- waits (a waiter's task) -------------------------------------------------------------
+    def _deadline_added(self) -> None:
+        """A queue deadline was added: make the loop wake up for it in time."""
+        deadline = self.machine.next_deadline
+        scope = self._wait_scope
+        if scope is not None:
+            if deadline < scope.deadline:
+                scope.deadline = deadline
+        elif self._parked and deadline != NO_DEADLINE:
+            self._parked = False
+            self._inbox.put_nowait(_WAKE, force=True)
 
-    async def check_wait(self, waiter: TaskWaiter) -> None:
-        """Raise ``DeadlockError`` if the calling attempt waits behind its own slot."""
-        context = current_task_context.get(None)
-        if context is None or context.slot is None:
+    # -- slot-wide operations (the caller's task) ----------------------------------------------
+
+    def check_not_owner(self, key: str, operation: str) -> None:
+        """Raise ``DeadlockError`` when called from inside an attempt owning slot ``key``."""
+        caller = self._waits.caller()
+        if caller is None:
             return
-        if waiter.id in self._in_inbox:
-            event = self._taken_in.setdefault(waiter.id, trio.Event())
-            await event.wait()
-        if self.machine.is_behind(waiter.id, context.slot):
+        owner = self.machine.owner_of(key)
+        if owner is not None and owner.payload is caller:
             raise DeadlockError(
-                f"task {context.name!r} ({context.id}) waits for {waiter.name!r} ({waiter.id}), "
-                f"which is queued behind the task's own slot {context.slot!r}"
+                f"task {caller.name!r} ({caller.id}) owns slot {key!r}: "
+                f"{operation} from inside it would wait for the task itself"
             )
+
+    async def cancel_slot(self, key: str) -> tuple[int, TaskRecord | None]:
+        """Withdraw the slot's queued and held work and stop its owner, in command order.
+
+        Returns the count ``cancel_slot`` reports and the owner (``None``: no owner),
+        whose outcome the caller awaits. After the loop has ended: ``(0, None)``.
+        """
+        reply: Reply[tuple[int, TaskRecord | None]] = Reply()
+        try:
+            await self._inbox.put(_CancelSlot(key, reply))
+        except trio.BrokenResourceError:
+            await trio.lowlevel.checkpoint()
+            return 0, None  # the registry has ended: every task is gone
+        return await reply.wait()
+
+    def _cancel_slot_now(self, key: str) -> tuple[int, TaskRecord | None]:
+        """The loop's part of ``cancel_slot`` (cluster mode: this process's entries, and a
+        remote owner's stop, go here)."""
+        withdrawn, owner = self.machine.withdraw_slot(key, trio.current_time())
+        self._apply()
+        if owner is None:
+            return withdrawn, None
+        self._stop_owner(owner)
+        return withdrawn + 1, owner.payload
+
+    def _stop_owner(self, owner: Entry[TaskRecord]) -> None:
+        """Soft-stop a slot's owner (grace, then force), as ``cancel`` by id would."""
+        slot = self.machine.slots[owner.key]
+        if slot.status is SlotStatus.ADMITTING:
+            # Not decided yet: a stop queued behind its admission, as cancel by id.
+            self._registry.forward_stop(owner.payload.id, Reply())
+        elif slot.status is SlotStatus.RUNNING:
+            self._registry.stop_record(owner.payload)
+        # TERMINATING: a REPLACE stopped it already, or will once it is admitted.
+
+    def slot_idle(self, key: str) -> bool:
+        """Whether slot ``key`` has no owner, no line and nothing of it in the inbox."""
+        if key in self.machine.slots:
+            return False
+        return not any(entry.key == key for entry in self._in_inbox.values())
+
+    async def wait_slot_idle(self, key: str) -> None:
+        """Wait until slot ``key`` is idle (at once if it is); a checkpoint.
+
+        Idleness is checked after the checkpoint and after every wake-up, so the slot is
+        idle at the moment this returns (work submitted during the checkpoint counts).
+        """
+        await trio.lowlevel.checkpoint()
+        while not self.slot_idle(key):
+            event = self._idle_waits.get(key)
+            if event is None:
+                event = self._idle_waits[key] = trio.Event()
+            caller = self._waits.caller()
+            if caller is None:
+                await event.wait()
+            else:
+                await self._waits.guarded_slot_wait(caller, key, event)
+
+    def _check_idle_waits(self) -> None:
+        for key in [key for key in self._idle_waits if self.slot_idle(key)]:
+            self._idle_waits.pop(key).set()
+
+    # -- what work waits for, for the wait guard (SlotEdges) ------------------------------------
+
+    def slot_edge(self, rec: TaskRecord) -> Edge[TaskRecord] | None:
+        if rec.entry is None or rec.listener is not self:
+            return None  # added work, or work of another controller, or ended
+        found = self.machine.waits_for(cast("Entry[TaskRecord]", rec.entry))
+        if found is None:
+            return None
+        target, how = found
+        return target.payload, _EDGE_LABELS[how]
+
+    def slot_owner(self, key: str) -> TaskRecord | None:
+        owner = self.machine.owner_of(key)
+        return None if owner is None else owner.payload
 
     def snapshot(self) -> ControllerSnapshot:
         now = trio.current_time()
@@ -342,11 +518,25 @@ class Controller:
         """Serve the inbox until the shutdown ends the loop."""
         get = self._inbox.get
         get_nowait = self._inbox.get_nowait
+        machine = self.machine
         try:
             with self._loop_scope:
                 task_status.started()
                 while True:
-                    self._handle(await get())
+                    wake = machine.next_deadline
+                    if wake == NO_DEADLINE:
+                        # No deadline, so no scope; one added meanwhile from another task
+                        # wakes this wait with a no-op command instead.
+                        self._parked = True
+                        self._handle(await get())
+                        self._parked = False
+                    else:
+                        with trio.move_on_at(wake) as self._wait_scope:
+                            self._handle(await get())
+                        self._wait_scope = None
+                        now = trio.current_time()
+                        if now >= machine.next_deadline:
+                            self._expire(now)
                     # Commands already queued: no scheduler pass each.
                     while True:
                         try:
@@ -356,6 +546,8 @@ class Controller:
                         self._handle(command)
         finally:
             # The registry has ended: what is still queued gets the shutdown's answers.
+            self._parked = False
+            self._wait_scope = None
             self._inbox.close()
             while True:
                 try:
@@ -364,6 +556,11 @@ class Controller:
                     break
                 self._handle(command)
             self.exited.set()
+
+    def _expire(self, now: float) -> None:
+        """Queue deadlines came: withdraw that work (``QUEUE_TIMEOUT``)."""
+        self.machine.expire(now)
+        self._apply()
 
     def close(self) -> None:
         """Shutdown began: reject queued and held work; nothing advances any more."""
@@ -377,7 +574,7 @@ class Controller:
     def _handle(self, command: _Command) -> None:
         match command:
             case _Submit(entry):
-                self._in_inbox.discard(entry.id)
+                self._in_inbox.pop(entry.id, None)
                 self._take_in(entry)
             case _Remove(target, reply):
                 removed = self._remove(target)
@@ -405,17 +602,17 @@ class Controller:
                 self._apply()
                 if not accepted:
                     entry.payload.release()
+            case _CancelSlot(key, reply):
+                reply.set(self._cancel_slot_now(key))
+            case _Wake():
+                pass
 
     def _remove(self, target: TaskId) -> tuple[bool, TaskRecord] | None:
         entry = self.machine.remove(target, trio.current_time())
         if entry is None:
             return None
-        rec = entry.payload
-        if self._bus.active:
-            # As for registered work, before the rejection the removal causes.
-            self._bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, entry.key)
         self._apply()
-        return True, rec
+        return True, entry.payload
 
     # -- the registry's reports (RecordListener) ----------------------------------------------
 
@@ -454,14 +651,23 @@ class Controller:
             else:
                 break
         self._sync_idle()
+        if self._idle_waits:
+            self._check_idle_waits()
 
     def _carry_out(self, effect: Effect[TaskRecord]) -> None:
         # The most frequent first: every submission has a Submitted, every owner a Transition.
         bus = self._bus
         match effect:
-            case Submitted(entry, reason):
+            case Submitted(entry, reason, placement):
+                rec = entry.payload
+                if placement is not None:
+                    # Set once (TaskWaiter._place, inlined on this hot path).
+                    current = rec._placement  # pyright: ignore[reportPrivateUsage]
+                    if current is None:
+                        rec._placement = placement  # pyright: ignore[reportPrivateUsage]
+                    elif type(current) is trio.Event:
+                        rec._place(placement)  # pyright: ignore[reportPrivateUsage]  # wakes waiters
                 if bus.active:
-                    rec = entry.payload
                     bus.publish(
                         EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
                     )
@@ -483,11 +689,15 @@ class Controller:
                 self._rejected(entry, kind)
                 entry.payload.release()
             case Join(entry, target):
-                joiner = entry.payload
-                joiner._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
-                joiner.release()  # it never runs: keep only what its waiter needs
+                # Not released: the wait guard follows its entry to the followed work.
+                entry.payload._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
             case Detach(entry, kind):
                 self._rejected(entry, kind)  # a joiner: out of custody since it joined
+            case RemoveRequested(entry):
+                if bus.active:
+                    # As for registered work, before the rejection the removal causes.
+                    rec = entry.payload
+                    bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, entry.key)
 
     # -- cluster slots: the lease keeper's reports and the requests to it ---------------------
 
@@ -603,6 +813,7 @@ class Controller:
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload
         outcome = rejected_outcome(kind)
+        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not once placed
         rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
         if self._bus.active:
             self._bus.publish(

@@ -7,7 +7,7 @@
      ├── TaskNameInUseError(ValueError)       .name; add/add_batch
      ├── ResourceLimitError(RuntimeError)     .resource, .limit
      ├── NoControllerError(RuntimeError)      submit without a controller
-     ├── DeadlockError(RuntimeError)          waiting on own slot's queued work
+     ├── DeadlockError(RuntimeError)          a wait that closes a wait-for cycle
      ├── SlotStoreUnavailableError(RuntimeError)  slot store unreachable at start
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
      ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
@@ -60,7 +60,14 @@ class NoControllerError(RuntimeError):
 
 
 class DeadlockError(RuntimeError):
-    """A task awaited work that is queued behind the slot the task itself owns."""
+    """A wait inside a supervised attempt would close a wait-for cycle.
+
+    Raised by ``TaskWaiter.wait()`` and ``wait_placed()``, and by the waits inside
+    ``run_in_slot``, ``cancel``, ``cancel_slot`` and ``wait_slot_idle``, when the awaited
+    work cannot start or finish until the caller's own attempt ends (work queued behind
+    the caller's slot, a ``max_concurrent`` permit only the caller could free, two slots
+    waiting for each other). The message names every task on the cycle, from the caller.
+    """
 
 
 class SlotStoreUnavailableError(RuntimeError):

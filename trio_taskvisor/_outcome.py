@@ -1,4 +1,5 @@
-"""Identity and final results: ``TaskId``, ``OutcomeKind``, ``RejectionKind``, ``TaskOutcome``.
+"""Identity and results: ``TaskId``, ``OutcomeKind``, ``RejectionKind``, ``TaskOutcome``,
+``Placement``.
 
 Plain values with no trio import: the pure slot machine uses the rejection kinds
 directly. ``OutcomeError`` (what ``TaskOutcome.unwrap()`` raises) lives here too, next to
@@ -8,6 +9,8 @@ Decisions the design leaves open:
 
 * ``TaskId`` values come from one process-wide counter, so ids are unique across
   supervisors too.
+* ``Placement`` is a ``StrEnum`` (DESIGN section 11: a ``str`` enum with lower-case
+  values), as ``EventKind`` is: ``Placement.OWNER == "owner"``.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class RejectionKind(enum.Enum):
     SHUTTING_DOWN = "shutting_down"
     RESOURCE_LIMIT = "resource_limit"
     STORE_UNAVAILABLE = "store_unavailable"
+    QUEUE_TIMEOUT = "queue_timeout"
 
 
 _REJECTION_REASONS: Final = {
@@ -76,7 +80,23 @@ _REJECTION_REASONS: Final = {
     RejectionKind.SHUTTING_DOWN: "supervisor is shutting down",
     RejectionKind.RESOURCE_LIMIT: "resource limit reached",
     RejectionKind.STORE_UNAVAILABLE: "slot store is unavailable",
+    RejectionKind.QUEUE_TIMEOUT: "queue timeout passed before the work could start",
 }
+
+
+class Placement(enum.StrEnum):
+    """Where the admission decision put a submission (``TaskWaiter.placement``).
+
+    Set once, when the decision is made: ``OWNER`` (started on an idle slot, or added
+    with ``add``), ``QUEUED`` (in a busy slot's queue: QUEUE, REPLACE), ``JOINED`` (a JOIN
+    following a busy slot's last work), ``REJECTED`` (rejected at intake or while held).
+    """
+
+    OWNER = "owner"
+    QUEUED = "queued"
+    JOINED = "joined"
+    REJECTED = "rejected"
+
 
 FORCE_ABORTED_REASON: Final = "force-aborted: did not stop within the grace window"
 

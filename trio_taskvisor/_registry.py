@@ -36,7 +36,12 @@ Membership has two views:
 With ``max_concurrent``, an admitted task's actor is spawned only once a permit is free
 for its first attempt: until then the record waits (``WAITING``) in the registry's own
 FIFO, which is also where actors wait for the permits of later attempts, so permits go
-out in the order they were asked for, first attempts and retries alike.
+out in the order they were asked for, first attempts and retries alike. The FIFO is where
+wait-for cycles get their permit edges (DESIGN section 11): while waits are being checked,
+``watch_permits`` has each record that starts waiting there reported (``_waits``).
+
+Work added here is placed ``OWNER`` when it is registered, ``REJECTED`` when rejected
+(``TaskWaiter.placement``); controller work was placed by the controller before.
 
 Decisions the design leaves open:
 
@@ -80,6 +85,7 @@ from ._inbox import Inbox, Reply
 from ._outcome import (
     FORCE_ABORTED,
     OutcomeKind,
+    Placement,
     RejectionKind,
     TaskId,
     TaskOutcome,
@@ -89,6 +95,7 @@ from ._record import TaskRecord, TaskState
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
+_OWNER: Final = Placement.OWNER
 
 
 @attrs.frozen
@@ -133,13 +140,15 @@ class _Permits:
     is spawned with the permit), or one whose actor is parked for a later attempt.
     """
 
-    __slots__ = ("_queue", "_spawn", "in_use", "total")
+    __slots__ = ("_queue", "_spawn", "in_use", "total", "watch")
 
     def __init__(self, total: int, spawn: Callable[[TaskRecord], None]) -> None:
         self.total = total
         self.in_use = 0
         self._queue: deque[tuple[TaskRecord, trio.lowlevel.Task | None]] = deque()
         self._spawn = spawn
+        # Told of each record that starts waiting here (wait-for cycles), when set.
+        self.watch: Callable[[TaskRecord], None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -151,6 +160,8 @@ class _Permits:
             self.in_use += 1
             return True
         self._queue.append((rec, None))
+        if self.watch is not None:
+            self.watch(rec)
         return False
 
     async def acquire(self, rec: TaskRecord) -> None:
@@ -160,6 +171,8 @@ class _Permits:
             return  # the backoff sleep before it was the checkpoint
         entry = (rec, trio.lowlevel.current_task())
         self._queue.append(entry)
+        if self.watch is not None:
+            self.watch(rec)
 
         def abort(_: object) -> trio.lowlevel.Abort:
             self._queue.remove(entry)
@@ -256,6 +269,24 @@ class Registry:
     @property
     def waiting_for_permit(self) -> int:
         return 0 if self._permits is None else self._permits.waiting
+
+    # -- permits, for wait-for cycles (``_waits``) ---------------------------------------------
+
+    def permits_exhausted(self) -> int | None:
+        """``max_concurrent`` when every permit is in use, else ``None``."""
+        permits = self._permits
+        if permits is None or permits.in_use < permits.total:
+            return None
+        return permits.total
+
+    def permit_waiters(self) -> list[TaskRecord]:
+        """The records waiting for a permit, first come first."""
+        return [] if self._permits is None else [rec for rec, _ in self._permits._queue]  # pyright: ignore[reportPrivateUsage]
+
+    def watch_permits(self, watch: Callable[[TaskRecord], None] | None) -> None:
+        """Report each record that starts waiting for a permit to ``watch`` (``None``: stop)."""
+        if self._permits is not None:
+            self._permits.watch = watch
 
     # -- intake (the facade's and the controller's tasks) -----------------------------------
 
@@ -456,6 +487,7 @@ class Registry:
                 outcome=outcome.kind,
                 rejection=rejection,
             )
+        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not controller work's OWNER
         rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
         if rec.listener is None:
             rec.release()  # controller work: its listener releases it after the decision
@@ -522,6 +554,11 @@ class Registry:
 
     def _register(self, rec: TaskRecord) -> None:
         self._busy()
+        current = rec._placement  # pyright: ignore[reportPrivateUsage]
+        if current is None:
+            rec._placement = _OWNER  # pyright: ignore[reportPrivateUsage]  # _place, inlined
+        elif type(current) is trio.Event:
+            rec._place(_OWNER)  # pyright: ignore[reportPrivateUsage]  # wakes wait_placed()
         self._live[rec.id] = rec
         if rec.reserved:
             self._names[rec.name] = rec

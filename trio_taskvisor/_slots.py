@@ -1,11 +1,18 @@
 """The controller's slot state machine and admission budgets: pure, synchronous logic.
 
 No trio here. The controller loop drives a ``SlotMachine`` with submissions, registry
-decisions, physical exits, removals and the shutdown; each call appends *effects*
-(``Admit``, ``Stop``, ``Reject``, ``Join``, ``Detach``, ``Submitted``, ``Transition``:
-small frozen tuples, handled with ``match``) to ``machine.effects`` for the driver to
-carry out. An ``Entry`` carries the driver's ``payload`` (the controller's record),
-which the machine never looks at.
+decisions, physical exits, removals, slot-wide cancels, queue deadlines and the shutdown;
+each call appends *effects* (``Admit``, ``Stop``, ``Reject``, ``Join``, ``Detach``,
+``Submitted``, ``Transition``, ``RemoveRequested``: small frozen tuples, handled with
+``match``) to ``machine.effects`` for the driver to carry out. An ``Entry`` carries the
+driver's ``payload`` (the controller's record), which the machine never looks at.
+
+Queue deadlines (DESIGN section 11): an entry with a finite ``deadline`` (the driver sets
+it at intake, and calls ``track_deadline`` right after ``submit``; work without one costs
+nothing) is withdrawn ``QUEUE_TIMEOUT`` if it is still queued or held when
+``now >= deadline``. The driver calls ``expire(now)`` at ``next_deadline``; every other
+transition first withdraws what is due, so work whose deadline has come never starts,
+whichever of two same-instant events the driver sees first.
 
 Invariants (checked by the property tests):
 
@@ -27,15 +34,25 @@ Decisions the design leaves open:
 * A REPLACE that needs no budget (it replaces an existing head) is placed at once even
   when wait-mode work of its slot is held.
 * Joiners count against ``max_waiters`` until the work they follow ends.
+* A queue deadline is inclusive: work still queued or held at exactly its deadline is
+  withdrawn, even if its slot's owner exits at that same instant. A deadline that has
+  already come at intake (``queue_timeout=0``, or time spent in the command channel)
+  withdraws the work right after it was queued or held, in the same step: a REPLACE
+  still stops the owner and supersedes a queued head, and the placement is ``QUEUED``
+  (``REJECTED`` for held work), as for any later deadline.
+* ``cancel_slot`` withdraws the slot's line in order: queued work from the head, then held
+  work oldest first; the room it frees goes to other slots' held work only.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
+import math
 from collections import deque
-from typing import Generic, NamedTuple, TypeAlias, TypeVar, Union
+from typing import Final, Generic, NamedTuple, TypeAlias, TypeVar, Union
 
-from ._outcome import RejectionKind
+from ._outcome import Placement, RejectionKind
 from ._spec import AdmissionPolicy
 
 P = TypeVar("P")
@@ -46,6 +63,11 @@ SUPERSEDED = RejectionKind.SUPERSEDED
 REMOVED_FROM_QUEUE = RejectionKind.REMOVED_FROM_QUEUE
 SHUTTING_DOWN = RejectionKind.SHUTTING_DOWN
 RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
+QUEUE_TIMEOUT = RejectionKind.QUEUE_TIMEOUT
+OWNER = Placement.OWNER
+QUEUED = Placement.QUEUED
+JOINED = Placement.JOINED
+NO_DEADLINE: Final = math.inf
 
 
 class SlotStatus(enum.Enum):
@@ -60,7 +82,18 @@ class SlotStatus(enum.Enum):
 class Entry(Generic[P]):
     """One submission as the machine sees it; ``payload`` belongs to the driver."""
 
-    __slots__ = ("followers", "id", "key", "payload", "policy", "seq", "target", "wait")
+    __slots__ = (
+        "deadline",
+        "followers",
+        "id",
+        "key",
+        "payload",
+        "policy",
+        "seq",
+        "target",
+        "timeout",
+        "wait",
+    )
 
     def __init__(
         self,
@@ -70,6 +103,7 @@ class Entry(Generic[P]):
         *,
         wait: bool = False,
         payload: P = None,  # type: ignore[assignment]  # the machine's own tests carry none
+        timeout: float | None = None,
     ) -> None:
         self.id = id
         self.key = key
@@ -79,6 +113,9 @@ class Entry(Generic[P]):
         self.followers: list[Entry[P]] | None = None  # joiners following this entry
         self.target: Entry[P] | None = None  # for a joiner: the entry it follows
         self.seq = 0  # for held entries: the order in which they were held
+        # The queue timeout (``None``: none) and, from intake, its absolute deadline.
+        self.timeout = timeout
+        self.deadline = NO_DEADLINE
 
     def __repr__(self) -> str:
         return f"Entry({self.id}, {self.key!r}, {self.policy.name})"
@@ -121,10 +158,20 @@ class Join(NamedTuple, Generic[P]):
 
 
 class Submitted(NamedTuple, Generic[P]):
-    """``entry`` entered admission, a queue, held work or a join (``reason``)."""
+    """``entry`` entered admission, a queue, held work or a join (``reason``).
+
+    ``placement``: the admission decision this step makes (``None`` while held).
+    """
 
     entry: Entry[P]
     reason: str
+    placement: Placement | None = None
+
+
+class RemoveRequested(NamedTuple, Generic[P]):
+    """A removal (by id, or ``cancel_slot``) takes ``entry`` out; its rejection follows."""
+
+    entry: Entry[P]
 
 
 class Transition(NamedTuple, Generic[P]):
@@ -135,7 +182,14 @@ class Transition(NamedTuple, Generic[P]):
 
 
 Effect: TypeAlias = Union[  # noqa: UP007 - a generic alias: Effect[P]
-    Admit[P], Stop[P], Reject[P], Detach[P], Join[P], Submitted[P], Transition[P]
+    Admit[P],
+    Stop[P],
+    Reject[P],
+    Detach[P],
+    Join[P],
+    Submitted[P],
+    Transition[P],
+    RemoveRequested[P],
 ]
 
 
@@ -180,6 +234,9 @@ class SlotMachine(Generic[P]):
         self.joiners: dict[int, Entry[P]] = {}
         self.queued: dict[int, Entry[P]] = {}
         self.asking: dict[int, Entry[P]] = {}  # cluster slots: work the store decides on
+        # Queue deadlines of queued and held entries: (deadline, id, entry), stale ones
+        # (the entry started or ended) dropped lazily.
+        self._deadlines: list[tuple[float, int, Entry[P]]] = []
         self.closed = False
         self.effects: list[Effect[P]] = []
 
@@ -194,28 +251,40 @@ class SlotMachine(Generic[P]):
         slot = self.slots.get(key)
         return None if slot is None else slot.owner
 
-    def is_behind(self, entry_id: int, key: str) -> bool:
-        """Whether ``entry_id`` waits (queued, held, or joined to such work) behind ``key``.
+    def waits_for(self, entry: Entry[P]) -> tuple[Entry[P], str] | None:
+        """What ``entry`` waits for in the slots, for wait-for cycles (DESIGN section 11).
 
-        A joiner that follows the owner of ``key`` waits behind it too.
+        Queued or held work waits for its slot's owner (``"queued"`` / ``"held"``); a
+        joiner for the work it follows (``"joined"``); anything else for nothing here.
         """
-        entry = self.queued.get(entry_id) or self.held.get(entry_id)
-        if entry is None:
-            joiner = self.joiners.get(entry_id)
-            if joiner is None or joiner.target is None:
-                return False
-            target = joiner.target
-            if target.key == key and self.owner_of(key) is target:
-                return True
-            entry = self.queued.get(target.id) or self.held.get(target.id)
-            if entry is None:
-                return False
-        return entry.key == key
+        entry_id = entry.id
+        if self.queued.get(entry_id) is entry:
+            owner = self.slots[entry.key].owner
+            return None if owner is None else (owner, "queued")
+        if self.held.get(entry_id) is entry:
+            owner = self.slots[entry.key].owner
+            return None if owner is None else (owner, "held")
+        if self.joiners.get(entry_id) is entry and entry.target is not None:
+            return entry.target, "joined"
+        return None
+
+    @property
+    def next_deadline(self) -> float:
+        """The earliest queue deadline of queued or held work (``math.inf``: none)."""
+        heap = self._deadlines
+        while heap and not self._in_line(heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else NO_DEADLINE
+
+    def _in_line(self, entry: Entry[P]) -> bool:
+        return self.queued.get(entry.id) is entry or self.held.get(entry.id) is entry
 
     # -- transitions --------------------------------------------------------------------
 
     def submit(self, entry: Entry[P], now: float) -> None:
-        """Take a new submission in."""
+        """Take a new submission in; then ``track_deadline`` if it has a deadline."""
+        if self._deadlines and self._deadlines[0][0] <= now:
+            self.expire(now)
         if self.closed:
             self._reject(entry, SHUTTING_DOWN)
             return
@@ -246,8 +315,18 @@ class SlotMachine(Generic[P]):
             else:
                 self._reject(entry, missing)
 
+    def track_deadline(self, entry: Entry[P], now: float) -> None:
+        """``entry``, just submitted with a ``deadline``: keep it if it was queued or held,
+        and withdraw it at once if the deadline has already come."""
+        if self._in_line(entry):
+            self._add_deadline(entry)
+            if entry.deadline <= now:
+                self.expire(now)
+
     def admitted(self, entry: Entry[P], accepted: bool, now: float) -> None:
         """The registry's decision on an owner's admission; stale decisions are ignored."""
+        if self._deadlines and self._deadlines[0][0] <= now:
+            self.expire(now)
         slot = self.slots.get(entry.key)
         if slot is None or slot.owner is not entry:
             return
@@ -265,6 +344,8 @@ class SlotMachine(Generic[P]):
 
     def exited(self, entry: Entry[P], now: float) -> None:
         """The owner physically exited and its outcome is committed."""
+        if self._deadlines and self._deadlines[0][0] <= now:
+            self.expire(now)
         slot = self.slots.get(entry.key)
         if slot is None or slot.owner is not entry:
             return
@@ -273,32 +354,73 @@ class SlotMachine(Generic[P]):
 
     def remove(self, entry_id: int, now: float) -> Entry[P] | None:
         """Take queued or held work, or a joiner, out at once; return it if found."""
-        entry = self.queued.pop(entry_id, None)
+        if self._deadlines and self._deadlines[0][0] <= now:
+            self.expire(now)
+        entry = self.queued.get(entry_id)
         if entry is not None:
-            slot = self.slots[entry.key]
-            slot.queue.remove(entry)
-            self.pending -= 1
-            self._reject(entry, REMOVED_FROM_QUEUE)
-            self._place_held(now)
+            self.effects.append(RemoveRequested(entry))
+            self._withdraw(entry, REMOVED_FROM_QUEUE, now)
             return entry
-        entry = self.held.pop(entry_id, None)
+        entry = self.held.get(entry_id)
         if entry is not None:
-            slot = self.slots[entry.key]
-            slot.held.remove(entry)
-            if not slot.held:
-                del self._held_slots[slot.key]
-            self._reject(entry, REMOVED_FROM_QUEUE)
-            self._drop_if_empty(slot)
-            self._place_held(now)
+            self.effects.append(RemoveRequested(entry))
+            self._withdraw(entry, REMOVED_FROM_QUEUE, now)
             return entry
         entry = self.joiners.pop(entry_id, None)
         if entry is not None:
             assert entry.target is not None
             assert entry.target.followers is not None
             entry.target.followers.remove(entry)
+            self.effects.append(RemoveRequested(entry))
             self.effects.append(Detach(entry, REMOVED_FROM_QUEUE))
             return entry
         return None
+
+    def expire(self, now: float) -> None:
+        """Withdraw queued and held work whose deadline has come (``QUEUE_TIMEOUT``).
+
+        All of it first, then the room is offered: none goes to work that is due itself.
+        """
+        heap = self._deadlines
+        withdrawn = False
+        while heap and heap[0][0] <= now:
+            _, _, entry = heapq.heappop(heap)
+            if self._in_line(entry):
+                self._withdraw(entry, QUEUE_TIMEOUT, now, offer=False)
+                withdrawn = True
+        if withdrawn:
+            self._place_held(now)
+
+    def withdraw_slot(self, key: str, now: float) -> tuple[int, Entry[P] | None]:
+        """``cancel_slot``: withdraw every queued and held entry of ``key``.
+
+        Returns how many were withdrawn and the slot's owner (``None``: the slot is
+        idle), which the driver stops. Held work is taken out before any queue room is
+        freed, so none of it is placed on the way; other slots' held work then gets the
+        room.
+        """
+        if self._deadlines and self._deadlines[0][0] <= now:
+            self.expire(now)
+        slot = self.slots.get(key)
+        if slot is None:
+            return 0, None
+        line = [*slot.queue, *slot.held]
+        for entry in slot.held:
+            del self.held[entry.id]
+        slot.held.clear()
+        self._held_slots.pop(key, None)
+        for entry in slot.queue:
+            del self.queued[entry.id]
+        self.pending -= len(slot.queue)
+        slot.queue.clear()
+        for entry in line:
+            self.effects.append(RemoveRequested(entry))
+            self._reject(entry, REMOVED_FROM_QUEUE)
+        owner = slot.owner
+        self._drop_if_empty(slot)
+        if line:
+            self._place_held(now)
+        return len(line), owner
 
     def close(self) -> None:
         """Shutdown: reject queued and held work; nothing advances any more."""
@@ -315,6 +437,33 @@ class SlotMachine(Generic[P]):
 
     # -- internals ------------------------------------------------------------------------
 
+    def _withdraw(
+        self, entry: Entry[P], kind: RejectionKind, now: float, *, offer: bool = True
+    ) -> None:
+        """Take queued or held ``entry`` out, reject it ``kind``, and offer the room."""
+        slot = self.slots[entry.key]
+        if self.queued.pop(entry.id, None) is not None:
+            slot.queue.remove(entry)
+            self.pending -= 1
+        else:
+            del self.held[entry.id]
+            slot.held.remove(entry)
+            if not slot.held:
+                del self._held_slots[slot.key]
+        self._reject(entry, kind)
+        self._drop_if_empty(slot)
+        if offer:
+            self._place_held(now)
+
+    def _add_deadline(self, entry: Entry[P]) -> None:
+        heap = self._deadlines
+        if len(heap) >= 64 and len(heap) > 2 * (len(self.queued) + len(self.held)):
+            # Invariant: at least half of the heap is live, so entries that started or
+            # ended are not kept until their deadline. Amortised O(1) per entry.
+            heap[:] = [item for item in heap if self._in_line(item[2])]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (entry.deadline, entry.id, entry))
+
     def _missing_budget(self, slot: Slot[P], entry: Entry[P]) -> RejectionKind | None:
         """The rejection kind of the first full budget ``entry`` needs, or ``None``."""
         if entry.policy is AdmissionPolicy.REPLACE and slot.queue:
@@ -329,7 +478,7 @@ class SlotMachine(Generic[P]):
         slot.owner = entry
         slot.status = SlotStatus.ADMITTING
         slot.since = now
-        self.effects.append(Submitted(entry, reason))
+        self.effects.append(Submitted(entry, reason, OWNER))
         self.effects.append(Admit(entry))
 
     def _place(self, slot: Slot[P], entry: Entry[P], now: float) -> None:
@@ -339,13 +488,13 @@ class SlotMachine(Generic[P]):
                 slot.queue[0] = entry
                 del self.queued[displaced.id]
                 self.queued[entry.id] = entry
-                self.effects.append(Submitted(entry, "replacing the queue head"))
+                self.effects.append(Submitted(entry, "replacing the queue head", QUEUED))
                 self._reject(displaced, SUPERSEDED)
             else:
                 slot.queue.append(entry)
                 self.queued[entry.id] = entry
                 self.pending += 1
-                self.effects.append(Submitted(entry, "queue head, replacing the owner"))
+                self.effects.append(Submitted(entry, "queue head, replacing the owner", QUEUED))
             if slot.status is SlotStatus.RUNNING:
                 self._set_status(slot, SlotStatus.TERMINATING, now, "running->terminating")
                 assert slot.owner is not None
@@ -356,7 +505,7 @@ class SlotMachine(Generic[P]):
             slot.queue.append(entry)
             self.queued[entry.id] = entry
             self.pending += 1
-            self.effects.append(Submitted(entry, "queued"))
+            self.effects.append(Submitted(entry, "queued", QUEUED))
 
     def _hold(self, slot: Slot[P], entry: Entry[P]) -> None:
         if self.max_waiters is not None and self.waiting >= self.max_waiters:
@@ -380,7 +529,7 @@ class SlotMachine(Generic[P]):
             target.followers = []
         target.followers.append(entry)
         self.joiners[entry.id] = entry
-        self.effects.append(Submitted(entry, f"joined #{int(target.id)}"))
+        self.effects.append(Submitted(entry, f"joined #{int(target.id)}", JOINED))
         self.effects.append(Join(entry, target))
 
     def _reject(self, entry: Entry[P], kind: RejectionKind) -> None:

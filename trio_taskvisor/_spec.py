@@ -17,6 +17,9 @@ Decisions the design leaves open:
   options are all ``INHERIT`` without attrs' checked ``__init__`` (``_frozen``), which
   needs a layout without a weak-reference slot.
 * A JOIN on an idle slot starts its own work, like any policy on an idle slot.
+* ``ControllerSpec.queue_timeout`` keeps the value given (an ``int`` becomes a ``float``);
+  ``math.inf`` stays ``math.inf`` and, like ``None``, sets no deadline. Any value other
+  than ``None`` with JOIN or DROP_IF_RUNNING is a ``TypeError``, ``math.inf`` included.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import attrs
 
 from ._config import (
     TaskDefaults,
+    check_duration,
     check_max_retries,
     check_type,
     normalize_timeout,
@@ -240,9 +244,21 @@ def _check_slot(value: str | None) -> str | None:
     return value
 
 
+def _check_queue_timeout(value: float | None) -> float | None:
+    return None if value is None else check_duration("queue_timeout", value)
+
+
+_NEVER_QUEUED: Final = (AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING)
+
+
 @attrs.frozen
 class ControllerSpec:
-    """A submission to the controller: the task, its slot and the busy-slot policy."""
+    """A submission to the controller: the task, its slot and the busy-slot policy.
+
+    ``queue_timeout`` (QUEUE and REPLACE only): seconds from intake after which work
+    still queued or held is withdrawn, ``REJECTED(QUEUE_TIMEOUT)``; ``None`` or
+    ``math.inf``: no deadline.
+    """
 
     task: TaskSpec = attrs.field(validator=lambda _i, _a, v: check_type("task", v, TaskSpec))
     policy: AdmissionPolicy = attrs.field(
@@ -251,10 +267,18 @@ class ControllerSpec:
     )
     slot: str | None = attrs.field(default=None, converter=_check_slot)
     wait: bool = attrs.field(default=False, validator=lambda _i, _a, v: check_type("wait", v, bool))
+    queue_timeout: float | None = attrs.field(
+        default=None, kw_only=True, converter=_check_queue_timeout
+    )
 
     def __attrs_post_init__(self) -> None:
-        if self.wait and self.policy in (AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING):
+        if self.wait and self.policy in _NEVER_QUEUED:
             raise ConfigError(f"policy {self.policy.name} has no wait mode, got wait=True")
+        if self.queue_timeout is not None and self.policy in _NEVER_QUEUED:
+            raise TypeError(
+                f"policy {self.policy.name} never queues, so it takes no queue_timeout, "
+                f"got queue_timeout={self.queue_timeout!r}"
+            )
 
     @property
     def slot_name(self) -> str:
@@ -263,17 +287,35 @@ class ControllerSpec:
 
     @classmethod
     def queue(
-        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
+        cls,
+        task: TaskSpec,
+        *,
+        slot: str | None = None,
+        wait: bool = False,
+        queue_timeout: float | None = None,
     ) -> ControllerSpec:
-        """Run when the slot is free; queue FIFO behind its owner."""
-        return cls(task, AdmissionPolicy.QUEUE, slot, wait)
+        """Run when the slot is free; queue FIFO behind its owner.
+
+        ``queue_timeout``: withdraw the work if it is still queued or held that many
+        seconds after intake (``REJECTED(QUEUE_TIMEOUT)``).
+        """
+        return cls(task, AdmissionPolicy.QUEUE, slot, wait, queue_timeout=queue_timeout)
 
     @classmethod
     def replace(
-        cls, task: TaskSpec, *, slot: str | None = None, wait: bool = False
+        cls,
+        task: TaskSpec,
+        *,
+        slot: str | None = None,
+        wait: bool = False,
+        queue_timeout: float | None = None,
     ) -> ControllerSpec:
-        """Stop the slot's owner and become the head of its queue."""
-        return cls(task, AdmissionPolicy.REPLACE, slot, wait)
+        """Stop the slot's owner and become the head of its queue.
+
+        ``queue_timeout``: as for ``queue``; withdrawn at its deadline, the work does not
+        undo the stop it requested.
+        """
+        return cls(task, AdmissionPolicy.REPLACE, slot, wait, queue_timeout=queue_timeout)
 
     @classmethod
     def drop_if_running(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:

@@ -10,8 +10,12 @@ Nursery tree of one supervisor::
     open_supervisor's nursery          (the body runs here)
      └── background, shielded          (cancelled only by its own end)
           ├── registry loop            (+ its actor nursery)
+          ├── controller loop          (with a ControllerConfig)
           ├── event fan-out            (+ one lane per subscriber)
           └── shutdown workflow        (once started)
+
+Every waiter gets the supervisor's ``WaitChecker`` (``_waits``) as its wait guard: waits
+made inside attempts raise ``DeadlockError`` when they close a wait-for cycle.
 
 The background runs shielded so that, when the scope around ``open_supervisor`` is
 cancelled, the graceful shutdown still gets its grace window; it ends by itself once
@@ -55,6 +59,7 @@ from ._slots import Entry
 from ._slotstore import ClusterSlotInfo, RedisSlotStore, ReportSink, new_instance_id
 from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec
 from ._waiter import TaskWaiter
+from ._waits import WaitChecker
 
 logger = logging.getLogger("trio_taskvisor")
 T = TypeVar("T")
@@ -79,6 +84,11 @@ def _check_iterable(what: str, value: object, items: str) -> None:
         raise TypeError(f"{what} must be an iterable of {items}, got {value!r}")
 
 
+def _check_slot(slot: object) -> None:
+    if not isinstance(slot, str):
+        raise TypeError(f"slot must be a str, got {slot!r}")
+
+
 def _check_target(target: object) -> None:
     if isinstance(target, bool) or not isinstance(target, int | str):
         raise TypeError(f"target must be a TaskId or a task name, got {target!r}")
@@ -96,6 +106,7 @@ class Supervisor:
         self._resolve = Resolver(config.task_defaults)
         self._registry = Registry(config, self._bus, self._on_crash)
         self._instance_id = new_instance_id()
+        self._waits = WaitChecker(self._registry, self)
         controller = config.controller
         self._controller = (
             None
@@ -105,6 +116,7 @@ class Supervisor:
                 self._registry,
                 self._bus,
                 self._new_record,
+                self._waits,
                 None if controller.slot_store is None else self._lease_keeper,
             )
         )
@@ -202,9 +214,11 @@ class Supervisor:
         """The record of ``spec``: allocates its ``TaskId``, captures the caller's context."""
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
-        return TaskRecord(
+        rec = TaskRecord(
             allocate_id(), spec.name, spec.fn, spec.args, self._resolve(spec), self, slot
         )
+        rec._guard = self._waits  # pyright: ignore[reportPrivateUsage]
+        return rec
 
     async def add(self, spec: TaskSpec) -> TaskWaiter:
         """Register a task and return its waiter.
@@ -334,15 +348,18 @@ class Supervisor:
         fn: Callable[..., Awaitable[T]],
         *args: Any,
         policy: AdmissionPolicy = AdmissionPolicy.QUEUE,
+        queue_timeout: float | None = None,
         **task_opts: Any,
     ) -> T:
         """Run ``fn(*args)`` once in ``slot`` and return its value (a keyed call).
 
         Submits ``once`` work under an automatic name (with ``wait=True`` for QUEUE
         and REPLACE), waits for it and returns ``outcome.unwrap()``: raises
-        ``OutcomeError`` when it did not complete. Cancelling the caller withdraws
-        queued or held work (it never runs) or stops running work, waiting for that
-        stop (shielded, at most the grace window) before ``Cancelled`` propagates.
+        ``OutcomeError`` when it did not complete (``REJECTED(QUEUE_TIMEOUT)`` when
+        ``queue_timeout`` passed while it was queued or held). Cancelling the caller
+        withdraws queued or held work (it never runs) or stops running work, waiting for
+        that stop (shielded, at most the grace window) before ``Cancelled`` propagates.
+        Inside an attempt, raises ``DeadlockError`` when the call closes a wait-for cycle.
         """
         controller = self._require_controller("run_in_slot")
         self._check_open()
@@ -351,7 +368,8 @@ class Supervisor:
         self._calls += 1
         spec = TaskSpec.once(f"{slot}/call-{self._calls}", fn, *args, **task_opts)
         wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
-        entry = controller.prepare(ControllerSpec(spec, policy, slot, wait))
+        request = ControllerSpec(spec, policy, slot, wait, queue_timeout=queue_timeout)
+        entry = controller.prepare(request)
         waiter = entry.payload
         waiter.reserved = False  # an automatic name: a label, never a collision
         await controller.submit(entry)
@@ -362,6 +380,44 @@ class Supervisor:
                 await self.cancel(waiter.id)
             raise
         return outcome.unwrap()  # type: ignore[no-any-return]
+
+    # -- slot-wide operations (DESIGN section 11) -------------------------------------------
+
+    async def cancel_slot(self, slot: str) -> int:
+        """Withdraw every queued and held submission of ``slot`` and stop its owner.
+
+        Withdrawn work ends ``REJECTED(REMOVED_FROM_QUEUE)`` (held work is withdrawn
+        while held: placement ``REJECTED``), and so do its joiners; the owner is
+        soft-stopped (grace, then force, as ``cancel``). Returns once the owner's outcome
+        is committed (for a forced owner: at the grace deadline; the slot stays reserved
+        until its body exits), with the number of submissions withdrawn plus 1 if the
+        slot had an owner. Work submitted after the call was taken in is not affected.
+        An idle or unknown slot gives ``0``. Always a checkpoint.
+
+        Raises ``NoControllerError`` without a controller, and ``DeadlockError`` when
+        called from inside an attempt that owns ``slot`` (or when waiting for the owner
+        closes a wait-for cycle). Cancelling the caller does not stop the cancel.
+        """
+        controller = self._require_controller("cancel_slot")
+        _check_slot(slot)
+        controller.check_not_owner(slot, "cancel_slot")
+        count, owner = await controller.cancel_slot(slot)
+        if owner is not None:
+            await owner.wait()
+        return count
+
+    async def wait_slot_idle(self, slot: str) -> None:
+        """Wait until ``slot`` has no owner, queued or held work, and none in intake.
+
+        A forced owner still physically running keeps the slot busy. Returns at once if
+        the slot is idle; always a checkpoint. Raises ``NoControllerError`` without a
+        controller, and ``DeadlockError`` when called from inside an attempt that owns
+        ``slot`` (or when the wait closes a wait-for cycle).
+        """
+        controller = self._require_controller("wait_slot_idle")
+        _check_slot(slot)
+        controller.check_not_owner(slot, "wait_slot_idle")
+        await controller.wait_slot_idle(slot)
 
     # -- observing --------------------------------------------------------------------------
 

@@ -208,7 +208,10 @@ async def test_held_work_of_one_process_runs_in_order_as_room_appears(
         gate_owner.set()
         gate_queued.set()
         assert [(await w.wait()).value for w in held] == [0, 1, 2]
-        starts = [rec_a.of(EventKind.ATTEMPT_STARTING, task_id=w.id)[0].seq for w in held]
+        # (the subscriber may get the events after the waiters resolve)
+        starts = [
+            (await rec_a.wait_for(EventKind.ATTEMPT_STARTING, task_id=w.id)).seq for w in held
+        ]
         assert starts == sorted(starts)
 
 
