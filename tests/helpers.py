@@ -46,6 +46,7 @@ __all__ = [
     "ONE_ATTEMPT_SUCCESS",
     "ROOT",
     "SLOT_TRANSITION",
+    "Attempts",
     "Body",
     "Occupancy",
     "Service",
@@ -96,6 +97,9 @@ __all__ = [
     "Entry",
     "SlotMachine",
     "triples",
+    # the pure section 12 rules, for test_policies.py
+    "RestartWindow",
+    "retry_budget_spent",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,6 +261,23 @@ class Body:
         return self.value
 
 
+class Attempts:
+    """Attempt ``n`` sleeps ``plan[n][0]`` seconds, then raises ``plan[n][1]`` if it is an
+    exception and returns it otherwise; the last step repeats. Records start times."""
+
+    def __init__(self, *plan: tuple[float, object]) -> None:
+        self.plan = plan
+        self.starts: list[float] = []
+
+    async def __call__(self) -> object:
+        self.starts.append(trio.current_time())
+        seconds, step = self.plan[min(len(self.starts), len(self.plan)) - 1]
+        await trio.sleep(seconds)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+
 class Occupancy:
     """Counts the bodies running in each slot at once, and the peaks."""
 
@@ -395,6 +416,9 @@ def submitted_reasons(recorder: EventRecorder, waiter: TaskWaiter) -> list[str |
 
 from trio_taskvisor import _inbox  # noqa: E402
 from trio_taskvisor._outcome import rejected_outcome  # noqa: E402
+
+# The pure restart-intensity window and budget rule, tested directly by test_policies.py.
+from trio_taskvisor._policies import RestartWindow, retry_budget_spent  # noqa: E402
 
 # The pure slot machine, tested directly (and only) by test_slots.py.
 from trio_taskvisor._slots import (  # noqa: E402
