@@ -113,6 +113,7 @@ def test_event_kind_values_are_snake_case_names() -> None:
         "CONTROLLER_SLOT_TRANSITION",
         "SUBSCRIBER_OVERFLOW",
         "SUBSCRIBER_FAILED",
+        "FORCED_TASK_EXITED",
     }
     assert {k.name for k in EventKind} == expected
     assert all(isinstance(k, str) and k == k.name.lower() for k in EventKind)

@@ -26,13 +26,15 @@ until the decision).
 Decisions the design leaves open:
 
 * A JOIN on an idle slot starts its own work, like any policy on an idle slot.
+* No ``CONTROLLER_SLOT_TRANSITION`` is published for an owner whose outcome is committed
+  (after its ``TASK_REMOVED``: a forced owner still running, a late admission report).
 * ``prepare_submission`` captures the caller's context variables when it is called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 import trio
@@ -109,7 +111,7 @@ class _Decided(NamedTuple):
 
 _Command = _Submit | _Remove | _Decided
 
-NewRecord = Callable[[TaskSpec, str], TaskRecord]
+NewRecord = Callable[[TaskSpec[Any], str], TaskRecord]
 
 
 class Controller:
@@ -145,7 +147,7 @@ class Controller:
 
     # -- intake (the caller's task) --------------------------------------------------------
 
-    def prepare(self, request: ControllerSpec) -> Entry[TaskRecord]:
+    def prepare(self, request: ControllerSpec[Any]) -> Entry[TaskRecord]:
         """Build the entry (and its record) of ``request``; allocates the ``TaskId``."""
         if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a ControllerSpec, got {request!r}")
@@ -219,7 +221,7 @@ class Controller:
 
     # -- waits (a waiter's task) -------------------------------------------------------------
 
-    async def check_wait(self, waiter: TaskWaiter) -> None:
+    async def check_wait(self, waiter: TaskWaiter[Any]) -> None:
         """Raise ``DeadlockError`` if the calling attempt waits behind its own slot."""
         context = current_task_context.get(None)
         if context is None or context.slot is None:
@@ -374,8 +376,10 @@ class Controller:
                         EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
                     )
             case Transition(entry, reason):
-                if bus.active:
-                    rec = entry.payload
+                rec = entry.payload
+                # Not after the owner's TASK_REMOVED (a forced owner still running, a
+                # decision that arrived late): a task's events end there (section 12).
+                if bus.active and not rec.committed:
                     bus.publish(
                         EventKind.CONTROLLER_SLOT_TRANSITION,
                         rec.id,

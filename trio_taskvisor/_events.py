@@ -5,6 +5,9 @@ never from events.
 
 Decisions the design leaves open:
 
+* ``FORCED_TASK_EXITED`` (DESIGN section 12) is the one event of a task after its
+  ``TASK_REMOVED``: a force-aborted task's physical exit, ``duration`` seconds after the
+  force.
 * ``TaskEvent`` supports no weak references: the bus builds events with
   ``new_event`` (fields in declaration order, no checks), which skips attrs' frozen
   ``__init__`` and needs a layout without a weak-reference slot (``_frozen``).
@@ -45,6 +48,7 @@ class EventKind(enum.StrEnum):
     CONTROLLER_SLOT_TRANSITION = "controller_slot_transition"
     SUBSCRIBER_OVERFLOW = "subscriber_overflow"
     SUBSCRIBER_FAILED = "subscriber_failed"
+    FORCED_TASK_EXITED = "forced_task_exited"
 
 
 class BackoffSource(enum.Enum):
