@@ -64,6 +64,7 @@ __all__ = [
     "kinds_of",
     "nothing",
     "once",
+    "panic_actors",
     "queue",
     "recorder_waiters",
     "rejected",
@@ -512,6 +513,17 @@ def controller_state(sup: Supervisor) -> Any:
     controller = sup._controller  # pyright: ignore[reportPrivateUsage]
     assert controller is not None
     return controller.machine
+
+
+def panic_actors(sup: Supervisor) -> None:
+    """Cancel the registry's actor nursery: the internal fault that ends tasks PANICKED.
+
+    The registry's loop runs in that nursery too, so the supervisor then fails as a
+    whole when it shuts down (an internal fault is never swallowed).
+    """
+    nursery = sup._registry._nursery  # pyright: ignore[reportPrivateUsage]
+    assert nursery is not None
+    nursery.cancel_scope.cancel(reason="a test's internal fault")
 
 
 def recorder_waiters(recorder: EventRecorder) -> Sequence[object]:

@@ -35,7 +35,7 @@ import os
 import re
 import secrets
 import socket
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import attrs
@@ -208,7 +208,7 @@ class ClusterSlotInfo:
 # -- outcomes across processes ----------------------------------------------------------------
 
 
-def encode_outcome(outcome: TaskOutcome) -> str:
+def encode_outcome(outcome: TaskOutcome[Any]) -> str:
     """Encode an outcome for joiners in other processes.
 
     ``kind``, ``reason``, ``exit_code`` and ``rejection`` are kept, ``error`` is not.
@@ -237,7 +237,7 @@ def encode_outcome(outcome: TaskOutcome) -> str:
     return f'{head[:-1]},"value":{value}}}'
 
 
-def decode_outcome(text: str) -> TaskOutcome:
+def decode_outcome(text: str) -> TaskOutcome[Any]:
     """Decode ``encode_outcome``'s text; raise ``ValueError`` for anything else."""
     try:
         data = json.loads(text)

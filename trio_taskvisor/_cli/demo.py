@@ -171,7 +171,7 @@ class Board:
         self.recent: collections.deque[Recent] = collections.deque(maxlen=20)
         self.notes: dict[str, str] = {}
         # From the scenario.
-        self.waiters: list[TaskWaiter] = []
+        self.waiters: list[TaskWaiter[object]] = []
         self.polls: collections.Counter[str] = collections.Counter()
         self.gave_up: list[str] = []
         self.revisions: dict[str, int] = dict.fromkeys(TENANTS, 0)
@@ -353,16 +353,16 @@ class Scenario:
         for _ in range(4):
             nursery.start_soon(self.reader)
 
-    async def operator(self, spec: TaskSpec, waiter: TaskWaiter) -> None:
+    async def operator(self, spec: TaskSpec[int], waiter: TaskWaiter[int]) -> None:
         """Add ``spec`` again 2 s after it gives up, like an on-call engineer would."""
         while True:
             outcome = await waiter.wait()
             self.board.gave_up.append(outcome.reason or outcome.kind.value)
-            self.board.say(spec.name, "gave up; the operator adds it again in 2 s")
+            self.board.say(waiter.name, "gave up; the operator adds it again in 2 s")
             await trio.sleep(2.0)
             waiter = await self.sup.add(spec)
             self.board.waiters.append(waiter)
-            self.board.say(spec.name, f"added again as {waiter.id}")
+            self.board.say(waiter.name, f"added again as {waiter.id}")
 
     async def webhooks(self, tenant: str) -> None:
         """Announce new revisions of ``tenant``: a sync per revision, newest wins."""
