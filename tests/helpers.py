@@ -64,6 +64,7 @@ __all__ = [
     "kinds_of",
     "nothing",
     "once",
+    "otel_backoff_notes",
     "panic_actors",
     "queue",
     "recorder_waiters",
@@ -524,6 +525,13 @@ def panic_actors(sup: Supervisor) -> None:
     nursery = sup._registry._nursery  # pyright: ignore[reportPrivateUsage]
     assert nursery is not None
     nursery.cancel_scope.cancel(reason="a test's internal fault")
+
+
+def otel_backoff_notes() -> Sequence[object]:
+    """The ``BACKOFF_SCHEDULED`` notes ``TracingSubscriber`` keeps, by ``TaskId``."""
+    from trio_taskvisor.contrib import otel  # needs the otel extra: imported on use
+
+    return list(otel._backoffs)  # pyright: ignore[reportPrivateUsage]
 
 
 def recorder_waiters(recorder: EventRecorder) -> Sequence[object]:
