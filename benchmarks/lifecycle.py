@@ -97,7 +97,7 @@ def run_lifecycle(plan: Plan) -> list[Result]:
             warmup=plan.warmup(n),
         )
         burst = ratio_row(
-            "1a", "lifecycle burst", n, samples, "burst", "bare", per=n, target=Target(3.0)
+            "1a", "lifecycle burst", n, samples, "burst", "bare", per=n, target=Target(3.3)
         )
         bursts.append(burst)
         results.append(burst)
@@ -110,7 +110,7 @@ def run_lifecycle(plan: Plan) -> list[Result]:
                 "sequential",
                 "bare",
                 per=n,
-                target=Target(5.0),
+                target=Target(4.5),
             )
         )
     if len(bursts) > 1:
@@ -138,7 +138,7 @@ def run_subscribers(plan: Plan) -> list[Result]:
         )
         results.append(
             ratio_row(
-                "2", "burst, 1 subscriber", n, samples, "sub1", "bare", per=n, target=Target(4.0)
+                "2", "burst, 1 subscriber", n, samples, "sub1", "bare", per=n, target=Target(5.5)
             )
         )
         results.append(ratio_row("2", "burst, 8 subscribers", n, samples, "sub8", "bare", per=n))

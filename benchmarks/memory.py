@@ -95,7 +95,7 @@ def run_memory(plan: Plan) -> list[Result]:
             "bare",
             unit="B/task",
             scale=1.0,
-            target=Target(2.0),
+            target=Target(1.9),
             baseline_name="bare sleeping trio task",
             note="tracemalloc, traced bytes after all N started, supervisor already open",
         )

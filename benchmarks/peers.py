@@ -195,7 +195,7 @@ def run_peers(plan: Plan) -> list[Result]:
                 "ours burst vs aiojobs",
                 "ours",
                 "aiojobs",
-                target=Target(2.5),
+                target=Target(2.7),
                 baseline_name="aiojobs spawn, then await each job (asyncio)",
             )
         )

@@ -71,7 +71,7 @@ def run_restarts(plan: Plan) -> list[Result]:
                 "bare",
                 per=r,
                 unit="us/restart",
-                target=Target(3.0),
+                target=Target(2.5),
                 baseline_name="bare retry loop, a CancelScope per attempt",
             )
         )

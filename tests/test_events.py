@@ -113,6 +113,12 @@ def test_event_kind_values_are_snake_case_names() -> None:
         "CONTROLLER_SLOT_TRANSITION",
         "SUBSCRIBER_OVERFLOW",
         "SUBSCRIBER_FAILED",
+        # section 10: cluster slots
+        "CONTROLLER_LEASE_ACQUIRED",
+        "CONTROLLER_LEASE_LOST",
+        "CONTROLLER_REMOTE_STOP",
+        "CONTROLLER_STORE_UNAVAILABLE",
+        "CONTROLLER_STORE_RECOVERED",
         "FORCED_TASK_EXITED",
     }
     assert {k.name for k in EventKind} == expected
@@ -137,6 +143,7 @@ def test_task_event_fields_and_defaults() -> None:
         "exit_code",
         "backoff_source",
         "dropped",
+        "fence_token",  # section 10
     }
     event = make_event(1, K.TASK_ADDED)
     assert all(getattr(event, name) is None for name in names[4:])

@@ -25,6 +25,7 @@ from ._exceptions import GraceExceededError as GraceExceededError
 from ._exceptions import NoControllerError as NoControllerError
 from ._exceptions import OutcomeError as OutcomeError
 from ._exceptions import ResourceLimitError as ResourceLimitError
+from ._exceptions import SlotStoreUnavailableError as SlotStoreUnavailableError
 from ._exceptions import SupervisorClosedError as SupervisorClosedError
 from ._exceptions import TaskCancelled as TaskCancelled
 from ._exceptions import TaskFailure as TaskFailure
@@ -41,6 +42,7 @@ from ._policies import RestartPolicy as RestartPolicy
 from ._record import TaskState as TaskState
 from ._registry import TaskInfo as TaskInfo
 from ._slots import SlotStatus as SlotStatus
+from ._slotstore import ClusterSlotInfo as ClusterSlotInfo
 from ._spec import INHERIT as INHERIT
 from ._spec import AdmissionPolicy as AdmissionPolicy
 from ._spec import ControllerSpec as ControllerSpec
@@ -56,6 +58,7 @@ __all__ = [
     "AdmissionPolicy",
     "BackoffPolicy",
     "BackoffSource",
+    "ClusterSlotInfo",
     "ConfigError",
     "ControllerConfig",
     "ControllerSnapshot",
@@ -76,6 +79,7 @@ __all__ = [
     "RestartLimit",
     "RestartPolicy",
     "SlotStatus",
+    "SlotStoreUnavailableError",
     "SlotView",
     "Subscriber",
     "Supervisor",

@@ -83,11 +83,6 @@ class ActorHost(Protocol):
     running_attempts: int
     log_failures: bool
 
-    @property
-    def limited(self) -> bool:
-        """Whether attempts need a ``max_concurrent`` permit."""
-        ...
-
     async def acquire_permit(self, rec: TaskRecord, /) -> None:
         """Wait (FIFO) for a permit for the attempt after the first."""
 
@@ -96,6 +91,9 @@ class ActorHost(Protocol):
 
     def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome[Any], /) -> None:
         """The actor ends: free its name and commit ``outcome`` unless committed."""
+
+    def settle(self) -> None:
+        """The record's listener has heard of the exit too (it may have admitted more)."""
 
     def crashed(self, exc: BaseException, /) -> None:
         """A non-task ``BaseException`` ended the actor: take the supervisor down."""
@@ -110,27 +108,23 @@ def _is_awaitable(value: object) -> bool:
     return type(value) is types.CoroutineType or hasattr(value, "__await__")
 
 
-async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> None:
+async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> None:
     """Run ``rec``'s attempts strictly in sequence until it ends; commit its outcome.
 
-    ``holds_permit``: the host acquired the first attempt's permit before spawning it.
-    The retry loop and the attempt are inlined in this one coroutine, with few locals
-    and bookkeeping in plain helpers, on purpose: the memory of an idle supervised task
-    is mostly its coroutine frames.
+    ``permit``: ``None`` without ``max_concurrent``; else whether the host acquired the
+    first attempt's permit before spawning it. The retry loop and the attempt are inlined
+    in this one coroutine, with few locals and the bookkeeping in plain helpers, on
+    purpose: the memory of an idle supervised task is mostly its coroutine frames.
     """
     current_task_context.set(rec)
-    rec.stop_scope = stop_scope = trio.CancelScope()
-    if rec.stop_requested:  # stopped between its admission and this first step
-        stop_scope.cancel(reason="stop requested")
-    limited = host.limited
     retries = 0  # retries in the current failure streak
     outcome: TaskOutcome[Any] | None = None
     try:
-        with stop_scope:
+        with _stop_scope(rec):
             while True:
-                if limited and not holds_permit:
+                if permit is False:
                     await _acquire_permit(rec, host)
-                holds_permit = False
+                    permit = True
                 try:
                     if rec.stop_requested:
                         # Stopped before this attempt began (before the actor's first
@@ -154,9 +148,11 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
                         else:
                             assert started is not None
                             rec.hard_deadline = started + rec.policy.timeout
-                            with trio.CancelScope(deadline=rec.hard_deadline) as scope:
+                            with trio.CancelScope(deadline=rec.hard_deadline):
                                 result = await result
-                            if scope.cancel_called:
+                            # Cancelled at the deadline, or returned after it having
+                            # swallowed the cancellation: timed out either way.
+                            if trio.current_time() >= rec.hard_deadline:
                                 status, result = _TIMED_OUT, _timed_out(rec)
                     except TaskCancelled as exc:
                         status, result = _CANCELLED, exc
@@ -165,22 +161,15 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
                     except Exception as exc:
                         status, result = _FAILED, exc
                     except BaseException as exc:
-                        _, rest = split_cancelled(exc)
-                        if not isinstance(rest, Exception):
-                            _end_attempt(rec, host, EventKind.ATTEMPT_CANCELLED, started, None)
-                            if rest is None or rest is exc:
-                                raise
-                            raise rest from None  # the group without its Cancelled
-                        # Cancelled mixed with Exceptions (the task's own nursery, stopped
-                        # while a child's cleanup raised): the Exceptions decide.
-                        status, result = _FAILED, rest
+                        status, result = _FAILED, _failure_in(rec, host, exc, started)
                     _end_attempt(
                         rec, host, _END_EVENTS[status], started, None if status is _OK else result
                     )
                 finally:
-                    if limited:
+                    if permit:
                         host.release_permit(rec)
-                # -- what next ---------------------------------------------------------
+                        permit = False
+                # -- what next: ``started`` becomes the wake-up time -------------------
                 if rec.stop_requested:
                     # CANCELLED (or the force's outcome): no retry, no repeat. (mypy
                     # keeps the narrowing of the check above across the awaits.)
@@ -194,10 +183,10 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
                             else TaskOutcome(OutcomeKind.COMPLETED, value=result)
                         )
                         break
-                    wake: float | None = _schedule_repeat(rec, host, started)
+                    started = _schedule_repeat(rec, host, started)
                 elif rec.policy.streak_rules:
                     assert isinstance(result, BaseException)
-                    outcome, wake, retries = _streak_failure(
+                    outcome, started, retries = _streak_failure(
                         rec, host, status, result, retries, started
                     )
                     if outcome is not None:
@@ -207,15 +196,15 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
                     outcome = _final_outcome(rec, status, result, retries)
                     if outcome is not None:
                         break
-                    wake = _schedule_retry(rec, host, result, retries)
+                    started = _schedule_retry(rec, host, result, retries)
                     retries += 1
                 _fresh_context(rec)
                 if not rec.stop_requested:  # a stopping task stays STOPPING
                     rec.state = TaskState.BACKOFF
-                if wake is None:
+                if started is None:
                     await trio.lowlevel.checkpoint()
                 else:
-                    await trio.sleep_until(wake)
+                    await trio.sleep_until(started)
     except BaseException as exc:
         if split_cancelled(exc)[1] is None:
             # Only an internal fault cancels the supervisor's shielded region early.
@@ -227,11 +216,38 @@ async def run_actor(rec: TaskRecord, host: ActorHost, holds_permit: bool) -> Non
     _exit(rec, host, CANCELLED if outcome is None or rec.stop_requested else outcome)
 
 
+def _stop_scope(rec: TaskRecord) -> trio.CancelScope:
+    """The actor's stop scope, cancelled at once if a stop came before its first step."""
+    rec.stop_scope = scope = trio.CancelScope()
+    if rec.stop_requested:
+        scope.cancel(reason="stop requested")
+    return scope
+
+
+def _failure_in(
+    rec: TaskRecord, host: ActorHost, exc: BaseException, started: float | None
+) -> Exception:
+    """An attempt raised a ``BaseException``: its failure, or re-raise it.
+
+    Cancelled mixed with Exceptions (the task's own nursery, stopped while a child's
+    cleanup raised): the Exceptions decide, as an ordinary failure. Anything else ends
+    the attempt cancelled and propagates, without its ``Cancelled``.
+    """
+    _, rest = split_cancelled(exc)
+    if isinstance(rest, Exception):
+        return rest
+    _end_attempt(rec, host, EventKind.ATTEMPT_CANCELLED, started, None)
+    if rest is None or rest is exc:
+        raise exc
+    raise rest from None  # the group without its Cancelled
+
+
 def _exit(rec: TaskRecord, host: ActorHost, outcome: TaskOutcome[Any]) -> None:
     """Report the exit: to the host, then to the record's listener; then let go."""
     host.actor_exited(rec, outcome)
     if rec.listener is not None:
         rec.listener.owner_exited(rec)
+        host.settle()
     rec.release()
 
 
@@ -257,6 +273,7 @@ def _begin_attempt(rec: TaskRecord, host: ActorHost) -> float | None:
             rec.slot,
             rec.attempt,
             timeout=policy.timeout,
+            fence_token=rec.fence_token,
         )
     elif not policy.needs_clock:
         return None  # no deadline, no duration, no repeat gap, no healthy mark: no clock read
@@ -292,6 +309,7 @@ def _end_attempt(
         exit_code=None if failure is None else _exit_code(failure),
         duration=None if started is None else trio.current_time() - started,
         timeout=rec.policy.timeout if kind is EventKind.ATTEMPT_TIMED_OUT else None,
+        fence_token=rec.fence_token,
     )
 
 
@@ -460,6 +478,7 @@ def _publish_backoff(
             delay=delay,
             exit_code=None if error is None else _exit_code(error),
             backoff_source=source,
+            fence_token=rec.fence_token,
         )
 
 

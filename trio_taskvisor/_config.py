@@ -28,6 +28,7 @@ import attrs
 
 from ._exceptions import ConfigError
 from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
+from ._slotstore import SlotStore
 
 # -- validators ---------------------------------------------------------------------------
 
@@ -157,6 +158,14 @@ _DURATION: Final = _validator(check_duration)
 _CAPACITY: Final = _validator(check_capacity)
 
 
+def _check_slot_store(value: object) -> None:
+    if value is not None and not isinstance(value, SlotStore):
+        raise ConfigError(
+            f"slot_store must be a slot store (trio_taskvisor.redis.RedisSlotStore) or None, "
+            f"got {value!r}"
+        )
+
+
 # -- values ---------------------------------------------------------------------------------
 
 
@@ -187,6 +196,9 @@ class ControllerConfig:
     max_total_pending: int | None = attrs.field(default=1024, validator=_count(minimum=0))
     max_slots: int | None = attrs.field(default=1024, validator=_count(minimum=1))
     max_waiters: int | None = attrs.field(default=1024, validator=_count(minimum=0))
+    slot_store: SlotStore | None = attrs.field(
+        default=None, validator=_validator(lambda what, value: _check_slot_store(value))
+    )
 
 
 @attrs.frozen

@@ -66,6 +66,15 @@ class TaskContext:
         return self._record.slot
 
     @property
+    def fence_token(self) -> int | None:
+        """The fence token of the slot's cluster lease, or ``None`` without a slot store.
+
+        It strictly increases with every new owner of the slot, across processes: pass
+        it to the systems the task writes to, so they can refuse a stale owner's writes.
+        """
+        return self._record.fence_token
+
+    @property
     def attempt(self) -> int:
         """The current attempt number, from 1."""
         return self._record.attempt

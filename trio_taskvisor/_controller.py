@@ -34,18 +34,28 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, cast
 
 import attrs
 import trio
 from trio_util import AsyncBool
 
 from ._bus import EventBus
+from ._clusterslots import (
+    Ask,
+    ClusterEffect,
+    ClusterSlotMachine,
+    Follow,
+    LoseLease,
+    Release,
+    Unfollow,
+    Withdraw,
+)
 from ._config import ControllerConfig
 from ._events import EventKind
-from ._exceptions import DeadlockError, SupervisorClosedError
+from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
 from ._inbox import Inbox, Reply
-from ._outcome import RejectionKind, TaskId, rejected_outcome
+from ._outcome import RejectionKind, TaskId, TaskOutcome, rejected_outcome
 from ._record import TaskRecord, current_task_context
 from ._registry import Registry
 from ._slots import (
@@ -61,7 +71,23 @@ from ._slots import (
     Submitted,
     Transition,
 )
-from ._spec import ControllerSpec, TaskSpec
+from ._slotstore import (
+    ClusterSlotInfo,
+    FollowedOutcome,
+    Full,
+    Joined,
+    LeaseLost,
+    Owner,
+    Queued,
+    Rejected,
+    RemoteStop,
+    Report,
+    ReportSink,
+    Room,
+    StoreRecovered,
+    StoreUnavailable,
+)
+from ._spec import AdmissionPolicy, ControllerSpec, TaskSpec
 from ._waiter import TaskWaiter
 
 
@@ -71,10 +97,11 @@ class SlotView:
 
     slot: str
     status: SlotStatus
-    owner_id: TaskId
+    owner_id: TaskId | None
     queue_depth: int
     waiting: int
     status_for: float
+    fence_token: int | None = None
 
 
 @attrs.frozen
@@ -109,9 +136,49 @@ class _Decided(NamedTuple):
     accepted: bool
 
 
-_Command = _Submit | _Remove | _Decided
+_Command = _Submit | _Remove | _Decided | Report
 
 NewRecord = Callable[[TaskSpec[Any], str], TaskRecord]
+
+
+class LeaseKeeperSeam(Protocol):
+    """What the controller needs of the lease keeper (``_keeper.LeaseKeeper``)."""
+
+    instance_id: str
+
+    def submit(
+        self, slot: str, entry: int, policy: AdmissionPolicy, max_queue: int, wait: bool, /
+    ) -> None: ...
+
+    def withdraw(self, slot: str, entry: int, reason: RejectionKind, /) -> None: ...
+
+    def release(self, slot: str, entry: int, outcome: TaskOutcome[Any], /) -> None: ...
+
+    def follow(self, joiner: int, slot: str, target: str, /) -> None: ...
+
+    def unfollow(self, joiner: int, /) -> None: ...
+
+    async def query(self, slot: str, /) -> ClusterSlotInfo | None: ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _ReportInbox:
+    """The keeper's ``ReportSink``: its reports go to the controller's inbox, never refused."""
+
+    __slots__ = ("_inbox",)
+
+    def __init__(self, inbox: Inbox[_Command]) -> None:
+        self._inbox = inbox
+
+    def send_nowait(self, report: Report) -> None:
+        self._inbox.put_nowait(report, force=True)
+
+    async def send(self, report: Report) -> None:
+        self.send_nowait(report)
+        await trio.lowlevel.checkpoint()
 
 
 class Controller:
@@ -123,27 +190,41 @@ class Controller:
         registry: Registry,
         bus: EventBus,
         new_record: NewRecord,
+        keeper: Callable[[ReportSink], LeaseKeeperSeam] | None = None,
     ) -> None:
-        self.machine: SlotMachine[TaskRecord] = SlotMachine(
+        self._registry = registry
+        self._bus = bus
+        self._new_record = new_record
+        self._max_slot_queue = config.max_slot_queue
+        self._inbox: Inbox[_Command] = Inbox(config.queue_capacity)
+        # With a slot store, the lease keeper (built here: it reports to this inbox)
+        # places the work and the machine keeps the local view of cluster slots.
+        self.keeper = None if keeper is None else keeper(_ReportInbox(self._inbox))
+        kind: type[SlotMachine[TaskRecord]] = (
+            SlotMachine[TaskRecord] if self.keeper is None else ClusterSlotMachine[TaskRecord]
+        )
+        machine = kind(
             max_slot_queue=config.max_slot_queue,
             max_total_pending=config.max_total_pending,
             max_slots=config.max_slots,
             max_waiters=config.max_waiters,
         )
-        self._registry = registry
-        self._bus = bus
-        self._new_record = new_record
-        self._inbox: Inbox[_Command] = Inbox(config.queue_capacity)
+        self.machine = machine
+        self._cluster = (
+            None if self.keeper is None else cast("ClusterSlotMachine[TaskRecord]", machine)
+        )
         self._loop_scope = trio.CancelScope()
         self.exited = trio.Event()
         # Submissions in the inbox, and callers waiting for one to be taken in (deadlock
         # checks).
         self._in_inbox: set[int] = set()
         self._taken_in: dict[int, trio.Event] = {}
-        # Entries in the controller's custody: from intake until rejected, joined or
-        # handed to the registry. No custody: what wait_idle() waits for.
-        self._custody = 0
+        # Nothing in the controller's custody (in the inbox, queued or held: owners are
+        # the registry's, joiners follow other work): what wait_idle() waits for.
+        # Derived from that state and set only when it changes, so work that passes
+        # straight through (an idle slot) never touches it.
         self.idle = AsyncBool(True)
+        self._idle = True
 
     # -- intake (the caller's task) --------------------------------------------------------
 
@@ -165,8 +246,8 @@ class Controller:
             self._inbox.put_nowait(_Submit(entry))
         except trio.BrokenResourceError:
             raise SupervisorClosedError from None
-        self._accept(entry)
         self._in_inbox.add(entry.id)
+        self._sync_idle()
 
     async def submit(self, entry: Entry[TaskRecord]) -> None:
         """Take ``entry`` in: a checkpoint first; cancelled before intake, it is not."""
@@ -174,16 +255,15 @@ class Controller:
             await trio.lowlevel.checkpoint()
             self._registry.check_intake()  # the shutdown may have begun meanwhile
             if self._inbox.idle():  # still nothing queued before it: take it in here
-                self._accept(entry)
                 self._take_in(entry)
                 return
-        self._accept(entry)
-        self._in_inbox.add(entry.id)
+        self._in_inbox.add(entry.id)  # counted from here: the loop may take it in the put
+        self._sync_idle()
         try:
             await self._inbox.put(_Submit(entry))
         except BaseException as exc:
             self._in_inbox.discard(entry.id)
-            self._release_custody()
+            self._sync_idle()
             if isinstance(exc, trio.BrokenResourceError):
                 raise SupervisorClosedError from None
             raise
@@ -201,15 +281,12 @@ class Controller:
             return None
         return await reply.wait()
 
-    def _accept(self, entry: Entry[TaskRecord]) -> None:
-        if not self._custody:
-            self.idle.value = False
-        self._custody += 1
-
-    def _release_custody(self) -> None:
-        self._custody -= 1
-        if not self._custody:
-            self.idle.value = True
+    def _sync_idle(self) -> None:
+        machine = self.machine
+        idle = not (self._in_inbox or machine.queued or machine.held or machine.asking)
+        if idle is not self._idle:
+            self._idle = idle
+            self.idle.value = idle
 
     def _take_in(self, entry: Entry[TaskRecord]) -> None:
         if self._taken_in:
@@ -239,18 +316,20 @@ class Controller:
         now = trio.current_time()
         views: list[SlotView] = []
         for slot in sorted(self.machine.slots.values(), key=lambda s: s.key):
-            # Invariant: a tracked slot always has an owner (held or queued work of an
-            # ownerless slot starts at once).
-            assert slot.owner is not None
+            # Invariant: a tracked slot has a status; a local one always has an owner (held
+            # or queued work of an ownerless slot starts at once), a cluster slot without
+            # a local owner is REMOTE (or ADMITTING, while the store decides).
             assert slot.status is not None
+            owner = slot.owner
             views.append(
                 SlotView(
                     slot=slot.key,
                     status=slot.status,
-                    owner_id=TaskId(slot.owner.id),
+                    owner_id=None if owner is None else TaskId(owner.id),
                     queue_depth=len(slot.queue),
                     waiting=len(slot.held),
                     status_for=now - slot.since,
+                    fence_token=None if owner is None else owner.payload.fence_token,
                 )
             )
         return ControllerSnapshot(
@@ -308,6 +387,20 @@ class Controller:
                     self._registry.forward_stop(target, reply)
                 else:
                     reply.set(removed)
+            case (
+                Owner()
+                | Queued()
+                | Joined()
+                | Rejected()
+                | Full()
+                | Room()
+                | RemoteStop()
+                | LeaseLost()
+                | FollowedOutcome()
+                | StoreUnavailable()
+                | StoreRecovered()
+            ):
+                self._report(command)
             case _Decided(entry, accepted):
                 # Stale when the owner has exited meanwhile: the machine ignores it.
                 self.machine.admitted(entry, accepted, trio.current_time())
@@ -343,32 +436,31 @@ class Controller:
     # -- effects ------------------------------------------------------------------------------
 
     def _apply(self) -> None:
-        """Carry out the machine's effects: all but admissions in order, then those."""
+        """Carry out the machine's effects: all but admissions in order, then those, then
+        a cluster machine's requests to the lease keeper."""
         machine = self.machine
-        while machine.effects:
-            effects, machine.effects = machine.effects, []
-            admits = [effect.entry for effect in effects if type(effect) is Admit]
-            for effect in effects:
-                self._carry_out(effect)
-            for entry in admits:
-                self._admit(entry)
+        cluster = self._cluster
+        while True:
+            effects = machine.effects
+            if effects:
+                machine.effects = []
+                admits = [effect.entry for effect in effects if type(effect) is Admit]
+                for effect in effects:
+                    self._carry_out(effect)
+                for entry in admits:
+                    self._admit(entry)
+            elif cluster is not None and cluster.extra:
+                extra, cluster.extra = cluster.extra, []
+                for request in extra:
+                    self._request(request)
+            else:
+                break
+        self._sync_idle()
 
     def _carry_out(self, effect: Effect[TaskRecord]) -> None:
+        # The most frequent first: every submission has a Submitted, every owner a Transition.
         bus = self._bus
         match effect:
-            case Admit():
-                pass  # after the others (see _apply)
-            case Stop(entry):
-                self._registry.stop_record(entry.payload)
-            case Reject(entry, kind):
-                self._release_custody()
-                self._rejected(entry, kind)
-                entry.payload.release()
-            case Detach(entry, kind):
-                self._rejected(entry, kind)  # a joiner: out of custody since it joined
-            case Join(entry, target):
-                self._release_custody()  # it only follows: the followed work is counted
-                entry.payload._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
             case Submitted(entry, reason):
                 if bus.active:
                     rec = entry.payload
@@ -387,25 +479,149 @@ class Controller:
                         entry.key,
                         reason=reason,
                     )
+            case Admit():
+                pass  # after the others (see _apply)
+            case Stop(entry):
+                self._registry.stop_record(entry.payload)
+            case Reject(entry, kind):
+                self._rejected(entry, kind)
+                entry.payload.release()
+            case Join(entry, target):
+                joiner = entry.payload
+                joiner._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
+                joiner.release()  # it never runs: keep only what its waiter needs
+            case Detach(entry, kind):
+                self._rejected(entry, kind)  # a joiner: out of custody since it joined
+
+    # -- cluster slots: the lease keeper's reports and the requests to it ---------------------
+
+    def _report(self, report: Report) -> None:
+        """Carry a lease keeper's report into the cluster machine."""
+        cluster = self._cluster
+        assert cluster is not None
+        assert self.keeper is not None
+        now = trio.current_time()
+        bus = self._bus
+        match report:
+            case Owner(slot, entry, token):
+                owner = cluster.granted(entry, now)
+                if owner is None:  # it left meanwhile: give the lease back
+                    gone = rejected_outcome(RejectionKind.REMOVED_FROM_QUEUE)
+                    self.keeper.release(slot, entry, gone)
+                else:
+                    rec = owner.payload
+                    rec.fence_token = token
+                    if bus.active:
+                        bus.publish(
+                            EventKind.CONTROLLER_LEASE_ACQUIRED,
+                            rec.id,
+                            rec.name,
+                            slot,
+                            fence_token=token,
+                        )
+            case Queued(_, entry, _):
+                cluster.queued_in_cluster(entry, now)
+            case Joined(_, entry, target):
+                instance, _, number = target.rpartition("/")
+                local = (
+                    int(number.partition(".")[0]) if instance == self.keeper.instance_id else None
+                )
+                label = f"{instance}#{number.partition('.')[0]}"
+                cluster.joined(entry, local, target, label, now)
+            case Rejected(_, entry, kind):
+                cluster.rejected(entry, kind, now)
+            case Full(_, entry, _):
+                cluster.full(entry, now)
+            case Room(slot):
+                cluster.room(slot, now)
+            case RemoteStop(slot, entry, requester):
+                owner = cluster.remote_stop(entry, now)
+                if owner is not None and requester != self.keeper.instance_id and bus.active:
+                    rec = owner.payload
+                    bus.publish(
+                        EventKind.CONTROLLER_REMOTE_STOP,
+                        rec.id,
+                        rec.name,
+                        slot,
+                        reason=f"stop requested by {requester}",
+                        fence_token=rec.fence_token,
+                    )
+            case LeaseLost(slot, entry, token, reason):
+                owner = cluster.lease_lost(entry, reason)
+                if owner is not None and bus.active:
+                    rec = owner.payload
+                    bus.publish(
+                        EventKind.CONTROLLER_LEASE_LOST,
+                        rec.id,
+                        rec.name,
+                        slot,
+                        reason=reason,
+                        fence_token=token,
+                    )
+            case FollowedOutcome(joiner, outcome):
+                follower = cluster.followed_ended(joiner)
+                if follower is not None:
+                    follower.payload._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+            case StoreUnavailable():
+                if bus.active:
+                    bus.publish(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+            case StoreRecovered():
+                if bus.active:
+                    bus.publish(EventKind.CONTROLLER_STORE_RECOVERED)
+                cluster.recovered(now)
+        self._apply()
+
+    def _request(self, request: ClusterEffect[TaskRecord]) -> None:
+        """Carry out a cluster machine's request: to the lease keeper, or a lost lease."""
+        keeper = self.keeper
+        assert keeper is not None
+        match request:
+            case Ask(entry):
+                keeper.submit(entry.key, entry.id, entry.policy, self._max_slot_queue, entry.wait)
+            case Withdraw(entry, kind):
+                keeper.withdraw(entry.key, entry.id, kind)
+            case Release(entry):
+                outcome = entry.payload._outcome  # pyright: ignore[reportPrivateUsage]
+                if outcome is None:  # refused by the registry before its decision was final
+                    outcome = rejected_outcome(RejectionKind.SHUTTING_DOWN)
+                keeper.release(entry.key, entry.id, outcome)
+            case LoseLease(entry, reason):
+                self._registry.lose_lease(entry.payload, reason)
+            case Follow(entry, target):
+                keeper.follow(entry.id, entry.key, target)
+            case Unfollow(entry):
+                keeper.unfollow(entry.id)
+
+    async def cluster_slot(self, slot: str) -> ClusterSlotInfo | None:
+        """Ask the slot store about ``slot`` (``ConfigError`` without one)."""
+        if self.keeper is None:
+            raise ConfigError("cluster_slot needs a slot store: ControllerConfig(slot_store=...)")
+        return await self.keeper.query(slot)
+
+    async def close_store(self) -> None:
+        """The registry has ended: flush the keeper's withdrawals and releases and stop it
+        (bounded by the store's ``connect_timeout``)."""
+        if self.keeper is not None:
+            await self.keeper.aclose()
 
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload
-        rec._resolve(rejected_outcome(kind))  # pyright: ignore[reportPrivateUsage]
+        outcome = rejected_outcome(kind)
+        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
         if self._bus.active:
             self._bus.publish(
                 EventKind.CONTROLLER_REJECTED,
                 rec.id,
                 rec.name,
                 entry.key,
-                reason=kind.value,
+                reason=outcome.reason,  # the words, beside the kind
                 rejection=kind,
             )
 
     def _admit(self, entry: Entry[TaskRecord]) -> None:
         """Hand an owner to the registry; learn its decision now or from its loop."""
         rec = entry.payload
-        accepted = self._registry.admit(rec)
-        self._release_custody()  # the registry counts it from here
+        accepted = self._registry.admit(rec)  # counted by the registry from here
         if accepted is not None:
             self.machine.admitted(entry, accepted, trio.current_time())
             if not accepted:

@@ -48,6 +48,11 @@ class EventKind(enum.StrEnum):
     CONTROLLER_SLOT_TRANSITION = "controller_slot_transition"
     SUBSCRIBER_OVERFLOW = "subscriber_overflow"
     SUBSCRIBER_FAILED = "subscriber_failed"
+    CONTROLLER_LEASE_ACQUIRED = "controller_lease_acquired"
+    CONTROLLER_LEASE_LOST = "controller_lease_lost"
+    CONTROLLER_REMOTE_STOP = "controller_remote_stop"
+    CONTROLLER_STORE_UNAVAILABLE = "controller_store_unavailable"
+    CONTROLLER_STORE_RECOVERED = "controller_store_recovered"
     FORCED_TASK_EXITED = "forced_task_exited"
 
 
@@ -83,6 +88,7 @@ class TaskEvent:
     exit_code: int | None = None
     backoff_source: BackoffSource | None = None
     dropped: int | None = None
+    fence_token: int | None = None
 
 
 new_event: Final[Callable[..., TaskEvent]] = trusted_constructor(TaskEvent)

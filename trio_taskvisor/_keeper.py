@@ -5,7 +5,7 @@ with a nursery of its own: the connection holder, the subscription to this proce
 channel, the timers, the report forwarder and the I/O loop. The controller never awaits
 it: its requests (``submit``, ``withdraw``, ``release``, ``follow``, ``unfollow``,
 ``stop_owner``) are synchronous calls that queue the request and wake the I/O loop, and
-the results come back as *reports* (frozen values below) on the ``trio.MemorySendChannel``
+the results come back as *reports* (frozen values of ``_slotstore``) on the ``ReportSink``
 the keeper was given. Only ``query`` (``Supervisor.cluster_slot``) is awaited.
 
 The I/O loop sends everything that is pending in one pipeline (one round trip) and one
@@ -74,9 +74,24 @@ from . import _redis_scripts as scripts
 from ._exceptions import SlotStoreUnavailableError
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
 from ._slotstore import (
+    QUEUE_FULL_REASON,
+    STORE_UNAVAILABLE_REASON,
     ClusterSlotInfo,
+    FollowedOutcome,
+    Full,
+    Joined,
     LeaseDeadline,
+    LeaseLost,
+    Owner,
+    Queued,
     RedisSlotStore,
+    Rejected,
+    RemoteStop,
+    Report,
+    ReportSink,
+    Room,
+    StoreRecovered,
+    StoreUnavailable,
     decode_outcome,
     encode_outcome,
     entry_id,
@@ -85,121 +100,6 @@ from ._slotstore import (
 from ._spec import AdmissionPolicy
 
 logger = logging.getLogger("trio_taskvisor")
-
-# -- reports -------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Owner:
-    """The lease of ``slot`` was granted to ``entry`` (by its submit, a claim, or seen at
-    a renewal after a lost reply); ``token`` is its fence token."""
-
-    slot: str
-    entry: int
-    token: int
-
-
-@attrs.frozen
-class Queued:
-    """``entry`` is in the slot's cluster queue; ``displaced`` is the entry id of the head
-    a REPLACE displaced (rejected ``SUPERSEDED`` in its own process), if any."""
-
-    slot: str
-    entry: int
-    displaced: str | None
-
-
-@attrs.frozen
-class Joined:
-    """A JOIN follows ``target`` (an entry id, maybe of this process)."""
-
-    slot: str
-    entry: int
-    target: str
-
-
-@attrs.frozen
-class Rejected:
-    """``entry`` was rejected: ``SLOT_BUSY``, ``QUEUE_FULL``, ``SUPERSEDED``,
-    ``STORE_UNAVAILABLE``, ``SHUTTING_DOWN`` (or the reason a server marker names)."""
-
-    slot: str
-    entry: int
-    kind: RejectionKind
-
-
-@attrs.frozen
-class Full:
-    """``wait=True`` work that must be held: the queue is full (submit it again on
-    ``Room(slot)``) or the store is unavailable (submit it again on ``StoreRecovered``)."""
-
-    slot: str
-    entry: int
-    reason: str
-
-
-@attrs.frozen
-class Room:
-    """An entry left the slot's cluster queue, or a renewal passed: held work may retry."""
-
-    slot: str
-
-
-@attrs.frozen
-class RemoteStop:
-    """``requester`` (an instance id) asked to stop the owner ``entry``; once per owner."""
-
-    slot: str
-    entry: int
-    requester: str
-
-
-@attrs.frozen
-class LeaseLost:
-    """The lease of ``entry`` is lost; ``reason`` starts with ``"lease refused"`` or
-    ``"lease expired"``. The keeper never renews it again; release it after the owner's
-    physical exit all the same."""
-
-    slot: str
-    entry: int
-    token: int
-    reason: str
-
-
-@attrs.frozen
-class FollowedOutcome:
-    """The outcome of the work that ``joiner`` follows (see ``follow``)."""
-
-    joiner: int
-    outcome: TaskOutcome[Any]
-
-
-@attrs.frozen
-class StoreUnavailable:
-    """The server stopped answering (once per outage)."""
-
-
-@attrs.frozen
-class StoreRecovered:
-    """The server answers again, renewed and subscribed (once per outage)."""
-
-
-Report: TypeAlias = (
-    Owner
-    | Queued
-    | Joined
-    | Rejected
-    | Full
-    | Room
-    | RemoteStop
-    | LeaseLost
-    | FollowedOutcome
-    | StoreUnavailable
-    | StoreRecovered
-)
-
-QUEUE_FULL_REASON: Final = "cluster queue is full"
-STORE_UNAVAILABLE_REASON: Final = "slot store is unavailable"
 
 
 @attrs.frozen
@@ -467,7 +367,7 @@ class LeaseKeeper:
         self,
         store: RedisSlotStore,
         instance_id: str,
-        reports: trio.MemorySendChannel[Report],
+        reports: ReportSink,
         *,
         connector: Connector | None = None,
     ) -> None:

@@ -85,6 +85,7 @@ class TaskRecord(TaskWaiter[Any]):
         "committed",
         "context",
         "entry",
+        "fence_token",
         "fn",
         "force_deadline",
         "forced",
@@ -132,6 +133,7 @@ class TaskRecord(TaskWaiter[Any]):
         # Controller work: whom to tell, and the slot machine's entry (opaque here).
         self.listener: RecordListener | None = None
         self.entry: object = None
+        self.fence_token: int | None = None  # the lease's, for cluster slots
         self._extras: _Extras | None = None
 
     def extras(self) -> _Extras:

@@ -94,6 +94,7 @@ from ._inbox import Inbox, Reply
 from ._outcome import (
     FORCE_ABORTED,
     PANICKED,
+    OutcomeKind,
     RejectionKind,
     TaskId,
     TaskOutcome,
@@ -232,8 +233,10 @@ class Registry:
         self._names: dict[str, TaskRecord] = {}
         self.registered = 0  # live records whose outcome is not committed
         self._pending = 0  # records in queued add commands
-        # No pending add and no live record: what wait_idle() waits for.
+        # No pending add and no live record: what wait_idle() waits for; set only when
+        # that changes (``_idle`` is its value, read without trio-util's property).
         self.idle = AsyncBool(True)
+        self._idle = True
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
@@ -352,6 +355,18 @@ class Registry:
             self._inbox.put_nowait(_Stop(target, reply), force=True)
         except trio.BrokenResourceError:
             reply.set((False, None))
+
+    def lose_lease(self, rec: TaskRecord, reason: str) -> None:
+        """The owner's cluster lease is lost: force it at once, no grace (``LEASE_LOST``).
+
+        Its name and slot stay reserved until it physically exits, as for any forced task.
+        """
+        if rec.committed:
+            return
+        if not rec.stop_requested:
+            rec.request_stop(reason)
+        rec.force()
+        self._commit(rec, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
 
     def stop_record(self, rec: TaskRecord) -> None:
         """Stop a registered record (the controller's REPLACE); nothing if already stopping."""
@@ -475,7 +490,13 @@ class Registry:
         """Decide on one record: register and spawn it, or reject it; the error."""
         bus = self.bus
         if bus.active:
-            bus.publish(EventKind.TASK_ADD_REQUESTED, rec.id, rec.name, rec.slot)
+            bus.publish(
+                EventKind.TASK_ADD_REQUESTED,
+                rec.id,
+                rec.name,
+                rec.slot,
+                fence_token=rec.fence_token,
+            )
         if self.shutting_down:
             self._reject(rec, RejectionKind.SHUTTING_DOWN)
             return SupervisorClosedError()
@@ -534,34 +555,35 @@ class Registry:
             self._names[rec.name] = rec
         self.registered += 1
         if self.bus.active:
-            self.bus.publish(EventKind.TASK_ADDED, rec.id, rec.name, rec.slot)
+            self.bus.publish(
+                EventKind.TASK_ADDED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
+            )
 
     def _spawn(self, rec: TaskRecord) -> None:
-        if self._permits is None or self._permits.first(rec):
-            self._start_actor(rec, holds_permit=self._permits is not None)
+        if self._permits is None:
+            self._start_actor(rec, None)
+        elif self._permits.first(rec):
+            self._start_actor(rec, True)
         # else: it waits in the permits' FIFO, with no actor yet.
 
     def _spawn_with_permit(self, rec: TaskRecord) -> None:
-        self._start_actor(rec, holds_permit=True)
+        self._start_actor(rec, True)
 
-    def _start_actor(self, rec: TaskRecord, *, holds_permit: bool) -> None:
+    def _start_actor(self, rec: TaskRecord, permit: bool | None) -> None:
+        """Spawn ``rec``'s actor; ``permit`` as ``run_actor`` takes it."""
         context = rec.context
         assert context is not None
         # start_soon copies the current context: call it inside the captured one.
-        context.run(self._start_soon, rec, holds_permit)
+        context.run(self._start_soon, rec, permit)
         restart = rec.policy.restart
         if not (restart.restarts_on_failure or restart.restarts_on_success):
             rec.context = None  # one attempt only: the actor's own copy is all it needs
 
-    def _start_soon(self, rec: TaskRecord, holds_permit: bool) -> None:
+    def _start_soon(self, rec: TaskRecord, permit: bool | None) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(run_actor, rec, self, holds_permit, name=rec.name)
+        self._nursery.start_soon(run_actor, rec, self, permit, name=rec.name)
 
     # -- the actors' host (their tasks) -------------------------------------------------------
-
-    @property
-    def limited(self) -> bool:
-        return self._permits is not None
 
     async def acquire_permit(self, rec: TaskRecord) -> None:
         assert self._permits is not None
@@ -587,13 +609,19 @@ class Registry:
                     rec.name,
                     rec.slot,
                     duration=trio.current_time() - rec.force_deadline,
+                    fence_token=rec.fence_token,
                 )
             if self._overstaying.pop(rec.id, None) is not None and not self._overstaying:
                 self._overstay_deadline = math.inf  # every one exited within the grace
                 self._check_all_stopped()
-        self._maybe_idle()
+        if rec.listener is None:
+            self._maybe_idle()
+        # else: its listener may admit the slot's next owner first, then ``settle``.
         if self.shutting_down and not self._live:
             self._loop_scope.cancel(reason="shutdown: every actor exited")
+
+    def settle(self) -> None:
+        self._maybe_idle()
 
     def crashed(self, exc: BaseException) -> None:
         self._on_crash(exc)
@@ -616,12 +644,18 @@ class Registry:
 
     def _request_stop(self, rec: TaskRecord, deadline: float) -> None:
         if self.bus.active:
-            self.bus.publish(EventKind.TASK_REMOVE_REQUESTED, rec.id, rec.name, rec.slot)
+            self.bus.publish(
+                EventKind.TASK_REMOVE_REQUESTED,
+                rec.id,
+                rec.name,
+                rec.slot,
+                fence_token=rec.fence_token,
+            )
         rec.request_stop("stop requested")
         if self._permits is not None and self._permits.withdraw(rec):
-            # It had no actor yet: spawn one, which sees the stop and ends at once
-            # (its exit is reported as every actor's is).
-            self._start_actor(rec, holds_permit=False)
+            # It had no actor yet: spawn one, which sees the stop and ends at once,
+            # needing no permit (its exit is reported as every actor's is).
+            self._start_actor(rec, None)
         self._set_force_deadline(rec, deadline)
 
     def _set_force_deadline(self, rec: TaskRecord, deadline: float) -> None:
@@ -691,8 +725,11 @@ class Registry:
                 outcome.reason,
                 outcome.kind,
                 exit_code=outcome.exit_code,
+                fence_token=rec.fence_token,
             )
-            bus.publish(EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot)
+            bus.publish(
+                EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
+            )
         if outcome.error is not None or outcome is PANICKED:  # FAILED, FATAL, PANICKED
             self._failed(rec, outcome)
         rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
@@ -720,11 +757,13 @@ class Registry:
             )
 
     def _busy(self) -> None:
-        if self.idle.value:  # pyright: ignore[reportUnknownMemberType]
+        if self._idle:
+            self._idle = False
             self.idle.value = False
 
     def _maybe_idle(self) -> None:
-        if not self._live and not self._pending:
+        if not self._idle and not self._live and not self._pending:
+            self._idle = True
             self.idle.value = True
 
     # -- shutdown ---------------------------------------------------------------------------

@@ -89,6 +89,8 @@ class Shutdown:
             registry.begin_shutdown(deadline)
             await registry.exited.wait()
             if self._controller is not None:
+                # Every owner has exited: its lease is given back; then the keeper drains.
+                await self._controller.close_store()
                 self._controller.end()
                 await self._controller.exited.wait()
             self.stuck = tuple(registry.stuck)

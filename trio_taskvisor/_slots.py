@@ -49,11 +49,12 @@ RESOURCE_LIMIT = RejectionKind.RESOURCE_LIMIT
 
 
 class SlotStatus(enum.Enum):
-    """The owner's stage in a busy slot."""
+    """The owner's stage in a busy slot (``REMOTE``: a cluster slot owned elsewhere)."""
 
     ADMITTING = "admitting"
     RUNNING = "running"
     TERMINATING = "terminating"
+    REMOTE = "remote"
 
 
 class Entry(Generic[P]):
@@ -141,7 +142,7 @@ Effect: TypeAlias = Union[  # noqa: UP007 - a generic alias: Effect[P]
 class Slot(Generic[P]):
     """State of one busy slot."""
 
-    __slots__ = ("held", "key", "owner", "queue", "since", "status")
+    __slots__ = ("asking", "granted", "held", "key", "owner", "queue", "since", "status")
 
     def __init__(self, key: str, now: float) -> None:
         self.key = key
@@ -150,6 +151,10 @@ class Slot(Generic[P]):
         self.queue: deque[Entry[P]] = deque()
         self.held: deque[Entry[P]] = deque()
         self.since = now
+        # Cluster slots only (``_clusterslots``): submissions the slot store is deciding
+        # on, and the next owner, granted its lease while a lost-lease owner still runs.
+        self.asking: dict[int, Entry[P]] | None = None
+        self.granted: Entry[P] | None = None
 
 
 class SlotMachine(Generic[P]):
@@ -168,12 +173,13 @@ class SlotMachine(Generic[P]):
         self.max_slots = max_slots
         self.max_waiters = max_waiters
         self.slots: dict[str, Slot[P]] = {}
-        self.pending = 0  # queued entries in every slot (the max_total_pending budget)
+        self.pending: int = 0  # queued entries in every slot (the max_total_pending budget)
         self.held: dict[int, Entry[P]] = {}  # held entries, oldest first
         self._held_slots: dict[str, Slot[P]] = {}  # the slots that have held entries
         self._held_count = 0
         self.joiners: dict[int, Entry[P]] = {}
         self.queued: dict[int, Entry[P]] = {}
+        self.asking: dict[int, Entry[P]] = {}  # cluster slots: work the store decides on
         self.closed = False
         self.effects: list[Effect[P]] = []
 
@@ -440,5 +446,11 @@ class SlotMachine(Generic[P]):
         return entry
 
     def _drop_if_empty(self, slot: Slot[P]) -> None:
-        if slot.owner is None and not slot.queue and not slot.held:
+        if (
+            slot.owner is None
+            and not slot.queue
+            and not slot.held
+            and not slot.asking
+            and slot.granted is None
+        ):
             self.slots.pop(slot.key, None)

@@ -35,7 +35,7 @@ import os
 import re
 import secrets
 import socket
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeAlias
 from urllib.parse import urlsplit
 
 import attrs
@@ -64,7 +64,7 @@ def new_instance_id() -> str:
 
 def entry_id(instance_id: str, task_id: int) -> str:
     """Return the server-side id of one submission: unique per acquisition."""
-    return f"{instance_id}/{task_id}"
+    return f"{instance_id}/{int(task_id)}"  # a TaskId's str() is "#7"
 
 
 def instance_of(entry: str) -> str:
@@ -206,6 +206,131 @@ class ClusterSlotInfo:
 
 
 # -- outcomes across processes ----------------------------------------------------------------
+
+
+# -- reports -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Owner:
+    """The lease of ``slot`` was granted to ``entry`` (by its submit, a claim, or seen at
+    a renewal after a lost reply); ``token`` is its fence token."""
+
+    slot: str
+    entry: int
+    token: int
+
+
+@attrs.frozen
+class Queued:
+    """``entry`` is in the slot's cluster queue; ``displaced`` is the entry id of the head
+    a REPLACE displaced (rejected ``SUPERSEDED`` in its own process), if any."""
+
+    slot: str
+    entry: int
+    displaced: str | None
+
+
+@attrs.frozen
+class Joined:
+    """A JOIN follows ``target`` (an entry id, maybe of this process)."""
+
+    slot: str
+    entry: int
+    target: str
+
+
+@attrs.frozen
+class Rejected:
+    """``entry`` was rejected: ``SLOT_BUSY``, ``QUEUE_FULL``, ``SUPERSEDED``,
+    ``STORE_UNAVAILABLE``, ``SHUTTING_DOWN`` (or the reason a server marker names)."""
+
+    slot: str
+    entry: int
+    kind: RejectionKind
+
+
+@attrs.frozen
+class Full:
+    """``wait=True`` work that must be held: the queue is full (submit it again on
+    ``Room(slot)``) or the store is unavailable (submit it again on ``StoreRecovered``)."""
+
+    slot: str
+    entry: int
+    reason: str
+
+
+@attrs.frozen
+class Room:
+    """An entry left the slot's cluster queue, or a renewal passed: held work may retry."""
+
+    slot: str
+
+
+@attrs.frozen
+class RemoteStop:
+    """``requester`` (an instance id) asked to stop the owner ``entry``; once per owner."""
+
+    slot: str
+    entry: int
+    requester: str
+
+
+@attrs.frozen
+class LeaseLost:
+    """The lease of ``entry`` is lost; ``reason`` starts with ``"lease refused"`` or
+    ``"lease expired"``. The keeper never renews it again; release it after the owner's
+    physical exit all the same."""
+
+    slot: str
+    entry: int
+    token: int
+    reason: str
+
+
+@attrs.frozen
+class FollowedOutcome:
+    """The outcome of the work that ``joiner`` follows (see ``follow``)."""
+
+    joiner: int
+    outcome: TaskOutcome[Any]
+
+
+@attrs.frozen
+class StoreUnavailable:
+    """The server stopped answering (once per outage)."""
+
+
+@attrs.frozen
+class StoreRecovered:
+    """The server answers again, renewed and subscribed (once per outage)."""
+
+
+Report: TypeAlias = (
+    Owner
+    | Queued
+    | Joined
+    | Rejected
+    | Full
+    | Room
+    | RemoteStop
+    | LeaseLost
+    | FollowedOutcome
+    | StoreUnavailable
+    | StoreRecovered
+)
+
+QUEUE_FULL_REASON: Final = "cluster queue is full"
+STORE_UNAVAILABLE_REASON: Final = "slot store is unavailable"
+
+
+class ReportSink(Protocol):
+    """Where the keeper sends its reports: the controller's inbox (a memory channel in
+    tests). ``send_nowait`` may raise ``trio.WouldBlock``; ``send`` then waits."""
+
+    def send_nowait(self, report: Report, /) -> None: ...
+
+    async def send(self, report: Report, /) -> None: ...
 
 
 def encode_outcome(outcome: TaskOutcome[Any]) -> str:

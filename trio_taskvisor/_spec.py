@@ -501,8 +501,10 @@ def resolve(spec: TaskSpec[Any], defaults: TaskDefaults) -> ResolvedSpec:
 class Resolver:
     """Resolve specs against one ``TaskDefaults``, sharing one ``ResolvedSpec`` per policy.
 
-    Most tasks of a supervisor share a handful of policies, so a small cache saves an
-    object per task.
+    Most tasks of a supervisor share a handful of policy objects (``RestartPolicy.NEVER``,
+    ``INHERIT``, one ``BackoffPolicy``), so a small cache keyed by the options' identities
+    saves an object per task and hashes nothing but ints. Each entry keeps its option
+    objects alive, so their ids cannot be reused while cached.
     """
 
     __slots__ = ("_cache", "_defaults")
@@ -511,22 +513,26 @@ class Resolver:
 
     def __init__(self, defaults: TaskDefaults) -> None:
         self._defaults = defaults
-        self._cache: dict[tuple[object, ...], ResolvedSpec] = {}
+        # Keyed by the options' ids: four, or eight when a section 12 option is set.
+        self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
     def __call__(self, spec: TaskSpec[Any]) -> ResolvedSpec:
-        key = (
-            spec.restart,
-            spec.backoff,
-            spec.timeout,
-            spec.max_retries,
-            spec.healthy_after,
-            spec.restart_limit,
-            spec.retry_on,
-            spec.retry_budget,
-        )
-        resolved = self._cache.get(key)
-        if resolved is None:
-            resolved = resolve(spec, self._defaults)
-            if len(self._cache) < self._MAX_ENTRIES:
-                self._cache[key] = resolved
+        options: tuple[object, ...] = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
+        key: tuple[int, ...] = (id(options[0]), id(options[1]), id(options[2]), id(options[3]))
+        if not (
+            spec.healthy_after is INHERIT
+            and spec.restart_limit is INHERIT
+            and spec.retry_on is INHERIT
+            and spec.retry_budget is INHERIT
+        ):
+            # A section 12 option is set (rare): key by all eight.
+            streak = (spec.healthy_after, spec.restart_limit, spec.retry_on, spec.retry_budget)
+            options += streak
+            key += (id(streak[0]), id(streak[1]), id(streak[2]), id(streak[3]))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached[0]
+        resolved = resolve(spec, self._defaults)
+        if len(self._cache) < self._MAX_ENTRIES:
+            self._cache[key] = (resolved, options)
         return resolved

@@ -59,15 +59,16 @@ import trio
 
 from ._bus import EventBus, Subscriber
 from ._config import SupervisorConfig, check_capacity
-from ._controller import Controller, ControllerSnapshot
+from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
-from ._exceptions import NoControllerError, split_cancelled
+from ._exceptions import NoControllerError, SlotStoreUnavailableError, split_cancelled
 from ._logging import LoggingSubscriber
 from ._outcome import OutcomeError, TaskId, allocate_id
 from ._record import TaskRecord
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
+from ._slotstore import ClusterSlotInfo, RedisSlotStore, ReportSink, new_instance_id
 from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name
 from ._waiter import Readiness, TaskWaiter
 
@@ -117,10 +118,18 @@ class Supervisor:
             isinstance(subscriber, LoggingSubscriber) for subscriber in subscribers
         )
         self._registry = Registry(config, self._bus, self._on_crash, log_failures=log_failures)
+        self._instance_id = new_instance_id()
+        controller = config.controller
         self._controller = (
             None
-            if config.controller is None
-            else Controller(config.controller, self._registry, self._bus, self._new_record)
+            if controller is None
+            else Controller(
+                controller,
+                self._registry,
+                self._bus,
+                self._new_record,
+                None if controller.slot_store is None else self._lease_keeper,
+            )
         )
         self._shutdown = Shutdown(
             self._registry,
@@ -140,6 +149,14 @@ class Supervisor:
         return f"<Supervisor {state} registered={self._registry.registered}>"
 
     @property
+    def instance_id(self) -> str:
+        """This supervisor's identity in a cluster: ``"<host>:<pid>:<random hex>"``.
+
+        Unique per ``open_supervisor``; it exists with or without a slot store.
+        """
+        return self._instance_id
+
+    @property
     def config(self) -> SupervisorConfig:
         """The configuration this supervisor runs with."""
         return self._config
@@ -154,20 +171,40 @@ class Supervisor:
 
     # -- the background -------------------------------------------------------------------
 
+    def _lease_keeper(self, reports: ReportSink) -> LeaseKeeperSeam:
+        """The lease keeper of the controller's slot store (the ``redis`` extra)."""
+        from ._keeper import LeaseKeeper  # imports coredis: only with a slot store
+
+        controller = self._config.controller
+        assert controller is not None
+        assert isinstance(controller.slot_store, RedisSlotStore)
+        return LeaseKeeper(controller.slot_store, self._instance_id, reports)
+
     async def _run_background(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        unavailable: SlotStoreUnavailableError | None = None
+        keeper = None if self._controller is None else self._controller.keeper
         try:
             with trio.CancelScope(shield=True):
                 async with trio.open_nursery() as nursery:
                     self._background = nursery
-                    await nursery.start(self._bus.run)
-                    await nursery.start(self._registry.run)
-                    if self._controller is not None:
-                        await nursery.start(self._controller.run)
-                    task_status.started()
+                    if keeper is not None:
+                        # First: nothing starts when the store cannot be reached.
+                        try:
+                            await nursery.start(keeper.run)
+                        except SlotStoreUnavailableError as exc:
+                            unavailable = exc
+                    if unavailable is None:
+                        await nursery.start(self._bus.run)
+                        await nursery.start(self._registry.run)
+                        if self._controller is not None:
+                            await nursery.start(self._controller.run)
+                        task_status.started()
         finally:
             self._shutdown.done.set()
+        if unavailable is not None:
+            raise unavailable
 
     def _start_shutdown(self, *, explicit: bool) -> None:
         assert self._background is not None
@@ -322,8 +359,21 @@ class Supervisor:
         return PreparedSubmission(self, controller, controller.prepare(request))
 
     def controller_snapshot(self) -> ControllerSnapshot:
-        """The controller's slots now (atomic)."""
+        """The controller's slots now (atomic; local, even for cluster slots)."""
         return self._require_controller("controller_snapshot").snapshot()
+
+    async def cluster_slot(self, slot: str) -> ClusterSlotInfo | None:
+        """Ask the slot store about ``slot``, cluster-wide. A checkpoint.
+
+        ``None`` when no process holds its lease and its cluster queue has no live entry.
+        Raises ``NoControllerError`` without a controller, ``ConfigError`` without a slot
+        store, ``SlotStoreUnavailableError`` when the server does not answer within
+        ``connect_timeout``.
+        """
+        controller = self._require_controller("cluster_slot")
+        if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"slot must be a str, got {slot!r}")
+        return await controller.cluster_slot(slot)
 
     async def run_in_slot(
         self,
@@ -593,29 +643,36 @@ async def open_supervisor(
     _check_iterable("subscribers", subscribers, "subscribers")
     sup = Supervisor(config, tuple(subscribers))
     body_error: BaseException | None = None
+    unavailable: SlotStoreUnavailableError | None = None
     with ExitStack() as stack:
         async with trio.open_nursery() as nursery:
-            await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
-            if handle_signals:
-                signals = stack.enter_context(
-                    trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
-                )
-                await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
-            sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
             try:
-                yield sup
-            except BaseException as exc:
-                body_error = exc
-                if sup._received_signal is not None and split_cancelled(exc)[1] is None:  # pyright: ignore[reportPrivateUsage]
-                    # Cancelled by the signal's shutdown (the body scope's own
-                    # cancellation): a normal exit. An outer cancellation, if any, is
-                    # delivered again at the caller's next checkpoint.
-                    body_error = None
-            sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
-            with trio.CancelScope(shield=True):
-                await sup._shutdown.done.wait()  # pyright: ignore[reportPrivateUsage]
-            if sup._signal_scope is not None:  # pyright: ignore[reportPrivateUsage]
-                sup._signal_scope.cancel(reason="the shutdown is done")  # pyright: ignore[reportPrivateUsage]
+                await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
+            except SlotStoreUnavailableError as exc:
+                unavailable = exc  # raised bare below: nothing was started
+            else:
+                if handle_signals:
+                    signals = stack.enter_context(
+                        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+                    )
+                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
+                sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
+                try:
+                    yield sup
+                except BaseException as exc:
+                    body_error = exc
+                    if sup._received_signal is not None and split_cancelled(exc)[1] is None:  # pyright: ignore[reportPrivateUsage]
+                        # Cancelled by the signal's shutdown (the body scope's own
+                        # cancellation): a normal exit. An outer cancellation, if any, is
+                        # delivered again at the caller's next checkpoint.
+                        body_error = None
+                sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
+                with trio.CancelScope(shield=True):
+                    await sup._shutdown.done.wait()  # pyright: ignore[reportPrivateUsage]
+                if sup._signal_scope is not None:  # pyright: ignore[reportPrivateUsage]
+                    sup._signal_scope.cancel(reason="the shutdown is done")  # pyright: ignore[reportPrivateUsage]
+    if unavailable is not None:
+        raise unavailable
     crash = sup._crash  # pyright: ignore[reportPrivateUsage]
     if crash is not None:
         raise crash from None if body_error is None else body_error

@@ -1,0 +1,121 @@
+"""The package's layers: every import points down (DESIGN section 7).
+
+The modules in ``ORDER`` are listed bottom up, layer by layer; each may import only
+modules listed before it. The one upward edge allowed is the type-only annotation of the
+public ``TaskContext.supervisor`` (``_context`` -> ``_supervisor``). Imports are read from
+the source with ``ast`` (``TYPE_CHECKING`` and function-level imports included), so a new
+module must be placed here, and an import that points up fails this test.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from helpers import ROOT
+
+PACKAGE = ROOT / "trio_taskvisor"
+
+ORDER = [
+    # values: plain values, validators, pure maths
+    "_outcome",
+    "_exceptions",
+    "_policies",
+    "_slotstore",
+    "_config",
+    "_frozen",
+    "_spec",
+    "_events",
+    "_waiter",
+    "_redis_scripts",
+    # state: what the loops share, and the pure slot machines
+    "_inbox",
+    "_record",
+    "_context",
+    "_bus",
+    "_slots",
+    "_clusterslots",
+    "_logging",
+    # loops
+    "_actor",
+    "_registry",
+    "_keeper",
+    "_controller",
+    "_shutdown",
+    # facade: the composition root
+    "_supervisor",
+    # public
+    "testing",
+    "pytest_plugin",
+    "redis",
+    "contrib",
+    "contrib.otel",
+    "contrib.prometheus",
+    "",  # the package itself: trio_taskvisor/__init__.py
+    "_cli",
+    "_cli.demo",
+    "_cli.tour",
+    "__main__",
+]
+ALLOWED_UPWARD = {("_context", "_supervisor")}
+
+
+def module_name(path: object) -> str:
+    relative = path.relative_to(PACKAGE).with_suffix("")  # type: ignore[attr-defined]
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: object) -> set[str]:
+    """The package modules that ``path`` imports (relative imports, any depth)."""
+    name = module_name(path)
+    is_package = path.name == "__init__.py"  # type: ignore[attr-defined]
+    here = name.split(".") if name else []
+    if not is_package:
+        here = here[:-1]
+    known = set(ORDER)
+    found: set[str] = set()
+    tree = ast.parse(path.read_text())  # type: ignore[attr-defined]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+            target = ".".join([*base, *([node.module] if node.module else [])])
+            names = [f"{target}.{a.name}".lstrip(".") for a in node.names]
+            # ``from . import _x`` imports the module _x; ``from ._x import y``, _x.
+            candidates = (
+                names
+                if node.module is None and any(n in known for n in names)
+                else [target, *names]
+            )
+            found.update(c for c in candidates if c in known and c != name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("trio_taskvisor"):
+                    target = alias.name.removeprefix("trio_taskvisor").lstrip(".")
+                    if target in known and target != name:
+                        found.add(target)
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_has_a_layer() -> None:
+    """A new module is placed in ORDER (so its imports are checked)."""
+    assert sorted(module_name(path) for path in MODULES) == sorted(ORDER)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_imports_point_down(path: object) -> None:
+    """Each module imports only modules below it."""
+    name = module_name(path)
+    rank = ORDER.index(name)
+    upward = sorted(
+        target
+        for target in imports_of(path)
+        if ORDER.index(target) >= rank and (name, target) not in ALLOWED_UPWARD
+    )
+    assert upward == [], f"{name or 'trio_taskvisor'} imports {upward}, which are above it"

@@ -1,0 +1,449 @@
+"""The slot machine of a controller with a slot store: pure, synchronous logic.
+
+No trio here. ``ClusterSlotMachine`` is a ``SlotMachine`` whose placement decisions are
+the slot store's (DESIGN section 10): a submission is *asked* (``Ask``) and placed when
+the lease keeper's answer comes back (``granted``, ``queued``, ``joined``, ``rejected``,
+``full``); an owner's exit gives its lease back (``Release``) instead of starting the
+next local entry, which waits for its own grant (the cluster queue is FIFO across
+processes); a REPLACE is carried out by the store (it asks the owner's process to stop
+its owner: ``remote_stop``). What stays local, as in ``SlotMachine``: one owner per slot
+in this process, held work (FIFO per slot), joiners of local work, the budgets
+``max_total_pending``, ``max_slots`` and ``max_waiters``, and the shutdown.
+
+Decisions the design leaves open:
+
+* A QUEUE or REPLACE submission reserves a ``max_total_pending`` unit while the store
+  decides, so the budget holds whatever the answer; an owner's grant gives it back.
+* ``DROP_IF_RUNNING`` on a slot with a local owner is rejected ``SLOT_BUSY`` at once,
+  without asking the store; every other submission asks it (JOIN always does).
+* Held work is asked again, oldest of its slot first, when the store reports room in
+  the slot's queue (``room``), when the store recovers (``recovered``), and, for work
+  held for the local ``max_total_pending`` budget, when that budget frees.
+* A slot with local work but no local owner is ``REMOTE``; while a submission is being
+  decided on an otherwise empty slot it is ``ADMITTING`` (lease acquisition), with no
+  owner yet.
+* The lease of work that is granted after it left (removed, withdrawn, shut down) is
+  given back at once (``granted`` returns ``None``: the driver releases it).
+"""
+
+from __future__ import annotations
+
+from typing import Generic, NamedTuple, TypeAlias, Union
+
+from ._outcome import RejectionKind
+from ._slots import (
+    REMOVED_FROM_QUEUE,
+    RESOURCE_LIMIT,
+    SHUTTING_DOWN,
+    SLOT_BUSY,
+    Detach,
+    Entry,
+    Join,
+    P,
+    Slot,
+    SlotMachine,
+    SlotStatus,
+    Stop,
+    Submitted,
+)
+from ._spec import AdmissionPolicy
+
+# -- effects of cluster slots, on top of the local ones -------------------------------------
+
+
+class Ask(NamedTuple, Generic[P]):
+    """Ask the slot store to place ``entry`` (the keeper's ``submit``)."""
+
+    entry: Entry[P]
+
+
+class Withdraw(NamedTuple, Generic[P]):
+    """Take ``entry`` out of the cluster queue (or give back a lease it may hold)."""
+
+    entry: Entry[P]
+    kind: RejectionKind
+
+
+class Release(NamedTuple, Generic[P]):
+    """The owner ``entry`` has exited (or was refused): give its lease back."""
+
+    entry: Entry[P]
+
+
+class LoseLease(NamedTuple, Generic[P]):
+    """The owner ``entry`` lost its lease: force it at once (``LEASE_LOST``)."""
+
+    entry: Entry[P]
+    reason: str
+
+
+class Follow(NamedTuple, Generic[P]):
+    """The joiner ``entry`` follows ``target``, work of another process (an entry id)."""
+
+    entry: Entry[P]
+    target: str
+
+
+class Unfollow(NamedTuple, Generic[P]):
+    """The joiner ``entry`` no longer follows remote work."""
+
+    entry: Entry[P]
+
+
+ClusterEffect: TypeAlias = Union[  # noqa: UP007 - a generic alias: ClusterEffect[P]
+    Ask[P], Withdraw[P], Release[P], LoseLease[P], Follow[P], Unfollow[P]
+]
+
+_RESERVES = (AdmissionPolicy.QUEUE, AdmissionPolicy.REPLACE)
+
+
+class ClusterSlotMachine(SlotMachine[P]):
+    """Local view and budgets of cluster slots; the slot store places the work.
+
+    Its cluster effects go to ``extra``, which the driver carries out after ``effects``
+    (so a ``Release`` finds the outcome a ``Reject`` just set).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_slot_queue: int,
+        max_total_pending: int | None,
+        max_slots: int | None,
+        max_waiters: int | None,
+    ) -> None:
+        super().__init__(
+            max_slot_queue=max_slot_queue,
+            max_total_pending=max_total_pending,
+            max_slots=max_slots,
+            max_waiters=max_waiters,
+        )
+        self.owners: dict[int, Entry[P]] = {}  # local owners, and granted next owners
+        self.extra: list[ClusterEffect[P]] = []
+        self._reserved = 0  # pending units reserved by asked QUEUE / REPLACE work
+        self._lost: dict[int, str] = {}  # owners whose lease was lost: the reason
+        self._stopping: set[int] = set()  # granted owners to stop once admitted
+        self._local_holds: set[int] = set()  # held for the local pending budget
+
+    # -- queries ------------------------------------------------------------------------
+
+    def is_behind(self, entry_id: int, key: str) -> bool:
+        """As ``SlotMachine.is_behind``; work being asked in ``key`` waits behind it too."""
+        asking = self.asking.get(entry_id)
+        if asking is not None:
+            return asking.key == key
+        return super().is_behind(entry_id, key)
+
+    def find(self, entry_id: int) -> Entry[P] | None:
+        """The local entry ``entry_id``: an owner, queued, asked or held work."""
+        return (
+            self.owners.get(entry_id)
+            or self.queued.get(entry_id)
+            or self.asking.get(entry_id)
+            or self.held.get(entry_id)
+        )
+
+    # -- intake ---------------------------------------------------------------------------
+
+    def submit(self, entry: Entry[P], now: float) -> None:
+        """Take a new submission in: ask the store, unless it is settled here."""
+        if self.closed:
+            self._reject(entry, SHUTTING_DOWN)
+            return
+        slot = self.slots.get(entry.key)
+        if slot is None:
+            if self.max_slots is not None and len(self.slots) >= self.max_slots:
+                self._reject(entry, RESOURCE_LIMIT)
+                return
+            slot = self.slots[entry.key] = Slot(entry.key, now)
+        if entry.policy is AdmissionPolicy.DROP_IF_RUNNING and slot.owner is not None:
+            self._reject(entry, SLOT_BUSY)
+        elif entry.wait and slot.held:
+            self._hold(slot, entry)  # FIFO behind this slot's held work
+        elif entry.policy in _RESERVES and self._budget_full():
+            if entry.wait:
+                self._hold(slot, entry)
+                self._local_holds.add(entry.id)
+            else:
+                self._reject(entry, RESOURCE_LIMIT)
+        else:
+            self._ask(slot, entry, now)
+        self._drop_if_empty(slot)
+
+    # -- the store's answers (each returns the entry concerned, or None if gone) ----------
+
+    def granted(self, entry_id: int, now: float) -> Entry[P] | None:
+        """``entry_id`` holds the slot's lease now: it becomes (or will be) the owner."""
+        entry = self._take_asking(entry_id, now)
+        reason = "admitting: lease acquired"
+        if entry is None:
+            entry = self._take_queued(entry_id, now)
+            if entry is None:
+                return None
+            reason = "admitting: next in the cluster queue"
+        slot = self.slots[entry.key]
+        self.owners[entry.id] = entry
+        if slot.owner is not None:
+            slot.granted = entry  # the previous owner lost its lease and still runs
+        else:
+            self._start(slot, entry, now, reason)
+        return entry
+
+    def queued_in_cluster(self, entry_id: int, now: float) -> Entry[P] | None:
+        """``entry_id`` is in the slot's cluster queue (its pending unit comes along)."""
+        entry = self.asking.pop(entry_id, None)
+        if entry is None:
+            return None
+        slot = self.slots[entry.key]
+        assert slot.asking is not None
+        del slot.asking[entry_id]
+        if entry.policy in _RESERVES:
+            self._reserved -= 1
+        slot.queue.append(entry)
+        self.queued[entry.id] = entry
+        self.pending += 1
+        if slot.owner is None and slot.status is not SlotStatus.REMOTE:
+            slot.status = SlotStatus.REMOTE
+            slot.since = now
+        self.effects.append(Submitted(entry, "queued in the cluster"))
+        return entry
+
+    def joined(
+        self, entry_id: int, local_target: int | None, target: str, label: str, now: float
+    ) -> Entry[P] | None:
+        """The JOIN ``entry_id`` follows ``target`` (``local_target``: its local id)."""
+        entry = self._take_asking(entry_id, now)
+        if entry is None:
+            return None
+        slot = self.slots[entry.key]
+        followed = None if local_target is None else self.find(local_target)
+        if self.max_waiters is not None and self.waiting >= self.max_waiters:
+            self._reject(entry, RESOURCE_LIMIT)
+        elif followed is not None:
+            entry.target = followed
+            if followed.followers is None:
+                followed.followers = []
+            followed.followers.append(entry)
+            self.joiners[entry.id] = entry
+            self.effects.append(Submitted(entry, f"joined #{int(followed.id)}"))
+            self.effects.append(Join(entry, followed))
+        else:
+            self.joiners[entry.id] = entry  # no target: it follows remote work
+            self.effects.append(Submitted(entry, f"joined {label}"))
+            self.extra.append(Follow(entry, target))
+        self._drop_if_empty(slot)
+        return entry
+
+    def rejected(self, entry_id: int, kind: RejectionKind, now: float) -> Entry[P] | None:
+        """The store rejected ``entry_id`` (asked or queued work)."""
+        entry = self._take_asking(entry_id, now) or self._take_queued(entry_id, now)
+        if entry is None:
+            return None
+        self._reject(entry, kind)
+        self._drop_if_empty(self.slots[entry.key])
+        return entry
+
+    def full(self, entry_id: int, now: float) -> Entry[P] | None:
+        """Wait-mode work the store cannot take now: held until room or recovery."""
+        entry = self._take_asking(entry_id, now)
+        if entry is None:
+            return None
+        slot = self.slots[entry.key]
+        self._hold(slot, entry)
+        self._drop_if_empty(slot)
+        return entry
+
+    def room(self, key: str, now: float) -> None:
+        """The slot's cluster queue has room: ask its oldest held work again."""
+        slot = self.slots.get(key)
+        if slot is None or not slot.held or self.closed:
+            return
+        head = slot.held[0]
+        if head.policy in _RESERVES and self._budget_full():
+            self._local_holds.add(head.id)
+            return
+        self._ask(slot, self._unhold_head(slot), now)
+
+    def recovered(self, now: float) -> None:
+        """The store answers again: ask every slot's oldest held work again."""
+        for slot in list(self._held_slots.values()):
+            self.room(slot.key, now)
+
+    def remote_stop(self, entry_id: int, now: float) -> Entry[P] | None:
+        """The store asks to stop the local owner ``entry_id`` (another's REPLACE)."""
+        entry = self.owners.get(entry_id)
+        if entry is None:
+            return None
+        slot = self.slots[entry.key]
+        if slot.owner is not entry:
+            self._stopping.add(entry.id)  # granted, not started: stopped once admitted
+        elif slot.status is SlotStatus.RUNNING:
+            self._set_status(slot, SlotStatus.TERMINATING, now, "running->terminating")
+            self.effects.append(Stop(entry))
+        elif slot.status is SlotStatus.ADMITTING:
+            self._set_status(slot, SlotStatus.TERMINATING, now, "admitting->terminating")
+        return entry
+
+    def lease_lost(self, entry_id: int, reason: str) -> Entry[P] | None:
+        """The owner ``entry_id`` lost its lease: force it (once the registry has it)."""
+        entry = self.owners.get(entry_id)
+        if entry is None:
+            return None
+        slot = self.slots[entry.key]
+        if slot.owner is entry and slot.status in (SlotStatus.RUNNING, SlotStatus.TERMINATING):
+            self.extra.append(LoseLease(entry, reason))
+        else:
+            self._lost[entry.id] = reason  # not admitted yet: forced once it is
+        return entry
+
+    def followed_ended(self, entry_id: int) -> Entry[P] | None:
+        """The remote work the joiner ``entry_id`` follows has an outcome: it leaves."""
+        joiner = self.joiners.get(entry_id)
+        if joiner is None or joiner.target is not None:
+            return None
+        del self.joiners[entry_id]
+        return joiner
+
+    # -- the registry and the owners --------------------------------------------------------
+
+    def admitted(self, entry: Entry[P], accepted: bool, now: float) -> None:
+        """The registry's decision on an owner; stale decisions are ignored."""
+        slot = self.slots.get(entry.key)
+        if slot is None or slot.owner is not entry:
+            return
+        if not accepted:
+            self._ended(entry)
+            self._owner_left(slot, entry, now)
+            return
+        if entry.id in self._stopping:
+            self._stopping.discard(entry.id)
+            slot.status = SlotStatus.TERMINATING
+        if slot.status is SlotStatus.ADMITTING:
+            self._set_status(slot, SlotStatus.RUNNING, now, "admitting->running")
+        elif slot.status is SlotStatus.TERMINATING:
+            self.effects.append(Stop(entry))  # stopped by the store while admitting
+        reason = self._lost.pop(entry.id, None)
+        if reason is not None:
+            self.extra.append(LoseLease(entry, reason))
+
+    def exited(self, entry: Entry[P], now: float) -> None:
+        """The owner physically exited and its outcome is committed: give its lease back."""
+        slot = self.slots.get(entry.key)
+        if slot is None or slot.owner is not entry:
+            return
+        self._ended(entry)
+        self._owner_left(slot, entry, now)
+
+    def remove(self, entry_id: int, now: float) -> Entry[P] | None:
+        """Take queued, asked or held work, or a joiner, out at once; return it if found."""
+        entry = self.queued.get(entry_id) or self.asking.get(entry_id)
+        if entry is not None:
+            self.extra.append(Withdraw(entry, REMOVED_FROM_QUEUE))
+            self.rejected(entry_id, REMOVED_FROM_QUEUE, now)
+            return entry
+        joiner = self.joiners.get(entry_id)
+        if joiner is not None and joiner.target is None:
+            del self.joiners[entry_id]
+            self.extra.append(Unfollow(joiner))
+            self.effects.append(Detach(joiner, REMOVED_FROM_QUEUE))
+            return joiner
+        self._local_holds.discard(entry_id)
+        return super().remove(entry_id, now)
+
+    def close(self) -> None:
+        """Shutdown: withdraw asked and queued work, reject held work; nothing advances."""
+        self.closed = True
+        for slot in list(self.slots.values()):
+            for entry in [*slot.queue, *(slot.asking or {}).values()]:
+                self.extra.append(Withdraw(entry, SHUTTING_DOWN))
+                self.rejected(entry.id, SHUTTING_DOWN, 0.0)
+            if slot.granted is not None:
+                granted, slot.granted = slot.granted, None
+                del self.owners[granted.id]
+                self._reject(granted, SHUTTING_DOWN)
+                self.extra.append(Release(granted))
+            while slot.held:
+                self._reject(self._unhold_head(slot), SHUTTING_DOWN)
+            self._drop_if_empty(slot)
+        for joiner in [j for j in self.joiners.values() if j.target is None]:
+            del self.joiners[joiner.id]
+            self.extra.append(Unfollow(joiner))
+            self.effects.append(Detach(joiner, SHUTTING_DOWN))
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _budget_full(self) -> bool:
+        limit = self.max_total_pending
+        return limit is not None and self.pending + self._reserved >= limit
+
+    def _ask(self, slot: Slot[P], entry: Entry[P], now: float) -> None:
+        if slot.asking is None:
+            slot.asking = {}
+        slot.asking[entry.id] = entry
+        self.asking[entry.id] = entry
+        if entry.policy in _RESERVES:
+            self._reserved += 1
+        if slot.owner is None and slot.status is None:
+            slot.status = SlotStatus.ADMITTING  # lease acquisition
+            slot.since = now
+        self.extra.append(Ask(entry))
+
+    def _take_asking(self, entry_id: int, now: float) -> Entry[P] | None:
+        """The asked entry ``entry_id`` has its answer; its reserved unit is free."""
+        entry = self.asking.pop(entry_id, None)
+        if entry is None:
+            return None
+        slot = self.slots[entry.key]
+        assert slot.asking is not None
+        del slot.asking[entry_id]
+        if slot.owner is None and slot.status is SlotStatus.ADMITTING and not slot.asking:
+            slot.status = SlotStatus.REMOTE if slot.queue or slot.held else None
+            slot.since = now
+        if entry.policy in _RESERVES:
+            self._reserved -= 1
+            self._place_held(now)
+        return entry
+
+    def _take_queued(self, entry_id: int, now: float) -> Entry[P] | None:
+        entry = self.queued.pop(entry_id, None)
+        if entry is None:
+            return None
+        self.slots[entry.key].queue.remove(entry)
+        self.pending -= 1
+        self._place_held(now)
+        return entry
+
+    def _owner_left(self, slot: Slot[P], entry: Entry[P], now: float) -> None:
+        """The owner left (exited, or refused by the registry): give its lease back."""
+        self.owners.pop(entry.id, None)
+        self._lost.pop(entry.id, None)
+        self._stopping.discard(entry.id)
+        self.extra.append(Release(entry))
+        slot.owner = None
+        slot.status = None
+        slot.since = now
+        if slot.granted is not None and not self.closed:
+            granted, slot.granted = slot.granted, None
+            self._start(slot, granted, now, "admitting: lease acquired")
+        elif slot.asking and not slot.queue:
+            slot.status = SlotStatus.ADMITTING
+        elif slot.queue or slot.held or slot.asking:
+            slot.status = SlotStatus.REMOTE
+        else:
+            self._drop_if_empty(slot)
+
+    def _unhold_head(self, slot: Slot[P]) -> Entry[P]:
+        entry = super()._unhold_head(slot)
+        self._local_holds.discard(entry.id)
+        return entry
+
+    def _place_held(self, now: float) -> None:
+        """Ask again the held work that waits for the local pending budget, oldest first."""
+        if self.closed or not self._local_holds:
+            return
+        for entry in sorted((self.held[i] for i in self._local_holds), key=lambda e: e.seq):
+            slot = self.slots[entry.key]
+            if self._budget_full():
+                return
+            if slot.held[0] is entry:
+                self._ask(slot, self._unhold_head(slot), now)
