@@ -12,7 +12,7 @@ from typing import reveal_type
 
 import trio
 
-from trio_taskvisor import ControllerSpec, Supervisor, TaskSpec
+from trio_taskvisor import ControllerSpec, Supervisor, TaskSpec, open_supervisor
 
 
 async def fetch(url: str) -> int:
@@ -65,3 +65,9 @@ async def flows(sup: Supervisor) -> None:
     await sup.run_in_slot("k", fetch)  # error
     text: str = outcome.unwrap()  # error
     print(text)
+
+
+async def service() -> None:
+    async with open_supervisor(handle_signals=True) as sup:
+        await trio.sleep_forever()  # a signal ends the body: the code below runs
+    reveal_type(sup.received_signal)  # revealed: int | None

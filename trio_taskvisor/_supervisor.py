@@ -616,13 +616,12 @@ class PreparedSubmission(Generic[T_co]):
         return self._entry.payload
 
 
-@asynccontextmanager
-async def open_supervisor(
+def open_supervisor(
     config: SupervisorConfig | None = None,
     *,
     subscribers: Iterable[Subscriber] = (),
     handle_signals: bool = False,
-) -> AsyncGenerator[Supervisor]:
+) -> AbstractAsyncContextManager[Supervisor, bool]:
     """Run a supervisor for the duration of the block; leaving it shuts down.
 
     A body exception propagates unchanged after the shutdown; otherwise
@@ -635,7 +634,22 @@ async def open_supervisor(
     unless the shutdown raises ``GraceExceededError``. A signal while any shutdown runs
     forces every remaining task at once (they are listed in ``stuck``).
     ``Supervisor.received_signal`` tells which signal came first.
+
+    Typed as a context manager that may swallow the body's exception (its ``__aexit__``
+    returns ``bool``): after a signal it does swallow the body's cancellation, so type
+    checkers see the code after the block as reachable even when the body never ends by
+    itself (``await trio.sleep_forever()``).
     """
+    return cast(
+        "AbstractAsyncContextManager[Supervisor, bool]",
+        _open_supervisor(config, subscribers, handle_signals),
+    )
+
+
+@asynccontextmanager
+async def _open_supervisor(
+    config: SupervisorConfig | None, subscribers: Iterable[Subscriber], handle_signals: bool
+) -> AsyncGenerator[Supervisor]:
     if config is None:
         config = SupervisorConfig()
     elif not isinstance(config, SupervisorConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
