@@ -66,7 +66,9 @@ class JsonFormatter(logging.Formatter):
             if key.startswith("taskvisor_") and value is not None
         }
         document = {"level": record.levelname, "message": record.getMessage(), **fields}
-        return json.dumps(document, default=lambda v: v.value if isinstance(v, enum.Enum) else str(v))
+        return json.dumps(
+            document, default=lambda v: v.value if isinstance(v, enum.Enum) else str(v)
+        )
 
 
 # -- the work --------------------------------------------------------------------------------
