@@ -159,6 +159,7 @@ async def test_a_final_failure_is_logged_once_at_error_with_its_traceback(
 
     async with open_supervisor() as sup:
         waiter = await sup.add(TaskSpec.once("import", import_rows))
+        await trio.testing.wait_all_tasks_blocked()  # it ran, and failed
     assert taskvisor_records(caplog) == [
         (logging.ERROR, f"task 'import' ({waiter.id}) ended failed: bad row 7")
     ]
@@ -212,10 +213,9 @@ async def test_a_failed_only_attempt_logs_no_warning(
     """A first failed attempt that is also the final one: the ERROR record only."""
     caplog.set_level(logging.DEBUG, LOGGER)
     async with open_supervisor() as sup:
-        await sup.add(TaskSpec.once("t", failing))
-        await sup.add(
-            TaskSpec.restartable("fatal", Attempts((0.0, FatalError("no schema", exit_code=2))))
-        )
+        await (await sup.add(TaskSpec.once("t", failing))).wait()
+        fatal = Attempts((0.0, FatalError("no schema", exit_code=2)))
+        await (await sup.add(TaskSpec.restartable("fatal", fatal))).wait()
     levels = sorted(taskvisor_records(caplog))
     assert [level for level, _ in levels] == [logging.ERROR, logging.ERROR]
     assert any("ended fatal: no schema" in text for _, text in levels)
@@ -276,6 +276,7 @@ async def test_a_logging_subscriber_replaces_the_builtin_records(
     caplog.set_level(logging.DEBUG)
     async with open_supervisor(subscribers=[subscriber()]) as sup:
         await sup.add(TaskSpec.restartable("t", failing, max_retries=1))
+        await trio.testing.wait_all_tasks_blocked()  # it ran, and failed for good
     assert taskvisor_records(caplog) == []
     assert any(
         r.name.startswith("app.") and "task_finished" in r.getMessage() for r in caplog.records
@@ -289,6 +290,7 @@ async def test_log_failures_false_turns_the_records_off(
     caplog.set_level(logging.DEBUG, LOGGER)
     async with open_supervisor(SupervisorConfig(log_failures=False)) as sup:
         await sup.add(TaskSpec.restartable("t", failing, max_retries=1))
+        await trio.testing.wait_all_tasks_blocked()  # it ran, and failed for good
     assert taskvisor_records(caplog) == []
 
 

@@ -417,6 +417,9 @@ async def _supervise(board: Board, seed: int | None, plain: bool) -> None:
         grace=GRACE,
         controller=ControllerConfig(max_slot_queue=4),
         random=random.Random(rng.random()),
+        # The live view shows every failure, and log records would scroll it away;
+        # --plain logs them with its LoggingSubscriber.
+        log_failures=False,
     )
     subscribers: list[Board | LoggingSubscriber] = [board]
     if plain:
