@@ -1,15 +1,20 @@
 """A resident worker: runs until Ctrl+C (SIGINT) or SIGTERM, then shuts down gracefully.
 
-``run(specs, handle_signals=True)`` is the static mode: the specs run as one batch,
-and the first SIGINT or SIGTERM starts the graceful shutdown (a second one gets trio's
-default handling: KeyboardInterrupt). Each worker finishes the job in hand inside
-``defer_cancel()``, so a stop never cuts a job in half; the grace window bounds that.
+``open_supervisor(handle_signals=True)``: the first SIGINT or SIGTERM cancels the block's
+body and runs the graceful shutdown; a second one, during it, forces every remaining
+task at once. Each worker finishes the job in hand inside ``defer_cancel()``, so a stop
+never cuts a job in half; the grace window bounds that.
+
+Readiness instead of a guess: the workers are started with ``sup.start``, and each calls
+``task_status.started()`` once it waits for jobs (as code written for ``nursery.start``
+does), so "ready" is printed when they really are, not after a sleep.
 
     python examples/resident_worker.py                 # until Ctrl+C
     python examples/resident_worker.py --duration 2    # or stop by itself after 2 s
 
 ``--duration`` leaves through cancellation instead of a signal: cancelling the scope
-around ``run()`` still runs the same graceful shutdown (shielded, bounded by grace).
+around ``open_supervisor`` still runs the same graceful shutdown (shielded, bounded by
+grace).
 """
 
 import argparse
@@ -24,12 +29,17 @@ from trio_taskvisor import (
     SupervisorConfig,
     TaskSpec,
     current_context,
-    run,
+    open_supervisor,
 )
 
 
-async def worker(jobs: trio.MemoryReceiveChannel[int]) -> None:
+async def worker(
+    jobs: trio.MemoryReceiveChannel[int],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     ctx = current_context()
+    task_status.started()  # waiting for jobs from here on: ready
     async for job in jobs:
         with ctx.defer_cancel():  # a job in hand is finished even when a stop arrives
             await trio.sleep(0.05)  # the work itself
@@ -37,9 +47,6 @@ async def worker(jobs: trio.MemoryReceiveChannel[int]) -> None:
 
 
 async def producer(jobs: trio.MemorySendChannel[int]) -> None:
-    # Announce readiness once the workers wait for jobs and run() listens for signals.
-    await trio.sleep(0.1)
-    print("ready: press Ctrl+C to stop", flush=True)
     for job in range(1, 1_000_000):
         await jobs.send(job)
         await trio.sleep(0.2)
@@ -51,16 +58,18 @@ async def heartbeat() -> None:
 
 async def main(duration: float) -> None:
     send, receive = trio.open_memory_channel[int](0)
-    specs = [
-        TaskSpec.restartable("producer", producer, send),
-        TaskSpec.restartable("worker-1", worker, receive),
-        TaskSpec.restartable("worker-2", worker, receive.clone()),
-        TaskSpec.periodic("heartbeat", 1.0, heartbeat),
-    ]
     config = SupervisorConfig(grace=2.0)
     # Shutdown events go to the log: shutdown_requested, then every task_finished.
     with trio.move_on_after(duration):
-        await run(specs, config, subscribers=[LoggingSubscriber()], handle_signals=True)
+        async with open_supervisor(
+            config, subscribers=[LoggingSubscriber()], handle_signals=True
+        ) as sup:
+            for name, jobs in (("worker-1", receive), ("worker-2", receive.clone())):
+                await sup.start(TaskSpec.restartable(name, worker, jobs))
+            await sup.add(TaskSpec.restartable("producer", producer, send))
+            await sup.add(TaskSpec.periodic("heartbeat", 1.0, heartbeat))
+            print("ready: press Ctrl+C to stop", flush=True)
+            await trio.sleep_forever()
     print("stopped cleanly", flush=True)
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "ONE_ATTEMPT_SUCCESS",
     "ROOT",
     "SLOT_TRANSITION",
+    "Attempts",
     "Body",
     "Occupancy",
     "Service",
@@ -63,6 +64,8 @@ __all__ = [
     "kinds_of",
     "nothing",
     "once",
+    "otel_backoff_notes",
+    "panic_actors",
     "queue",
     "recorder_waiters",
     "rejected",
@@ -98,6 +101,9 @@ __all__ = [
     "SlotMachine",
     "Submitted",
     "triples",
+    # the pure section 12 rules, for test_policies.py
+    "RestartWindow",
+    "retry_budget_spent",
     # the pure wait-for graph, for test_waitfor.py
     "Wait",
     "WaitFor",
@@ -262,6 +268,23 @@ class Body:
         return self.value
 
 
+class Attempts:
+    """Attempt ``n`` sleeps ``plan[n][0]`` seconds, then raises ``plan[n][1]`` if it is an
+    exception and returns it otherwise; the last step repeats. Records start times."""
+
+    def __init__(self, *plan: tuple[float, object]) -> None:
+        self.plan = plan
+        self.starts: list[float] = []
+
+    async def __call__(self) -> object:
+        self.starts.append(trio.current_time())
+        seconds, step = self.plan[min(len(self.starts), len(self.plan)) - 1]
+        await trio.sleep(seconds)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+
 class Occupancy:
     """Counts the bodies running in each slot at once, and the peaks."""
 
@@ -415,6 +438,9 @@ def submitted_reasons(recorder: EventRecorder, waiter: TaskWaiter) -> list[str |
 from trio_taskvisor import _inbox  # noqa: E402
 from trio_taskvisor._outcome import rejected_outcome  # noqa: E402
 
+# The pure restart-intensity window and budget rule, tested directly by test_policies.py.
+from trio_taskvisor._policies import RestartWindow, retry_budget_spent  # noqa: E402
+
 # The pure slot machine, tested directly (and only) by test_slots.py.
 from trio_taskvisor._slots import (  # noqa: E402
     Admit,
@@ -512,6 +538,24 @@ def controller_state(sup: Supervisor) -> Any:
     controller = sup._controller  # pyright: ignore[reportPrivateUsage]
     assert controller is not None
     return controller.machine
+
+
+def panic_actors(sup: Supervisor) -> None:
+    """Cancel the registry's actor nursery: the internal fault that ends tasks PANICKED.
+
+    The registry's loop runs in that nursery too, so the supervisor then fails as a
+    whole when it shuts down (an internal fault is never swallowed).
+    """
+    nursery = sup._registry._nursery  # pyright: ignore[reportPrivateUsage]
+    assert nursery is not None
+    nursery.cancel_scope.cancel(reason="a test's internal fault")
+
+
+def otel_backoff_notes() -> Sequence[object]:
+    """The ``BACKOFF_SCHEDULED`` notes ``TracingSubscriber`` keeps, by ``TaskId``."""
+    from trio_taskvisor.contrib import otel  # needs the otel extra: imported on use
+
+    return list(otel._backoffs)  # pyright: ignore[reportPrivateUsage]
 
 
 def recorder_waiters(recorder: EventRecorder) -> Sequence[object]:

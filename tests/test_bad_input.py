@@ -114,7 +114,6 @@ SPEC = TaskSpec.once("job", async_fn)
 CONSTRUCTOR_CASES: list[Any] = [
     # TaskSpec: name
     pytest.param(lambda: TaskSpec.once(123, async_fn), TypeError, "123", id="name-int"),
-    pytest.param(lambda: TaskSpec.once(None, async_fn), TypeError, "None", id="name-none"),
     pytest.param(lambda: TaskSpec.once(b"job", async_fn), TypeError, "b'job'", id="name-bytes"),
     pytest.param(lambda: TaskSpec.once("", async_fn), ConfigError, "''", id="name-empty"),
     # TaskSpec: fn
@@ -212,6 +211,89 @@ CONSTRUCTOR_CASES: list[Any] = [
     pytest.param(
         lambda: TaskSpec.periodic("job", math.inf, async_fn), ConfigError, "inf", id="every-inf"
     ),
+    # TaskSpec: the failure-streak options (section 12), through every constructor
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, healthy_after=0),
+        ConfigError,
+        "0",
+        id="healthy-after-zero",
+    ),
+    pytest.param(
+        lambda: TaskSpec.periodic("job", 1.0, async_fn, healthy_after=-1.0),
+        ConfigError,
+        "-1.0",
+        id="healthy-after-neg",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, healthy_after=math.nan),
+        ConfigError,
+        "nan",
+        id="healthy-after-nan",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, healthy_after="5"),
+        TypeError,
+        "'5'",
+        id="healthy-after-str",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, retry_budget=0.0),
+        ConfigError,
+        "0.0",
+        id="retry-budget-zero",
+    ),
+    pytest.param(
+        lambda: TaskSpec.once("job", async_fn, retry_budget=True),
+        TypeError,
+        "True",
+        id="retry-budget-bool",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, retry_on=ValueError),
+        TypeError,
+        "ValueError",
+        id="retry-on-bare-class",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, retry_on=[ValueError]),
+        TypeError,
+        "[<class 'ValueError'>]",
+        id="retry-on-list",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, retry_on=()),
+        ConfigError,
+        "()",
+        id="retry-on-empty",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, retry_on=(ValueError, "KeyError")),
+        TypeError,
+        "'KeyError'",
+        id="retry-on-not-a-class",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, retry_on=(int,)),
+        TypeError,
+        "<class 'int'>",
+        id="retry-on-not-an-exception",
+    ),
+    pytest.param(
+        lambda: TaskSpec.restartable("job", async_fn, restart_limit=(3, 60)),
+        TypeError,
+        "(3, 60)",
+        id="restart-limit-tuple",
+    ),
+    pytest.param(
+        lambda: TaskSpec("job", async_fn, restart_limit=3), TypeError, "3", id="restart-limit-int"
+    ),
+    # ControllerSpec: a nameless task needs a slot
+    pytest.param(
+        lambda: ControllerSpec.queue(TaskSpec.once(None, async_fn)),
+        ConfigError,
+        "explicit slot",
+        id="nameless-without-slot",
+    ),
     # BackoffPolicy (wrong types are ConfigError too: see the module docstring)
     pytest.param(lambda: BackoffPolicy(first=-1), ConfigError, "-1", id="backoff-first-neg"),
     pytest.param(lambda: BackoffPolicy(first=math.nan), ConfigError, "nan", id="backoff-first-nan"),
@@ -245,6 +327,19 @@ CONSTRUCTOR_CASES: list[Any] = [
     pytest.param(lambda: TaskDefaults(backoff=None), TypeError, "None", id="defaults-backoff"),
     pytest.param(lambda: TaskDefaults(timeout=-1), ConfigError, "-1", id="defaults-timeout"),
     pytest.param(lambda: TaskDefaults(max_retries=0), ConfigError, "0", id="defaults-retries"),
+    pytest.param(
+        lambda: TaskDefaults(healthy_after=0), ConfigError, "0", id="defaults-healthy-after"
+    ),
+    pytest.param(
+        lambda: TaskDefaults(retry_budget=-1), ConfigError, "-1", id="defaults-retry-budget"
+    ),
+    pytest.param(
+        lambda: TaskDefaults(retry_on=[KeyError]), TypeError, "KeyError", id="defaults-retry-on"
+    ),
+    pytest.param(
+        lambda: TaskDefaults(restart_limit="x"), TypeError, "'x'", id="defaults-restart-limit"
+    ),
+    pytest.param(lambda: SupervisorConfig(log_failures=1), TypeError, "1", id="log-failures-int"),
     # SupervisorConfig
     pytest.param(lambda: SupervisorConfig(grace=-1), ConfigError, "-1", id="grace-neg"),
     pytest.param(lambda: SupervisorConfig(grace=math.nan), ConfigError, "nan", id="grace-nan"),

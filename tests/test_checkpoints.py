@@ -707,7 +707,7 @@ async def _run_in_slot_scenario(k: int, *, busy: bool) -> tuple[Run, Phase]:
         t0 = trio.current_time()
         run = await call_cancelled_at(k, lambda: sup.run_in_slot("s", body))
         assert run.error is None
-        calls = [e for e in recorder.events if e.name is not None and e.name.startswith("s/call-")]
+        calls = [e for e in recorder.events if e.name is not None and e.name.startswith("Body#")]
         if run.cancelled:
             # When Cancelled propagates, the call's work is gone from the slot: never
             # queued behind the owner any more, never owning the slot.
@@ -722,7 +722,7 @@ async def _run_in_slot_scenario(k: int, *, busy: bool) -> tuple[Run, Phase]:
             await settle()
             assert body.finished == 0
             calls = [
-                e for e in recorder.events if e.name is not None and e.name.startswith("s/call-")
+                e for e in recorder.events if e.name is not None and e.name.startswith("Body#")
             ]
             if not calls:
                 return run, Phase.NO_TRACE

@@ -167,7 +167,7 @@ def test_site_renders_attrs_signatures(site: Path) -> None:
     text = _text(site / "reference" / "supervisor" / "index.html")
     assert re.search(r"SupervisorConfig\(\s*grace: float = 60\.0,", text)
     assert "open_supervisor(" in text
-    assert "AbstractAsyncContextManager[Supervisor]" in text
+    assert "AbstractAsyncContextManager[Supervisor, bool]" in text
 
 
 def test_site_includes_the_examples(site: Path) -> None:

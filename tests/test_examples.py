@@ -36,6 +36,7 @@ class Run(NamedTuple):
     env: dict[str, str] = {}  # read-only default
     interrupt: bool = False  # send SIGINT once the run prints "ready"
     server: bool = False  # give it a Redis-compatible server: --url <the server's url>
+    status: int = 0  # the exit status expected (128 + SIGINT: a service stopped by Ctrl+C)
 
 
 def example(name: str, *args: str) -> list[str]:
@@ -57,6 +58,23 @@ RUNS: dict[str, Run] = {
     "resident_worker_duration": Run(
         example("resident_worker", "--duration", "0.5"),
         ["ready", "shutdown_requested", "all_stopped_within_grace", "stopped cleanly"],
+    ),
+    "service": Run(
+        example("service", "--port", "0", "--drive"),
+        [
+            "listening on port ",
+            "webhook: sync_tenant#",
+            "for acme r2",
+            "prices: prices v1",
+            'metrics: taskvisor_outcomes_total{outcome="completed"}',
+            'metrics: taskvisor_outcomes_total{outcome="cancelled"} 1.0',
+            "ready: press Ctrl+C to stop",
+            '"kind": "shutdown_requested"',
+            '"kind": "all_stopped_within_grace"',
+            "stopped by SIGINT",
+        ],
+        interrupt=True,
+        status=128 + signal.SIGINT,
     ),
     "reconnecting_consumer": Run(
         example("reconnecting_consumer"),
@@ -345,7 +363,7 @@ def _wait_ready(started: Started) -> str:
 
 @pytest.mark.parametrize("name", list(RUNS))
 def test_runs(name: str, started: dict[str, Started]) -> None:
-    """The run exits 0 and prints the expected lines, in order."""
+    """The run exits with its status (0) and prints the expected lines, in order."""
     run, process = RUNS[name], started[name].process
     output = ""
     if run.interrupt:
@@ -359,7 +377,7 @@ def test_runs(name: str, started: dict[str, Started]) -> None:
         rest, _ = process.communicate()
         pytest.fail(f"{name} did not end within {TIMEOUT} s:\n{output}{rest}")
     output = _ANSI.sub("", output + rest)
-    assert process.returncode == 0, output
+    assert process.returncode == run.status, output
     assert "Traceback" not in output, output
     position = 0
     for expected in run.expected:

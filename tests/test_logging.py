@@ -1,4 +1,5 @@
-"""Structured logging: ``LoggingSubscriber`` event fields reach formatters as fields."""
+"""Logging: ``LoggingSubscriber`` event fields reach formatters as fields; the
+supervisor's own ``log_failures`` records (DESIGN section 12), with ``caplog``."""
 
 from __future__ import annotations
 
@@ -8,18 +9,27 @@ import logging
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
 from trio_taskvisor import (
     BackoffPolicy,
+    BackoffSource,
+    EventKind,
+    FatalError,
     LoggingSubscriber,
+    OutcomeKind,
+    SupervisorConfig,
+    TaskCancelled,
     TaskEvent,
     TaskFailure,
     TaskSpec,
     current_context,
     open_supervisor,
 )
+
+from helpers import Attempts, deferring, failing, panic_actors
 
 PREFIX = "taskvisor_"
 
@@ -125,3 +135,182 @@ async def test_every_taskvisor_event_field_is_present_on_the_record() -> None:
     for record in records:
         assert expected <= set(vars(record))
         assert record.taskvisor_kind.value in record.getMessage()
+
+
+# -- log_failures: loud failures without a subscriber (DESIGN section 12) --------------------
+
+LOGGER = "trio_taskvisor"
+
+
+def taskvisor_records(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    """(level, message) of the records the ``trio_taskvisor`` logger wrote."""
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+
+
+async def test_a_final_failure_is_logged_once_at_error_with_its_traceback(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nobody awaits the waiter, no subscriber: the failure is still in the log."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    error = ValueError("bad row 7")
+
+    async def import_rows() -> None:
+        raise error
+
+    async with open_supervisor() as sup:
+        waiter = await sup.add(TaskSpec.once("import", import_rows))
+        await trio.testing.wait_all_tasks_blocked()  # it ran, and failed
+    assert taskvisor_records(caplog) == [
+        (logging.ERROR, f"task 'import' ({waiter.id}) ended failed: bad row 7")
+    ]
+    (record,) = [r for r in caplog.records if r.name == LOGGER]
+    assert record.exc_info is not None
+    assert record.exc_info[1] is error
+    assert record.taskvisor_name == "import"  # type: ignore[attr-defined]
+    assert record.taskvisor_outcome is OutcomeKind.FAILED  # type: ignore[attr-defined]
+
+
+async def test_a_streak_logs_its_first_failed_attempt_at_warning(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the first failure of a streak, and only when it is retried."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+
+    async def flaky() -> None:
+        if current_context().attempt < 3:
+            raise ConnectionError(f"refused ({current_context().attempt})")
+
+    async with open_supervisor() as sup:
+        spec = TaskSpec.restartable("poll", flaky, backoff=BackoffPolicy.constant(1.0))
+        waiter = await sup.add(spec)
+        assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+    assert taskvisor_records(caplog) == [
+        (
+            logging.WARNING,
+            f"task 'poll' ({waiter.id}) attempt 1 failed, retrying in 1 s: refused (1)",
+        )
+    ]
+
+
+async def test_each_new_streak_logs_its_first_failure(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A healthy attempt (or a success) begins a new streak: its first failure is logged."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    body = Attempts((0.0, OSError("a")), (10.0, OSError("b")), (0.0, OSError("c")), (0.0, "ok"))
+    async with open_supervisor() as sup:
+        spec = TaskSpec.restartable(
+            "poll", body, backoff=BackoffPolicy.constant(1.0), healthy_after=5.0
+        )
+        await (await sup.add(spec)).wait()
+    warnings = [text for level, text in taskvisor_records(caplog) if level == logging.WARNING]
+    assert [text.rpartition(": ")[2] for text in warnings] == ["a", "b"]
+
+
+async def test_a_failed_only_attempt_logs_no_warning(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A first failed attempt that is also the final one: the ERROR record only."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    async with open_supervisor() as sup:
+        await (await sup.add(TaskSpec.once("t", failing))).wait()
+        fatal = Attempts((0.0, FatalError("no schema", exit_code=2)))
+        await (await sup.add(TaskSpec.restartable("fatal", fatal))).wait()
+    levels = sorted(taskvisor_records(caplog))
+    assert [level for level, _ in levels] == [logging.ERROR, logging.ERROR]
+    assert any("ended fatal: no schema" in text for _, text in levels)
+
+
+async def test_cancelled_forced_and_completed_outcomes_are_not_logged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only FAILED, FATAL and PANICKED outcomes are failures to log."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    async with open_supervisor(SupervisorConfig(grace=1.0)) as sup:
+        await sup.add(TaskSpec.once("done", trio.lowlevel.checkpoint))
+        await sup.add(TaskSpec.once("cancelled", trio.sleep_forever))
+        await sup.add(TaskSpec.once("quits", Attempts((0.0, TaskCancelled("no work")))))
+        forced = await sup.add(TaskSpec.once("forced", deferring, 5.0))
+        await trio.testing.wait_all_tasks_blocked()
+        await sup.cancel(forced.id)
+    assert forced.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    assert [level for level, _ in taskvisor_records(caplog) if level >= logging.WARNING] == []
+
+
+async def test_a_panicked_outcome_is_logged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An internal fault's PANICKED outcome is logged at ERROR (it has no error)."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    with pytest.raises(BaseExceptionGroup):  # noqa: PT012
+        async with open_supervisor() as sup:
+            waiter = await sup.add(TaskSpec.once("t", trio.sleep_forever))
+            await trio.testing.wait_all_tasks_blocked()
+            panic_actors(sup)
+            assert (await waiter.wait()).kind is OutcomeKind.PANICKED
+    errors = [text for level, text in taskvisor_records(caplog) if level == logging.ERROR]
+    assert errors == [
+        f"task 't' ({waiter.id}) ended panicked: the supervisor's runner was cancelled"
+    ]
+
+
+class QuietLogging(LoggingSubscriber):
+    """A subclass with a logger of its own."""
+
+
+@pytest.mark.parametrize(
+    "subscriber",
+    [
+        pytest.param(
+            lambda: LoggingSubscriber(logging.getLogger("app.events")), id="its-own-logger"
+        ),
+        pytest.param(lambda: QuietLogging(logging.getLogger("app.quiet")), id="a-subclass"),
+    ],
+)
+async def test_a_logging_subscriber_replaces_the_builtin_records(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    subscriber: Any,
+) -> None:
+    """Any LoggingSubscriber, whatever its logger, turns the built-in records off."""
+    caplog.set_level(logging.DEBUG)
+    async with open_supervisor(subscribers=[subscriber()]) as sup:
+        await sup.add(TaskSpec.restartable("t", failing, max_retries=1))
+        await trio.testing.wait_all_tasks_blocked()  # it ran, and failed for good
+    assert taskvisor_records(caplog) == []
+    assert any(
+        r.name.startswith("app.") and "task_finished" in r.getMessage() for r in caplog.records
+    )
+
+
+async def test_log_failures_false_turns_the_records_off(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``SupervisorConfig(log_failures=False)``: no built-in record."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    async with open_supervisor(SupervisorConfig(log_failures=False)) as sup:
+        await sup.add(TaskSpec.restartable("t", failing, max_retries=1))
+        await trio.testing.wait_all_tasks_blocked()  # it ran, and failed for good
+    assert taskvisor_records(caplog) == []
+
+
+async def test_periodic_waits_log_at_debug_and_retries_at_info(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LoggingSubscriber: BACKOFF_SCHEDULED(SUCCESS) is routine (DEBUG); a retry's is INFO."""
+    caplog.set_level(logging.DEBUG, "tests.logging.periodic")
+    logger = logging.getLogger("tests.logging.periodic")
+    body = Attempts((0.0, "ok"), (0.0, ValueError("blip")), (0.0, "ok"))
+    async with open_supervisor(subscribers=[LoggingSubscriber(logger)]) as sup:
+        await sup.add(TaskSpec.periodic("tick", 5.0, body, backoff=BackoffPolicy.constant(1.0)))
+        await trio.sleep(6.5)
+    levels = [
+        (r.taskvisor_backoff_source, r.levelno)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.taskvisor_kind is EventKind.BACKOFF_SCHEDULED  # type: ignore[attr-defined]
+    ]
+    assert levels == [
+        (BackoffSource.SUCCESS, logging.DEBUG),
+        (BackoffSource.FAILURE, logging.INFO),
+        (BackoffSource.SUCCESS, logging.DEBUG),
+    ]

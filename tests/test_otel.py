@@ -33,7 +33,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.contrib.otel import TracingSubscriber, traced
 
-from helpers import flaky, forever
+from helpers import flaky, forever, otel_backoff_notes
 
 
 @pytest.fixture
@@ -260,6 +260,30 @@ async def test_subscriber_stamps_the_force_on_a_still_running_attempt(
     (attempt,) = exporter.get_finished_spans()
     assert attr(attempt, "taskvisor.attempt.result") == "force_aborted"
     assert event_names(attempt) == ["taskvisor.force_aborted"]
+    assert attr(attempt, "taskvisor.forced_exit.delay") == 9.0  # forced at 1 s, out at 10 s
+
+
+async def test_a_forced_attempt_gets_no_attempt_event_and_leaves_no_backoff_note(
+    autojump_clock: trio.testing.MockClock, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """A forced retrying task: its span ends at its exit, no note is left behind."""
+
+    async def fails_slowly() -> None:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(3.0)
+        raise ValueError("late failure")
+
+    async with open_supervisor(
+        SupervisorConfig(grace=1.0), subscribers=[TracingSubscriber()]
+    ) as sup:
+        waiter = await sup.add(TaskSpec.restartable("s", traced(fails_slowly, tracer=tracer)))
+        await trio.testing.wait_all_tasks_blocked()
+        await sup.cancel("s")
+        await sup.wait_idle()
+    assert waiter.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    (attempt,) = exporter.get_finished_spans()
+    assert attr(attempt, "taskvisor.attempt.result") == "force_aborted"
+    assert waiter.id not in otel_backoff_notes()
 
 
 async def test_retries_get_a_backoff_event_with_a_tracing_subscriber(

@@ -1,4 +1,5 @@
-"""BackoffPolicy arithmetic and RestartPolicy values: pure, synchronous tests."""
+"""BackoffPolicy arithmetic, RestartPolicy and RestartLimit values, the restart window and
+the retry budget rule: pure, synchronous tests."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_taskvisor import BackoffPolicy, ConfigError, Jitter, RestartPolicy
+from trio_taskvisor import BackoffPolicy, ConfigError, Jitter, RestartLimit, RestartPolicy
+
+from helpers import RestartWindow, retry_budget_spent
 
 SAFETY_FLOOR = 0.001
 HUGE_N = 10**400  # too large even to convert to a float
@@ -520,3 +523,103 @@ def test_restart_policy_is_frozen() -> None:
     """A RestartPolicy cannot be mutated, so shared constants stay intact."""
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         RestartPolicy.NEVER.kind = "always"  # type: ignore[misc]
+
+
+# -- RestartLimit: the restart intensity of one task ----------------------------------
+
+
+def test_restart_limit_stores_within_as_float() -> None:
+    """``within`` is stored as a float; the limit compares and hashes by value."""
+    limit = RestartLimit(3, 60)
+    assert type(limit.within) is float
+    assert limit == RestartLimit(3, 60.0)
+    assert len({limit, RestartLimit(3, 60.0), RestartLimit(4, 60.0)}) == 2
+
+
+def test_restart_limit_reason_names_the_limit_and_the_error() -> None:
+    """The FAILED reason text is the one DESIGN fixes: ``within`` as a float repr."""
+    assert RestartLimit(2, 10).reason(ValueError("boom")) == (
+        "restart limit reached: 2 restarts within 10.0 s: boom"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "exc_type", "shown"),
+    [
+        pytest.param((0, 1.0), ConfigError, "0", id="max-zero"),
+        pytest.param((-1, 1.0), ConfigError, "-1", id="max-negative"),
+        pytest.param((1.5, 1.0), TypeError, "1.5", id="max-float"),
+        pytest.param((True, 1.0), TypeError, "True", id="max-bool"),
+        pytest.param(("3", 1.0), TypeError, "'3'", id="max-str"),
+        pytest.param((1, 0), ConfigError, "0", id="within-zero"),
+        pytest.param((1, -1.0), ConfigError, "-1.0", id="within-negative"),
+        pytest.param((1, math.nan), ConfigError, "nan", id="within-nan"),
+        pytest.param((1, math.inf), ConfigError, "inf", id="within-inf"),
+        pytest.param((1, "1"), TypeError, "'1'", id="within-str"),
+        pytest.param((1, None), TypeError, "None", id="within-none"),
+    ],
+)
+def test_restart_limit_rejects_bad_values(
+    args: tuple[Any, Any], exc_type: type[Exception], shown: str
+) -> None:
+    """``max_restarts >= 1`` (an int) and finite ``within > 0``; wrong types: TypeError."""
+    with pytest.raises(exc_type) as info:
+        RestartLimit(*args)
+    assert type(info.value) is exc_type
+    assert shown in str(info.value)
+
+
+def test_restart_window_counts_restarts_within_the_closed_window() -> None:
+    """A restart ``within`` seconds after an earlier one is still counted with it."""
+    window = RestartWindow(RestartLimit(2, 10.0))
+    assert window.admits(1.0)
+    window.record(1.0)
+    assert window.admits(2.0)
+    window.record(2.0)
+    assert not window.admits(11.0)  # 1.0 >= 11.0 - 10.0: three within 10 s
+    assert window.admits(11.5)  # 1.0 has left the window; 2.0 and 11.5 are two
+
+
+def _model_admits(history: list[float], limit: RestartLimit, at: float) -> bool:
+    """The rule as DESIGN states it, over the whole history."""
+    return 1 + sum(1 for s in history if s >= at - limit.within) <= limit.max_restarts
+
+
+@settings(max_examples=300)
+@given(
+    max_restarts=st.integers(min_value=1, max_value=5),
+    within=st.floats(min_value=0.001, max_value=100.0),
+    gaps=st.lists(st.floats(min_value=0.0, max_value=50.0), max_size=40),
+)
+def test_restart_window_matches_the_rule_over_the_whole_history(
+    max_restarts: int, within: float, gaps: list[float]
+) -> None:
+    """Keeping only the last ``max_restarts`` restarts decides as the whole history would."""
+    limit = RestartLimit(max_restarts, within)
+    window = RestartWindow(limit)
+    history: list[float] = []
+    at = 0.0
+    for gap in gaps:
+        at += gap
+        admitted = window.admits(at)
+        assert admitted == _model_admits(history, limit, at)
+        if admitted:  # the actor records only the restarts it makes
+            window.record(at)
+            history.append(at)
+    # Never more than max_restarts restarts in any closed window of ``within`` seconds.
+    for end in history:
+        assert sum(1 for s in history if end - within <= s <= end) <= max_restarts
+
+
+@given(
+    first=st.floats(min_value=0.0, max_value=1e6),
+    budget=st.floats(min_value=0.001, max_value=1e6),
+    late=st.floats(min_value=0.0, max_value=1e6),
+)
+def test_retry_budget_allows_a_retry_exactly_at_its_end(
+    first: float, budget: float, late: float
+) -> None:
+    """A retry at ``first + budget`` is made; any later one is not."""
+    end = first + budget
+    assert not retry_budget_spent(first, budget, end)
+    assert retry_budget_spent(first, budget, end + late) is (end + late > end)

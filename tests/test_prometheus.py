@@ -324,3 +324,50 @@ async def test_stopped_attempt_whose_nursery_raises_counts_as_failed(
         await sup.cancel("b")
     assert value(registry, "taskvisor_attempts_total", result="failed") == 1.0
     assert value(registry, "taskvisor_outcomes_total", outcome="cancelled") == 1.0
+
+
+# -- forced work (DESIGN section 12) ----------------------------------------------------------
+
+
+async def test_a_forced_exit_is_counted_and_is_no_attempt_result(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Forced at 1 s, returning at 5 s: one forced exit, no "succeeded" attempt."""
+
+    async def overstays() -> str:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(5.0)
+        return "late"
+
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(SupervisorConfig(grace=1.0), subscribers=[metrics]) as sup:
+        metrics.bind(sup)
+        waiter = await sup.add(TaskSpec.once("overstays", overstays))
+        await trio.testing.wait_all_tasks_blocked()
+        await sup.cancel("overstays")
+        assert waiter.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+        assert value(registry, "taskvisor_forced_alive_tasks") == 1.0
+        await trio.sleep(4.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert value(registry, "taskvisor_forced_alive_tasks") == 0.0
+    assert value(registry, "taskvisor_forced_exits_total") == 1.0
+    for result in ("succeeded", "failed", "timed_out", "cancelled"):
+        assert value(registry, "taskvisor_attempts_total", result=result) == 0.0
+    assert value(registry, "taskvisor_outcomes_total", outcome="force_aborted") == 1.0
+
+
+async def test_forced_exits_carry_the_slot_label_when_allow_listed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With ``slot_labels``, forced exits are split by slot like the other counters."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry, slot_labels=["k"])
+    assert value(registry, "taskvisor_forced_exits_total", slot="k") == 0.0
+    config = SupervisorConfig(grace=0.0, controller=ControllerConfig())
+    async with open_supervisor(config, subscribers=[metrics]) as sup:
+        waiter = await sup.submit(ControllerSpec.queue(TaskSpec.once("t", forever), slot="k"))
+        await trio.testing.wait_all_tasks_blocked()
+        await sup.cancel(waiter.id)  # grace=0: forced at the stop, exits at its next step
+    assert value(registry, "taskvisor_forced_exits_total", slot="k") == 1.0
+    assert value(registry, "taskvisor_forced_exits_total", slot="") == 0.0

@@ -45,6 +45,7 @@ DESIGN_NAMES = {
     "TaskDefaults",
     "INHERIT",
     "RestartPolicy",
+    "RestartLimit",  # section 12
     "BackoffPolicy",
     "Jitter",
     "TaskContext",

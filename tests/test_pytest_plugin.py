@@ -223,6 +223,96 @@ def test_a_failing_test_reports_its_own_error(run_inner: RunInner) -> None:
     result.stdout.no_fnmatch_line("*had to force*")
 
 
+# -- unobserved failures (DESIGN section 12) -------------------------------------------------
+
+
+def test_an_unobserved_failure_fails_the_test(run_inner: RunInner) -> None:
+    """A task that ended FAILED with nobody awaiting its waiter fails the test."""
+    result = run_inner(
+        """
+        async def broken():
+            raise ValueError("bad config")
+
+
+        async def test_forgets_the_waiter(supervisor):
+            await supervisor.add(TaskSpec.once("loader", broken))
+            await trio.testing.wait_all_tasks_blocked()
+        """
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*task 'loader' (#*) ended failed: bad config, and nobody awaited its waiter*"]
+    )
+    result.stdout.no_fnmatch_line("*ERROR at teardown*")
+
+
+@pytest.mark.parametrize(
+    "look",
+    [
+        pytest.param("await waiter.wait()", id="wait"),
+        pytest.param("waiter.outcome_nowait()", id="outcome-nowait"),
+    ],
+)
+def test_an_observed_failure_passes(run_inner: RunInner, look: str) -> None:
+    """``wait()`` or ``outcome_nowait()`` on the waiter observes the failure."""
+    result = run_inner(
+        f"""
+        async def broken():
+            raise ValueError("bad config")
+
+
+        async def test_looks_at_the_outcome(supervisor):
+            waiter = await supervisor.add(TaskSpec.restartable("loader", broken, max_retries=1))
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(1.0)
+            {look}
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_an_unobserved_fatal_outcome_fails_the_test_too(run_inner: RunInner) -> None:
+    """FATAL counts, as FAILED does; CANCELLED and COMPLETED never do."""
+    result = run_inner(
+        """
+        from trio_taskvisor import FatalError
+
+
+        async def fatal():
+            raise FatalError("schema 9")
+
+
+        async def test_mixed(supervisor):
+            await supervisor.add(TaskSpec.once("fatal", fatal))
+            await supervisor.add(TaskSpec.once("done", trio.lowlevel.checkpoint))
+            await supervisor.add(TaskSpec.once("stopped", trio.sleep_forever))
+            await trio.testing.wait_all_tasks_blocked()
+        """
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*task 'fatal' (#*) ended fatal: schema 9, and nobody*"])
+    result.stdout.no_fnmatch_line("*'done'*")
+    result.stdout.no_fnmatch_line("*'stopped'*")
+
+
+def test_allow_failures_accepts_unobserved_failures(run_inner: RunInner) -> None:
+    """``taskvisor_allow_failures`` opts out of the check."""
+    result = run_inner(
+        """
+        async def broken():
+            raise ValueError("expected")
+
+
+        @pytest.mark.taskvisor_allow_failures
+        async def test_counts_failures(supervisor, event_recorder):
+            await supervisor.add(TaskSpec.once("loader", broken))
+            finished = await event_recorder.wait_for(EventKind.TASK_FINISHED, name="loader")
+            assert finished.outcome is OutcomeKind.FAILED
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
 # -- configuration ---------------------------------------------------------------------------
 
 
@@ -324,13 +414,14 @@ def test_jitter_can_be_seeded(run_inner: RunInner) -> None:
 
 
 def test_markers_are_registered(pytester: pytest.Pytester, plugin_args: list[str]) -> None:
-    """``pytest --markers`` lists the three markers (``--strict-markers`` accepts them)."""
+    """``pytest --markers`` lists the four markers (``--strict-markers`` accepts them)."""
     result = pytester.runpytest("--markers", *plugin_args)
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.taskvisor_config(config=None, **fields):*",
             "@pytest.mark.taskvisor_allow_force:*",
             "@pytest.mark.taskvisor_allow_subscriber_failure:*",
+            "@pytest.mark.taskvisor_allow_failures:*",
         ]
     )
 

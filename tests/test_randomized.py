@@ -30,8 +30,10 @@ step, so invariants hold "at every instant", not just between operations:
   test knows: those of the main task; concurrent callers race for intake);
 * ``cancel()`` returns only once the outcome is committed; one claim per stop;
 * with events (no drops): one ``TASK_ADDED`` and one ``TASK_FINISHED`` per registered
-  task agreeing with its outcome, one terminal event per attempt and one attempt per
-  body, ``CANCELLED`` within grace and ``FORCE_ABORTED`` at the deadline;
+  task agreeing with its outcome, one terminal event per attempt (but none for an
+  attempt still running when its task was forced), one attempt per body, nothing after
+  ``TASK_REMOVED`` but one ``FORCED_TASK_EXITED`` per forced task, ``CANCELLED`` within
+  grace and ``FORCE_ABORTED`` at the deadline;
 * after shutdown nothing is registered, alive, pending or tracked.
 
 Operations are small frozen values with short reprs, so a failing example shrinks to a
@@ -627,7 +629,7 @@ class Harness:
                 # Unknown ids: run_in_slot work (auto-named) before its body starts, or
                 # work whose add/submit call has not returned its waiter yet.
                 expect(
-                    "/call-" in info.name or self.in_flight[info.name] > 0,
+                    info.name.startswith("task_body#") or self.in_flight[info.name] > 0,
                     f"list() shows unknown task {info}",
                 )
                 continue
@@ -846,14 +848,26 @@ class Harness:
         added: Counter[int] = Counter()
         starting: Counter[int] = Counter()
         ended: Counter[int] = Counter()
+        forced_exits: Counter[int] = Counter()
+        removed: set[int] = set()
         first_seq: dict[tuple[EventKind, int], int] = {}
         for event in events:
             if event.task_id is None:
                 continue
             task_id = int(event.task_id)
             first_seq.setdefault((event.kind, task_id), event.seq)
+            if task_id in removed:
+                # A task's events end with TASK_REMOVED, but for one FORCED_TASK_EXITED.
+                expect(
+                    event.kind is EventKind.FORCED_TASK_EXITED,
+                    f"{task_id}: {event.kind.name} after TASK_REMOVED",
+                )
             if event.kind is EventKind.TASK_FINISHED:
                 finished[task_id].append(event)
+            elif event.kind is EventKind.TASK_REMOVED:
+                removed.add(task_id)
+            elif event.kind is EventKind.FORCED_TASK_EXITED:
+                forced_exits[task_id] += 1
             elif event.kind is EventKind.TASK_ADDED:
                 added[task_id] += 1
             elif event.kind is EventKind.ATTEMPT_STARTING:
@@ -863,10 +877,20 @@ class Harness:
         for task_id, count in added.items():
             expect(count == 1, f"TASK_ADDED {count} times for {task_id}")
             expect(len(finished[task_id]) == 1, f"{task_id} added, finished {finished[task_id]}")
+            forced = finished[task_id][0].outcome is OutcomeKind.FORCE_ABORTED
+            # Every forced task has exited after the shutdown: one FORCED_TASK_EXITED each.
+            expect(
+                forced_exits[task_id] == int(forced),
+                f"{task_id}: {forced_exits[task_id]} FORCED_TASK_EXITED, forced={forced}",
+            )
         for task_id, count in starting.items():
-            # Every attempt ends with exactly one terminal event, a forced one included
-            # (after TASK_FINISHED), and no attempt starts before its task was added.
-            expect(ended[task_id] == count, f"{task_id}: {count} attempts, {ended[task_id]} ends")
+            # Every attempt ends with exactly one terminal event, except a forced one still
+            # running at the force (its events ended with TASK_REMOVED); no attempt starts
+            # before its task was added.
+            expect(
+                ended[task_id] == count or (forced_exits[task_id] and ended[task_id] == count - 1),
+                f"{task_id}: {count} attempts, {ended[task_id]} ends",
+            )
             expect(
                 first_seq.get((EventKind.TASK_ADDED, task_id), math.inf)
                 < first_seq[(EventKind.ATTEMPT_STARTING, task_id)],

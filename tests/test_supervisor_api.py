@@ -447,6 +447,7 @@ def test_statistics_fields() -> None:
         "events_published",
         "events_dropped",
         "subscriber_dropped",
+        "forced_alive",
     ]
 
 

@@ -4,8 +4,11 @@
 on its standard input, in order, each followed by a blank line: what a reader pasting
 them one after the other types. The REPL keeps going after an error (it prints the
 traceback and the next prompt), so the check is on what it printed: no error, and the
-line the last statement prints. ``tests/test_docs.py`` runs the same blocks on the
-virtual clock, with tracebacks that point at the page's lines.
+line the last statement prints. The failures the tutorial provokes are logged by the
+supervisor (``log_failures``, with their tracebacks): a line pasted before the blocks
+sends log records to standard output, so standard error holds only what the REPL itself
+printed. ``tests/test_docs.py`` runs the same blocks on the virtual clock, with
+tracebacks that point at the page's lines.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ from test_docs import extract_blocks
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 DONE = "tutorial: every block ran"
+LOGS_TO_STDOUT = "import logging, sys; logging.basicConfig(stream=sys.stdout)\n\n"
 
 
 def test_tutorial_passes_in_the_trio_repl(tmp_path: Path) -> None:
     """Every block of docs/tutorial.md runs in ``python -m trio`` without an error."""
     blocks = [block for block in extract_blocks(TUTORIAL) if block.skip is None]
     assert len(blocks) >= 10
-    pasted = "".join(block.code + "\n" for block in blocks) + f"print({DONE!r})\n"
+    pasted = LOGS_TO_STDOUT + "".join(block.code + "\n" for block in blocks)
+    pasted += f"print({DONE!r})\n"
     pythonpath = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     result = subprocess.run(
         [sys.executable, "-m", "trio"],

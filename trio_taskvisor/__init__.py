@@ -38,6 +38,7 @@ from ._outcome import TaskId as TaskId
 from ._outcome import TaskOutcome as TaskOutcome
 from ._policies import BackoffPolicy as BackoffPolicy
 from ._policies import Jitter as Jitter
+from ._policies import RestartLimit as RestartLimit
 from ._policies import RestartPolicy as RestartPolicy
 from ._record import TaskState as TaskState
 from ._registry import TaskInfo as TaskInfo
@@ -77,6 +78,7 @@ __all__ = [
     "PreparedSubmission",
     "RejectionKind",
     "ResourceLimitError",
+    "RestartLimit",
     "RestartPolicy",
     "SlotStatus",
     "SlotStoreUnavailableError",

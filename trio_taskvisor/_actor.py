@@ -34,14 +34,33 @@ Decisions the design leaves open:
   ``Cancelled`` leaves the scope it belongs to.
 * A retry whose backoff is zero waits for one plain checkpoint (never a timer), so a
   failing task cannot starve the others.
+* An attempt that ends after a stop was requested ends the task at once (``CANCELLED``,
+  or the force's ``FORCE_ABORTED``): no backoff or repeat is scheduled for it, so no
+  ``BACKOFF_SCHEDULED`` follows a stop, and a forced task publishes no attempt event
+  once its outcome is committed (DESIGN section 12: nothing after ``TASK_REMOVED`` but
+  ``FORCED_TASK_EXITED``, which the registry publishes at the actor's exit).
+* Failure streaks with section 12 rules (``ResolvedSpec.streak_rules``) take a fuller
+  path, ``_streak_failure``; tasks without them keep the plain one. At a retryable
+  failure the checks run in this order, the first that stops the task decides:
+  ``max_retries`` (after a healthy attempt's reset), ``retry_budget``,
+  ``restart_limit``, then ``retry_on`` (it "applies only to failures that would
+  otherwise be retried"). The backoff delay is drawn before the budget and limit
+  checks, which need it.
+* ``log_failures``: the first failed attempt of each failure streak is logged at
+  WARNING when a retry is scheduled for it (so never for the final attempt), without a
+  traceback; the final outcome's ERROR record (the registry's) carries it.
+* Work started with ``Supervisor.start`` is called ``fn(*args, task_status=status)`` on
+  every attempt, with a fresh status each time (``_waiter.AttemptStatus``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import types
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
 import trio
 
@@ -49,9 +68,11 @@ from ._bus import EventBus
 from ._events import BackoffSource, EventKind
 from ._exceptions import FatalError, TaskCancelled, split_cancelled
 from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
+from ._policies import RestartLimit, RestartWindow, retry_budget_reason, retry_budget_spent
 from ._record import TaskRecord, TaskState, current_task_context
 
 _MIN_RESTART_GAP = 0.001
+logger = logging.getLogger("trio_taskvisor")
 
 
 class ActorHost(Protocol):
@@ -60,6 +81,7 @@ class ActorHost(Protocol):
     bus: EventBus
     random: random.Random
     running_attempts: int
+    log_failures: bool
 
     async def acquire_permit(self, rec: TaskRecord, /) -> None:
         """Wait (FIFO) for a permit for the attempt after the first."""
@@ -67,7 +89,7 @@ class ActorHost(Protocol):
     def release_permit(self, rec: TaskRecord, /) -> None:
         """An attempt holding a permit ended."""
 
-    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome, /) -> None:
+    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome[Any], /) -> None:
         """The actor ends: free its name and commit ``outcome`` unless committed."""
 
     def settle(self) -> None:
@@ -96,7 +118,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
     """
     current_task_context.set(rec)
     retries = 0  # retries in the current failure streak
-    outcome: TaskOutcome | None = None
+    outcome: TaskOutcome[Any] | None = None
     try:
         with _stop_scope(rec):
             while True:
@@ -115,7 +137,10 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                     result: object = None
                     try:
                         assert rec.fn is not None
-                        result = rec.fn(*rec.args)
+                        if rec._readiness is None:  # pyright: ignore[reportPrivateUsage]
+                            result = rec.fn(*rec.args)
+                        else:
+                            result = _call_with_status(rec)
                         if not _is_awaitable(result):
                             status, result = _FATAL, _not_awaitable(rec, result)
                         elif rec.policy.timeout is None:
@@ -145,6 +170,10 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                         host.release_permit(rec)
                         permit = False
                 # -- what next: ``started`` becomes the wake-up time -------------------
+                if rec.stop_requested:
+                    # CANCELLED (or the force's outcome): no retry, no repeat. (mypy
+                    # keeps the narrowing of the check above across the awaits.)
+                    break  # type: ignore[unreachable]
                 if status is _OK:
                     retries = 0
                     if not rec.policy.restart.restarts_on_success:
@@ -155,6 +184,13 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                         )
                         break
                     started = _schedule_repeat(rec, host, started)
+                elif rec.policy.streak_rules:
+                    assert isinstance(result, BaseException)
+                    outcome, started, retries = _streak_failure(
+                        rec, host, status, result, retries, started
+                    )
+                    if outcome is not None:
+                        break
                 else:
                     assert isinstance(result, BaseException)
                     outcome = _final_outcome(rec, status, result, retries)
@@ -206,7 +242,7 @@ def _failure_in(
     raise rest from None  # the group without its Cancelled
 
 
-def _exit(rec: TaskRecord, host: ActorHost, outcome: TaskOutcome) -> None:
+def _exit(rec: TaskRecord, host: ActorHost, outcome: TaskOutcome[Any]) -> None:
     """Report the exit: to the host, then to the record's listener; then let go."""
     host.actor_exited(rec, outcome)
     if rec.listener is not None:
@@ -239,9 +275,17 @@ def _begin_attempt(rec: TaskRecord, host: ActorHost) -> float | None:
             timeout=policy.timeout,
             fence_token=rec.fence_token,
         )
-    elif policy.timeout is None and not policy.restart.restarts_on_success:
-        return None  # no deadline, no duration, no repeat gap: no clock read
+    elif not policy.needs_clock:
+        return None  # no deadline, no duration, no repeat gap, no healthy mark: no clock read
     return trio.current_time()
+
+
+def _call_with_status(rec: TaskRecord) -> Awaitable[Any]:
+    """Call the function of ``start``-ed work, with this attempt's ``task_status``."""
+    assert rec.fn is not None
+    readiness = rec._readiness  # pyright: ignore[reportPrivateUsage]
+    assert readiness is not None
+    return rec.fn(*rec.args, task_status=readiness.status())
 
 
 def _end_attempt(
@@ -252,8 +296,8 @@ def _end_attempt(
     rec.hard_deadline = math.inf
     host.running_attempts -= 1
     bus = host.bus
-    if not bus.active:
-        return
+    if not bus.active or rec.committed:
+        return  # committed: forced, its events ended with TASK_REMOVED
     failure = error if isinstance(error, BaseException) else None
     bus.publish(
         kind,
@@ -293,7 +337,7 @@ _END_EVENTS = {
 
 def _final_outcome(
     rec: TaskRecord, status: str, error: BaseException, retries: int
-) -> TaskOutcome | None:
+) -> TaskOutcome[Any] | None:
     """The outcome an unsuccessful attempt ends the task with, or ``None`` to retry."""
     if status is _CANCELLED:
         return CANCELLED
@@ -315,7 +359,93 @@ def _schedule_retry(
     """Publish the backoff after a retryable failure; when to retry (``None``: at once)."""
     delay = rec.policy.backoff.delay_for_retry(retries, host.random)
     _publish_backoff(rec, host, delay, BackoffSource.FAILURE, error)
+    if retries == 0 and host.log_failures:
+        _log_retry(rec, error, delay)
     return None if delay == 0 else trio.current_time() + delay
+
+
+class _Streak:
+    """The failure-streak state of a task with section 12 rules (in its record's extras)."""
+
+    __slots__ = ("first_failure", "window")
+
+    def __init__(self, limit: RestartLimit | None) -> None:
+        self.first_failure = 0.0  # of the current streak: set at its first failure
+        self.window = None if limit is None else RestartWindow(limit)
+
+
+def _ended(kind: OutcomeKind, error: BaseException, reason: str) -> TaskOutcome[Any]:
+    return TaskOutcome(kind, error=error, reason=reason, exit_code=_exit_code(error))
+
+
+def _streak_failure(
+    rec: TaskRecord,
+    host: ActorHost,
+    status: str,
+    error: BaseException,
+    retries: int,
+    started: float | None,
+) -> tuple[TaskOutcome[Any] | None, float | None, int]:
+    """An unsuccessful attempt of a task with section 12 rules: (the outcome it ends the
+    task with, or ``None`` and when to retry), and the streak's retry count from now."""
+    if status is _CANCELLED:
+        return CANCELLED, None, retries
+    policy = rec.policy
+    if status is _FATAL:
+        return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
+    if not policy.restart.restarts_on_failure:
+        return _ended(OutcomeKind.FAILED, error, str(error)), None, retries
+    now = trio.current_time()
+    healthy_after = policy.healthy_after
+    if healthy_after is not None and started is not None and now - started >= healthy_after:
+        retries = 0  # a healthy attempt: this failure begins a new streak
+    if policy.max_retries is not None and retries >= policy.max_retries:
+        reason = f"retry limit reached after {retries} retries: {error}"
+        return _ended(OutcomeKind.FAILED, error, reason), None, retries
+    delay = policy.backoff.delay_for_retry(retries, host.random)
+    at = now + delay
+    extras = rec.extras()
+    streak = extras.streak
+    if streak is None:
+        streak = extras.streak = _Streak(policy.restart_limit)
+    assert isinstance(streak, _Streak)
+    if retries == 0:
+        streak.first_failure = now
+    budget = policy.retry_budget
+    if budget is not None and retry_budget_spent(streak.first_failure, budget, at):
+        return _ended(OutcomeKind.FAILED, error, retry_budget_reason(budget, error)), None, retries
+    window = streak.window
+    if window is not None and not window.admits(at):
+        assert policy.restart_limit is not None
+        reason = policy.restart_limit.reason(error)
+        return _ended(OutcomeKind.FAILED, error, reason), None, retries
+    if policy.retry_on is not None and not isinstance(error, policy.retry_on):
+        return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
+    if window is not None:
+        window.record(at)
+    _publish_backoff(rec, host, delay, BackoffSource.FAILURE, error)
+    if retries == 0 and host.log_failures:
+        _log_retry(rec, error, delay)
+    return None, None if delay == 0 else at, retries + 1
+
+
+def _log_retry(rec: TaskRecord, error: BaseException, delay: float) -> None:
+    """``log_failures``: the first failed attempt of a streak, which will be retried."""
+    logger.warning(
+        "task %r (%s) attempt %d failed, retrying in %.3g s: %s",
+        rec.name,
+        rec.id,
+        rec.attempt,
+        delay,
+        error,
+        extra={
+            "taskvisor_name": rec.name,
+            "taskvisor_task_id": rec.id,
+            "taskvisor_attempt": rec.attempt,
+            "taskvisor_reason": str(error),
+            "taskvisor_delay": delay,
+        },
+    )
 
 
 def _schedule_repeat(rec: TaskRecord, host: ActorHost, started: float | None) -> float:

@@ -11,6 +11,10 @@ Decisions the design leaves open:
   ints too large for a float raise ``ConfigError``. ``grace`` may be ``math.inf``
   (never force).
 * ``timeout=math.inf`` is normalised to ``None`` like ``timeout=0``.
+* ``healthy_after=math.inf`` and ``retry_budget=math.inf`` are normalised to ``None``
+  (never healthy, no budget); ``0`` is a ``ConfigError`` for both (they must be > 0).
+* ``retry_on`` takes exception classes (``BaseException`` subclasses) in a ``tuple``;
+  anything else, a bare class or a list included, is a ``TypeError``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 
 from ._exceptions import ConfigError
-from ._policies import BackoffPolicy, RestartPolicy
+from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
 from ._slotstore import SlotStore
 
 # -- validators ---------------------------------------------------------------------------
@@ -84,6 +88,50 @@ def check_max_retries(value: object) -> int | None:
     return check_count("max_retries", value, minimum=1)
 
 
+def check_positive_seconds(what: str, value: object) -> float | None:
+    """Validate ``healthy_after`` / ``retry_budget``: ``None`` or seconds ``> 0``.
+
+    ``inf`` means ``None``.
+    """
+    if value is None:
+        return None
+    seconds = check_duration(what, value)
+    if seconds == 0:
+        raise ConfigError(f"{what} must be > 0 or None, got {value!r}")
+    return None if math.isinf(seconds) else seconds
+
+
+def normalize_healthy_after(value: object) -> float | None:
+    """Validate ``healthy_after``: ``None`` or seconds ``> 0``."""
+    return check_positive_seconds("healthy_after", value)
+
+
+def normalize_retry_budget(value: object) -> float | None:
+    """Validate ``retry_budget``: ``None`` or seconds ``> 0``."""
+    return check_positive_seconds("retry_budget", value)
+
+
+def check_retry_on(value: object) -> tuple[type[BaseException], ...] | None:
+    """Validate ``retry_on``: ``None`` or a non-empty tuple of exception classes."""
+    if value is None:
+        return None
+    if type(value) is not tuple:
+        raise TypeError(f"retry_on must be a tuple of exception classes or None, got {value!r}")
+    items: tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType]
+    if not items:
+        raise ConfigError("retry_on must name at least one exception class, got ()")
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"retry_on must hold exception classes, got {item!r} in {value!r}")
+    return items  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
+
+
+def check_restart_limit(value: object) -> RestartLimit | None:
+    """Validate ``restart_limit``: ``None`` or a ``RestartLimit``."""
+    check_type("restart_limit", value, RestartLimit, optional=True)
+    return value  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
+
+
 _Validator: TypeAlias = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 
@@ -131,6 +179,12 @@ class TaskDefaults:
     backoff: BackoffPolicy = attrs.field(factory=BackoffPolicy, validator=_instance(BackoffPolicy))
     timeout: float | None = attrs.field(default=None, converter=normalize_timeout)
     max_retries: int | None = attrs.field(default=None, converter=check_max_retries)
+    healthy_after: float | None = attrs.field(default=None, converter=normalize_healthy_after)
+    restart_limit: RestartLimit | None = attrs.field(default=None, converter=check_restart_limit)
+    retry_on: tuple[type[BaseException], ...] | None = attrs.field(
+        default=None, converter=check_retry_on
+    )
+    retry_budget: float | None = attrs.field(default=None, converter=normalize_retry_budget)
 
 
 @attrs.frozen
@@ -152,6 +206,10 @@ class SupervisorConfig:
     """Settings of one supervisor; invalid values raise ``ConfigError``.
 
     ``grace`` may be ``math.inf`` (never force); capacities must be ``>= 1``.
+    ``log_failures`` (default ``True``) writes final ``FAILED``, ``FATAL`` and
+    ``PANICKED`` outcomes (ERROR, with the error as ``exc_info``) and the first failed
+    attempt of each failure streak (WARNING) to the ``trio_taskvisor`` logger, unless a
+    ``LoggingSubscriber`` is subscribed.
     """
 
     grace: float = attrs.field(default=60.0, validator=_DURATION)
@@ -169,3 +227,4 @@ class SupervisorConfig:
     random: random.Random = attrs.field(
         factory=random.Random, eq=False, validator=_instance(random.Random)
     )
+    log_failures: bool = attrs.field(default=True, validator=_instance(bool))

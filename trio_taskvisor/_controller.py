@@ -48,6 +48,8 @@ cluster queue; the wait guard sees the slots through ``slot_edge`` / ``slot_owne
 Decisions the design leaves open:
 
 * A JOIN on an idle slot starts its own work, like any policy on an idle slot.
+* No ``CONTROLLER_SLOT_TRANSITION`` is published for an owner whose outcome is committed
+  (after its ``TASK_REMOVED``: a forced owner still running, a late admission report).
 * ``prepare_submission`` captures the caller's context variables when it is called.
 * ``cancel_slot`` changes no slot status (as ``cancel`` by id): an owner it stops stays
   ``RUNNING`` until it exits. An owner the registry has not decided on yet is stopped
@@ -58,7 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Final, NamedTuple, Protocol, cast
+from typing import Any, Final, NamedTuple, Protocol, cast
 
 import attrs
 import trio
@@ -182,7 +184,7 @@ _EDGE_LABELS: Final = {
     "joined": "follows",
 }
 
-NewRecord = Callable[[TaskSpec, str], TaskRecord]
+NewRecord = Callable[[TaskSpec[Any], str], TaskRecord]
 
 
 class LeaseKeeperSeam(Protocol):
@@ -196,7 +198,7 @@ class LeaseKeeperSeam(Protocol):
 
     def withdraw(self, slot: str, entry: int, reason: RejectionKind, /) -> None: ...
 
-    def release(self, slot: str, entry: int, outcome: TaskOutcome, /) -> None: ...
+    def release(self, slot: str, entry: int, outcome: TaskOutcome[Any], /) -> None: ...
 
     def follow(self, joiner: int, slot: str, target: str, /) -> None: ...
 
@@ -279,7 +281,7 @@ class Controller:
 
     # -- intake (the caller's task) --------------------------------------------------------
 
-    def prepare(self, request: ControllerSpec) -> Entry[TaskRecord]:
+    def prepare(self, request: ControllerSpec[Any]) -> Entry[TaskRecord]:
         """Build the entry (and its record) of ``request``; allocates the ``TaskId``."""
         if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a ControllerSpec, got {request!r}")
@@ -672,8 +674,10 @@ class Controller:
                         EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
                     )
             case Transition(entry, reason):
-                if bus.active:
-                    rec = entry.payload
+                rec = entry.payload
+                # Not after the owner's TASK_REMOVED (a forced owner still running, a
+                # decision that arrived late): a task's events end there (section 12).
+                if bus.active and not rec.committed:
                     bus.publish(
                         EventKind.CONTROLLER_SLOT_TRANSITION,
                         rec.id,

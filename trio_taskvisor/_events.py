@@ -5,6 +5,9 @@ never from events.
 
 Decisions the design leaves open:
 
+* ``FORCED_TASK_EXITED`` (DESIGN section 12) is the one event of a task after its
+  ``TASK_REMOVED``: a force-aborted task's physical exit, ``duration`` seconds after the
+  force.
 * ``TaskEvent`` supports no weak references: the bus builds events with
   ``new_event`` (fields in declaration order, no checks), which skips attrs' frozen
   ``__init__`` and needs a layout without a weak-reference slot (``_frozen``).
@@ -50,6 +53,7 @@ class EventKind(enum.StrEnum):
     CONTROLLER_REMOTE_STOP = "controller_remote_stop"
     CONTROLLER_STORE_UNAVAILABLE = "controller_store_unavailable"
     CONTROLLER_STORE_RECOVERED = "controller_store_recovered"
+    FORCED_TASK_EXITED = "forced_task_exited"
 
 
 class BackoffSource(enum.Enum):

@@ -61,7 +61,7 @@ import math
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Final, Protocol, TypeAlias, cast
+from typing import Any, Final, Protocol, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
 
 import anyio
@@ -292,7 +292,7 @@ class _Withdraw:
 class _Release:
     slot: str
     eid: str
-    outcome: TaskOutcome
+    outcome: TaskOutcome[Any]
 
 
 @attrs.frozen
@@ -483,7 +483,7 @@ class LeaseKeeper:
         self._oblige(_Withdraw(slot, self._eid(entry), reason.value))
         self._attempts.pop(entry, None)
 
-    def release(self, slot: str, entry: int, outcome: TaskOutcome) -> None:
+    def release(self, slot: str, entry: int, outcome: TaskOutcome[Any]) -> None:
         """Give back the lease of ``entry`` after its owner physically exited (also after
         ``LeaseLost``); ``outcome`` is encoded only if other processes follow it."""
         self._leases.pop(entry, None)
@@ -837,7 +837,7 @@ class LeaseKeeper:
             slot, parsed.holder, parsed.token, parsed.live_entries, parsed.remaining
         )
 
-    def _decode(self, follow: _Follow, text: str) -> TaskOutcome:
+    def _decode(self, follow: _Follow, text: str) -> TaskOutcome[Any]:
         try:
             return decode_outcome(text)
         except ValueError as exc:
@@ -1105,7 +1105,7 @@ class LeaseKeeper:
         self._attempts.pop(entry, None)  # a rejected entry never comes back
         self._report(Rejected(slot, entry, kind))
 
-    def _followed(self, joiner: int, outcome: TaskOutcome) -> None:
+    def _followed(self, joiner: int, outcome: TaskOutcome[Any]) -> None:
         del self._follows[joiner]
         self._report(FollowedOutcome(joiner, outcome))
 

@@ -4,7 +4,12 @@ Every event field goes into the record's ``extra`` under a ``taskvisor_`` prefix
 (``taskvisor_name``, ``taskvisor_kind``, ...), so structured formatters (JSON,
 structlog's stdlib bridge) get them as fields; ``name`` itself is reserved by
 ``LogRecord``. Failures log at WARNING, losses and faults at ERROR, routine
-lifecycle at DEBUG/INFO.
+lifecycle at DEBUG/INFO. ``BACKOFF_SCHEDULED`` of a periodic task waiting for its next
+run (``backoff_source=SUCCESS``) is routine: DEBUG; a retry's is INFO.
+``FORCED_TASK_EXITED`` (a forced task's late physical exit) is a WARNING.
+
+Subscribing a ``LoggingSubscriber`` (or a subclass) turns off the supervisor's own
+``log_failures`` records: its records already cover every failure.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Final
 
 import attrs
 
-from ._events import EventKind, TaskEvent
+from ._events import BackoffSource, EventKind, TaskEvent
 from ._outcome import OutcomeKind
 
 _LEVELS: Final = {
@@ -31,6 +36,7 @@ _LEVELS: Final = {
     EventKind.SUBSCRIBER_OVERFLOW: logging.WARNING,
     EventKind.GRACE_EXCEEDED: logging.ERROR,
     EventKind.SUBSCRIBER_FAILED: logging.ERROR,
+    EventKind.FORCED_TASK_EXITED: logging.WARNING,
 }
 _FAILED_OUTCOMES: Final = {
     OutcomeKind.FAILED: logging.WARNING,
@@ -41,9 +47,12 @@ _FAILED_OUTCOMES: Final = {
 
 
 def _level(event: TaskEvent) -> int:
-    if event.kind is EventKind.TASK_FINISHED and event.outcome is not None:
+    kind = event.kind
+    if kind is EventKind.TASK_FINISHED and event.outcome is not None:
         return _FAILED_OUTCOMES.get(event.outcome, logging.INFO)
-    return _LEVELS.get(event.kind, logging.INFO)
+    if kind is EventKind.BACKOFF_SCHEDULED and event.backoff_source is BackoffSource.SUCCESS:
+        return logging.DEBUG  # a periodic task waiting for its next run: routine
+    return _LEVELS.get(kind, logging.INFO)
 
 
 class LoggingSubscriber:
@@ -67,6 +76,8 @@ class LoggingSubscriber:
             parts.append(f"attempt={event.attempt}")
         if event.delay is not None:
             parts.append(f"delay={event.delay:.3g}s")
+        if event.kind is EventKind.FORCED_TASK_EXITED and event.duration is not None:
+            parts.append(f"{event.duration:.3g}s after the force")
         if event.outcome is not None:
             parts.append(event.outcome.value)
         if event.rejection is not None:

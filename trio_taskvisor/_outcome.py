@@ -11,15 +11,20 @@ Decisions the design leaves open:
   supervisors too.
 * ``Placement`` is a ``StrEnum`` (DESIGN section 11: a ``str`` enum with lower-case
   values), as ``EventKind`` is: ``Placement.OWNER == "owner"``.
+* ``TaskOutcome[T]`` is generic in the task's return type: ``value`` is ``T | None``
+  (``None`` unless ``COMPLETED``), ``unwrap()`` returns ``T``. The shared outcomes that
+  carry no value (rejections, ``CANCELLED``, ...) are ``TaskOutcome[Any]``.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar, cast
 
 import attrs
+
+T_co = TypeVar("T_co", covariant=True)
 
 
 class TaskId(int):
@@ -104,22 +109,22 @@ FORCE_ABORTED_REASON: Final = "force-aborted: did not stop within the grace wind
 class OutcomeError(Exception):
     """``TaskOutcome.unwrap()`` of an outcome that is not a success."""
 
-    def __init__(self, outcome: TaskOutcome) -> None:
+    def __init__(self, outcome: TaskOutcome[Any]) -> None:
         detail = f": {outcome.reason}" if outcome.reason else ""
         super().__init__(f"task ended {outcome.kind.value}{detail}")
         self.outcome = outcome
 
 
 @attrs.frozen
-class TaskOutcome:
-    """The final result of one task.
+class TaskOutcome(Generic[T_co]):
+    """The final result of one task; generic in the task's return type ``T``.
 
     ``value`` is set for ``COMPLETED``; ``error`` for ``FAILED`` and ``FATAL``;
     ``rejection`` for ``REJECTED``.
     """
 
     kind: OutcomeKind
-    value: object = None
+    value: T_co | None = None
     error: BaseException | None = None
     reason: str | None = None
     exit_code: int | None = None
@@ -130,25 +135,29 @@ class TaskOutcome:
         """Whether the task completed."""
         return self.kind is OutcomeKind.COMPLETED
 
-    def unwrap(self) -> Any:
+    def unwrap(self) -> T_co:
         """Return ``value``, or raise ``OutcomeError(self)`` chained to ``error``."""
         if self.kind is OutcomeKind.COMPLETED:
-            return self.value
+            return cast("T_co", self.value)
         raise OutcomeError(self) from self.error
 
 
-_REJECTED: Final = {
+_REJECTED: Final[dict[RejectionKind, TaskOutcome[Any]]] = {
     kind: TaskOutcome(OutcomeKind.REJECTED, reason=reason, rejection=kind)
     for kind, reason in _REJECTION_REASONS.items()
 }
 
 
-def rejected_outcome(rejection: RejectionKind) -> TaskOutcome:
+def rejected_outcome(rejection: RejectionKind) -> TaskOutcome[Any]:
     """The outcome of work rejected before its body ran (one shared value per kind)."""
     return _REJECTED[rejection]
 
 
-COMPLETED_NONE: Final = TaskOutcome(OutcomeKind.COMPLETED)
-CANCELLED: Final = TaskOutcome(OutcomeKind.CANCELLED)
-FORCE_ABORTED: Final = TaskOutcome(OutcomeKind.FORCE_ABORTED, reason=FORCE_ABORTED_REASON)
-PANICKED: Final = TaskOutcome(OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled")
+COMPLETED_NONE: Final[TaskOutcome[Any]] = TaskOutcome(OutcomeKind.COMPLETED)
+CANCELLED: Final[TaskOutcome[Any]] = TaskOutcome(OutcomeKind.CANCELLED)
+FORCE_ABORTED: Final[TaskOutcome[Any]] = TaskOutcome(
+    OutcomeKind.FORCE_ABORTED, reason=FORCE_ABORTED_REASON
+)
+PANICKED: Final[TaskOutcome[Any]] = TaskOutcome(
+    OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled"
+)

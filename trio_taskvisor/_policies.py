@@ -34,6 +34,19 @@ Decisions the design leaves open, fixed here:
   policy has. ``factor == 1`` is exact (``base = first``) however large ``n`` is.
 * ``RestartPolicy.always(0)`` normalises to ``always(None)``: run again right after a
   success. An ``interval`` on any kind other than ``"always"`` is a ``ConfigError``.
+
+Restart intensity (``RestartLimit``, DESIGN section 12), fixed here where the design is
+silent:
+
+* The window is closed, as in Erlang/OTP (``R >= Now - Period``): a restart at ``at`` is
+  counted with the earlier restarts ``s`` for which ``s >= at - within``; the limit is hit
+  when that count, the new restart included, exceeds ``max_restarts``.
+* A restart counts at the time it is scheduled to start (failure time plus backoff
+  delay), not when a ``max_concurrent`` permit lets it begin: the rule stays pure, and
+  the two differ only under permit contention.
+* ``within`` must be finite (like every duration here); ``max_restarts`` an ``int >= 1``.
+  Wrong types raise ``TypeError``, wrong values ``ConfigError`` (the rule of ``_spec``
+  and ``_config``).
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from __future__ import annotations
 import enum
 import math
 import random
+from collections import deque
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -268,3 +282,74 @@ class RestartPolicy:
 
 RestartPolicy.NEVER = RestartPolicy("never")
 RestartPolicy.ON_FAILURE = RestartPolicy("on_failure")
+
+
+def _check_max_restarts(_instance: object, _attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"max_restarts must be an int, got {value!r}")
+    if value < 1:
+        raise ConfigError(f"max_restarts must be >= 1, got {value!r}")
+
+
+def _check_within(_instance: object, _attribute: attrs.Attribute[float], value: float) -> None:
+    if not _is_real(value):
+        raise TypeError(f"within must be a number of seconds, got {value!r}")
+    # An int that reaches here was too large to become a float.
+    if isinstance(value, int) or not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"within must be finite and > 0, got {value!r}")
+
+
+@attrs.frozen
+class RestartLimit:
+    """At most ``max_restarts`` restarts after failures within any ``within`` seconds.
+
+    The restart intensity of Erlang/OTP supervisors, per task: a failure whose restart
+    would exceed it ends the task ``FAILED`` at once. Repeats after a success (under
+    ``RestartPolicy.always``) are not restarts, and ``healthy_after`` does not reset the
+    count.
+    """
+
+    max_restarts: int = attrs.field(validator=_check_max_restarts)
+    within: float = attrs.field(converter=_int_to_float, validator=_check_within)
+
+    def reason(self, error: BaseException) -> str:
+        """The ``TaskOutcome.reason`` of a task this limit ended."""
+        return (
+            f"restart limit reached: {self.max_restarts} restarts within "
+            f"{float(self.within)!r} s: {error}"
+        )
+
+
+class RestartWindow:
+    """The restarts one task made recently, checked against its ``RestartLimit``.
+
+    Pure: times are plain floats given by the caller, in non-decreasing order. Keeps at
+    most ``max_restarts`` times, which is all a check needs.
+    """
+
+    __slots__ = ("_limit", "_times")
+
+    def __init__(self, limit: RestartLimit) -> None:
+        self._limit = limit
+        self._times: deque[float] = deque(maxlen=limit.max_restarts)
+
+    def admits(self, at: float) -> bool:
+        """Whether a restart at ``at`` keeps the task within its limit."""
+        threshold = at - self._limit.within
+        recent = sum(1 for time in self._times if time >= threshold)
+        return recent + 1 <= self._limit.max_restarts
+
+    def record(self, at: float) -> None:
+        """A restart is scheduled at ``at`` (no earlier than any recorded one)."""
+        self._times.append(at)
+
+
+def retry_budget_spent(first_failure: float, budget: float, at: float) -> bool:
+    """Whether a retry at ``at`` falls after the budget of a streak that began at
+    ``first_failure`` (one starting exactly at the budget's end is made)."""
+    return at > first_failure + budget
+
+
+def retry_budget_reason(budget: float, error: BaseException) -> str:
+    """The ``TaskOutcome.reason`` of a task its ``retry_budget`` ended."""
+    return f"retry budget of {float(budget)!r} s spent: {error}"

@@ -66,15 +66,16 @@ current_task_context: Final = contextvars.ContextVar["TaskRecord"]("trio_taskvis
 class _Extras:
     """What few records need: created on first use."""
 
-    __slots__ = ("cancel_flag", "defer_scopes", "task_context")
+    __slots__ = ("cancel_flag", "defer_scopes", "streak", "task_context")
 
     def __init__(self) -> None:
         self.cancel_flag: AsyncBool | None = None
         self.defer_scopes: set[trio.CancelScope] | None = None
         self.task_context: object = None  # the TaskContext, built by _context
+        self.streak: object = None  # the actor's failure-streak state (section 12 rules)
 
 
-class TaskRecord(TaskWaiter):
+class TaskRecord(TaskWaiter[Any]):
     """The registry's and the actor's shared state for one task; also its waiter."""
 
     __slots__ = (
@@ -127,6 +128,7 @@ class TaskRecord(TaskWaiter):
         self.reserved = True  # its name is reserved while the actor lives (not keyed calls)
         self.stop_scope: trio.CancelScope | None = None  # the actor's, from its start
         self.hard_deadline = math.inf
+        # The stop's force deadline; once forced, the time of the force (FORCED_TASK_EXITED).
         self.force_deadline = math.inf
         # Controller work: whom to tell, and the slot machine's entry (opaque here).
         self.listener: RecordListener | None = None

@@ -25,6 +25,8 @@ callers use these methods:
   ``check_intake`` is the one intake check, used by the facade and the controller too.
 * ``ActorHost`` (``_actor``): actors report their exit and borrow permits directly,
   between two checkpoints of their own.
+* ``force_all`` (the facade, for a signal received during the shutdown) runs directly:
+  it forces every remaining task at once, as if the shared grace deadline were now.
 
 Membership has two views:
 
@@ -58,9 +60,21 @@ Decisions the design leaves open:
   deadline (DESIGN section 8); ``ALL_STOPPED_WITHIN_GRACE`` is published only once no
   forced work is left running or due to be listed. Once every outcome is committed and
   forced work still runs, one warning names the tasks the shutdown waits for.
-* Keyed calls (``run_in_slot``) reserve no name: their automatic names are labels, so
-  a user task of the same name never collides with one. Name targets do not find them;
-  their ``TaskId`` does.
+* Keyed calls (``run_in_slot``) and tasks whose spec has no name reserve no name
+  (``TaskRecord.reserved = False``; decided for keyed calls in issue 10, for every
+  automatic name in issue 13): their automatic names are labels, so a user task of the
+  same name never collides with one, and a batch never conflicts over one. Name targets
+  do not find them; their ``TaskId`` does.
+* A force-aborted task publishes ``FORCED_TASK_EXITED`` when its actor exits, with
+  ``duration`` from the force to that exit (``force_deadline`` holds the force's time
+  once forced). ``forced_alive`` counts such tasks still running.
+* ``log_failures``: final ``FAILED``, ``FATAL`` and ``PANICKED`` outcomes are logged
+  when they are committed, at ERROR, with the error as ``exc_info`` (none for
+  ``PANICKED``) and the task's name, id, outcome and reason in ``extra``.
+* A signal during the shutdown (``force_all``) forces every task not yet committed and
+  lists it in ``stuck``; forced work from before the shutdown that still runs is listed
+  at once too. A ``force_all`` before the registry has taken the shutdown in makes the
+  shutdown's deadline "now" when it does.
 """
 
 from __future__ import annotations
@@ -84,6 +98,7 @@ from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUs
 from ._inbox import Inbox, Reply
 from ._outcome import (
     FORCE_ABORTED,
+    PANICKED,
     OutcomeKind,
     Placement,
     RejectionKind,
@@ -209,9 +224,14 @@ class Registry:
         config: SupervisorConfig,
         bus: EventBus,
         on_crash: Callable[[BaseException], None],
+        *,
+        log_failures: bool = False,
     ) -> None:
         self.bus = bus
         self.random = config.random
+        self.log_failures = log_failures
+        # Failed outcomes committed, kept only when the pytest plugin asks (its check).
+        self.failures: list[TaskRecord] | None = None
         self._grace = config.grace
         self._limit = config.max_registered_tasks
         self._on_crash = on_crash
@@ -240,6 +260,7 @@ class Registry:
         self.running_attempts = 0
         self.shutting_down = False
         self._shutdown_deadline = math.inf
+        self._force_now = False  # force_all() came before the shutdown was taken in
         # Forced before shutdown began and still running: stuck if so at the deadline.
         self._overstaying: dict[TaskId, TaskRecord] = {}
         self._overstay_deadline = math.inf
@@ -287,6 +308,11 @@ class Registry:
         """Report each record that starts waiting for a permit to ``watch`` (``None``: stop)."""
         if self._permits is not None:
             self._permits.watch = watch
+
+    @property
+    def forced_alive(self) -> int:
+        """Force-aborted tasks still physically running (committed, not exited)."""
+        return len(self._live) - self.registered
 
     # -- intake (the facade's and the controller's tasks) -----------------------------------
 
@@ -529,6 +555,8 @@ class Registry:
         else:
             seen: set[str] = set()
             for i, rec in enumerate(recs):
+                if not rec.reserved:
+                    continue  # an automatic name: a label, never a conflict
                 if rec.name in self._names or rec.name in seen:
                     kinds[i] = RejectionKind.ALREADY_EXISTS
                     if error is None:
@@ -602,16 +630,27 @@ class Registry:
         assert self._permits is not None
         self._permits.release()
 
-    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
+    def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """Free the name, then commit ``outcome`` unless the force committed one."""
         del self._live[rec.id]
         if rec.reserved:
             del self._names[rec.name]
         if not rec.committed:
             self._commit(rec, outcome)
-        elif self._overstaying.pop(rec.id, None) is not None and not self._overstaying:
-            self._overstay_deadline = math.inf  # every one exited within the grace
-            self._check_all_stopped()
+        else:
+            bus = self.bus
+            if bus.active:
+                bus.publish(
+                    EventKind.FORCED_TASK_EXITED,
+                    rec.id,
+                    rec.name,
+                    rec.slot,
+                    duration=trio.current_time() - rec.force_deadline,
+                    fence_token=rec.fence_token,
+                )
+            if self._overstaying.pop(rec.id, None) is not None and not self._overstaying:
+                self._overstay_deadline = math.inf  # every one exited within the grace
+                self._check_all_stopped()
         if rec.listener is None:
             self._maybe_idle()
         # else: its listener may admit the slot's next owner first, then ``settle``.
@@ -683,13 +722,26 @@ class Registry:
 
     def _force(self, rec: TaskRecord) -> None:
         rec.force()
+        rec.force_deadline = trio.current_time()  # from now on: the time of the force
         if self.shutting_down:
             self.stuck.append(rec.name)
         self._commit(rec, FORCE_ABORTED)
 
+    def force_all(self) -> None:
+        """Force every remaining task now (a signal during the shutdown)."""
+        self._force_now = True
+        if not self.shutting_down:
+            return  # the shutdown, once taken in, takes "now" as its deadline
+        now = trio.current_time()
+        self._shutdown_deadline = now
+        for rec in [rec for rec in self._live.values() if not rec.committed]:
+            self._force(rec)
+        if self._overstaying:
+            self._overstayed()
+
     # -- endings --------------------------------------------------------------------------
 
-    def _commit(self, rec: TaskRecord, outcome: TaskOutcome) -> None:
+    def _commit(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         rec.committed = True
         self.registered -= 1
         heap = self._heap
@@ -715,9 +767,31 @@ class Registry:
             bus.publish(
                 EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
             )
+        if outcome.error is not None or outcome is PANICKED:  # FAILED, FATAL, PANICKED
+            self._failed(rec, outcome)
         rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
         if self.shutting_down and not self.registered:
             self._check_all_stopped()
+
+    def _failed(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
+        """A FAILED, FATAL or PANICKED outcome: log it, keep it for the plugin's check."""
+        if self.failures is not None:
+            self.failures.append(rec)
+        if self.log_failures:
+            logger.error(
+                "task %r (%s) ended %s: %s",
+                rec.name,
+                rec.id,
+                outcome.kind.value,
+                outcome.reason,
+                exc_info=outcome.error,
+                extra={
+                    "taskvisor_name": rec.name,
+                    "taskvisor_task_id": rec.id,
+                    "taskvisor_outcome": outcome.kind,
+                    "taskvisor_reason": outcome.reason,
+                },
+            )
 
     def _busy(self) -> None:
         if self._idle:
@@ -732,6 +806,8 @@ class Registry:
     # -- shutdown ---------------------------------------------------------------------------
 
     def _begin_shutdown(self, deadline: float) -> None:
+        if self._force_now:
+            deadline = trio.current_time()
         self.shutting_down = True
         self._shutdown_deadline = deadline
         # Forced earlier, still running: stuck too if still so at the shared deadline.

@@ -36,7 +36,7 @@ import os
 import re
 import secrets
 import socket
-from typing import Final, Protocol, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 from urllib.parse import unquote_plus, urlsplit
 
 import attrs
@@ -300,7 +300,7 @@ class FollowedOutcome:
     """The outcome of the work that ``joiner`` follows (see ``follow``)."""
 
     joiner: int
-    outcome: TaskOutcome
+    outcome: TaskOutcome[Any]
 
 
 @attrs.frozen
@@ -340,7 +340,7 @@ class ReportSink(Protocol):
     async def send(self, report: Report, /) -> None: ...
 
 
-def encode_outcome(outcome: TaskOutcome) -> str:
+def encode_outcome(outcome: TaskOutcome[Any]) -> str:
     """Encode an outcome for joiners in other processes.
 
     ``kind``, ``reason``, ``exit_code`` and ``rejection`` are kept, ``error`` is not.
@@ -369,7 +369,7 @@ def encode_outcome(outcome: TaskOutcome) -> str:
     return f'{head[:-1]},"value":{value}}}'
 
 
-def decode_outcome(text: str) -> TaskOutcome:
+def decode_outcome(text: str) -> TaskOutcome[Any]:
     """Decode ``encode_outcome``'s text; raise ``ValueError`` for anything else."""
     try:
         data = json.loads(text)

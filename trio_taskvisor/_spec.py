@@ -20,6 +20,23 @@ Decisions the design leaves open:
 * ``ControllerSpec.queue_timeout`` keeps the value given (an ``int`` becomes a ``float``);
   ``math.inf`` stays ``math.inf`` and, like ``None``, sets no deadline. Any value other
   than ``None`` with JOIN or DROP_IF_RUNNING is a ``TypeError``, ``math.inf`` included.
+* ``name=None`` (DESIGN section 12): the task is named ``f"{qualname}{task_id}"`` when
+  its record is built (``auto_name``): at add, submit or ``prepare_submission``. Such
+  automatic names, like those of keyed calls (``run_in_slot``), reserve no name in the
+  registry (``TaskRecord.reserved = False``): they are labels, unique by construction,
+  so a user task of the same name never collides with one, and name targets
+  (``remove("poll#7")``) do not find them; their ``TaskId`` does. The qualname is the
+  function's ``__qualname__``; of a ``functools.partial``, the wrapped function's (through
+  nested partials); of a callable object, its type's.
+* The section 12 options (``healthy_after``, ``restart_limit``, ``retry_on``,
+  ``retry_budget``) are accepted by every named constructor, ``once`` included, where
+  they have no effect (a task that never retries has no failure streak), as
+  ``max_retries`` and ``backoff`` are.
+* Types: ``TaskSpec[T]`` is generic in the task's return type. The named constructors
+  type their arguments like ``trio``'s ``start_soon`` (``fn: Callable[[*Ts],
+  Awaitable[T]], *args: *Ts``); the direct constructor takes ``args`` as a tuple and
+  cannot check them. A function written for ``Supervisor.start`` takes a keyword-only
+  ``task_status`` with a default, which the ``*Ts`` typing does not see.
 """
 
 from __future__ import annotations
@@ -29,7 +46,7 @@ import functools
 import inspect
 import types
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Generic, TypeAlias, TypeVar, TypeVarTuple
 
 import attrs
 
@@ -37,12 +54,20 @@ from ._config import (
     TaskDefaults,
     check_duration,
     check_max_retries,
+    check_restart_limit,
+    check_retry_on,
     check_type,
+    normalize_healthy_after,
+    normalize_retry_budget,
     normalize_timeout,
 )
 from ._exceptions import ConfigError
 from ._frozen import trusted_constructor
-from ._policies import BackoffPolicy, RestartPolicy
+from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+Ts = TypeVarTuple("Ts")
 
 
 class _Inherit(enum.Enum):
@@ -105,17 +130,47 @@ def _max_retries(value: int | _Inherit | None) -> int | _Inherit | None:
     return value if value is INHERIT else check_max_retries(value)
 
 
-def _name(value: str) -> str:
+def _healthy_after(value: float | _Inherit | None) -> float | _Inherit | None:
+    return value if value is INHERIT else normalize_healthy_after(value)
+
+
+def _restart_limit(value: RestartLimit | _Inherit | None) -> RestartLimit | _Inherit | None:
+    return value if value is INHERIT else check_restart_limit(value)
+
+
+def _retry_on(
+    value: tuple[type[BaseException], ...] | _Inherit | None,
+) -> tuple[type[BaseException], ...] | _Inherit | None:
+    return value if value is INHERIT else check_retry_on(value)
+
+
+def _retry_budget(value: float | _Inherit | None) -> float | _Inherit | None:
+    return value if value is INHERIT else normalize_retry_budget(value)
+
+
+def _name(value: str | None) -> str | None:
+    if value is None:
+        return None
     if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError(f"task name must be a str, got {value!r}")
+        raise TypeError(f"task name must be a str or None, got {value!r}")
     if not value:
         raise ConfigError(f"task name must not be empty, got {value!r}")
     return value
 
 
-def _fn(value: TaskFn) -> TaskFn:
+def _fn(_instance: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
     check_async_callable(value)
-    return value
+
+
+def auto_name(fn: Callable[..., object], task_id: object) -> str:
+    """The automatic name of a nameless task: ``f"{qualname}{task_id}"``."""
+    target: object = fn
+    while isinstance(target, functools.partial):
+        target = target.func  # pyright: ignore[reportUnknownMemberType]
+    qualname = getattr(target, "__qualname__", None)
+    if not isinstance(qualname, str):  # a callable object: its type's
+        qualname = type(target).__qualname__
+    return f"{qualname}{task_id}"
 
 
 def _args(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -131,16 +186,30 @@ def _args(value: Iterable[Any]) -> tuple[Any, ...]:
 
 
 @attrs.frozen(weakref_slot=False)
-class TaskSpec:
-    """What to run and how to supervise it.
+class TaskSpec(Generic[T_co]):
+    """What to run and how to supervise it; generic in the task's return type ``T``.
 
     ``fn(*args)`` is called afresh for every attempt. Options left as ``INHERIT``
     take the supervisor's ``TaskDefaults`` at admission; ``timeout=None`` disables a
     timeout even if the defaults set one, and ``timeout=0`` means ``None``.
+    ``name=None`` names the task ``f"{qualname}{task_id}"`` when it is added or
+    submitted (``poll#7``), a name that reserves nothing.
+
+    Failure streaks (each ``None`` to turn it off, even if the defaults set it):
+
+    * ``healthy_after``: an attempt that has run this long (inclusive) is healthy: the
+      failure streak (retry count, backoff step, retry budget) starts afresh, even if
+      the attempt fails later.
+    * ``restart_limit``: a ``RestartLimit``; a failure whose restart would exceed it
+      ends the task ``FAILED`` at once.
+    * ``retry_on``: the exception classes worth a retry; a failure (or timeout) that
+      would be retried but matches none of them ends the task ``FATAL``.
+    * ``retry_budget``: seconds from a streak's first failure; a retry that would start
+      later ends the task ``FAILED`` instead.
     """
 
-    name: str = attrs.field(converter=_name)
-    fn: TaskFn = attrs.field(converter=_fn)
+    name: str | None = attrs.field(converter=_name)
+    fn: Callable[..., Awaitable[T_co]] = attrs.field(validator=_fn)
     args: tuple[Any, ...] = attrs.field(default=(), converter=_args)
     restart: RestartPolicy | _Inherit = attrs.field(
         default=INHERIT, kw_only=True, converter=_restart
@@ -154,64 +223,125 @@ class TaskSpec:
     max_retries: int | _Inherit | None = attrs.field(
         default=INHERIT, kw_only=True, converter=_max_retries
     )
+    healthy_after: float | _Inherit | None = attrs.field(
+        default=INHERIT, kw_only=True, converter=_healthy_after
+    )
+    restart_limit: RestartLimit | _Inherit | None = attrs.field(
+        default=INHERIT, kw_only=True, converter=_restart_limit
+    )
+    retry_on: tuple[type[BaseException], ...] | _Inherit | None = attrs.field(
+        default=INHERIT, kw_only=True, converter=_retry_on
+    )
+    retry_budget: float | _Inherit | None = attrs.field(
+        default=INHERIT, kw_only=True, converter=_retry_budget
+    )
 
     @classmethod
     def once(
         cls,
-        name: str,
-        fn: TaskFn,
-        *args: Any,
+        name: str | None,
+        fn: Callable[[*Ts], Awaitable[T]],
+        *args: *Ts,
         backoff: BackoffPolicy | _Inherit = INHERIT,
         timeout: float | _Inherit | None = INHERIT,
         max_retries: int | _Inherit | None = INHERIT,
-    ) -> TaskSpec:
+        healthy_after: float | _Inherit | None = INHERIT,
+        restart_limit: RestartLimit | _Inherit | None = INHERIT,
+        retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
+        retry_budget: float | _Inherit | None = INHERIT,
+    ) -> TaskSpec[T]:
         """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``)."""
-        return cls._named(name, fn, args, RestartPolicy.NEVER, backoff, timeout, max_retries)
+        if (
+            backoff is INHERIT
+            and timeout is INHERIT
+            and max_retries is INHERIT
+            and healthy_after is INHERIT
+            and restart_limit is INHERIT
+            and retry_on is INHERIT
+            and retry_budget is INHERIT
+        ):
+            return _trusted(name, fn, args, RestartPolicy.NEVER)
+        return TaskSpec(
+            name,
+            fn,
+            args,
+            restart=RestartPolicy.NEVER,
+            backoff=backoff,
+            timeout=timeout,
+            max_retries=max_retries,
+            healthy_after=healthy_after,
+            restart_limit=restart_limit,
+            retry_on=retry_on,
+            retry_budget=retry_budget,
+        )
 
     @classmethod
     def restartable(
         cls,
-        name: str,
-        fn: TaskFn,
-        *args: Any,
+        name: str | None,
+        fn: Callable[[*Ts], Awaitable[T]],
+        *args: *Ts,
         backoff: BackoffPolicy | _Inherit = INHERIT,
         timeout: float | _Inherit | None = INHERIT,
         max_retries: int | _Inherit | None = INHERIT,
-    ) -> TaskSpec:
+        healthy_after: float | _Inherit | None = INHERIT,
+        restart_limit: RestartLimit | _Inherit | None = INHERIT,
+        retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
+        retry_budget: float | _Inherit | None = INHERIT,
+    ) -> TaskSpec[T]:
         """Retry retryable failures with backoff; stop after a success."""
-        return cls._named(name, fn, args, RestartPolicy.ON_FAILURE, backoff, timeout, max_retries)
+        if (
+            backoff is INHERIT
+            and timeout is INHERIT
+            and max_retries is INHERIT
+            and healthy_after is INHERIT
+            and restart_limit is INHERIT
+            and retry_on is INHERIT
+            and retry_budget is INHERIT
+        ):
+            return _trusted(name, fn, args, RestartPolicy.ON_FAILURE)
+        return TaskSpec(
+            name,
+            fn,
+            args,
+            restart=RestartPolicy.ON_FAILURE,
+            backoff=backoff,
+            timeout=timeout,
+            max_retries=max_retries,
+            healthy_after=healthy_after,
+            restart_limit=restart_limit,
+            retry_on=retry_on,
+            retry_budget=retry_budget,
+        )
 
     @classmethod
     def periodic(
         cls,
-        name: str,
+        name: str | None,
         every: float | None,
-        fn: TaskFn,
-        *args: Any,
+        fn: Callable[[*Ts], Awaitable[T]],
+        *args: *Ts,
         backoff: BackoffPolicy | _Inherit = INHERIT,
         timeout: float | _Inherit | None = INHERIT,
         max_retries: int | _Inherit | None = INHERIT,
-    ) -> TaskSpec:
+        healthy_after: float | _Inherit | None = INHERIT,
+        restart_limit: RestartLimit | _Inherit | None = INHERIT,
+        retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
+        retry_budget: float | _Inherit | None = INHERIT,
+    ) -> TaskSpec[T]:
         """Run again ``every`` seconds after each success; failures use backoff."""
         restart = RestartPolicy.always(every)
-        return cls._named(name, fn, args, restart, backoff, timeout, max_retries)
-
-    @classmethod
-    def _named(
-        cls,
-        name: str,
-        fn: TaskFn,
-        args: tuple[Any, ...],
-        restart: RestartPolicy,
-        backoff: BackoffPolicy | _Inherit,
-        timeout: float | _Inherit | None,
-        max_retries: int | _Inherit | None,
-    ) -> TaskSpec:
-        """The named constructors: options all ``INHERIT`` skip the converters."""
-        if backoff is INHERIT and timeout is INHERIT and max_retries is INHERIT:
-            # ``args`` is the constructor's own tuple, ``restart`` one of ours.
-            return _trusted_spec(_name(name), _fn(fn), args, restart, INHERIT, INHERIT, INHERIT)
-        return cls(
+        if (
+            backoff is INHERIT
+            and timeout is INHERIT
+            and max_retries is INHERIT
+            and healthy_after is INHERIT
+            and restart_limit is INHERIT
+            and retry_on is INHERIT
+            and retry_budget is INHERIT
+        ):
+            return _trusted(name, fn, args, restart)
+        return TaskSpec(
             name,
             fn,
             args,
@@ -219,10 +349,26 @@ class TaskSpec:
             backoff=backoff,
             timeout=timeout,
             max_retries=max_retries,
+            healthy_after=healthy_after,
+            restart_limit=restart_limit,
+            retry_on=retry_on,
+            retry_budget=retry_budget,
         )
 
 
-_trusted_spec: Final = trusted_constructor(TaskSpec)
+_trusted_spec: Final[Callable[..., TaskSpec[Any]]] = trusted_constructor(TaskSpec)
+
+
+def _trusted(
+    name: str | None, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], restart: RestartPolicy
+) -> TaskSpec[T]:
+    """The named constructors with every option ``INHERIT``: skip the converters.
+
+    ``args`` is the constructor's own tuple, ``restart`` one of ours.
+    """
+    name = _name(name)
+    check_async_callable(fn)
+    return _trusted_spec(name, fn, args, restart)  # the options' defaults: INHERIT
 
 
 class AdmissionPolicy(enum.Enum):
@@ -252,15 +398,16 @@ _NEVER_QUEUED: Final = (AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING)
 
 
 @attrs.frozen
-class ControllerSpec:
+class ControllerSpec(Generic[T_co]):
     """A submission to the controller: the task, its slot and the busy-slot policy.
 
     ``queue_timeout`` (QUEUE and REPLACE only): seconds from intake after which work
     still queued or held is withdrawn, ``REJECTED(QUEUE_TIMEOUT)``; ``None`` or
-    ``math.inf``: no deadline.
+    ``math.inf``: no deadline. A task without a name needs an explicit ``slot``
+    (``ConfigError`` otherwise).
     """
 
-    task: TaskSpec = attrs.field(validator=lambda _i, _a, v: check_type("task", v, TaskSpec))
+    task: TaskSpec[T_co] = attrs.field(validator=lambda _i, _a, v: check_type("task", v, TaskSpec))
     policy: AdmissionPolicy = attrs.field(
         default=AdmissionPolicy.QUEUE,
         validator=lambda _i, _a, v: check_type("policy", v, AdmissionPolicy),
@@ -279,72 +426,117 @@ class ControllerSpec:
                 f"policy {self.policy.name} never queues, so it takes no queue_timeout, "
                 f"got queue_timeout={self.queue_timeout!r}"
             )
+        if self.slot is None and self.task.name is None:
+            raise ConfigError(
+                f"a task without a name needs an explicit slot, got slot=None for {self.task.fn!r}"
+            )
 
     @property
     def slot_name(self) -> str:
         """The slot: ``slot``, or the task name."""
-        return self.task.name if self.slot is None else self.slot
+        slot = self.task.name if self.slot is None else self.slot
+        assert slot is not None  # checked at construction
+        return slot
 
     @classmethod
     def queue(
         cls,
-        task: TaskSpec,
+        task: TaskSpec[T],
         *,
         slot: str | None = None,
         wait: bool = False,
         queue_timeout: float | None = None,
-    ) -> ControllerSpec:
+    ) -> ControllerSpec[T]:
         """Run when the slot is free; queue FIFO behind its owner.
 
         ``queue_timeout``: withdraw the work if it is still queued or held that many
         seconds after intake (``REJECTED(QUEUE_TIMEOUT)``).
         """
-        return cls(task, AdmissionPolicy.QUEUE, slot, wait, queue_timeout=queue_timeout)
+        return ControllerSpec(task, AdmissionPolicy.QUEUE, slot, wait, queue_timeout=queue_timeout)
 
     @classmethod
     def replace(
         cls,
-        task: TaskSpec,
+        task: TaskSpec[T],
         *,
         slot: str | None = None,
         wait: bool = False,
         queue_timeout: float | None = None,
-    ) -> ControllerSpec:
+    ) -> ControllerSpec[T]:
         """Stop the slot's owner and become the head of its queue.
 
         ``queue_timeout``: as for ``queue``; withdrawn at its deadline, the work does not
         undo the stop it requested.
         """
-        return cls(task, AdmissionPolicy.REPLACE, slot, wait, queue_timeout=queue_timeout)
+        return ControllerSpec(
+            task, AdmissionPolicy.REPLACE, slot, wait, queue_timeout=queue_timeout
+        )
 
     @classmethod
-    def drop_if_running(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
+    def drop_if_running(cls, task: TaskSpec[T], *, slot: str | None = None) -> ControllerSpec[T]:
         """Run only if the slot is idle; otherwise reject ``SLOT_BUSY``."""
-        return cls(task, AdmissionPolicy.DROP_IF_RUNNING, slot)
+        return ControllerSpec(task, AdmissionPolicy.DROP_IF_RUNNING, slot)
 
     @classmethod
-    def join(cls, task: TaskSpec, *, slot: str | None = None) -> ControllerSpec:
+    def join(cls, task: TaskSpec[T], *, slot: str | None = None) -> ControllerSpec[T]:
         """On a busy slot, start nothing: resolve to the outcome of the slot's last work."""
-        return cls(task, AdmissionPolicy.JOIN, slot)
+        return ControllerSpec(task, AdmissionPolicy.JOIN, slot)
 
 
 @attrs.frozen
 class ResolvedSpec:
-    """A ``TaskSpec`` with every option resolved against ``TaskDefaults``."""
+    """A ``TaskSpec`` with every option resolved against ``TaskDefaults``.
+
+    ``needs_clock``: an attempt's start time is needed even without events (a deadline,
+    a repeat gap, the healthy mark). ``streak_rules``: a section 12 rule applies to its
+    failures, so the actor takes its fuller failure path; without one, it pays nothing
+    for them.
+    """
 
     restart: RestartPolicy
     backoff: BackoffPolicy
     timeout: float | None
     max_retries: int | None
+    healthy_after: float | None = None
+    restart_limit: RestartLimit | None = None
+    retry_on: tuple[type[BaseException], ...] | None = None
+    retry_budget: float | None = None
+    needs_clock: bool = attrs.field(init=False)
+    streak_rules: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "needs_clock",
+            self.timeout is not None
+            or self.restart.restarts_on_success
+            or self.healthy_after is not None,
+        )
+        object.__setattr__(
+            self,
+            "streak_rules",
+            self.healthy_after is not None
+            or self.restart_limit is not None
+            or self.retry_on is not None
+            or self.retry_budget is not None,
+        )
 
 
-def resolve(spec: TaskSpec, defaults: TaskDefaults) -> ResolvedSpec:
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is INHERIT else value
+
+
+def resolve(spec: TaskSpec[Any], defaults: TaskDefaults) -> ResolvedSpec:
     """Resolve the ``INHERIT`` options of ``spec`` against ``defaults``."""
     return ResolvedSpec(
-        defaults.restart if spec.restart is INHERIT else spec.restart,
-        defaults.backoff if spec.backoff is INHERIT else spec.backoff,
-        defaults.timeout if spec.timeout is INHERIT else spec.timeout,
-        defaults.max_retries if spec.max_retries is INHERIT else spec.max_retries,
+        _pick(spec.restart, defaults.restart),
+        _pick(spec.backoff, defaults.backoff),
+        _pick(spec.timeout, defaults.timeout),
+        _pick(spec.max_retries, defaults.max_retries),
+        _pick(spec.healthy_after, defaults.healthy_after),
+        _pick(spec.restart_limit, defaults.restart_limit),
+        _pick(spec.retry_on, defaults.retry_on),
+        _pick(spec.retry_budget, defaults.retry_budget),
     )
 
 
@@ -363,11 +555,22 @@ class Resolver:
 
     def __init__(self, defaults: TaskDefaults) -> None:
         self._defaults = defaults
-        self._cache: dict[tuple[int, int, int, int], tuple[ResolvedSpec, tuple[object, ...]]] = {}
+        # Keyed by the options' ids: four, or eight when a section 12 option is set.
+        self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
-    def __call__(self, spec: TaskSpec) -> ResolvedSpec:
-        options = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
-        key = (id(options[0]), id(options[1]), id(options[2]), id(options[3]))
+    def __call__(self, spec: TaskSpec[Any]) -> ResolvedSpec:
+        options: tuple[object, ...] = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
+        key: tuple[int, ...] = (id(options[0]), id(options[1]), id(options[2]), id(options[3]))
+        if not (
+            spec.healthy_after is INHERIT
+            and spec.restart_limit is INHERIT
+            and spec.retry_on is INHERIT
+            and spec.retry_budget is INHERIT
+        ):
+            # A section 12 option is set (rare): key by all eight.
+            streak = (spec.healthy_after, spec.restart_limit, spec.retry_on, spec.retry_budget)
+            options += streak
+            key += (id(streak[0]), id(streak[1]), id(streak[2]), id(streak[3]))
         cached = self._cache.get(key)
         if cached is not None:
             return cached[0]

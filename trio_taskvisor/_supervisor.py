@@ -29,8 +29,23 @@ Decisions the design leaves open:
   body's own exception, if any, as its context. Only the first such exception
   propagates; one raised later (during that shutdown) is logged at ERROR with its
   traceback. A subscriber's ``on_event`` raising one is treated the same way.
-* ``run(handle_signals=True)`` turns the first SIGINT or SIGTERM into the graceful
-  shutdown; a second signal gets trio's default handling.
+* ``handle_signals=True`` (``open_supervisor`` and ``run``, DESIGN section 12): one
+  signal receiver for SIGINT and SIGTERM lives from the start of the block until its
+  shutdown is done, watched by a task of its own, shielded. The first signal starts the
+  graceful shutdown and cancels the body; a body that then ends only by that
+  cancellation counts as a normal exit. A signal while a shutdown is running forces
+  every remaining task at once (``Registry.force_all``). Signals that arrive once the
+  shutdown is done (before the block is left) are dropped; after the block, the
+  process's previous handlers are back.
+* ``start()`` / ``start_in_slot()``: cancelling the caller while it waits for readiness
+  (or while its add waits for the registry) stops the task, shielded, for at most the
+  grace window (``cancel``), then ``Cancelled`` propagates; a rejection (duplicate name,
+  limit, closed) raises as ``add`` does and stops nothing. ``start_in_slot`` with
+  ``JOIN`` is a ``TypeError``: a joiner starts no work of its own to wait for.
+* ``log_failures`` is off when any subscriber is a ``LoggingSubscriber`` (or subclass):
+  that subscriber already logs every failure.
+* Automatic names (a spec with ``name=None``, every keyed call): ``f"{qualname}{id}"``,
+  reserving no name (see ``_spec``).
 * A target that is neither a ``str`` nor an ``int`` raises ``TypeError``.
 """
 
@@ -39,9 +54,9 @@ from __future__ import annotations
 import builtins
 import logging
 import signal
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
+from typing import Any, Generic, TypeVar, TypeVarTuple, cast
 
 import attrs
 import trio
@@ -50,19 +65,22 @@ from ._bus import EventBus, Subscriber
 from ._config import SupervisorConfig, check_capacity
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
-from ._exceptions import NoControllerError, SlotStoreUnavailableError
-from ._outcome import TaskId, allocate_id
+from ._exceptions import NoControllerError, SlotStoreUnavailableError, split_cancelled
+from ._logging import LoggingSubscriber
+from ._outcome import OutcomeError, TaskId, allocate_id
 from ._record import TaskRecord
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
 from ._slotstore import ClusterSlotInfo, RedisSlotStore, ReportSink, new_instance_id
-from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec
-from ._waiter import TaskWaiter
+from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name
+from ._waiter import Readiness, TaskWaiter
 from ._waits import WaitChecker
 
 logger = logging.getLogger("trio_taskvisor")
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+Ts = TypeVarTuple("Ts")
 
 
 @attrs.frozen
@@ -76,6 +94,8 @@ class SupervisorStatistics:
     events_published: int
     events_dropped: int
     subscriber_dropped: Mapping[str, int]
+    forced_alive: int
+    """Force-aborted tasks still physically running (their names stay reserved)."""
 
 
 def _check_iterable(what: str, value: object, items: str) -> None:
@@ -104,7 +124,10 @@ class Supervisor:
         self._config = config
         self._bus = EventBus(config.bus_capacity, subscribers, self._on_crash)
         self._resolve = Resolver(config.task_defaults)
-        self._registry = Registry(config, self._bus, self._on_crash)
+        log_failures = config.log_failures and not any(
+            isinstance(subscriber, LoggingSubscriber) for subscriber in subscribers
+        )
+        self._registry = Registry(config, self._bus, self._on_crash, log_failures=log_failures)
         self._instance_id = new_instance_id()
         self._waits = WaitChecker(self._registry, self)
         controller = config.controller
@@ -130,7 +153,8 @@ class Supervisor:
         self._background: trio.Nursery | None = None
         self._body_scope: trio.CancelScope | None = None
         self._crash: BaseException | None = None
-        self._calls = 0  # run_in_slot names
+        self._received_signal: int | None = None
+        self._signal_scope: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._shutdown.started else "open"
@@ -148,6 +172,14 @@ class Supervisor:
     def config(self) -> SupervisorConfig:
         """The configuration this supervisor runs with."""
         return self._config
+
+    @property
+    def received_signal(self) -> int | None:
+        """The first SIGINT or SIGTERM received with ``handle_signals=True``, or ``None``.
+
+        For an exit status of ``128 + signal``, as shells expect.
+        """
+        return self._received_signal
 
     # -- the background -------------------------------------------------------------------
 
@@ -210,17 +242,25 @@ class Supervisor:
     def _check_open(self) -> None:
         self._registry.check_intake()
 
-    def _new_record(self, spec: TaskSpec, slot: str | None = None) -> TaskRecord:
-        """The record of ``spec``: allocates its ``TaskId``, captures the caller's context."""
+    def _new_record(self, spec: TaskSpec[Any], slot: str | None = None) -> TaskRecord:
+        """The record of ``spec``: allocates its ``TaskId``, captures the caller's context.
+
+        A spec without a name gets its automatic name here, which reserves nothing.
+        """
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
-        rec = TaskRecord(
-            allocate_id(), spec.name, spec.fn, spec.args, self._resolve(spec), self, slot
-        )
+        task_id = allocate_id()
+        name = spec.name
+        reserved = name is not None
+        if name is None:
+            name = auto_name(spec.fn, task_id)
+        rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
+        if not reserved:
+            rec.reserved = False  # an automatic name: a label, never a collision
         rec._guard = self._waits  # pyright: ignore[reportPrivateUsage]
         return rec
 
-    async def add(self, spec: TaskSpec) -> TaskWaiter:
+    async def add(self, spec: TaskSpec[T]) -> TaskWaiter[T]:
         """Register a task and return its waiter.
 
         Waits for command capacity and for the registry's decision. Raises
@@ -233,7 +273,7 @@ class Supervisor:
         await self._registry.add(rec)
         return rec
 
-    def add_nowait(self, spec: TaskSpec) -> TaskWaiter:
+    def add_nowait(self, spec: TaskSpec[T]) -> TaskWaiter[T]:
         """Enqueue an add without blocking; a rejection resolves the waiter ``REJECTED``.
 
         Raises ``trio.WouldBlock`` when the command channel is full.
@@ -243,7 +283,7 @@ class Supervisor:
         self._registry.add_nowait(rec)
         return rec
 
-    async def add_batch(self, specs: Iterable[TaskSpec]) -> builtins.list[TaskWaiter]:
+    async def add_batch(self, specs: Iterable[TaskSpec[T]]) -> builtins.list[TaskWaiter[T]]:
         """Register every spec, or none: any conflict or the limit rejects them all.
 
         Raises ``TaskNameInUseError`` (the first conflicting name) or
@@ -297,7 +337,7 @@ class Supervisor:
             raise NoControllerError(operation)
         return self._controller
 
-    async def submit(self, request: ControllerSpec) -> TaskWaiter:
+    async def submit(self, request: ControllerSpec[T]) -> TaskWaiter[T]:
         """Hand ``request`` to the controller; return means intake only.
 
         Waits for controller command capacity. Raises ``NoControllerError`` without a
@@ -309,7 +349,7 @@ class Supervisor:
         await controller.submit(entry)
         return entry.payload
 
-    def submit_nowait(self, request: ControllerSpec) -> TaskWaiter:
+    def submit_nowait(self, request: ControllerSpec[T]) -> TaskWaiter[T]:
         """Hand ``request`` to the controller without blocking.
 
         Raises ``trio.WouldBlock`` when the controller's command channel is full.
@@ -320,7 +360,7 @@ class Supervisor:
         controller.submit_nowait(entry)
         return entry.payload
 
-    def prepare_submission(self, request: ControllerSpec) -> PreparedSubmission:
+    def prepare_submission(self, request: ControllerSpec[T]) -> PreparedSubmission[T]:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
         controller = self._require_controller("prepare_submission")
         return PreparedSubmission(self, controller, controller.prepare(request))
@@ -345,33 +385,33 @@ class Supervisor:
     async def run_in_slot(
         self,
         slot: str,
-        fn: Callable[..., Awaitable[T]],
-        *args: Any,
+        fn: Callable[[*Ts], Awaitable[T]],
+        *args: *Ts,
         policy: AdmissionPolicy = AdmissionPolicy.QUEUE,
         queue_timeout: float | None = None,
         **task_opts: Any,
     ) -> T:
         """Run ``fn(*args)`` once in ``slot`` and return its value (a keyed call).
 
-        Submits ``once`` work under an automatic name (with ``wait=True`` for QUEUE
-        and REPLACE), waits for it and returns ``outcome.unwrap()``: raises
-        ``OutcomeError`` when it did not complete (``REJECTED(QUEUE_TIMEOUT)`` when
-        ``queue_timeout`` passed while it was queued or held). Cancelling the caller
-        withdraws queued or held work (it never runs) or stops running work, waiting for
-        that stop (shielded, at most the grace window) before ``Cancelled`` propagates.
-        Inside an attempt, raises ``DeadlockError`` when the call closes a wait-for cycle.
+        Submits ``once`` work under an automatic name (``f"{qualname}{id}"``, reserving
+        nothing; with ``wait=True`` for QUEUE and REPLACE), waits for it and returns
+        ``outcome.unwrap()``: raises ``OutcomeError`` when it did not complete
+        (``REJECTED(QUEUE_TIMEOUT)`` when ``queue_timeout`` passed while it was queued or
+        held). Cancelling the caller withdraws queued or held work (it never runs) or
+        stops running work, waiting for that stop (shielded, at most the grace window)
+        before ``Cancelled`` propagates. Inside an attempt, raises ``DeadlockError`` when
+        the call closes a wait-for cycle. With ``JOIN``, ``T`` is the caller's promise
+        that the followed work returns the same type.
         """
         controller = self._require_controller("run_in_slot")
         self._check_open()
         if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"slot must be a str, got {slot!r}")
-        self._calls += 1
-        spec = TaskSpec.once(f"{slot}/call-{self._calls}", fn, *args, **task_opts)
+        spec = TaskSpec.once(None, fn, *args, **task_opts)
         wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
         request = ControllerSpec(spec, policy, slot, wait, queue_timeout=queue_timeout)
         entry = controller.prepare(request)
         waiter = entry.payload
-        waiter.reserved = False  # an automatic name: a label, never a collision
         await controller.submit(entry)
         try:
             outcome = await waiter.wait()
@@ -379,7 +419,77 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 await self.cancel(waiter.id)
             raise
-        return outcome.unwrap()  # type: ignore[no-any-return]
+        return cast("T", outcome.unwrap())
+
+    # -- readiness ------------------------------------------------------------------------
+
+    async def start(self, spec: TaskSpec[T]) -> TaskWaiter[T]:
+        """Register a task like ``add``, then wait until it reports that it is ready.
+
+        The task's function is called with a ``task_status`` keyword argument on every
+        attempt, as ``nursery.start`` does; the first ``task_status.started(value)`` of
+        any attempt makes this return, with ``value`` as ``waiter.started_value``.
+        Raises ``OutcomeError(outcome)`` when the task reaches its final outcome before
+        any attempt called ``started()`` (a ``COMPLETED`` one included), and what ``add``
+        raises. Cancelling the caller stops the task and waits for that stop, shielded,
+        at most the grace window.
+        """
+        self._check_open()
+        rec = self._new_record(spec)
+        readiness = rec._readiness = Readiness()  # pyright: ignore[reportPrivateUsage]
+        try:
+            await self._registry.add(rec)
+        except BaseException as exc:
+            # Rejected (or closed): nothing runs. Cancelled: the add may still be queued,
+            # so a stop by id, queued behind it, ends it.
+            if not isinstance(exc, Exception):
+                await self._stop_unready(rec)
+            raise
+        await self._wait_ready(rec, readiness)
+        return rec
+
+    async def start_in_slot(self, request: ControllerSpec[T]) -> TaskWaiter[T]:
+        """Submit ``request`` like ``submit``, then wait until the work reports readiness.
+
+        The rules of ``start`` apply once the work is admitted: the wait covers its
+        time in the slot's queue, and a rejection or any other final outcome before
+        ``started()`` raises ``OutcomeError``. Cancelling the caller withdraws queued or
+        held work, or stops running work (shielded, at most the grace window). ``JOIN``
+        starts no work of its own and raises ``TypeError``.
+        """
+        controller = self._require_controller("start_in_slot")
+        self._check_open()
+        if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"expected a ControllerSpec, got {request!r}")
+        if request.policy is AdmissionPolicy.JOIN:
+            raise TypeError("start_in_slot cannot JOIN: a joiner starts no work to wait for")
+        entry = controller.prepare(request)
+        rec = entry.payload
+        readiness = rec._readiness = Readiness()  # pyright: ignore[reportPrivateUsage]
+        await controller.submit(entry)
+        await self._wait_ready(rec, readiness)
+        return rec
+
+    async def _wait_ready(self, rec: TaskRecord, readiness: Readiness) -> None:
+        """Wait for ``rec``'s readiness; raise ``OutcomeError`` if it ended unready."""
+        try:
+            guard = rec._guard  # pyright: ignore[reportPrivateUsage]
+            caller = None if guard is None else guard.caller()
+            if caller is None:
+                await readiness.event.wait()
+            else:  # readiness needs the work to run, as its outcome does
+                assert guard is not None
+                await guard.guarded_wait(caller, rec, readiness.event, placement=False)
+        except BaseException:
+            await self._stop_unready(rec)
+            raise
+        if not readiness.reached:
+            outcome = rec.outcome_nowait()
+            raise OutcomeError(outcome) from outcome.error
+
+    async def _stop_unready(self, rec: TaskRecord) -> None:
+        with trio.CancelScope(shield=True):
+            await self.cancel(rec.id)
 
     # -- slot-wide operations (DESIGN section 11) -------------------------------------------
 
@@ -444,6 +554,7 @@ class Supervisor:
             events_published=self._bus.published,
             events_dropped=self._bus.dropped,
             subscriber_dropped=self._bus.subscriber_dropped(),
+            forced_alive=registry.forced_alive,
         )
 
     async def wait_idle(self) -> None:
@@ -479,8 +590,42 @@ class Supervisor:
         self._start_shutdown(explicit=True)
         await self._shutdown.wait()
 
+    def _keep_failures(self) -> builtins.list[TaskRecord]:
+        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on.
 
-class PreparedSubmission:
+        For the pytest plugin's unobserved-failure check: a test's supervisor is short
+        lived, while a service's would keep every failure for ever.
+        """
+        if self._registry.failures is None:
+            self._registry.failures = []
+        return self._registry.failures
+
+    # -- signals ------------------------------------------------------------------------------
+
+    async def _watch_signals(
+        self,
+        signals: AsyncIterator[int],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """``handle_signals``: the first signal shuts down, one during a shutdown forces."""
+        with trio.CancelScope(shield=True) as self._signal_scope:
+            task_status.started()
+            async for signum in signals:
+                self._on_signal(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        if self._received_signal is None:
+            self._received_signal = signum
+        if self._shutdown.started:
+            self._registry.force_all()
+            return
+        self._start_shutdown(explicit=True)
+        if self._body_scope is not None:
+            self._body_scope.cancel(reason=f"received {signal.Signals(signum).name}")
+
+
+class PreparedSubmission(Generic[T_co]):
     """A submission whose ``TaskId`` is allocated; submit it once."""
 
     __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id")
@@ -502,7 +647,7 @@ class PreparedSubmission:
             raise RuntimeError(f"prepared submission {self.id} was already submitted")
         self._used = True
 
-    async def submit(self) -> TaskWaiter:
+    async def submit(self) -> TaskWaiter[T_co]:
         """Submit; waits for controller command capacity (intake only)."""
         self._supervisor._check_open()  # pyright: ignore[reportPrivateUsage]
         self._claim()
@@ -514,7 +659,7 @@ class PreparedSubmission:
             raise
         return self._entry.payload
 
-    def submit_nowait(self) -> TaskWaiter:
+    def submit_nowait(self) -> TaskWaiter[T_co]:
         """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
         self._supervisor._check_open()  # pyright: ignore[reportPrivateUsage]
         if self._used:
@@ -524,17 +669,40 @@ class PreparedSubmission:
         return self._entry.payload
 
 
-@asynccontextmanager
-async def open_supervisor(
-    config: SupervisorConfig | None = None, *, subscribers: Iterable[Subscriber] = ()
-) -> AsyncGenerator[Supervisor]:
+def open_supervisor(
+    config: SupervisorConfig | None = None,
+    *,
+    subscribers: Iterable[Subscriber] = (),
+    handle_signals: bool = False,
+) -> AbstractAsyncContextManager[Supervisor, bool]:
     """Run a supervisor for the duration of the block; leaving it shuts down.
 
     A body exception propagates unchanged after the shutdown; otherwise
     ``GraceExceededError`` propagates if the shutdown had to force tasks. When the
     enclosing scope is cancelled the shutdown still runs, shielded and bounded by the
     grace window and the subscriber drain.
+
+    With ``handle_signals=True`` (main thread only), the first SIGINT or SIGTERM cancels
+    the body and runs the graceful shutdown; leaving the block then returns normally,
+    unless the shutdown raises ``GraceExceededError``. A signal while any shutdown runs
+    forces every remaining task at once (they are listed in ``stuck``).
+    ``Supervisor.received_signal`` tells which signal came first.
+
+    Typed as a context manager that may swallow the body's exception (its ``__aexit__``
+    returns ``bool``): after a signal it does swallow the body's cancellation, so type
+    checkers see the code after the block as reachable even when the body never ends by
+    itself (``await trio.sleep_forever()``).
     """
+    return cast(
+        "AbstractAsyncContextManager[Supervisor, bool]",
+        _open_supervisor(config, subscribers, handle_signals),
+    )
+
+
+@asynccontextmanager
+async def _open_supervisor(
+    config: SupervisorConfig | None, subscribers: Iterable[Subscriber], handle_signals: bool
+) -> AsyncGenerator[Supervisor]:
     if config is None:
         config = SupervisorConfig()
     elif not isinstance(config, SupervisorConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -543,20 +711,33 @@ async def open_supervisor(
     sup = Supervisor(config, tuple(subscribers))
     body_error: BaseException | None = None
     unavailable: SlotStoreUnavailableError | None = None
-    async with trio.open_nursery() as nursery:
-        try:
-            await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
-        except SlotStoreUnavailableError as exc:
-            unavailable = exc  # raised bare below: nothing was started
-        else:
-            sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
+    with ExitStack() as stack:
+        async with trio.open_nursery() as nursery:
             try:
-                yield sup
-            except BaseException as exc:
-                body_error = exc
-            sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
-            with trio.CancelScope(shield=True):
-                await sup._shutdown.done.wait()  # pyright: ignore[reportPrivateUsage]
+                await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
+            except SlotStoreUnavailableError as exc:
+                unavailable = exc  # raised bare below: nothing was started
+            else:
+                if handle_signals:
+                    signals = stack.enter_context(
+                        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+                    )
+                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
+                sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
+                try:
+                    yield sup
+                except BaseException as exc:
+                    body_error = exc
+                    if sup._received_signal is not None and split_cancelled(exc)[1] is None:  # pyright: ignore[reportPrivateUsage]
+                        # Cancelled by the signal's shutdown (the body scope's own
+                        # cancellation): a normal exit. An outer cancellation, if any, is
+                        # delivered again at the caller's next checkpoint.
+                        body_error = None
+                sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
+                with trio.CancelScope(shield=True):
+                    await sup._shutdown.done.wait()  # pyright: ignore[reportPrivateUsage]
+                if sup._signal_scope is not None:  # pyright: ignore[reportPrivateUsage]
+                    sup._signal_scope.cancel(reason="the shutdown is done")  # pyright: ignore[reportPrivateUsage]
     if unavailable is not None:
         raise unavailable
     crash = sup._crash  # pyright: ignore[reportPrivateUsage]
@@ -571,15 +752,8 @@ async def open_supervisor(
         raise shutdown_error
 
 
-async def _shutdown_on_signal(sup: Supervisor) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
-            return
-
-
 async def run(
-    specs: Iterable[TaskSpec],
+    specs: Iterable[TaskSpec[Any]],
     config: SupervisorConfig | None = None,
     *,
     subscribers: Iterable[Subscriber] = (),
@@ -587,15 +761,14 @@ async def run(
 ) -> None:
     """Run ``specs`` as one all-or-nothing batch until every task has ended.
 
-    With ``handle_signals``, SIGINT or SIGTERM starts the graceful shutdown. Raises
-    what ``add_batch`` or the shutdown raise.
+    With ``handle_signals``, SIGINT or SIGTERM starts the graceful shutdown and a
+    second signal during it forces every remaining task, as for ``open_supervisor``.
+    Raises what ``add_batch`` or the shutdown raise.
     """
-    async with open_supervisor(config, subscribers=subscribers) as sup:
+    async with open_supervisor(
+        config, subscribers=subscribers, handle_signals=handle_signals
+    ) as sup:
         waiters = await sup.add_batch(specs)
-        async with trio.open_nursery() as nursery:
-            if handle_signals:
-                nursery.start_soon(_shutdown_on_signal, sup)
-            for waiter in waiters:
-                await waiter.wait()
-            nursery.cancel_scope.cancel(reason="every task ended")
+        for waiter in waiters:
+            await waiter.wait()
         sup._start_shutdown(explicit=False)  # pyright: ignore[reportPrivateUsage]

@@ -13,15 +13,30 @@ Decisions the design leaves open:
 * ``wait()`` creates its ``trio.Event`` lazily, so a waiter nobody awaits costs no event;
   ``wait_placed()`` likewise keeps its event in the same slot as the placement until the
   placement is known.
+* ``TaskWaiter[T]`` is generic (covariant, like ``TaskSpec`` and ``TaskOutcome``: they
+  are read-only) in the task's return type; ``T`` is only a promise of the types, never
+  checked at run time (for a JOIN, the caller's promise that the followed
+  work returns the same type).
+* Readiness (``Supervisor.start``, DESIGN section 12) is state of the waiter: a
+  ``Readiness`` exists only for work started with ``start`` / ``start_in_slot``, and
+  each of its attempts gets a fresh ``AttemptStatus`` (trio's ``TaskStatus`` protocol).
+  A second ``started()`` on one attempt's status raises ``RuntimeError`` in every
+  attempt, as trio's does; the first ``started()`` of a later attempt, once readiness
+  was reached, does nothing. A ``started()`` after the outcome is final (a forced task
+  still running) does nothing either.
+* ``outcome_nowait()`` (which ``wait()`` ends with) marks the waiter observed: the pytest
+  plugin's unobserved-failure check reads that mark.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
 from ._outcome import Placement, TaskId, TaskOutcome
+
+T_co = TypeVar("T_co", covariant=True)
 
 
 class WaitGuard(Protocol):
@@ -31,7 +46,7 @@ class WaitGuard(Protocol):
         """The attempt making the current call if its waits are checked, else ``None``."""
 
     async def guarded_wait(
-        self, caller: object, waiter: TaskWaiter, event: trio.Event, /, *, placement: bool
+        self, caller: object, waiter: TaskWaiter[Any], event: trio.Event, /, *, placement: bool
     ) -> None:
         """Wait for ``event`` (``waiter``'s outcome, or its placement when ``placement``).
 
@@ -40,30 +55,98 @@ class WaitGuard(Protocol):
         """
 
 
-class TaskWaiter:
-    """The handle to one task's final outcome.
+class Readiness:
+    """The readiness handshake of work started with ``start`` (``task_status``)."""
+
+    __slots__ = ("event", "reached", "value")
+
+    def __init__(self) -> None:
+        self.reached = False
+        self.value: Any = None
+        # Set by the first counting started(), or by the final outcome.
+        self.event = trio.Event()
+
+    def status(self) -> AttemptStatus:
+        """A fresh status for one attempt."""
+        return AttemptStatus(self)
+
+
+class AttemptStatus:
+    """The ``task_status`` one attempt of ``start``-ed work is called with.
+
+    Follows trio's ``TaskStatus`` protocol: ``started(value=None)``.
+    """
+
+    __slots__ = ("_called", "_readiness")
+
+    def __init__(self, readiness: Readiness) -> None:
+        self._readiness = readiness
+        self._called = False
+
+    def __repr__(self) -> str:
+        return f"<taskvisor task status {'called' if self._called else 'pending'}>"
+
+    def started(self, value: Any = None) -> None:
+        """Report readiness: ``Supervisor.start`` returns, ``started_value`` is ``value``.
+
+        Only the first attempt that calls it counts. Raises ``RuntimeError`` when called
+        twice in the same attempt.
+        """
+        if self._called:
+            raise RuntimeError("called 'started' twice on the same task status")
+        self._called = True
+        readiness = self._readiness
+        if not readiness.event.is_set():
+            readiness.reached = True
+            readiness.value = value
+            readiness.event.set()
+
+
+class TaskWaiter(Generic[T_co]):
+    """The handle to one task's final outcome; generic in the task's return type.
 
     Dropping a waiter never affects the task.
     """
 
-    __slots__ = ("_event", "_followers", "_guard", "_outcome", "_placement", "id", "name")
+    __slots__ = (
+        "_event",
+        "_followers",
+        "_guard",
+        "_observed",
+        "_outcome",
+        "_placement",
+        "_readiness",
+        "id",
+        "name",
+    )
 
     def __init__(self, id: TaskId, name: str) -> None:
         self.id = id
         self.name = name
-        self._outcome: TaskOutcome | None = None
+        self._outcome: TaskOutcome[T_co] | None = None
         self._event: trio.Event | None = None
-        self._followers: list[TaskWaiter] | None = None
+        self._followers: list[TaskWaiter[Any]] | None = None
         # Set by the supervisor: checks waits made inside attempts (DeadlockError).
         self._guard: WaitGuard | None = None
         # The placement, or the event wait_placed() waits on until it is known.
         self._placement: Placement | trio.Event | None = None
+        self._readiness: Readiness | None = None  # work started with start()
+        self._observed = False  # outcome_nowait() was called (the pytest plugin's check)
 
     def __repr__(self) -> str:
         state = self._outcome.kind.value if self._outcome else "pending"
         return f"<TaskWaiter {self.id} {self.name!r} {state}>"
 
-    async def wait(self) -> TaskOutcome:
+    @property
+    def started_value(self) -> Any:
+        """The value the task passed to ``task_status.started()`` (``Supervisor.start``).
+
+        ``None`` until then, and for work not started with ``start`` / ``start_in_slot``.
+        """
+        readiness = self._readiness
+        return None if readiness is None else readiness.value
+
+    async def wait(self) -> TaskOutcome[T_co]:
         """Wait for the task's final outcome and return it.
 
         Always a checkpoint, even when the outcome is already known. Called inside a
@@ -85,13 +168,14 @@ class TaskWaiter:
             await trio.lowlevel.checkpoint()
         return self.outcome_nowait()
 
-    def outcome_nowait(self) -> TaskOutcome:
+    def outcome_nowait(self) -> TaskOutcome[T_co]:
         """Return the final outcome; raise ``trio.WouldBlock`` if not yet final."""
         if self._outcome is None:
             raise trio.WouldBlock
+        self._observed = True
         return self._outcome
 
-    def _resolve(self, outcome: TaskOutcome) -> bool:
+    def _resolve(self, outcome: TaskOutcome[Any]) -> bool:
         """Set the outcome once; return whether this call set it."""
         if self._outcome is not None:
             return False
@@ -99,13 +183,15 @@ class TaskWaiter:
         self._guard = None  # only pending waits check; a kept waiter must not pin the controller
         if self._event is not None:
             self._event.set()
+        if self._readiness is not None:
+            self._readiness.event.set()  # start() gives up: the task ended unready
         if self._followers is not None:
             for follower in self._followers:
                 follower._resolve(outcome)
             self._followers = None
         return True
 
-    def _follow(self, target: TaskWaiter) -> None:
+    def _follow(self, target: TaskWaiter[Any]) -> None:
         """Resolve to ``target``'s outcome (a JOIN)."""
         if target._outcome is not None:
             self._resolve(target._outcome)

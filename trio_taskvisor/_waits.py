@@ -49,7 +49,7 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -116,7 +116,7 @@ class WaitChecker:
         return rec
 
     async def guarded_wait(
-        self, caller: object, waiter: TaskWaiter, event: trio.Event, /, *, placement: bool
+        self, caller: object, waiter: TaskWaiter[Any], event: trio.Event, /, *, placement: bool
     ) -> None:
         """Wait for ``event`` (``waiter``'s outcome or placement); raise on a cycle."""
         assert isinstance(caller, TaskRecord)

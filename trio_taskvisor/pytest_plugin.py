@@ -10,10 +10,13 @@ Fixtures
 ``supervisor``
     An open ``Supervisor``, started in the test's trio run (it can use the test's
     clock) and shut down at teardown. The test **fails** if that shutdown had to force
-    a task (``GraceExceededError``) or if a subscriber failed during the test
-    (``SUBSCRIBER_FAILED``), unless the test is marked ``taskvisor_allow_force`` /
-    ``taskvisor_allow_subscriber_failure``. The check runs as part of the test, so a
-    failure here is a test failure, not a teardown error.
+    a task (``GraceExceededError``), if a subscriber failed during the test
+    (``SUBSCRIBER_FAILED``), or if a task ended ``FAILED``, ``FATAL`` or ``PANICKED``
+    and nobody called ``wait()`` or ``outcome_nowait()`` on its waiter (an unobserved
+    failure), unless the test is marked ``taskvisor_allow_force`` /
+    ``taskvisor_allow_subscriber_failure`` / ``taskvisor_allow_failures``. The check
+    runs as part of the test, so a failure here is a test failure, not a teardown
+    error.
 ``event_recorder``
     A ``trio_taskvisor.testing.EventRecorder``, subscribed to ``supervisor`` when both
     are used. Alone, it is a recorder to pass to your own ``open_supervisor``.
@@ -39,6 +42,10 @@ Markers
     the shared shutdown's result is raised again when the fixture closes.
 ``@pytest.mark.taskvisor_allow_subscriber_failure``
     A subscriber may fail (a test of a failing subscriber).
+``@pytest.mark.taskvisor_allow_failures``
+    Tasks may fail without anyone looking at their outcome (a test of failure logs,
+    metrics or events). Awaiting the waiter (``wait()``, ``outcome_nowait()``, or
+    ``start()`` raising ``OutcomeError``) observes a failure, and needs no marker.
 
 Recipes
 -------
@@ -90,6 +97,7 @@ from ._bus import Subscriber
 from ._config import SupervisorConfig
 from ._events import EventKind
 from ._exceptions import GraceExceededError
+from ._record import TaskRecord
 from ._supervisor import Supervisor, open_supervisor
 from .testing import EventRecorder
 
@@ -103,6 +111,7 @@ __all__ = [
 
 _ALLOW_FORCE = "taskvisor_allow_force"
 _ALLOW_SUBSCRIBER_FAILURE = "taskvisor_allow_subscriber_failure"
+_ALLOW_FAILURES = "taskvisor_allow_failures"
 _CONFIG = "taskvisor_config"
 
 
@@ -122,6 +131,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{_ALLOW_SUBSCRIBER_FAILURE}: a subscriber of the `supervisor` fixture may fail "
         "(SUBSCRIBER_FAILED does not fail the test)",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{_ALLOW_FAILURES}: tasks of the `supervisor` fixture may end FAILED, FATAL or "
+        "PANICKED without anyone awaiting their waiters",
     )
 
 
@@ -167,10 +181,13 @@ async def supervisor(
     node = request.node
     allow_force = node.get_closest_marker(_ALLOW_FORCE) is not None
     allow_failure = node.get_closest_marker(_ALLOW_SUBSCRIBER_FAILURE) is not None
+    allow_task_failures = node.get_closest_marker(_ALLOW_FAILURES) is not None
     subscribers: list[Subscriber] = [event_recorder, *taskvisor_subscribers]
     problems: list[str] = []
+    failed_tasks: list[TaskRecord] = []
     try:
         async with open_supervisor(taskvisor_config, subscribers=subscribers) as sup:
+            failed_tasks = sup._keep_failures()  # pyright: ignore[reportPrivateUsage]
             yield sup
     except GraceExceededError as exc:
         if not allow_force:
@@ -188,5 +205,17 @@ async def supervisor(
             f"the test @pytest.mark.{_ALLOW_SUBSCRIBER_FAILURE} if that is expected)"
             for (name, reason), n in failures.items()
         )
+    if not allow_task_failures:
+        problems.extend(_unobserved(rec) for rec in failed_tasks if not rec._observed)  # pyright: ignore[reportPrivateUsage]
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def _unobserved(rec: TaskRecord) -> str:
+    outcome = rec._outcome  # pyright: ignore[reportPrivateUsage]
+    assert outcome is not None
+    return (
+        f"task {rec.name!r} ({rec.id}) ended {outcome.kind.value}: {outcome.reason}, and "
+        "nobody awaited its waiter (await wait() or call outcome_nowait() on it, or mark "
+        f"the test @pytest.mark.{_ALLOW_FAILURES} if that is expected)"
+    )

@@ -394,7 +394,7 @@ async def test_cancelled_queued_caller_leaves_the_cluster_queue(store: RedisSlot
         await b.submit("owner", "s", gate=True)
         await b.wait_for("start", id="owner")
         await a.send("call", id="queued", slot="s", hold=0.005)
-        await a.wait_event("controller_submitted", name="s/call-1", reason="queued in the cluster")
+        await a.wait_event("controller_submitted", slot="s", reason="queued in the cluster")
         assert (await b.cluster_slot("s"))["depth"] == 1
         await a.send("cancel", id="queued")
         await a.wait_for("outcome", id="queued", kind="caller_cancelled")

@@ -30,10 +30,12 @@ per event instead (``LoggingSubscriber``); it is chosen automatically when stdou
 terminal, when the terminal is smaller than 80x24, or when ``rich`` is missing (with a hint
 to install the ``demo`` extra). ``--live`` insists on the live view.
 
-Ctrl+C ends the run early, with the same graceful shutdown. A second Ctrl+C forces the
-shutdown at once (the demo's own tasks drop the work they defer: the page being applied,
-the audit flush), prints the summary and exits with status 130; a third one raises
-``KeyboardInterrupt``.
+Ctrl+C (or SIGTERM) ends the run early, with the same graceful shutdown: the supervisor
+handles them (``open_supervisor(handle_signals=True)``). A second Ctrl+C forces the
+shutdown at once: the supervisor forces every remaining task, whatever it is doing (the
+page being applied, the audit flush, inside ``defer_cancel()``); the demo prints the
+summary and exits with status 130. Signals after the supervisor's block get Python's
+default handling.
 
 Outcome counts come from the waiters (reliable); attempt counters and recent events come
 from a subscriber (best-effort, like every event).
@@ -46,7 +48,6 @@ import logging
 import math
 import random
 import shutil
-import signal
 import sys
 import textwrap
 from typing import TYPE_CHECKING, Final
@@ -171,7 +172,7 @@ class Board:
         self.recent: collections.deque[Recent] = collections.deque(maxlen=20)
         self.notes: dict[str, str] = {}
         # From the scenario.
-        self.waiters: list[TaskWaiter] = []
+        self.waiters: list[TaskWaiter[object]] = []
         self.polls: collections.Counter[str] = collections.Counter()
         self.gave_up: list[str] = []
         self.revisions: dict[str, int] = dict.fromkeys(TENANTS, 0)
@@ -184,18 +185,12 @@ class Board:
         self.compactions = 0
         self.audit_buffered = 0
         self.interrupted = False  # a first Ctrl+C: the graceful shutdown
-        self.forced = False  # a second one: the demo's bodies drop their deferred work
-        self.force_now = trio.Event()
+        self.forced = False  # a second one: the supervisor forced the shutdown at once
         self.ran = 0.0
         self.grace_error: GraceExceededError | None = None
 
     def elapsed(self) -> float:
         return trio.current_time() - self.t0
-
-    async def deferred_work(self, seconds: float) -> None:
-        """Work inside ``defer_cancel()``: ``seconds`` long, dropped by a forced shutdown."""
-        with trio.move_on_after(seconds):
-            await self.force_now.wait()
 
     def note(self, name: str, text: str) -> None:
         """Set the "note" column of task ``name``."""
@@ -250,13 +245,32 @@ class Board:
                 self.replaced_running += 1
             self.replaced.add(name)
             text = f"{event.slot} {event.reason}"
-        elif kind in (EventKind.GRACE_EXCEEDED, EventKind.SUBSCRIBER_FAILED):
+        elif kind is EventKind.SHUTDOWN_REQUESTED:
+            self._shutdown_requested(event)
+        elif kind is EventKind.GRACE_EXCEEDED:
+            text = event.reason or ""
+            if event.time < self.stop_deadline:
+                # Before the grace ran out: only a signal during the shutdown forces so.
+                self.forced = True
+                self.say("Ctrl+C", "again: the supervisor forced the shutdown")
+        elif kind is EventKind.SUBSCRIBER_FAILED:
             text = event.reason or ""
         elif kind is EventKind.SUBSCRIBER_OVERFLOW:
             text = f"dropped {event.dropped}"
         if kind not in _QUIET:
             when = event.time - self.t0
             self.recent.append(Recent(when, kind.value, name, text, style))
+
+    def _shutdown_requested(self, event: TaskEvent) -> None:
+        if self.phase != "running":
+            return  # the application's own end (the duration) already said so
+        # A signal cancelled the application (the supervisor's body).
+        self.ran = event.time - self.t0
+        self.phase = "shutting down"
+        self.stop_deadline = event.time + GRACE
+        if self.sup is not None and self.sup.received_signal is not None:
+            self.interrupted = True
+            self.say("Ctrl+C", "graceful shutdown (Ctrl+C again: force it now)")
 
 
 class Scenario:
@@ -290,7 +304,7 @@ class Scenario:
         for page in range(1, pages + 1):
             self.board.note(ctx.name, f"page {page}/{pages}")
             with ctx.defer_cancel():  # a stop waits for the page being applied
-                await self.board.deferred_work(0.3)
+                await trio.sleep(0.3)
             await trio.sleep(0.05)  # rate limit between pages: a stop lands here
         self.board.landed[tenant] = max(self.board.landed[tenant], revision)
         return revision
@@ -324,9 +338,9 @@ class Scenario:
                 board.note(ctx.name, f"buffered {board.audit_buffered:,} records")
             seconds = board.audit_buffered / 50
             board.note(ctx.name, f"flushing {board.audit_buffered:,} records (~{seconds:.0f} s)")
-            # Longer than the grace window: forced at its end (or dropped at once after a
-            # second Ctrl+C).
-            await board.deferred_work(seconds)
+            # Longer than the grace window: forced at its end (or at once by a second
+            # Ctrl+C), which cancels it even here.
+            await trio.sleep(seconds)
 
     # -- drivers: the application around the supervisor -----------------------------------
 
@@ -353,16 +367,16 @@ class Scenario:
         for _ in range(4):
             nursery.start_soon(self.reader)
 
-    async def operator(self, spec: TaskSpec, waiter: TaskWaiter) -> None:
+    async def operator(self, spec: TaskSpec[int], waiter: TaskWaiter[int]) -> None:
         """Add ``spec`` again 2 s after it gives up, like an on-call engineer would."""
         while True:
             outcome = await waiter.wait()
             self.board.gave_up.append(outcome.reason or outcome.kind.value)
-            self.board.say(spec.name, "gave up; the operator adds it again in 2 s")
+            self.board.say(waiter.name, "gave up; the operator adds it again in 2 s")
             await trio.sleep(2.0)
             waiter = await self.sup.add(spec)
             self.board.waiters.append(waiter)
-            self.board.say(spec.name, f"added again as {waiter.id}")
+            self.board.say(waiter.name, f"added again as {waiter.id}")
 
     async def webhooks(self, tenant: str) -> None:
         """Announce new revisions of ``tenant``: a sync per revision, newest wins."""
@@ -397,53 +411,40 @@ class Scenario:
 # -- running ----------------------------------------------------------------------------------
 
 
-async def _watch_ctrl_c(board: Board, run_scope: trio.CancelScope) -> None:
-    """First Ctrl+C: the graceful shutdown. Second: force it now (the demo's own bodies
-    drop their deferred work at once). A third gets trio's default: KeyboardInterrupt."""
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        async for _ in signals:
-            if not board.interrupted:
-                board.interrupted = True
-                board.say("Ctrl+C", "graceful shutdown (Ctrl+C again: force it now)")
-                run_scope.cancel(reason="Ctrl+C")
-                continue
-            board.forced = True
-            board.force_now.set()
-            board.say("Ctrl+C", "again: forcing the shutdown now")
-            return
-
-
 async def _supervise(board: Board, seed: int | None, plain: bool) -> None:
     rng = random.Random(seed)
     config = SupervisorConfig(
         grace=GRACE,
         controller=ControllerConfig(max_slot_queue=4),
         random=random.Random(rng.random()),
+        # The live view shows every failure, and log records would scroll it away;
+        # --plain logs them with its LoggingSubscriber.
+        log_failures=False,
     )
     subscribers: list[Board | LoggingSubscriber] = [board]
     if plain:
         subscribers.append(LoggingSubscriber())
     board.t0 = trio.current_time()
-    async with trio.open_nursery() as watcher:  # Ctrl+C is watched through the shutdown
-        app_scope = trio.CancelScope(deadline=board.t0 + board.duration)
-        watcher.start_soon(_watch_ctrl_c, board, app_scope)
-        try:
-            async with open_supervisor(config, subscribers=subscribers) as sup:
-                board.sup = sup
-                board.phase = "running"
-                scenario = Scenario(sup, board, rng)
-                with app_scope:
-                    async with trio.open_nursery() as app:
-                        await scenario.start(app)
-                board.ran = board.elapsed()
-                # The application has stopped using the supervisor: leaving the block shuts
-                # it down, and the stubborn audit writer holds out past the grace window.
-                board.phase = "shutting down"
-                board.stop_deadline = trio.current_time() + GRACE
-        except GraceExceededError as exc:
-            board.grace_error = exc
-        board.phase = "stopped"
-        watcher.cancel_scope.cancel(reason="the demo ended")
+    try:
+        # Ctrl+C and SIGTERM: the first cancels this body and shuts down gracefully, a
+        # second forces the shutdown (the supervisor handles both).
+        async with open_supervisor(config, subscribers=subscribers, handle_signals=True) as sup:
+            board.sup = sup
+            board.phase = "running"
+            scenario = Scenario(sup, board, rng)
+            with trio.move_on_at(board.t0 + board.duration):
+                async with trio.open_nursery() as app:
+                    await scenario.start(app)
+            board.ran = board.elapsed()
+            # The application has stopped using the supervisor: leaving the block shuts
+            # it down, and the stubborn audit writer holds out past the grace window.
+            board.phase = "shutting down"
+            board.stop_deadline = trio.current_time() + GRACE
+    except GraceExceededError as exc:
+        board.grace_error = exc
+    if board.sup is not None and board.sup.received_signal is not None:
+        board.interrupted = True  # reliable, whatever events were delivered
+    board.phase = "stopped"
 
 
 async def _plain_status(board: Board) -> None:
@@ -901,7 +902,11 @@ def summary(board: Board) -> list[tuple[str, str]]:
     rows = [("run", f"{board.ran:.1f} s, {how} (grace {GRACE:g} s)"), *counter_rows(board)]
     if board.forced:
         rows.append(
-            ("shutdown", "forced by the second Ctrl+C: deferred work (pages, the flush) dropped")
+            (
+                "shutdown",
+                "forced by the second Ctrl+C: every remaining task forced at once "
+                "(pages, the flush)",
+            )
         )
     elif board.grace_error is not None:
         stuck = ", ".join(board.grace_error.stuck)

@@ -58,7 +58,7 @@ async def tour() -> None:
         TaskSpec.once("stubborn", stubborn),
     ]
     config = SupervisorConfig(grace=0.5)
-    waiters: list[TaskWaiter] = []
+    waiters: list[TaskWaiter[object]] = []
     try:
         async with open_supervisor(config, subscribers=[LoggingSubscriber()]) as sup:
             waiters = await sup.add_batch(specs)

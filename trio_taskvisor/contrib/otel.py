@@ -28,6 +28,9 @@ callables without one). Attributes:
 ``taskvisor.attempt.result``     ``succeeded``, ``failed``, ``fatal``, ``timed_out``,
                                  ``cancelled`` or ``force_aborted``
 ``taskvisor.attempt.exit_code``  the error's ``exit_code``, when it has one
+``taskvisor.forced_exit.delay``  for ``force_aborted``: seconds from the force to the
+                                 attempt's physical exit (``FORCED_TASK_EXITED``'s
+                                 ``duration``)
 ===============================  ==================================================
 
 ``failed``, ``fatal`` and ``timed_out`` set the span status to ERROR (the exception
@@ -44,6 +47,9 @@ is recorded as a span event); the other results leave it unset. Span events:
 
 Decisions the design leaves open:
 
+* A force-aborted attempt's span ends when its body physically exits, after the task's
+  events ended (``TASK_REMOVED``, DESIGN section 12): its result comes from the wrapper,
+  which sees the exit, never from an attempt event (none is published for it).
 * The task's final outcome is not on any span: it is only known after the last
   attempt, from ``TaskWaiter.wait()``; ``taskvisor.attempt.result`` is per attempt.
 * Work added outside any span starts a new trace per attempt. A periodic task added
@@ -201,8 +207,13 @@ def _finish(
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
     elif result == "timed_out":
         span.set_status(Status(StatusCode.ERROR, "attempt timed out"))
-    if result == "force_aborted" and not live.force_noted:
-        span.add_event("taskvisor.force_aborted")
+    if result == "force_aborted":
+        # Since the force (the record's force deadline is the force's time once forced).
+        span.set_attribute(
+            "taskvisor.forced_exit.delay", trio.current_time() - record.force_deadline
+        )
+        if not live.force_noted:
+            span.add_event("taskvisor.force_aborted")
 
 
 class TracingSubscriber:
@@ -231,7 +242,9 @@ class TracingSubscriber:
             _backoffs.move_to_end(task_id)
             if len(_backoffs) > _MAX_NOTES:
                 _backoffs.popitem(last=False)
-        elif kind is EventKind.TASK_REMOVED:
+        elif kind is EventKind.TASK_REMOVED or kind is EventKind.FORCED_TASK_EXITED:
+            # A task's events end with TASK_REMOVED (a forced one's with its exit): its
+            # pending backoff note, if any, will never be used.
             _backoffs.pop(task_id, None)
         elif kind is EventKind.TASK_FINISHED and event.outcome is OutcomeKind.FORCE_ABORTED:
             live = _live.get(task_id)

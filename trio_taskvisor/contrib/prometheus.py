@@ -16,6 +16,9 @@ metric                                                from
                                                       (fatal included), ``timed_out``,
                                                       ``cancelled``
 ``taskvisor_attempt_duration_seconds{result}``        the same events' ``duration`` (histogram)
+``taskvisor_forced_exits_total``                      ``FORCED_TASK_EXITED``: force-aborted tasks
+                                                      that physically exited (their last attempt
+                                                      is no attempt result)
 ``taskvisor_outcomes_total{outcome}``                 ``TASK_FINISHED.outcome``, and ``rejected``
                                                       for every rejection
 ``taskvisor_rejections_total{rejection}``             ``TASK_ADD_FAILED`` and
@@ -29,6 +32,7 @@ metric                                                from
 ``taskvisor_metrics_missed_events_total``             events this subscriber lost to overflow
 ``taskvisor_registered_tasks``                        bound: ``statistics().registered``
 ``taskvisor_alive_tasks``                             bound: ``statistics().alive``
+``taskvisor_forced_alive_tasks``                      bound: ``statistics().forced_alive``
 ``taskvisor_running_attempts``                        bound: ``statistics().running_attempts``
 ``taskvisor_waiting_for_permit``                      bound: ``statistics().waiting_for_permit``
 ``taskvisor_events_published_total``                  bound: ``statistics().events_published``
@@ -55,6 +59,10 @@ Decisions the design leaves open:
   values read are exported. Without ``bind`` the gauges are not exported. ``bind`` again
   to follow another supervisor; one subscriber can count the events of several
   supervisors but its gauges follow one.
+* **A forced attempt is not an attempt result.** A force-aborted task's outcome is
+  committed at the grace deadline and its events end there (``TASK_REMOVED``); when its
+  body finally exits, ``FORCED_TASK_EXITED`` counts it in
+  ``taskvisor_forced_exits_total``, never in ``taskvisor_attempts_total``.
 * **Counters are lossy like events.** When this subscriber's queue overflows, the lost
   events are counted in ``taskvisor_metrics_missed_events_total`` (from its
   ``SUBSCRIBER_OVERFLOW`` markers); raise ``queue_capacity`` if it grows.
@@ -104,6 +112,7 @@ class _Sample:
 
     registered: int
     alive: int
+    forced_alive: int
     running_attempts: int
     waiting_for_permit: int
     events_published: int
@@ -178,6 +187,13 @@ class PrometheusSubscriber:
             namespace=namespace,
             registry=registry,
         )
+        self._forced_exits = Counter(
+            "forced_exits",
+            "Force-aborted tasks that physically exited.",
+            slot,
+            namespace=namespace,
+            registry=registry,
+        )
         self._leases = Counter(
             "lease_acquisitions",
             "Cluster slot leases acquired by this process (a new owner each).",
@@ -205,6 +221,8 @@ class PrometheusSubscriber:
             registry=registry,
         )
         for labels in self._slot_values:
+            if labels:
+                self._forced_exits.labels(*labels)
             for result in _RESULTS.values():
                 self._attempts.labels(result, *labels)
                 self._durations.labels(result, *labels)
@@ -233,6 +251,7 @@ class PrometheusSubscriber:
             self._durations,
             self._outcomes,
             self._rejections,
+            self._forced_exits,
             self._leases,
             self._lost_leases,
             self._outages,
@@ -258,6 +277,8 @@ class PrometheusSubscriber:
                 labels = self._slot(event.slot)
                 self._rejections.labels(event.rejection.value, *labels).inc()
                 self._outcomes.labels(OutcomeKind.REJECTED.value, *labels).inc()
+        elif kind is EventKind.FORCED_TASK_EXITED:
+            self._counter(self._forced_exits, event.slot).inc()
         elif kind is EventKind.CONTROLLER_LEASE_ACQUIRED:
             self._counter(self._leases, event.slot).inc()
         elif kind is EventKind.CONTROLLER_LEASE_LOST:
@@ -297,6 +318,7 @@ class PrometheusSubscriber:
         return _Sample(
             registered=stats.registered,
             alive=stats.alive,
+            forced_alive=stats.forced_alive,
             running_attempts=stats.running_attempts,
             waiting_for_permit=stats.waiting_for_permit,
             events_published=stats.events_published,
@@ -342,6 +364,11 @@ class _GaugeCollector:
         scalars = (
             ("registered_tasks", "Registered and stopping tasks.", "registered"),
             ("alive_tasks", "Tasks with an attempt physically in progress.", "alive"),
+            (
+                "forced_alive_tasks",
+                "Force-aborted tasks still physically running.",
+                "forced_alive",
+            ),
             ("running_attempts", "Attempts in progress.", "running_attempts"),
             (
                 "waiting_for_permit",

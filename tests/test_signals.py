@@ -1,0 +1,209 @@
+"""Signals in dynamic mode (DESIGN section 12): ``open_supervisor(handle_signals=True)``,
+``Supervisor.received_signal``, and a signal during a shutdown forcing it, for
+``run(handle_signals=True)`` too.
+
+The signals are real: sent to the test's own process (``os.kill``), as the ``run()``
+signal tests of ``test_shutdown.py`` do. Python runs the handler in the main thread at
+its next bytecode boundary, so on the virtual clock every time is exact. The sender is
+a task outside the supervisor's block (the first signal cancels the block's body).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import trio
+import trio.testing
+
+from trio_taskvisor import (
+    EventKind,
+    GraceExceededError,
+    OutcomeKind,
+    TaskSpec,
+    open_supervisor,
+    run,
+)
+from trio_taskvisor.testing import EventRecorder
+
+from helpers import deferring, forever, stubborn, supervisor_config
+
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+
+
+def send(signum: int) -> None:
+    os.kill(os.getpid(), signum)
+
+
+async def signal_when(
+    recorder: EventRecorder, kind: EventKind, signum: int, **fields: object
+) -> None:
+    """Send ``signum`` once ``kind`` was delivered and every task is blocked."""
+    await recorder.wait_for(kind, **fields)
+    await trio.testing.wait_all_tasks_blocked()
+    send(signum)
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+async def test_first_signal_cancels_the_body_and_shuts_down_gracefully(
+    autojump_clock: trio.abc.Clock, signum: signal.Signals
+) -> None:
+    """The block returns normally (no KeyboardInterrupt); the tasks end CANCELLED."""
+    recorder = EventRecorder()
+    reached: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.ATTEMPT_STARTING, signum)
+        async with open_supervisor(
+            supervisor_config(), subscribers=[recorder], handle_signals=True
+        ) as sup:
+            waiter = await sup.add(TaskSpec.once("worker", forever))
+            await trio.sleep_forever()
+            reached.append("after the body's sleep")  # pragma: no cover
+    assert reached == []
+    assert sup.received_signal == signum
+    assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+    assert recorder.kinds(EventKind.SHUTDOWN_REQUESTED) == [EventKind.SHUTDOWN_REQUESTED]
+    assert recorder.kinds(EventKind.ALL_STOPPED_WITHIN_GRACE) == [
+        EventKind.ALL_STOPPED_WITHIN_GRACE
+    ]
+    assert trio.current_time() == 0.0
+
+
+async def test_graceful_shutdown_after_a_signal_still_waits_for_deferred_work(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """After the first signal, deferred work finishes within the grace (5 s)."""
+    recorder = EventRecorder()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.ATTEMPT_STARTING, signal.SIGTERM)
+        async with open_supervisor(
+            supervisor_config(), subscribers=[recorder], handle_signals=True
+        ) as sup:
+            waiter = await sup.add(TaskSpec.once("flush", deferring, 3.0))
+            await trio.sleep_forever()
+    assert trio.current_time() == 3.0
+    assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+
+
+async def test_signal_during_the_shutdown_forces_every_remaining_task(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A second signal forces at once: FORCE_ABORTED, listed in ``stuck``, GRACE_EXCEEDED."""
+    recorder = EventRecorder()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.ATTEMPT_STARTING, signal.SIGINT)
+        nursery.start_soon(signal_when, recorder, EventKind.SHUTDOWN_REQUESTED, signal.SIGTERM)
+        with pytest.raises(GraceExceededError) as info:  # noqa: PT012
+            async with open_supervisor(
+                supervisor_config(grace=60.0), subscribers=[recorder], handle_signals=True
+            ) as sup:
+                a = await sup.add(TaskSpec.once("a", deferring, 100.0))
+                b = await sup.add(TaskSpec.once("b", deferring, 100.0))
+                await sup.add(TaskSpec.once("c", forever))
+                await trio.sleep_forever()
+    assert trio.current_time() == 0.0  # not the 60 s grace
+    assert info.value.stuck == ("a", "b")
+    assert sup.received_signal == signal.SIGINT  # the first one
+    assert a.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    assert b.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    grace = recorder.of(EventKind.GRACE_EXCEEDED)
+    assert [e.reason for e in grace] == ["forced: a, b"]
+    assert recorder.kinds(EventKind.ALL_STOPPED_WITHIN_GRACE) == []
+
+
+async def test_signal_during_a_shutdown_begun_otherwise_forces_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The shutdown of leaving the block: the first signal during it forces at once."""
+    recorder = EventRecorder()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.SHUTDOWN_REQUESTED, signal.SIGTERM)
+        with pytest.raises(GraceExceededError) as info:  # noqa: PT012
+            async with open_supervisor(
+                supervisor_config(grace=60.0), subscribers=[recorder], handle_signals=True
+            ) as sup:
+                await sup.add(TaskSpec.once("slow", deferring, 100.0))
+                await trio.sleep(1.0)
+    assert trio.current_time() == 1.0
+    assert info.value.stuck == ("slow",)
+    assert sup.received_signal == signal.SIGTERM
+
+
+async def test_signal_lists_work_forced_earlier_and_still_running(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Forced before the shutdown, still running at the signal: stuck at once too."""
+    recorder = EventRecorder()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.SHUTDOWN_REQUESTED, signal.SIGINT)
+        with pytest.raises(GraceExceededError) as info:  # noqa: PT012
+            async with open_supervisor(
+                supervisor_config(grace=2.0), subscribers=[recorder], handle_signals=True
+            ) as sup:
+                await sup.add(TaskSpec.once("stubborn", stubborn, 20.0))
+                await trio.testing.wait_all_tasks_blocked()
+                await sup.cancel("stubborn")  # forced at 2 s, runs on to 20 s
+    # The shutdown still waits for the physical exit (trio cannot cut it short).
+    assert trio.current_time() == 20.0
+    assert info.value.stuck == ("stubborn",)
+    grace = recorder.of(EventKind.GRACE_EXCEEDED)
+    assert [e.time for e in grace] == [2.0]  # at the signal, not at the 4 s deadline
+
+
+async def test_received_signal_is_none_without_a_signal(autojump_clock: trio.abc.Clock) -> None:
+    """``received_signal`` stays ``None``, with or without ``handle_signals``."""
+    async with open_supervisor(supervisor_config(), handle_signals=True) as handled:
+        pass
+    async with open_supervisor(supervisor_config()) as plain:
+        pass
+    assert handled.received_signal is None
+    assert plain.received_signal is None
+
+
+async def test_the_previous_handlers_are_back_after_the_block(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``handle_signals`` handles signals for the block only."""
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    async with open_supervisor(supervisor_config(), handle_signals=True):
+        assert signal.getsignal(signal.SIGINT) is not before[0]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+async def test_a_body_error_after_the_signal_still_propagates(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Only the signal's own cancellation of the body counts as a normal exit."""
+    recorder = EventRecorder()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.ATTEMPT_STARTING, signal.SIGTERM)
+        with pytest.raises(RuntimeError, match="cleanup failed"):  # noqa: PT012
+            async with open_supervisor(
+                supervisor_config(), subscribers=[recorder], handle_signals=True
+            ) as sup:
+                await sup.add(TaskSpec.once("worker", forever))
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    raise RuntimeError("cleanup failed")
+
+
+# -- run() ------------------------------------------------------------------------------------
+
+
+async def test_run_second_signal_forces_the_shutdown(autojump_clock: trio.abc.Clock) -> None:
+    """``run(handle_signals=True)`` follows the same rules: a second signal forces."""
+    recorder = EventRecorder()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.ATTEMPT_STARTING, signal.SIGTERM)
+        nursery.start_soon(signal_when, recorder, EventKind.SHUTDOWN_REQUESTED, signal.SIGINT)
+        with pytest.raises(GraceExceededError) as info:
+            await run(
+                [TaskSpec.once("a", deferring, 100.0), TaskSpec.once("b", forever)],
+                supervisor_config(grace=30.0),
+                subscribers=[recorder],
+                handle_signals=True,
+            )
+    assert info.value.stuck == ("a",)
+    assert trio.current_time() == 0.0
