@@ -251,12 +251,12 @@ class Supervisor:
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
         task_id = allocate_id()
         name = spec.name
-        reserved = name is not None
         if name is None:
             name = auto_name(spec.fn, task_id)
-        rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
-        if not reserved:
+            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
             rec.reserved = False  # an automatic name: a label, never a collision
+        else:
+            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
         rec._guard = self._waits  # pyright: ignore[reportPrivateUsage]
         return rec
 
