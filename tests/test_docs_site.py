@@ -187,10 +187,6 @@ def test_site_has_the_diagrams(site: Path) -> None:
     assert replicas.count('class="mermaid"') == 1
 
 
-@pytest.mark.xfail(
-    reason="field docstrings are still to be written (issue 15): drop this marker then",
-    strict=False,
-)
 def test_every_public_field_is_described(ext: Any) -> None:
     """Each field, attribute and enum member of a public class has a docstring.
 

@@ -176,15 +176,23 @@ class TaskDefaults:
     restart: RestartPolicy = attrs.field(
         default=RestartPolicy.ON_FAILURE, validator=_instance(RestartPolicy)
     )
+    """The restart policy of tasks that inherit it."""
     backoff: BackoffPolicy = attrs.field(factory=BackoffPolicy, validator=_instance(BackoffPolicy))
+    """The backoff policy of tasks that inherit it."""
     timeout: float | None = attrs.field(default=None, converter=normalize_timeout)
+    """The attempt timeout in seconds of tasks that inherit it; ``None``: no limit."""
     max_retries: int | None = attrs.field(default=None, converter=check_max_retries)
+    """The retry limit of tasks that inherit it; ``None``: unlimited."""
     healthy_after: float | None = attrs.field(default=None, converter=normalize_healthy_after)
+    """Seconds after which an attempt counts as healthy; ``None``: never."""
     restart_limit: RestartLimit | None = attrs.field(default=None, converter=check_restart_limit)
+    """The restart intensity limit of tasks that inherit it; ``None``: no limit."""
     retry_on: tuple[type[BaseException], ...] | None = attrs.field(
         default=None, converter=check_retry_on
     )
+    """The exception classes worth a retry; ``None``: every ``Exception``."""
     retry_budget: float | None = attrs.field(default=None, converter=normalize_retry_budget)
+    """Seconds from a streak's first failure in which retries may start; ``None``: no budget."""
 
 
 @attrs.frozen
@@ -192,13 +200,19 @@ class ControllerConfig:
     """Budgets of the keyed controller; ``None`` means unlimited where allowed."""
 
     queue_capacity: int = attrs.field(default=1024, validator=_CAPACITY)
+    """The size of the controller's bounded command channel; ``>= 1``."""
     max_slot_queue: int = attrs.field(default=100, validator=_count(minimum=0, optional=False))
+    """The most entries queued in one slot behind its owner; REPLACE ignores it."""
     max_total_pending: int | None = attrs.field(default=1024, validator=_count(minimum=0))
+    """The most queued entries over all slots; ``None``: unlimited."""
     max_slots: int | None = attrs.field(default=1024, validator=_count(minimum=1))
+    """The most slots tracked at once (past it, ``RESOURCE_LIMIT``); ``None``: unlimited."""
     max_waiters: int | None = attrs.field(default=1024, validator=_count(minimum=0))
+    """The most ``wait=True`` submissions held, joiners included; ``None``: unlimited."""
     slot_store: SlotStore | None = attrs.field(
         default=None, validator=_validator(lambda what, value: _check_slot_store(value))
     )
+    """A ``RedisSlotStore`` makes every slot cluster-wide; ``None``: slots are in-process."""
 
 
 @attrs.frozen
@@ -213,18 +227,28 @@ class SupervisorConfig:
     """
 
     grace: float = attrs.field(default=60.0, validator=_DURATION)
+    """Seconds from a stop request (a task's or shutdown's) until it is forced; ``inf``: never."""
     subscriber_shutdown_timeout: float = attrs.field(default=5.0, validator=_DURATION)
+    """Seconds to drain subscriber queues at shutdown, once every task has exited."""
     max_concurrent: int | None = attrs.field(default=None, validator=_count(minimum=1))
+    """The most attempts running at once (FIFO permits); ``None``: unlimited."""
     max_registered_tasks: int | None = attrs.field(default=1024, validator=_count(minimum=1))
+    """The most registered and stopping tasks (forced ones until they exit); ``None``: unlimited."""
     command_capacity: int = attrs.field(default=1024, validator=_CAPACITY)
+    """The size of the registry's bounded command channel."""
     bus_capacity: int = attrs.field(default=1024, validator=_CAPACITY)
+    """The size of the bounded event bus channel."""
     task_defaults: TaskDefaults = attrs.field(
         factory=TaskDefaults, validator=_instance(TaskDefaults)
     )
+    """The values of ``TaskSpec`` options left as ``INHERIT``."""
     controller: ControllerConfig | None = attrs.field(
         default=None, validator=_instance(ControllerConfig, optional=True)
     )
+    """Installs the keyed controller with these budgets; ``None``: no controller."""
     random: random.Random = attrs.field(
         factory=random.Random, eq=False, validator=_instance(random.Random)
     )
+    """The source of backoff jitter; seed it for reproducible delays."""
     log_failures: bool = attrs.field(default=True, validator=_instance(bool))
+    """Log final failures and each streak's first failed attempt to ``trio_taskvisor``."""

@@ -46,6 +46,7 @@ class TaskContext:
     def __init__(self, record: TaskRecord) -> None:
         self._record = record
         self.supervisor = cast("Supervisor", record.owner)
+        """The supervisor that runs the task."""
 
     def __repr__(self) -> str:
         return f"<TaskContext {self.id} {self.name!r} attempt={self.attempt}>"

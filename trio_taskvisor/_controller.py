@@ -125,12 +125,19 @@ class SlotView:
     """One tracked slot in a ``ControllerSnapshot``."""
 
     slot: str
+    """The slot's name."""
     status: SlotStatus
+    """The owner's stage."""
     owner_id: TaskId | None
+    """The local owner's ``TaskId``; ``None`` when the slot is ``REMOTE``."""
     queue_depth: int
+    """Entries queued behind the owner, a replacement head included; this process's only."""
     waiting: int
+    """``wait=True`` submissions held for budget room."""
     status_for: float
+    """Seconds since the slot entered its current status."""
     fence_token: int | None = None
+    """The local owner's lease fence token; ``None`` without a slot store or a local owner."""
 
 
 @attrs.frozen
@@ -138,8 +145,11 @@ class ControllerSnapshot:
     """The controller's slots at one instant, sorted by slot."""
 
     slots: tuple[SlotView, ...]
+    """Every tracked slot, sorted by name: those with an owner, queued or held work."""
     running_count: int
+    """The number of slots whose status is ``RUNNING``."""
     total_queued: int
+    """Queued entries over all slots (the ``max_total_pending`` budget); held work excluded."""
 
     def slot(self, name: str) -> SlotView | None:
         """The view of slot ``name``, or ``None`` if it is not tracked."""

@@ -39,6 +39,7 @@ class TaskNameInUseError(ValueError):
     def __init__(self, name: str) -> None:
         super().__init__(f"task name {name!r} is already in use")
         self.name = name
+        """The name that is taken."""
 
 
 class ResourceLimitError(RuntimeError):
@@ -47,7 +48,9 @@ class ResourceLimitError(RuntimeError):
     def __init__(self, resource: str, limit: int) -> None:
         super().__init__(f"{resource} limit of {limit} reached")
         self.resource = resource
+        """The name of the limit's setting, such as ``"max_registered_tasks"``."""
         self.limit = limit
+        """The limit's configured value."""
 
 
 class NoControllerError(RuntimeError):
@@ -87,7 +90,9 @@ class GraceExceededError(Exception):
             + ", ".join(stuck)
         )
         self.grace = grace
+        """The grace window that ran out, in seconds."""
         self.stuck = stuck
+        """The names of the tasks that were forced, sorted."""
 
 
 class FatalError(Exception):
@@ -96,7 +101,9 @@ class FatalError(Exception):
     def __init__(self, reason: str, *, exit_code: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        """Why the task stopped; also ``str()`` of the error."""
         self.exit_code = exit_code
+        """Copied to ``TaskOutcome.exit_code`` and the events; ``None`` by default."""
 
 
 class TaskFailure(Exception):
@@ -105,7 +112,9 @@ class TaskFailure(Exception):
     def __init__(self, reason: str, *, exit_code: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        """What failed; also ``str()`` of the error."""
         self.exit_code = exit_code
+        """Copied to the events and, if final, ``TaskOutcome.exit_code``; ``None`` by default."""
 
 
 class TaskCancelled(Exception):
@@ -114,6 +123,7 @@ class TaskCancelled(Exception):
     def __init__(self, reason: str | None = None) -> None:
         super().__init__(*(() if reason is None else (reason,)))
         self.reason = reason
+        """Why the task ended itself, or ``None``."""
 
 
 _CLOSED: Final = "the supervisor is closed: its shutdown has begun, so it takes no new work"

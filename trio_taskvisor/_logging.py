@@ -60,7 +60,9 @@ class LoggingSubscriber:
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger if logger is not None else logging.getLogger("trio_taskvisor")
+        """The logger every event is written to."""
         self.name = "LoggingSubscriber"
+        """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
 
     async def on_event(self, event: TaskEvent) -> None:
         """Log ``event``: one record, fields in ``extra``."""

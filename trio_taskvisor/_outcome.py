@@ -51,28 +51,55 @@ class OutcomeKind(enum.Enum):
     """How a task ended."""
 
     COMPLETED = "completed"
+    """The last attempt returned and no repeat followed; ``value`` is its return value."""
     FAILED = "failed"
+    """A retryable failure or timeout was not retried: by the restart policy or a limit.
+
+    ``error`` is the last error; ``reason`` names the limit when one was hit.
+    """
     FATAL = "fatal"
+    """An attempt raised ``FatalError`` (or an exception outside ``retry_on``); ``error`` is set."""
     CANCELLED = "cancelled"
+    """A stop ended the task within grace, or an attempt raised ``TaskCancelled``."""
     FORCE_ABORTED = "force_aborted"
+    """A stop was forced when grace ran out; the body may still be running."""
     PANICKED = "panicked"
+    """An internal fault of the supervisor's runner ended the task, never the task's own."""
     REJECTED = "rejected"
+    """The body never ran; ``rejection`` says why."""
     LEASE_LOST = "lease_lost"
+    """The slot's cluster lease was lost and the owner forced at once, without grace.
+
+    ``reason`` starts with ``"lease refused"`` or ``"lease expired"``; a joiner whose remote
+    work vanished gets it with ``"followed work lost: <instance_id>"``.
+    """
 
 
 class RejectionKind(enum.Enum):
     """Why work was rejected before its body ran."""
 
     ALREADY_EXISTS = "already_exists"
+    """The name is taken by a registered, a stopping, or a forced but still running task."""
     BATCH_REJECTED = "batch_rejected"
+    """Rejected with the rest of an ``add_batch`` that had a name conflict."""
     SLOT_BUSY = "slot_busy"
+    """A ``DROP_IF_RUNNING`` submission found its slot busy."""
     QUEUE_FULL = "queue_full"
+    """The slot's queue was at ``max_slot_queue`` and the submission did not wait."""
     SUPERSEDED = "superseded"
+    """A newer ``REPLACE`` displaced this work from the head of the slot's queue."""
     REMOVED_FROM_QUEUE = "removed_from_queue"
+    """Queued or held work, or a joiner, removed by id or by ``cancel_slot``."""
     SHUTTING_DOWN = "shutting_down"
+    """Shutdown began before the work was admitted, or while it was queued or held."""
     RESOURCE_LIMIT = "resource_limit"
+    """A limit was full: ``max_registered_tasks``, or the controller's ``max_total_pending``,
+    ``max_slots`` or ``max_waiters``.
+    """
     STORE_UNAVAILABLE = "store_unavailable"
+    """Cluster work found the slot store unreachable and did not wait."""
     QUEUE_TIMEOUT = "queue_timeout"
+    """The work's ``queue_timeout`` passed while it was still queued or held."""
 
 
 _REJECTION_REASONS: Final = {
@@ -98,9 +125,13 @@ class Placement(enum.StrEnum):
     """
 
     OWNER = "owner"
+    """Started on an idle slot (any policy), or registered by ``add``."""
     QUEUED = "queued"
+    """Queued in a busy slot (QUEUE, REPLACE); it stays so if it later starts or is withdrawn."""
     JOINED = "joined"
+    """A JOIN following the last work of a busy slot."""
     REJECTED = "rejected"
+    """Rejected at intake or while held."""
 
 
 FORCE_ABORTED_REASON: Final = "force-aborted: did not stop within the grace window"
@@ -113,6 +144,7 @@ class OutcomeError(Exception):
         detail = f": {outcome.reason}" if outcome.reason else ""
         super().__init__(f"task ended {outcome.kind.value}{detail}")
         self.outcome = outcome
+        """The outcome that was not a success."""
 
 
 @attrs.frozen
@@ -124,11 +156,17 @@ class TaskOutcome(Generic[T_co]):
     """
 
     kind: OutcomeKind
+    """How the task ended."""
     value: T_co | None = None
+    """The last successful attempt's return value, for ``COMPLETED``; else ``None``."""
     error: BaseException | None = None
+    """The final exception, for ``FAILED`` and ``FATAL``; else ``None``."""
     reason: str | None = None
+    """Why the task ended, in words; ``None`` for ``COMPLETED`` and ``CANCELLED``."""
     exit_code: int | None = None
+    """The ``exit_code`` of the final error (``FatalError``, ``TaskFailure``), or ``None``."""
     rejection: RejectionKind | None = None
+    """Why the work was rejected, for ``REJECTED``; else ``None``."""
 
     @property
     def is_success(self) -> bool:

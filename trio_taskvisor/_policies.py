@@ -131,16 +131,21 @@ class BackoffPolicy:
     first: float = attrs.field(
         default=0.2, converter=_int_to_float, validator=_finite_at_least(0.0)
     )
+    """Seconds before the first retry of a streak (``n = 0``); ``0`` retries at once."""
     max: float = attrs.field(
         default=_DEFAULT_MAX, converter=_int_to_float, validator=_finite_at_least(0.0)
     )
+    """The largest base delay in seconds; growth saturates here. Must be ``>= first``."""
     factor: float = attrs.field(
         default=2.0, converter=_int_to_float, validator=_finite_at_least(1.0)
     )
+    """What the base delay is multiplied by per retry (``>= 1``); ``1.0`` keeps it constant."""
     jitter: Jitter = attrs.field(default=Jitter.EQUAL, validator=_is_jitter)
+    """How each delay is randomised around its base."""
     floor: float = attrs.field(
         default=0.0, converter=_int_to_float, validator=_finite_at_least(0.0)
     )
+    """The shortest delay in seconds, applied after jitter; clamped to ``max``."""
 
     def __attrs_post_init__(self) -> None:
         if self.first > self.max:
@@ -252,9 +257,14 @@ class RestartPolicy:
     """Retry retryable failures (with backoff); stop after a success."""
 
     kind: str = attrs.field(validator=_check_kind)
+    """``"never"``, ``"on_failure"`` or ``"always"``."""
     interval: float | None = attrs.field(
         default=None, converter=_interval_to_float, validator=_check_interval
     )
+    """Seconds from a success to the next run, for kind ``"always"``.
+
+    ``None`` (also given as ``0``) runs again right away; it is the value of the other kinds.
+    """
 
     @classmethod
     def always(cls, interval: float | None = None) -> RestartPolicy:
@@ -310,7 +320,9 @@ class RestartLimit:
     """
 
     max_restarts: int = attrs.field(validator=_check_max_restarts)
+    """The most restarts after failures allowed within the window; ``>= 1``."""
     within: float = attrs.field(converter=_int_to_float, validator=_check_within)
+    """The window's length in seconds (finite, ``> 0``), ending at the restart's start time."""
 
     def reason(self, error: BaseException) -> str:
         """The ``TaskOutcome.reason`` of a task this limit ended."""

@@ -36,9 +36,13 @@ class TaskState(enum.Enum):
     """Where a registered task is in its life."""
 
     WAITING = "waiting"
+    """Registered, before an attempt: waiting for a ``max_concurrent`` permit, if any."""
     RUNNING = "running"
+    """An attempt is in progress."""
     BACKOFF = "backoff"
+    """Between attempts: waiting out a backoff delay, or a periodic task's interval."""
     STOPPING = "stopping"
+    """A stop was requested and the task has not ended yet; it keeps this state."""
 
 
 class RecordListener(Protocol):

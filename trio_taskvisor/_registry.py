@@ -118,10 +118,15 @@ class TaskInfo:
     """A registered or stopping task, as ``Supervisor.list()`` reports it."""
 
     id: TaskId
+    """The task's ``TaskId``."""
     name: str
+    """The task's name."""
     slot: str | None
+    """The controller slot, or ``None`` for work added with ``add``."""
     state: TaskState
+    """Where the task is in its life."""
     attempt: int
+    """The number of the current or last attempt, from 1; ``0`` before the first."""
 
 
 class _Add(NamedTuple):

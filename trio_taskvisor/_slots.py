@@ -74,9 +74,13 @@ class SlotStatus(enum.Enum):
     """The owner's stage in a busy slot (``REMOTE``: a cluster slot owned elsewhere)."""
 
     ADMITTING = "admitting"
+    """The owner awaits registry admission (and, in a cluster slot, the lease)."""
     RUNNING = "running"
+    """The registry accepted the owner, which holds the slot until it has exited."""
     TERMINATING = "terminating"
+    """A REPLACE (from any process) stops the owner; the slot advances once it has exited."""
     REMOTE = "remote"
+    """A cluster slot whose lease, or whose queue head, belongs to another process."""
 
 
 class Entry(Generic[P]):

@@ -164,9 +164,16 @@ class RedisSlotStore(SlotStore):
     """
 
     url: str = attrs.field(converter=_check_url)
+    """The server's ``redis://`` or ``rediss://`` URL, credentials included; show ``safe_url``."""
     namespace: str = attrs.field(default="taskvisor", kw_only=True, converter=_check_namespace)
+    """The application's slot namespace on the server: non-empty, no whitespace, ``{`` or ``}``."""
     lease_ttl: float = attrs.field(default=10.0, kw_only=True, converter=_lease_ttl)
+    """Seconds a lease lives on the server without renewal; renewed every ``lease_ttl / 3``."""
     connect_timeout: float = attrs.field(default=5.0, kw_only=True, converter=_connect_timeout)
+    """Seconds to reach the server at start (``SlotStoreUnavailableError`` past it).
+
+    Also how long ``cluster_slot``, a request in flight, and shutdown's withdrawals wait for it.
+    """
 
     def __repr__(self) -> str:
         return (
@@ -206,10 +213,15 @@ class ClusterSlotInfo:
     """
 
     slot: str
+    """The slot's name."""
     holder: str | None
+    """The lease holder's ``instance_id``; ``None`` while a hand-over is in flight."""
     fence_token: int | None
+    """The current lease's fence token; ``None`` while ``holder`` is."""
     queue_depth: int
+    """Live entries in the slot's cluster queue, from every process."""
     lease_remaining: float | None
+    """Seconds of real time until the lease expires unless renewed; ``None`` while ``holder`` is."""
 
 
 # -- outcomes across processes ----------------------------------------------------------------

@@ -209,32 +209,46 @@ class TaskSpec(Generic[T_co]):
     """
 
     name: str | None = attrs.field(converter=_name)
+    """The task's name; ``None`` names it ``f"{qualname}{task_id}"`` at add or submit."""
     fn: Callable[..., Awaitable[T_co]] = attrs.field(validator=_fn)
+    """The async callable, called as ``fn(*args)`` afresh for every attempt."""
     args: tuple[Any, ...] = attrs.field(default=(), converter=_args)
+    """The positional arguments of every call of ``fn``."""
     restart: RestartPolicy | _Inherit = attrs.field(
         default=INHERIT, kw_only=True, converter=_restart
     )
+    """When the task runs again after an attempt ends."""
     backoff: BackoffPolicy | _Inherit = attrs.field(
         default=INHERIT, kw_only=True, converter=_backoff
     )
+    """The delays before the retries of a failure streak."""
     timeout: float | _Inherit | None = attrs.field(
         default=INHERIT, kw_only=True, converter=_timeout
     )
+    """Seconds each attempt may run, ``defer_cancel()`` blocks included; ``None``: no limit.
+
+    An attempt that runs out ends as a timeout, which is retried like a failure.
+    """
     max_retries: int | _Inherit | None = attrs.field(
         default=INHERIT, kw_only=True, converter=_max_retries
     )
+    """Retries allowed after the first failure of a streak; ``None``: unlimited."""
     healthy_after: float | _Inherit | None = attrs.field(
         default=INHERIT, kw_only=True, converter=_healthy_after
     )
+    """Seconds after which a running attempt counts as healthy (a new streak); ``None``: never."""
     restart_limit: RestartLimit | _Inherit | None = attrs.field(
         default=INHERIT, kw_only=True, converter=_restart_limit
     )
+    """The most restarts after failures within a window; ``None``: no limit."""
     retry_on: tuple[type[BaseException], ...] | _Inherit | None = attrs.field(
         default=INHERIT, kw_only=True, converter=_retry_on
     )
+    """The exception classes worth a retry; ``None``: every ``Exception``."""
     retry_budget: float | _Inherit | None = attrs.field(
         default=INHERIT, kw_only=True, converter=_retry_budget
     )
+    """Seconds from a streak's first failure in which retries may start; ``None``: no budget."""
 
     @classmethod
     def once(
@@ -375,9 +389,13 @@ class AdmissionPolicy(enum.Enum):
     """What a submission does when its slot is busy."""
 
     QUEUE = "queue"
+    """Append to the slot's FIFO queue; ``QUEUE_FULL`` (or held, with ``wait``) when it is full."""
     REPLACE = "replace"
+    """Stop the owner and become the queue head; a displaced head is rejected ``SUPERSEDED``."""
     DROP_IF_RUNNING = "drop_if_running"
+    """Reject the submission ``SLOT_BUSY``; the owner and the queue are untouched."""
     JOIN = "join"
+    """Start nothing: resolve to the outcome of the slot's last work (queue tail, else owner)."""
 
 
 def _check_slot(value: str | None) -> str | None:
@@ -408,15 +426,20 @@ class ControllerSpec(Generic[T_co]):
     """
 
     task: TaskSpec[T_co] = attrs.field(validator=lambda _i, _a, v: check_type("task", v, TaskSpec))
+    """The work to run in the slot."""
     policy: AdmissionPolicy = attrs.field(
         default=AdmissionPolicy.QUEUE,
         validator=lambda _i, _a, v: check_type("policy", v, AdmissionPolicy),
     )
+    """What the submission does when its slot is busy."""
     slot: str | None = attrs.field(default=None, converter=_check_slot)
+    """The slot's name; ``None``: the task's name (see ``slot_name``)."""
     wait: bool = attrs.field(default=False, validator=lambda _i, _a, v: check_type("wait", v, bool))
+    """Hold the work until the budgets it needs have room, instead of rejecting it."""
     queue_timeout: float | None = attrs.field(
         default=None, kw_only=True, converter=_check_queue_timeout
     )
+    """Seconds from intake until queued or held work is withdrawn; ``None``: no deadline."""
 
     def __attrs_post_init__(self) -> None:
         if self.wait and self.policy in _NEVER_QUEUED:

@@ -88,12 +88,19 @@ class SupervisorStatistics:
     """Counters of one supervisor at one instant."""
 
     registered: int
+    """Registered and stopping tasks whose outcome is not yet committed (``list()``)."""
     running_attempts: int
+    """Attempts in progress, force-aborted ones that have not exited included."""
     alive: int
+    """Tasks with an attempt physically in progress (``alive_snapshot()``)."""
     waiting_for_permit: int
+    """Tasks waiting for a ``max_concurrent`` permit."""
     events_published: int
+    """Events published since the start; none are built without a subscriber or stream."""
     events_dropped: int
+    """Events lost: on a full bus, subscriber queue or stream."""
     subscriber_dropped: Mapping[str, int]
+    """Events each subscriber lost to its full queue, by subscriber name."""
     forced_alive: int
     """Force-aborted tasks still physically running (their names stay reserved)."""
 
@@ -638,6 +645,7 @@ class PreparedSubmission(Generic[T_co]):
         self._entry = entry
         self._used = False
         self.id: TaskId = entry.payload.id
+        """The ``TaskId`` of the work, allocated now; its waiter will have it."""
 
     def __repr__(self) -> str:
         return f"<PreparedSubmission {self.id} slot={self._entry.key!r}>"

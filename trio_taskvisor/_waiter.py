@@ -122,7 +122,9 @@ class TaskWaiter(Generic[T_co]):
 
     def __init__(self, id: TaskId, name: str) -> None:
         self.id = id
+        """The work's ``TaskId``, allocated at add or submit."""
         self.name = name
+        """The task's name (an automatic one for a nameless task)."""
         self._outcome: TaskOutcome[T_co] | None = None
         self._event: trio.Event | None = None
         self._followers: list[TaskWaiter[Any]] | None = None

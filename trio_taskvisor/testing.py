@@ -37,8 +37,11 @@ class EventRecorder:
 
     def __init__(self, *, name: str = "EventRecorder", queue_capacity: int = 1024) -> None:
         self.name = name
+        """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
         self.queue_capacity = queue_capacity
+        """The size of its event queue; events that find it full are dropped."""
         self.events: list[TaskEvent] = []
+        """Every event recorded, in delivery order."""
         self._waiters: list[tuple[EventKind, dict[str, Any], trio.Event]] = []
 
     async def on_event(self, event: TaskEvent) -> None:

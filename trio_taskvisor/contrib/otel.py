@@ -226,7 +226,9 @@ class TracingSubscriber:
 
     def __init__(self, *, name: str = "TracingSubscriber", queue_capacity: int = 1024) -> None:
         self.name = name
+        """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
         self.queue_capacity = queue_capacity
+        """The size of its event queue; events that find it full are dropped."""
 
     def __repr__(self) -> str:
         return f"<TracingSubscriber name={self.name!r}>"

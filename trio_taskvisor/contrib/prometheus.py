@@ -143,10 +143,15 @@ class PrometheusSubscriber:
         if isinstance(slot_labels, str):
             raise TypeError(f"slot_labels must be an iterable of slot names, got {slot_labels!r}")
         self.name = name
+        """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
         self.queue_capacity = queue_capacity
+        """The size of its event queue; events that find it full are dropped (and counted)."""
         self.registry = REGISTRY if registry is None else registry
+        """Where the metrics are registered; by default ``prometheus_client.REGISTRY``."""
         self.namespace = namespace
+        """The prefix of every metric name (``taskvisor_...`` by default)."""
         self.slot_labels: frozenset[str] = frozenset(slot_labels)
+        """Slots with their own ``slot`` label value (the rest: ``"other"``); empty: no label."""
         self._binding: tuple[Supervisor, trio.lowlevel.TrioToken] | None = None
         self._last: _Sample | None = None
 
