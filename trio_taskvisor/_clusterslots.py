@@ -26,17 +26,38 @@ Decisions the design leaves open:
 * A slot with local work but no local owner is ``REMOTE``; while a submission is being
   decided on an otherwise empty slot it is ``ADMITTING`` (lease acquisition), with no
   owner yet.
-* The lease of work that is granted after it left (removed, withdrawn, shut down) is
-  given back at once (``granted`` returns ``None``: the driver releases it).
+* The lease of work that is granted after it left (removed, withdrawn, timed out, shut
+  down) is given back at once (``granted`` returns ``None``: the driver withdraws the
+  entry again, which frees its lease and keeps the reason it first left for its joiners).
+
+Section 11 in cluster slots (DESIGN section 11):
+
+* Queue deadlines run on this process's clock. Queued work (in the cluster queue) whose
+  deadline comes is withdrawn ``QUEUE_TIMEOUT`` and leaves the cluster queue
+  (``Withdraw``); held work, asked again or not, is rejected ``QUEUE_TIMEOUT`` while held
+  (asked again, its request is withdrawn too). Work the store is deciding on for the first
+  time is neither queued nor held yet: its answer decides. Queued or held, it is withdrawn
+  at once then (placement ``QUEUED``, or ``REJECTED`` for held work, as for a deadline that
+  came at intake); granted, it is the owner (work starting on an idle slot is unaffected,
+  ``queue_timeout=0`` included). So a deadline is late by at most the store's answer,
+  which comes within ``connect_timeout``. Every transition first withdraws what is due, so
+  a grant that comes at or after the deadline of queued work finds it gone.
+* ``withdraw_slot`` (``cancel_slot``) withdraws this process's line of the slot: the next
+  owner granted while a lost-lease owner still runs (its lease is given back), queued
+  work from the head, work the store is deciding on, then held work (held work asked
+  again first). Queued and asked work leaves the cluster (``Withdraw``). A remote owner is
+  not the machine's: the driver asks the store to stop it.
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import Generic, NamedTuple, TypeAlias, Union
 
 from ._outcome import RejectionKind
 from ._slots import (
     JOINED,
+    QUEUE_TIMEOUT,
     QUEUED,
     REMOVED_FROM_QUEUE,
     RESOURCE_LIMIT,
@@ -160,7 +181,9 @@ class ClusterSlotMachine(SlotMachine[P]):
     # -- intake ---------------------------------------------------------------------------
 
     def submit(self, entry: Entry[P], now: float) -> None:
-        """Take a new submission in: ask the store, unless it is settled here."""
+        """Take a new submission in: ask the store, unless it is settled here; then
+        ``track_deadline`` if it has a deadline."""
+        self._due(now)
         if self.closed:
             self._reject(entry, SHUTTING_DOWN)
             return
@@ -188,6 +211,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def granted(self, entry_id: int, now: float) -> Entry[P] | None:
         """``entry_id`` holds the slot's lease now: it becomes (or will be) the owner."""
+        self._due(now)
         again = entry_id in self._reasked
         entry = self._take_asking(entry_id, now)
         reason = "admitting: lease acquired"
@@ -207,17 +231,15 @@ class ClusterSlotMachine(SlotMachine[P]):
         return entry
 
     def queued_in_cluster(self, entry_id: int, now: float) -> Entry[P] | None:
-        """``entry_id`` is in the slot's cluster queue (its pending unit comes along)."""
-        entry = self.asking.pop(entry_id, None)
+        """``entry_id`` is in the slot's cluster queue (its pending unit comes along);
+        withdrawn at once if its queue deadline has come meanwhile."""
+        self._due(now)
+        entry = self.asking.get(entry_id)
         if entry is None:
             return None
         again = entry_id in self._reasked
-        self._reasked.discard(entry_id)
+        self._unask(entry, now)
         slot = self.slots[entry.key]
-        assert slot.asking is not None
-        del slot.asking[entry_id]
-        if entry.policy in _RESERVES:
-            self._reserved -= 1
         slot.queue.append(entry)
         self.queued[entry.id] = entry
         self.pending += 1
@@ -225,6 +247,8 @@ class ClusterSlotMachine(SlotMachine[P]):
             slot.status = SlotStatus.REMOTE
             slot.since = now
         self.effects.append(Submitted(entry, "queued in the cluster", QUEUED))
+        if entry.deadline <= now:
+            self._withdraw(entry, QUEUE_TIMEOUT, now)
         if again:
             self.room(slot.key, now)
         return entry
@@ -233,6 +257,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         self, entry_id: int, local_target: int | None, target: str, label: str, now: float
     ) -> Entry[P] | None:
         """The JOIN ``entry_id`` follows ``target`` (``local_target``: its local id)."""
+        self._due(now)
         entry = self._take_asking(entry_id, now)
         if entry is None:
             return None
@@ -257,6 +282,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def rejected(self, entry_id: int, kind: RejectionKind, now: float) -> Entry[P] | None:
         """The store rejected ``entry_id`` (asked or queued work)."""
+        self._due(now)
         entry = self._take_asking(entry_id, now) or self._take_queued(entry_id, now)
         if entry is None:
             return None
@@ -265,7 +291,9 @@ class ClusterSlotMachine(SlotMachine[P]):
         return entry
 
     def full(self, entry_id: int, now: float) -> Entry[P] | None:
-        """Wait-mode work the store cannot take now: held until room or recovery."""
+        """Wait-mode work the store cannot take now: held until room or recovery;
+        rejected at once if its queue deadline has come meanwhile."""
+        self._due(now)
         again = entry_id in self._reasked
         entry = self._take_asking(entry_id, now)
         if entry is None:
@@ -275,11 +303,14 @@ class ClusterSlotMachine(SlotMachine[P]):
             self._rehold(slot, entry)
         else:
             self._hold(slot, entry)
+        if entry.deadline <= now and self.held.get(entry.id) is entry:
+            self._withdraw(entry, QUEUE_TIMEOUT, now)
         self._drop_if_empty(slot)
         return entry
 
     def room(self, key: str, now: float) -> None:
         """The slot's cluster queue has room: ask its oldest held work again."""
+        self._due(now)
         slot = self.slots.get(key)
         if slot is None or not slot.held or self.closed:
             return
@@ -333,6 +364,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def admitted(self, entry: Entry[P], accepted: bool, now: float) -> None:
         """The registry's decision on an owner; stale decisions are ignored."""
+        self._due(now)
         slot = self.slots.get(entry.key)
         if slot is None or slot.owner is not entry:
             return
@@ -353,6 +385,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def exited(self, entry: Entry[P], now: float) -> None:
         """The owner physically exited and its outcome is committed: give its lease back."""
+        self._due(now)
         slot = self.slots.get(entry.key)
         if slot is None or slot.owner is not entry:
             return
@@ -361,6 +394,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def remove(self, entry_id: int, now: float) -> Entry[P] | None:
         """Take queued, asked or held work, or a joiner, out at once; return it if found."""
+        self._due(now)
         entry = self.queued.get(entry_id) or self.asking.get(entry_id)
         if entry is not None:
             self.effects.append(RemoveRequested(entry))
@@ -376,6 +410,57 @@ class ClusterSlotMachine(SlotMachine[P]):
             return joiner
         self._local_holds.discard(entry_id)
         return super().remove(entry_id, now)
+
+    def withdraw_slot(self, key: str, now: float) -> tuple[int, Entry[P] | None]:
+        """``cancel_slot``: withdraw this process's line of ``key`` (see the module
+        docstring for the order); queued and asked work leaves the cluster, a granted next
+        owner gives its lease back.
+
+        Returns how many were withdrawn and the local owner (``None``: no owner here; the
+        driver asks the store to stop a remote one). Held work is taken out before any
+        room is freed; other slots' held work then gets the room.
+        """
+        self._due(now)
+        slot = self.slots.get(key)
+        if slot is None:
+            return 0, None
+        held = list(slot.held)
+        for entry in held:
+            del self.held[entry.id]
+            self._local_holds.discard(entry.id)
+        slot.held.clear()
+        self._held_slots.pop(key, None)
+        # Work asked for the first time, in submission order, then held work asked again.
+        asking = (slot.asking or {}).values()
+        asked = [e for e in asking if e.id not in self._reasked]
+        asked += [e for e in asking if e.id in self._reasked]
+        for entry in asked:
+            self._unask(entry, now)
+        queue = list(slot.queue)
+        for entry in queue:
+            del self.queued[entry.id]
+        self.pending -= len(queue)
+        slot.queue.clear()
+        granted, slot.granted = slot.granted, None
+        leaving = [*queue, *asked]
+        for entry in leaving:
+            self.extra.append(Withdraw(entry, REMOVED_FROM_QUEUE))
+        line = [*leaving, *held]
+        if granted is not None:
+            del self.owners[granted.id]
+            self._lost.pop(granted.id, None)
+            self._stopping.discard(granted.id)
+            line.insert(0, granted)
+        for entry in line:
+            self.effects.append(RemoveRequested(entry))
+            self._reject(entry, REMOVED_FROM_QUEUE)
+        if granted is not None:
+            self.extra.append(Release(granted))  # after its Reject: it carries the outcome
+        owner = slot.owner
+        self._drop_if_empty(slot)
+        if line:
+            self._place_held(now)
+        return len(line), owner
 
     def close(self) -> None:
         """Shutdown: withdraw asked and queued work, reject held work; nothing advances."""
@@ -417,20 +502,73 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def _take_asking(self, entry_id: int, now: float) -> Entry[P] | None:
         """The asked entry ``entry_id`` has its answer; its reserved unit is free."""
-        entry = self.asking.pop(entry_id, None)
+        entry = self.asking.get(entry_id)
         if entry is None:
             return None
-        self._reasked.discard(entry_id)
+        self._unask(entry, now)
+        if entry.policy in _RESERVES:
+            self._place_held(now)
+        return entry
+
+    def _unask(self, entry: Entry[P], now: float) -> None:
+        """The store no longer decides on ``entry``; its reserved unit is free (not offered)."""
+        del self.asking[entry.id]
+        self._reasked.discard(entry.id)
         slot = self.slots[entry.key]
         assert slot.asking is not None
-        del slot.asking[entry_id]
+        del slot.asking[entry.id]
         if slot.owner is None and slot.status is SlotStatus.ADMITTING and not slot.asking:
             slot.status = SlotStatus.REMOTE if slot.queue or slot.held else None
             slot.since = now
         if entry.policy in _RESERVES:
             self._reserved -= 1
+
+    # -- queue deadlines ----------------------------------------------------------------
+
+    def _in_line(self, entry: Entry[P]) -> bool:
+        """Queued, held or asked: work whose queue deadline is kept (see ``expire``)."""
+        return super()._in_line(entry) or self.asking.get(entry.id) is entry
+
+    def _due(self, now: float) -> None:
+        """Withdraw what is due before any other transition."""
+        if self._deadlines and self._deadlines[0][0] <= now:
+            self.expire(now)
+
+    def expire(self, now: float) -> None:
+        """Withdraw queued and held work whose deadline has come (``QUEUE_TIMEOUT``).
+
+        Queued work leaves the cluster queue; held work asked again is withdrawn from the
+        store too. Work asked for the first time is left to its answer (see the module
+        docstring). All of it first, then the room is offered.
+        """
+        heap = self._deadlines
+        due: list[Entry[P]] = []
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)[2]
+            if self.asking.get(entry.id) is entry:
+                if entry.id in self._reasked:
+                    due.append(entry)
+            elif super()._in_line(entry):
+                due.append(entry)
+        for entry in due:
+            if self.asking.get(entry.id) is entry:
+                self.extra.append(Withdraw(entry, QUEUE_TIMEOUT))
+                self._unask(entry, now)
+                self._reject(entry, QUEUE_TIMEOUT)
+                self._drop_if_empty(self.slots[entry.key])
+            else:
+                self._withdraw(entry, QUEUE_TIMEOUT, now, offer=False)
+        if due:
             self._place_held(now)
-        return entry
+
+    def _withdraw(
+        self, entry: Entry[P], kind: RejectionKind, now: float, *, offer: bool = True
+    ) -> None:
+        """As ``SlotMachine._withdraw``; queued work also leaves the cluster queue."""
+        if self.queued.get(entry.id) is entry:
+            self.extra.append(Withdraw(entry, kind))
+        self._local_holds.discard(entry.id)
+        super()._withdraw(entry, kind, now, offer=offer)
 
     def _take_queued(self, entry_id: int, now: float) -> Entry[P] | None:
         entry = self.queued.pop(entry_id, None)

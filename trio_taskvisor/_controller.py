@@ -36,14 +36,33 @@ Section 11 (placement, queue deadlines, slot-wide operations, wait-for cycles):
 * The wait guard (``_waits``) learns from ``slot_edge`` / ``slot_owner`` what work waits
   for in the slots, and from ``_take_in`` when taken-in work gains such an edge.
 
-Seams for cluster slots (DESIGN section 10): the slot-wide operations go through
-``_cancel_slot_now`` (withdraw the line, stop the owner: ``_stop_owner``) and
-``slot_idle`` (what ``wait_slot_idle`` waits for); every placement comes with the
-machine's effects (``Submitted.placement``, ``Reject``), so a cluster mode that decides
-placements elsewhere emits the same effects; queue deadlines go through ``_expire`` and
-end in ``Reject(QUEUE_TIMEOUT)`` effects, where a cluster entry would also leave the
-cluster queue; the wait guard sees the slots through ``slot_edge`` / ``slot_owner``
-(local only: detection is local to one process).
+Section 11 in cluster slots (DESIGN sections 10 and 11): the cluster machine places
+the work from the keeper's reports with the same ``Submitted`` / ``Reject`` effects, and
+its queue deadlines run through the same ``next_deadline`` / ``_expire`` wake-ups (a
+timed-out cluster entry also leaves the cluster queue: ``Withdraw``). The slot-wide
+operations go through ``_cancel_slot_now`` (withdraw this process's line, stop a local
+owner: ``_stop_owner``) and ``slot_idle``; the wait guard sees the slots through
+``slot_edge`` / ``slot_owner`` (local only: detection is local to one process). What the
+slot-wide operations add for a cluster slot runs in the caller's task, after the loop's
+part, and is awaited there (the loop never awaits the server):
+
+* ``cancel_slot`` without a local owner asks the store to stop the lease holder wherever
+  it runs (``keeper.stop_owner``: the ``stop_owner`` script, which marks the lease and
+  messages its process as a REPLACE does, once per lease; sent by the loop after its
+  withdrawals, so a caller cancelled meanwhile does not stop it). Its answer is the
+  stopped lease's fence token; the caller then asks the store (``query``) every
+  ``STORE_POLL_INTERVAL`` until the slot's lease is no longer that one. Polled, because
+  a release wakes only the queue's head and an expiry wakes nobody; the token, because
+  the next owner may be of the same process.
+* ``wait_slot_idle``, once the slot is idle here, asks the store every
+  ``STORE_POLL_INTERVAL`` until it reports no lease and no live entry (``query`` is
+  ``None``) while the slot is still idle here.
+* Both raise ``SlotStoreUnavailableError`` when the server does not answer within
+  ``connect_timeout``, as ``cluster_slot`` does; withdrawals and the stop request stay
+  pending in the keeper and are sent once the server answers.
+* A grant that arrives for work that has left (removed, timed out, cancelled) is given
+  back with a second, idempotent withdrawal rather than a release: the server keeps the
+  first reason the entry left, which is what joiners in other processes read.
 
 Decisions the design leaves open:
 
@@ -177,7 +196,16 @@ class _Decided(NamedTuple):
 
 class _CancelSlot(NamedTuple):
     key: str
-    reply: Reply[tuple[int, TaskRecord | None]]
+    reply: Reply[_SlotCancelled]
+
+
+class _SlotCancelled(NamedTuple):
+    """The loop's part of ``cancel_slot``: the count so far, the local owner it stopped,
+    and (cluster slots without a local owner) the stop it asked of a remote owner."""
+
+    counted: int
+    owner: TaskRecord | None
+    remote: StopRequest | None
 
 
 class _Wake(NamedTuple):
@@ -196,6 +224,18 @@ _EDGE_LABELS: Final = {
 
 NewRecord = Callable[[TaskSpec[Any], str], TaskRecord]
 
+# Seconds between the slot store queries of cancel_slot (a remote owner's lease released)
+# and wait_slot_idle (the slot idle cluster-wide): real time, one round trip each.
+STORE_POLL_INTERVAL: Final = 0.05
+
+
+class StopRequest(Protocol):
+    """A stop asked of the holder of a slot's lease (``LeaseKeeperSeam.stop_owner``)."""
+
+    async def wait(self) -> int | None:
+        """The fence token of the lease asked to stop (``None``: the slot had none)."""
+        ...
+
 
 class LeaseKeeperSeam(Protocol):
     """What the controller needs of the lease keeper (``_keeper.LeaseKeeper``)."""
@@ -213,6 +253,8 @@ class LeaseKeeperSeam(Protocol):
     def follow(self, joiner: int, slot: str, target: str, /) -> None: ...
 
     def unfollow(self, joiner: int, /) -> None: ...
+
+    def stop_owner(self, slot: str, /) -> StopRequest: ...
 
     async def query(self, slot: str, /) -> ClusterSlotInfo | None: ...
 
@@ -425,26 +467,40 @@ class Controller:
     async def cancel_slot(self, key: str) -> tuple[int, TaskRecord | None]:
         """Withdraw the slot's queued and held work and stop its owner, in command order.
 
-        Returns the count ``cancel_slot`` reports and the owner (``None``: no owner),
-        whose outcome the caller awaits. After the loop has ended: ``(0, None)``.
+        Returns the count ``cancel_slot`` reports and the local owner (``None``: no owner
+        here), whose outcome the caller awaits. In a cluster slot whose owner is remote,
+        waits until its lease is released (polling the store every
+        ``STORE_POLL_INTERVAL``); raises ``SlotStoreUnavailableError`` when the server
+        does not answer within ``connect_timeout`` (the withdrawals and the stop request
+        are still sent once it answers). After the loop has ended: ``(0, None)``.
         """
-        reply: Reply[tuple[int, TaskRecord | None]] = Reply()
+        reply: Reply[_SlotCancelled] = Reply()
         try:
             await self._inbox.put(_CancelSlot(key, reply))
         except trio.BrokenResourceError:
             await trio.lowlevel.checkpoint()
             return 0, None  # the registry has ended: every task is gone
-        return await reply.wait()
+        count, owner, remote = await reply.wait()
+        if remote is not None:
+            token = await remote.wait()
+            if token is not None:
+                count += 1
+                # Released: no lease, a hand-over in flight, or another owner's lease.
+                await self._poll_store(key, lambda info: info is None or info.fence_token != token)
+        return count, owner
 
-    def _cancel_slot_now(self, key: str) -> tuple[int, TaskRecord | None]:
-        """The loop's part of ``cancel_slot`` (cluster mode: this process's entries, and a
-        remote owner's stop, go here)."""
+    def _cancel_slot_now(self, key: str) -> _SlotCancelled:
+        """The loop's part of ``cancel_slot``: withdraw this process's line and stop the
+        local owner, or (a cluster slot without one) ask the store to stop the owner
+        wherever it runs, after the withdrawals (the keeper sends requests in order)."""
         withdrawn, owner = self.machine.withdraw_slot(key, trio.current_time())
         self._apply()
-        if owner is None:
-            return withdrawn, None
-        self._stop_owner(owner)
-        return withdrawn + 1, owner.payload
+        if owner is not None:
+            self._stop_owner(owner)
+            return _SlotCancelled(withdrawn + 1, owner.payload, None)
+        if self.keeper is None:
+            return _SlotCancelled(withdrawn, None, None)
+        return _SlotCancelled(withdrawn, None, self.keeper.stop_owner(key))
 
     def _stop_owner(self, owner: Entry[TaskRecord]) -> None:
         """Soft-stop a slot's owner (grace, then force), as ``cancel`` by id would."""
@@ -467,8 +523,21 @@ class Controller:
 
         Idleness is checked after the checkpoint and after every wake-up, so the slot is
         idle at the moment this returns (work submitted during the checkpoint counts).
+        In a cluster slot, once it is idle here, the store is asked whether it is idle
+        cluster-wide (no lease, no live queue entry), every ``STORE_POLL_INTERVAL`` until
+        it is and the slot is still idle here; ``SlotStoreUnavailableError`` when the
+        server does not answer within ``connect_timeout``.
         """
         await trio.lowlevel.checkpoint()
+        while True:
+            await self._wait_locally_idle(key)
+            if self.keeper is None or await self.keeper.query(key) is None:
+                if self.slot_idle(key):
+                    return
+            else:
+                await trio.sleep(STORE_POLL_INTERVAL)
+
+    async def _wait_locally_idle(self, key: str) -> None:
         while not self.slot_idle(key):
             event = self._idle_waits.get(key)
             if event is None:
@@ -478,6 +547,14 @@ class Controller:
                 await event.wait()
             else:
                 await self._waits.guarded_slot_wait(caller, key, event)
+
+    async def _poll_store(self, key: str, done: Callable[[ClusterSlotInfo | None], bool]) -> None:
+        """Ask the store about slot ``key`` until ``done`` says yes (a checkpoint)."""
+        assert self.keeper is not None
+        # Polled: the store pushes a release only to the queue's head, and an expiry to
+        # nobody, so there is no event to wait for here.
+        while not done(await self.keeper.query(key)):  # noqa: ASYNC110
+            await trio.sleep(STORE_POLL_INTERVAL)
 
     def _check_idle_waits(self) -> None:
         for key in [key for key in self._idle_waits if self.slot_idle(key)]:
@@ -725,9 +802,10 @@ class Controller:
         match report:
             case Owner(slot, entry, token):
                 owner = cluster.granted(entry, now)
-                if owner is None:  # it left meanwhile: give the lease back
-                    gone = rejected_outcome(RejectionKind.REMOVED_FROM_QUEUE)
-                    self.keeper.release(slot, entry, gone)
+                if owner is None:
+                    # It left meanwhile (its withdrawal was sent): withdrawn again, the
+                    # lease is given back and the first reason it left is kept.
+                    self.keeper.withdraw(slot, entry, RejectionKind.REMOVED_FROM_QUEUE)
                 else:
                     rec = owner.payload
                     rec.fence_token = token

@@ -6,7 +6,8 @@ channel, the timers, the report forwarder and the I/O loop. The controller never
 it: its requests (``submit``, ``withdraw``, ``release``, ``follow``, ``unfollow``,
 ``stop_owner``) are synchronous calls that queue the request and wake the I/O loop, and
 the results come back as *reports* (frozen values of ``_slotstore``) on the ``ReportSink``
-the keeper was given. Only ``query`` (``Supervisor.cluster_slot``) is awaited.
+the keeper was given. Only ``query`` (``Supervisor.cluster_slot``) is awaited, and the
+answer to a ``stop_owner`` request (``cancel_slot`` of a remote owner).
 
 The I/O loop sends everything that is pending in one pipeline (one round trip) and one
 pipeline at a time: requests that arrive meanwhile go together in the next one. The
@@ -301,9 +302,28 @@ class _StoreOutcome:
     text: str
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class _StopOwner:
+    """A stop asked of the holder of ``slot``'s lease; its waiter learns the lease's fence
+    token (``None``: no lease) once the server has answered."""
+
     slot: str
+    timeout: float
+    where: str
+    done: trio.Event = attrs.Factory(trio.Event)
+    token: int | None = None
+    failed: bool = False
+
+    async def wait(self) -> int | None:
+        """Wait for the server's answer (a checkpoint); raise ``SlotStoreUnavailableError``
+        if it does not come within ``timeout`` (the request is still sent afterwards)."""
+        with trio.move_on_after(self.timeout):
+            await self.done.wait()
+            if not self.failed:
+                return self.token
+        raise SlotStoreUnavailableError(
+            f"slot store {self.where} did not answer within {self.timeout!r} s"
+        )
 
 
 _Obligation: TypeAlias = _Withdraw | _Release | _StoreOutcome | _StopOwner
@@ -501,9 +521,17 @@ class LeaseKeeper:
         """Stop following for ``joiner``; no report."""
         self._follows.pop(joiner, None)
 
-    def stop_owner(self, slot: str) -> None:
-        """Ask the process holding ``slot``'s lease to stop its owner (once per lease)."""
-        self._oblige(_StopOwner(slot))
+    def stop_owner(self, slot: str) -> _StopOwner:
+        """Ask the process holding ``slot``'s lease to stop its owner (once per lease), as
+        a REPLACE does; sent until the server acknowledges it. ``await request.wait()``
+        gives the fence token of the lease asked to stop (``None``: the slot had none)."""
+        request = _StopOwner(slot, self.store.connect_timeout, self.store.safe_url)
+        if self._stopped.is_set():
+            request.failed = True
+            request.done.set()
+        else:
+            self._oblige(request)
+        return request
 
     async def query(self, slot: str) -> ClusterSlotInfo | None:
         """Ask the server about ``slot``; wait for the answer (always a checkpoint).
@@ -587,6 +615,10 @@ class LeaseKeeper:
             self._running = False
             self._available = False
             self._flush_backlog_nowait()
+            for obligation in self._obligations:
+                if isinstance(obligation, _StopOwner):  # never sent: its waiter learns it
+                    obligation.failed = True
+                    obligation.done.set()
             self._stopped.set()
         if not connected:
             raise SlotStoreUnavailableError(
@@ -664,8 +696,8 @@ class LeaseKeeper:
                 return (scripts.RELEASE.name, (slot, eid, ""))
             case _StoreOutcome(eid, text):
                 return (scripts.STORE_OUTCOME.name, (eid, text))
-            case _StopOwner(slot):
-                return (scripts.STOP_OWNER.name, (slot, self.instance_id))
+            case _StopOwner():
+                return (scripts.STOP_OWNER.name, (obligation.slot, self.instance_id))
 
     def _bound(self, batch: _Batch, now: float) -> float:
         """How long a round trip may take before it counts as failed: ``connect_timeout``
@@ -712,7 +744,10 @@ class LeaseKeeper:
                 case _Release(_, eid, outcome):
                     if reply == "need_outcome":
                         self._oblige(_StoreOutcome(eid, encode_outcome(outcome)))
-                case _Withdraw() | _StoreOutcome() | _StopOwner() | _Bye():
+                case _StopOwner():
+                    part.token = scripts.parse_stop_owner(reply)
+                    part.done.set()
+                case _Withdraw() | _StoreOutcome() | _Bye():
                     pass
                 case _Claim(slot, entry):
                     self._claimed(slot, entry, scripts.parse_reply(reply), sent_at)
@@ -738,6 +773,9 @@ class LeaseKeeper:
             case _Submit() if not part.resolved:
                 self._fail_submit(part)
             case _Query() if not part.abandoned:
+                part.failed = True
+                part.done.set()
+            case _StopOwner():
                 part.failed = True
                 part.done.set()
             case _:

@@ -260,7 +260,7 @@ if not stop then
   redis.call('HSET', P .. 'lease:' .. slot, 'stop', me)
   tell(instance_of(holder), {'stop', slot, holder, me})
 end
-return instance_of(holder)
+return {instance_of(holder), token}
 """
 
 _RENEW: Final = r"""
@@ -551,6 +551,15 @@ class SlotReply:
     token: int | None
     remaining: float | None
     live_entries: int
+
+
+def parse_stop_owner(raw: object) -> int | None:
+    """Parse a raw ``stop_owner`` reply: the fence token of the lease asked to stop
+    (``None``: the slot had no lease)."""
+    if raw is None:
+        return None
+    _, token = _items(raw, 2)
+    return int(str(token))
 
 
 def parse_cluster_slot(raw: object) -> SlotReply:

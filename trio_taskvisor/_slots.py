@@ -461,7 +461,8 @@ class SlotMachine(Generic[P]):
 
     def _add_deadline(self, entry: Entry[P]) -> None:
         heap = self._deadlines
-        if len(heap) >= 64 and len(heap) > 2 * (len(self.queued) + len(self.held)):
+        live = len(self.queued) + len(self.held) + len(self.asking)
+        if len(heap) >= 64 and len(heap) > 2 * live:
             # Invariant: at least half of the heap is live, so entries that started or
             # ended are not kept until their deadline. Amortised O(1) per entry.
             heap[:] = [item for item in heap if self._in_line(item[2])]

@@ -511,9 +511,17 @@ class Supervisor:
         slot had an owner. Work submitted after the call was taken in is not affected.
         An idle or unknown slot gives ``0``. Always a checkpoint.
 
+        In a cluster slot (a slot store) it withdraws this process's entries (other
+        processes' queued work stays) and, when the owner runs in another process, asks
+        that process to stop it (as a REPLACE would) and returns once its lease is
+        released; the owner counts 1 wherever it runs.
+
         Raises ``NoControllerError`` without a controller, and ``DeadlockError`` when
         called from inside an attempt that owns ``slot`` (or when waiting for the owner
-        closes a wait-for cycle). Cancelling the caller does not stop the cancel.
+        closes a wait-for cycle). In a cluster slot, raises ``SlotStoreUnavailableError``
+        when the server does not answer within ``connect_timeout`` (the local work is
+        withdrawn all the same, and the stop request is sent once the server answers).
+        Cancelling the caller does not stop the cancel.
         """
         controller = self._require_controller("cancel_slot")
         _check_slot(slot)
@@ -527,9 +535,13 @@ class Supervisor:
         """Wait until ``slot`` has no owner, queued or held work, and none in intake.
 
         A forced owner still physically running keeps the slot busy. Returns at once if
-        the slot is idle; always a checkpoint. Raises ``NoControllerError`` without a
-        controller, and ``DeadlockError`` when called from inside an attempt that owns
-        ``slot`` (or when the wait closes a wait-for cycle).
+        the slot is idle; always a checkpoint. In a cluster slot (a slot store) it waits
+        until the slot is idle cluster-wide too: no lease and no live queue entry on the
+        server (asked every 50 ms once the slot is idle here). Raises
+        ``NoControllerError`` without a controller, and ``DeadlockError`` when called from
+        inside an attempt that owns ``slot`` (or when the wait closes a wait-for cycle);
+        in a cluster slot, ``SlotStoreUnavailableError`` when the server does not answer
+        within ``connect_timeout``.
         """
         controller = self._require_controller("wait_slot_idle")
         _check_slot(slot)

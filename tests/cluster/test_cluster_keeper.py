@@ -12,6 +12,7 @@ import logging
 import coredis
 import pytest
 import trio
+import trio.testing
 from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
 
@@ -373,3 +374,25 @@ async def test_credentials_never_show(
     texts += [caplog.text]
     assert not [text for text in texts if password in text]
     assert any("***" in text for text in texts)
+
+
+async def test_stop_owner_answers_with_the_stopped_lease_token(store: RedisSlotStore) -> None:
+    """``stop_owner`` asks the lease holder's process to stop its owner (``RemoteStop``
+    there) and answers with that lease's fence token; ``None`` for a slot without one."""
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b:
+        assert await b.keeper.stop_owner("k").wait() is None
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        owner = await a.reports.wait_for(Owner, entry=1)
+        assert await b.keeper.stop_owner("k").wait() == owner.token
+        stop = await a.reports.wait_for(RemoteStop, entry=1)
+        assert stop.requester == B
+
+
+async def test_stop_owner_of_a_stopped_keeper_fails_at_once(store: RedisSlotStore) -> None:
+    """A stop requested after the keeper stopped raises ``SlotStoreUnavailableError``
+    without waiting for ``connect_timeout``."""
+    async with open_keeper(store, A) as a:
+        pass
+    with trio.testing.assert_checkpoints(), pytest.raises(SlotStoreUnavailableError):
+        with trio.fail_after(store.connect_timeout / 2):
+            await a.keeper.stop_owner("k").wait()

@@ -341,12 +341,13 @@ class ClusterModel:
             self.wake_head(slot)
         return "ok"
 
-    def stop_owner(self, slot: str, requester: str) -> str | None:
+    def stop_owner(self, slot: str, requester: str) -> list[str | None] | None:
         self._begin()
-        if slot not in self.lease:
+        lease = self.lease.get(slot)
+        if lease is None:
             return None
         self.stop(slot, requester)
-        return self.holder(slot)
+        return [self.holder(slot), str(lease.token)]
 
     def renew(
         self,

@@ -298,11 +298,14 @@ async def test_withdraw_tells_joiners(s: Scripts, inbox: dict[str, Inbox]) -> No
 
 
 async def test_stop_owner_marks_the_lease_once(s: Scripts, inbox: dict[str, Inbox]) -> None:
-    """stop_owner replies with the holder, stores the requester, tells the holder once."""
+    """stop_owner replies with the holder and its token, stores the requester, tells the
+    holder once."""
     assert await s.stop_owner("k", B) is None
-    await s.submit("k", entry(A, 1))
-    assert await s.stop_owner("k", B) == A
-    assert await s.stop_owner("k", C) == A
+    _, token, _ = await s.submit("k", entry(A, 1))
+    assert await s.stop_owner("k", B) == [A, token]
+    assert await s.stop_owner("k", C) == [A, token]
+    assert scripts.parse_stop_owner(await s.stop_owner("k", C)) == int(token)
+    assert scripts.parse_stop_owner(None) is None
     assert (await s.lease("k"))["stop"] == B
     await inbox[A].wait_kind("stop", "k", entry(A, 1), B)
     assert len(inbox[A].of("stop")) == 1
