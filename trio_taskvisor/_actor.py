@@ -233,13 +233,19 @@ def _failure_in(
     cleanup raised): the Exceptions decide, as an ordinary failure. Anything else ends
     the attempt cancelled and propagates, without its ``Cancelled``.
     """
-    _, rest = split_cancelled(exc)
+    rest = split_cancelled(exc)[1]
     if isinstance(rest, Exception):
         return rest
     _end_attempt(rec, host, EventKind.ATTEMPT_CANCELLED, started, None)
-    if rest is None or rest is exc:
-        raise exc
-    raise rest from None  # the group without its Cancelled
+    try:
+        if rest is None or rest is exc:
+            raise exc
+        raise rest from None  # the group without its Cancelled
+    finally:
+        # The traceback holds this frame: without the del, this frame and the exception
+        # would form a cycle, left to the garbage collector with every frame it holds
+        # (a shutdown of 10k tasks spent half its time in collections).
+        del exc, rest
 
 
 def _exit(rec: TaskRecord, host: ActorHost, outcome: TaskOutcome[Any]) -> None:
