@@ -162,15 +162,15 @@ def _fn(_instance: object, _attribute: attrs.Attribute[Any], value: Any) -> None
     check_async_callable(value)
 
 
-def auto_name(fn: Callable[..., object], task_id: object) -> str:
-    """The automatic name of a nameless task: ``f"{qualname}{task_id}"``."""
+def auto_name(fn: Callable[..., object], task_id: int) -> str:
+    """The automatic name of a nameless task: ``f"{qualname}{task_id}"`` (``poll#7``)."""
     target: object = fn
     while isinstance(target, functools.partial):
         target = target.func  # pyright: ignore[reportUnknownMemberType]
     qualname = getattr(target, "__qualname__", None)
     if not isinstance(qualname, str):  # a callable object: its type's
         qualname = type(target).__qualname__
-    return f"{qualname}{task_id}"
+    return f"{qualname}#{int(task_id)}"  # as str(TaskId), without its call
 
 
 def _args(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -415,7 +415,7 @@ def _check_queue_timeout(value: float | None) -> float | None:
 _NEVER_QUEUED: Final = (AdmissionPolicy.JOIN, AdmissionPolicy.DROP_IF_RUNNING)
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ControllerSpec(Generic[T_co]):
     """A submission to the controller: the task, its slot and the busy-slot policy.
 
@@ -475,6 +475,8 @@ class ControllerSpec(Generic[T_co]):
         ``queue_timeout``: withdraw the work if it is still queued or held that many
         seconds after intake (``REJECTED(QUEUE_TIMEOUT)``).
         """
+        if queue_timeout is None and _plain(task, slot, wait):
+            return _trusted_request(task, AdmissionPolicy.QUEUE, slot, wait, None)
         return ControllerSpec(task, AdmissionPolicy.QUEUE, slot, wait, queue_timeout=queue_timeout)
 
     @classmethod
@@ -491,6 +493,8 @@ class ControllerSpec(Generic[T_co]):
         ``queue_timeout``: as for ``queue``; withdrawn at its deadline, the work does not
         undo the stop it requested.
         """
+        if queue_timeout is None and _plain(task, slot, wait):
+            return _trusted_request(task, AdmissionPolicy.REPLACE, slot, wait, None)
         return ControllerSpec(
             task, AdmissionPolicy.REPLACE, slot, wait, queue_timeout=queue_timeout
         )
@@ -504,6 +508,21 @@ class ControllerSpec(Generic[T_co]):
     def join(cls, task: TaskSpec[T], *, slot: str | None = None) -> ControllerSpec[T]:
         """On a busy slot, start nothing: resolve to the outcome of the slot's last work."""
         return ControllerSpec(task, AdmissionPolicy.JOIN, slot)
+
+
+# QUEUE and REPLACE without a queue_timeout (the common case) skip the validators when
+# the arguments are plainly valid; anything else takes the validating constructor.
+_trusted_request: Final[Callable[..., ControllerSpec[Any]]] = trusted_constructor(ControllerSpec)
+
+
+def _plain(task: object, slot: object, wait: object) -> bool:
+    """Whether ``task``, ``slot`` and ``wait`` need no validation (a ``TaskSpec``; a
+    non-empty ``str`` slot, or none with a named task; a ``bool``)."""
+    return (
+        type(task) is TaskSpec
+        and type(wait) is bool
+        and ((type(slot) is str and slot != "") or (slot is None and task.name is not None))
+    )
 
 
 @attrs.frozen

@@ -415,8 +415,15 @@ class Supervisor:
         if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"slot must be a str, got {slot!r}")
         spec = TaskSpec.once(None, fn, *args, **task_opts)
-        wait = policy is AdmissionPolicy.QUEUE or policy is AdmissionPolicy.REPLACE
-        request = ControllerSpec(spec, policy, slot, wait, queue_timeout=queue_timeout)
+        request: ControllerSpec[T]
+        if policy is AdmissionPolicy.QUEUE:  # through the constructors' fast path
+            request = ControllerSpec.queue(spec, slot=slot, wait=True, queue_timeout=queue_timeout)
+        elif policy is AdmissionPolicy.REPLACE:
+            request = ControllerSpec.replace(
+                spec, slot=slot, wait=True, queue_timeout=queue_timeout
+            )
+        else:
+            request = ControllerSpec(spec, policy, slot, queue_timeout=queue_timeout)
         entry = controller.prepare(request)
         waiter = entry.payload
         await controller.submit(entry)
