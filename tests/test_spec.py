@@ -20,6 +20,7 @@ from trio_taskvisor import (
     BackoffPolicy,
     ConfigError,
     ControllerConfig,
+    ControllerSpec,
     OutcomeKind,
     RestartPolicy,
     SupervisorConfig,
@@ -455,3 +456,22 @@ def test_unlimited_limits_are_valid() -> None:
     assert config.max_registered_tasks is None
     assert config.controller is not None
     assert config.controller.max_slots is None
+
+
+@pytest.mark.parametrize("make", [ControllerSpec.queue, ControllerSpec.replace])
+def test_controller_spec_fast_path_equals_the_validating_constructor(make: Any) -> None:
+    """``queue`` and ``replace`` without options skip the validators only for plainly
+    valid arguments: the result equals the validated one, and bad input still fails."""
+    spec = TaskSpec.once("t", async_fn)
+    for slot, wait in [(None, False), ("k", True)]:
+        made = make(spec, slot=slot, wait=wait)
+        assert type(made) is ControllerSpec
+        assert made == ControllerSpec(spec, made.policy, slot, wait)
+    with pytest.raises(ConfigError):
+        make(spec, slot="")
+    with pytest.raises(ConfigError):
+        make(TaskSpec.once(None, async_fn))  # no name, no slot
+    with pytest.raises(TypeError):
+        make(spec, wait=1)
+    with pytest.raises(TypeError):
+        make("not a spec")
