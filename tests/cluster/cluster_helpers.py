@@ -1,4 +1,5 @@
-"""Helpers of the cluster tests: call the scripts directly, read an instance's messages."""
+"""Helpers of the cluster tests: call the scripts directly, read an instance's messages,
+open supervisors with a slot store (``replica``) and the bodies their tests submit."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ import coredis
 import trio
 from coredis.retry import NoRetryPolicy
 
+from trio_taskvisor import (
+    ControllerConfig,
+    Supervisor,
+    SupervisorConfig,
+    TaskSpec,
+    open_supervisor,
+)
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._keeper import Connector, LeaseKeeper, Report
 from trio_taskvisor._slotstore import RedisSlotStore
+from trio_taskvisor.testing import EventRecorder
 
 R = TypeVar("R")
 
@@ -225,3 +234,41 @@ async def open_keeper(
         yield Running(keeper, reports, scope)
         await keeper.aclose()
         nursery.cancel_scope.cancel(reason="keeper test block ended")
+
+
+# -- supervisors with a slot store ------------------------------------------------------------
+
+
+def config(store: RedisSlotStore, **controller: int) -> SupervisorConfig:
+    """A supervisor config (``grace=1``) whose controller uses ``store``."""
+    return SupervisorConfig(grace=1.0, controller=ControllerConfig(slot_store=store, **controller))
+
+
+@asynccontextmanager
+async def replica(
+    store: RedisSlotStore, **controller: int
+) -> AsyncIterator[tuple[Supervisor, EventRecorder]]:
+    """One replica in this process: a supervisor of ``config(store)`` and its recorder."""
+    recorder = EventRecorder()
+    async with open_supervisor(config(store, **controller), subscribers=[recorder]) as sup:
+        yield sup, recorder
+
+
+def gated(gate: trio.Event, value: object = None) -> TaskSpec:
+    """``once`` work that returns ``value`` once ``gate`` is set."""
+
+    async def body() -> object:
+        await gate.wait()
+        return value
+
+    return TaskSpec.once(f"gated-{id(gate)}", body)
+
+
+def quick(name: str, value: object = None) -> TaskSpec:
+    """``once`` work that returns ``value`` after one checkpoint."""
+
+    async def body() -> object:
+        await trio.lowlevel.checkpoint()
+        return value
+
+    return TaskSpec.once(name, body)

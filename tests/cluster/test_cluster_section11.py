@@ -9,16 +9,14 @@ are for events and outcomes, never sleeps.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
 import trio.testing
+from cluster_helpers import gated, quick, replica
 from conftest import RedisServer
 
 from trio_taskvisor import (
-    ControllerConfig,
     ControllerSpec,
     EventKind,
     OutcomeKind,
@@ -26,41 +24,12 @@ from trio_taskvisor import (
     RejectionKind,
     SlotStoreUnavailableError,
     Supervisor,
-    SupervisorConfig,
     TaskSpec,
-    open_supervisor,
 )
 from trio_taskvisor.redis import RedisSlotStore
 from trio_taskvisor.testing import EventRecorder
 
 TIMEOUT = 0.3  # a queue_timeout, seconds of real time
-
-
-@asynccontextmanager
-async def replica(
-    store: RedisSlotStore, **controller: int
-) -> AsyncIterator[tuple[Supervisor, EventRecorder]]:
-    recorder = EventRecorder()
-    controller_config = ControllerConfig(slot_store=store, **controller)
-    config = SupervisorConfig(grace=1.0, controller=controller_config)
-    async with open_supervisor(config, subscribers=[recorder]) as sup:
-        yield sup, recorder
-
-
-def gated(gate: trio.Event, value: object = None) -> TaskSpec:
-    async def body() -> object:
-        await gate.wait()
-        return value
-
-    return TaskSpec.once(f"gated-{id(gate)}", body)
-
-
-def quick(name: str, value: object = None) -> TaskSpec:
-    async def body() -> object:
-        await trio.lowlevel.checkpoint()
-        return value
-
-    return TaskSpec.once(name, body)
 
 
 async def own(sup: Supervisor, recorder: EventRecorder, spec: TaskSpec, slot: str = "s") -> None:

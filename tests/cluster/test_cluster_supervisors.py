@@ -12,26 +12,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import coredis
 import pytest
 import trio
 import trio.testing
+from cluster_helpers import config, gated, quick, replica
 from conftest import RedisServer
 
 from trio_taskvisor import (
     BackoffPolicy,
-    ControllerConfig,
     ControllerSpec,
     EventKind,
     OutcomeKind,
     RejectionKind,
     SlotStatus,
     SlotStoreUnavailableError,
-    Supervisor,
-    SupervisorConfig,
     TaskSpec,
     current_context,
     open_supervisor,
@@ -47,37 +43,8 @@ def store_like(store: RedisSlotStore, url: str | None = None, **fields: float) -
     return RedisSlotStore(url or store.url, namespace=store.namespace, **values)
 
 
-def config(store: RedisSlotStore, **controller: int) -> SupervisorConfig:
-    return SupervisorConfig(grace=1.0, controller=ControllerConfig(slot_store=store, **controller))
-
-
-@asynccontextmanager
-async def replica(
-    store: RedisSlotStore, **controller: int
-) -> AsyncIterator[tuple[Supervisor, EventRecorder]]:
-    recorder = EventRecorder()
-    async with open_supervisor(config(store, **controller), subscribers=[recorder]) as sup:
-        yield sup, recorder
-
-
 async def until_cancelled() -> None:
     await trio.sleep_forever()
-
-
-def gated(gate: trio.Event, value: object = None) -> TaskSpec:
-    async def body() -> object:
-        await gate.wait()
-        return value
-
-    return TaskSpec.once(f"gated-{id(gate)}", body)
-
-
-def quick(name: str, value: object = None) -> TaskSpec:
-    async def body() -> object:
-        await trio.lowlevel.checkpoint()
-        return value
-
-    return TaskSpec.once(name, body)
 
 
 # -- start-up -------------------------------------------------------------------------------
