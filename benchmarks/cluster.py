@@ -101,7 +101,6 @@ async def renewal_samples(
         kinds = [str(reply[0]) for reply in await conn.round_trip(setup)]  # type: ignore[index]
         if kinds != ["owner"] * n + ["queued"] * n:
             raise RuntimeError(f"setup failed: {sorted(set(kinds))}")
-        calls = [(RUN_ID, ()), (scripts.RENEW.name, scripts.renew_args(me, leases, entries, []))]
         ttl_ms = round(LEASE_TTL * 1000)
         ours: list[list[float]] = []
         baseline: list[float] = []
@@ -110,7 +109,8 @@ async def renewal_samples(
             samples = []
             for _ in range(per_round):
                 start = time.perf_counter()
-                replies = await conn.round_trip(calls)
+                args = scripts.renew_args(me, leases, entries, [])
+                replies = await conn.round_trip([(RUN_ID, ()), (scripts.RENEW.name, args)])
                 parsed = scripts.parse_renew(replies[1])
                 samples.append(time.perf_counter() - start)
                 if parsed.leases != ("",) * n or len(parsed.entries) != n:

@@ -21,10 +21,12 @@ key                     type    content                                      exp
 ======================  ======  ===========================================  ===========
 
 ``keep = max(60 s, 10 * lease_ttl)``. An entry is *live* while its instance's heartbeat
-exists and it has no ``gone`` marker. Every script that reads a queue first removes the
-entries that are not live ("prune"), telling the watchers ``room`` if it removed any. Only
-the live head of a queue may take a free lease; a slot is busy while its lease exists or
-its queue is not empty.
+exists and it has no ``gone`` marker. A script that marks an entry gone takes it out of
+its queue in the same call, and none queues an entry that has a marker, so for a queued
+entry only the heartbeat is checked (the model-based tests hold the scripts to the full
+rule). Every script that reads a queue first removes the entries that are not live
+("prune"), telling the watchers ``room`` if it removed any. Only the live head of a queue
+may take a free lease; a slot is busy while its lease exists or its queue is not empty.
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -40,12 +42,16 @@ Messages on ``P ch:<instance>`` are JSON arrays: ``["wake", slot]``, ``["room", 
 
 Every script takes ``ARGV[1..3] = P, lease_ttl_ms, keep_ms`` and its own arguments after
 them; none uses ``KEYS`` (a single server, not Redis Cluster; the ``{namespace}`` hash tag
-keeps every key of a namespace in one cluster slot all the same).
+keeps every key of a namespace in one cluster slot all the same). ``renew``, which carries
+thousands of items, takes its pairs as one JSON argument and answers in JSON: encoding
+that many separate arguments and parsing that many reply items cost the client more than
+the script itself.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from typing import Final
 
@@ -68,9 +74,8 @@ local function alive(i)
   return a
 end
 
-local function live(e)
-  return alive(instance_of(e)) and redis.call('EXISTS', P .. 'gone:' .. e) == 0
-end
+-- A queued entry has no gone marker (see the module docstring): only the heartbeat counts.
+local function live(e) return alive(instance_of(e)) end
 
 local function tell(i, msg) redis.call('PUBLISH', P .. 'ch:' .. i, cjson.encode(msg)) end
 
@@ -264,28 +269,31 @@ return {instance_of(holder), token}
 """
 
 _RENEW: Final = r"""
-local me = ARGV[4]
+local me, parts = ARGV[4], cjson.decode(ARGV[5])
 local expired = redis.call('EXISTS', P .. 'hb:' .. me) == 0
 redis.call('SET', P .. 'hb:' .. me, '1', 'PX', TTL)
 alive_memo[me] = true
-local i = 5
-local function pairs_of()
-  local n = tonumber(ARGV[i])
-  local first = i + 1
-  i = i + 1 + 2 * n
-  return first, n
+
+-- Nothing below changes a lease's fields: read each slot's lease once.
+local lease_memo = {}
+local function lease_here(slot)
+  local v = lease_memo[slot]
+  if not v then
+    v = redis.call('HMGET', P .. 'lease:' .. slot, 'entry', 'token', 'stop')
+    lease_memo[slot] = v
+  end
+  return v[1], v[2], v[3]
 end
 
-local leases = {}
-local first, n = pairs_of()
-for k = 0, n - 1 do
-  local slot, e = ARGV[first + 2 * k], ARGV[first + 2 * k + 1]
-  local holder, _, stop = lease_of(slot)
+local leases, flat = {}, parts[1]
+for k = 1, #flat, 2 do
+  local slot, e = flat[k], flat[k + 1]
+  local holder, _, stop = lease_here(slot)
   if holder == e then
     redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
-    leases[k + 1] = stop or ''
+    leases[#leases + 1] = stop or ''
   else
-    leases[k + 1] = false
+    leases[#leases + 1] = cjson.null
   end
 end
 
@@ -303,46 +311,45 @@ local function queue_of(slot)
 end
 
 local entries = {}
-first, n = pairs_of()
-for k = 0, n - 1 do
-  local slot, e = ARGV[first + 2 * k], ARGV[first + 2 * k + 1]
-  local holder, token = lease_of(slot)
+flat = parts[2]
+for k = 1, #flat, 2 do
+  local slot, e = flat[k], flat[k + 1]
+  local holder, token = lease_here(slot)
   local item
   if holder == e then
     -- a claim whose reply was lost: keep the lease alive until the owner learns of it
     redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
     item = {'owner', token}
   else
-    local gone = redis.call('GET', P .. 'gone:' .. e)
+    local m = queue_of(slot)
+    local at = m.at[e]  -- a live entry of the queue: not gone
+    local gone = not at and redis.call('GET', P .. 'gone:' .. e)
     if gone then
       item = {'gone', gone}
+    elseif at and not expired then
+      item = {'queued', (not holder and at == 1) and 1 or 0}
     else
-      local m = queue_of(slot)
-      local state = 'queued'
-      if expired or not m.at[e] then
-        -- lost with server data, or this process's heartbeat expired meanwhile (its
-        -- entry pruned, or not yet): back at the tail, a new acceptance (DESIGN)
-        if m.at[e] then
-          redis.call('LREM', P .. 'q:' .. slot, 0, e)
-          table.remove(m.q, m.at[e])
-          m.at = {}
-          for j, x in ipairs(m.q) do m.at[x] = j end
-        end
-        redis.call('RPUSH', P .. 'q:' .. slot, e)
-        m.q[#m.q + 1] = e
-        m.at[e] = #m.q
-        state = 'resubmitted'
+      -- lost with server data, or this process's heartbeat expired meanwhile (its
+      -- entry pruned, or not yet): back at the tail, a new acceptance (DESIGN)
+      if at then
+        redis.call('LREM', P .. 'q:' .. slot, 0, e)
+        table.remove(m.q, at)
+        m.at = {}
+        for j, x in ipairs(m.q) do m.at[x] = j end
       end
-      item = {state, (not holder and m.q[1] == e) and 1 or 0}
+      redis.call('RPUSH', P .. 'q:' .. slot, e)
+      m.q[#m.q + 1] = e
+      m.at[e] = #m.q
+      item = {'resubmitted', (not holder and m.q[1] == e) and 1 or 0}
     end
   end
-  entries[k + 1] = item
+  entries[#entries + 1] = item
 end
 
 local follows = {}
-first, n = pairs_of()
-for k = 0, n - 1 do
-  local slot, e = ARGV[first + 2 * k], ARGV[first + 2 * k + 1]
+flat = parts[3]
+for k = 1, #flat, 2 do
+  local slot, e = flat[k], flat[k + 1]
   local jk = P .. 'jn:' .. e
   redis.call('SADD', jk, me)
   redis.call('PEXPIRE', jk, KEEP)
@@ -354,16 +361,16 @@ for k = 0, n - 1 do
     local gone = redis.call('GET', P .. 'gone:' .. e)
     if gone then
       item = {'gone', gone}
-    elseif alive(instance_of(e)) and (out or redis.call('HGET', P .. 'lease:' .. slot, 'entry') == e
+    elseif alive(instance_of(e)) and (out or lease_here(slot) == e
         or redis.call('LPOS', P .. 'q:' .. slot, e)) then
       item = {'live'}
     else
       item = {'lost'}
     end
   end
-  follows[k + 1] = item
+  follows[#follows + 1] = item
 end
-return {leases, entries, follows}
+return cjson.encode({leases, entries, follows})
 """
 
 _CLUSTER_SLOT: Final = r"""
@@ -425,13 +432,11 @@ def renew_args(
     entries: Iterable[tuple[str, str]],
     follows: Iterable[tuple[str, str]],
 ) -> Args:
-    """Each part is ``(slot, entry)`` pairs: held leases, queued entries, followed entries."""
-    args = [instance]
-    for part in (leases, entries, follows):
-        flat = [text for pair in part for text in pair]
-        args.append(str(len(flat) // 2))
-        args.extend(flat)
-    return tuple(args)
+    """Each part is ``(slot, entry)`` pairs: held leases, queued entries, followed entries;
+    sent as one JSON argument (thousands of separate arguments cost the client more
+    than the script)."""
+    parts = [[text for pair in part for text in pair] for part in (leases, entries, follows)]
+    return (instance, json.dumps(parts, separators=(",", ":")))
 
 
 # -- replies --------------------------------------------------------------------------------
@@ -498,26 +503,40 @@ def parse_reply(raw: object) -> Reply:
             raise ValueError(f"unexpected script reply {raw!r}")
 
 
+_WAITING: Final = {
+    (kind, flag): Reply(kind, claimable=flag == 1)
+    for kind in ("queued", "resubmitted")
+    for flag in (0, 1)
+}
+"""The replies of waiting entries, shared (a renewal parses thousands of them)."""
+
+
 def _parse_entry(raw: object) -> Reply:
-    items = _items(raw, 2)
-    kind = str(items[0])
-    match kind:
-        case "owner":
-            return Reply(kind, token=int(str(items[1])))
-        case "gone":
-            return Reply(kind, detail=str(items[1]))
-        case "queued" | "resubmitted":
-            return Reply(kind, claimable=int(str(items[1])) == 1)
+    match raw:
+        case [str("queued" | "resubmitted") as kind, int(0 | 1) as flag]:
+            return _WAITING[kind, flag]
+        case ["owner", str(token)]:
+            return Reply("owner", token=int(token))
+        case ["gone", str(reason)]:
+            return Reply("gone", detail=reason)
         case _:
             raise ValueError(f"unexpected renew item {raw!r}")
 
 
 def _parse_follow(raw: object) -> Reply:
-    items = _items(raw)
-    kind = str(items[0])
-    if kind not in ("out", "gone", "live", "lost"):
-        raise ValueError(f"unexpected renew item {raw!r}")
-    return Reply(kind, detail=_text(items[1]) if len(items) > 1 else None)
+    match raw:
+        case [str("out" | "gone") as kind, str(detail)]:
+            return Reply(kind, detail=detail)
+        case [str("live" | "lost") as kind]:
+            return Reply(kind)
+        case _:
+            raise ValueError(f"unexpected renew item {raw!r}")
+
+
+def _parse_lease(raw: object) -> str | None:
+    if raw is None or isinstance(raw, str):
+        return raw
+    raise ValueError(f"unexpected renew item {raw!r}")
 
 
 @attrs.frozen
@@ -533,13 +552,25 @@ class RenewReply:
     follows: tuple[Reply, ...]
 
 
+def renew_items(raw: object) -> list[list[object]]:
+    """The three parts of a raw ``renew`` reply (the script answers in JSON, where an
+    empty part is ``{}``), unparsed."""
+    if not isinstance(raw, str):  # a bad reply is a ValueError throughout this module
+        raise ValueError(f"unexpected script reply {raw!r}")  # noqa: TRY004
+    try:
+        parts = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"unexpected script reply {raw!r}") from None
+    return [_items(part or [], 0) for part in _items(parts, 3)]
+
+
 def parse_renew(raw: object) -> RenewReply:
     """Parse a raw ``renew`` reply."""
-    leases, entries, follows = (_items(part, 0) for part in _items(raw, 3))
+    leases, entries, follows = renew_items(raw)
     return RenewReply(
-        tuple(_text(item) for item in leases),
-        tuple(_parse_entry(item) for item in entries),
-        tuple(_parse_follow(item) for item in follows),
+        tuple(map(_parse_lease, leases)),
+        tuple(map(_parse_entry, entries)),
+        tuple(map(_parse_follow, follows)),
     )
 
 

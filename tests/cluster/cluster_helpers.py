@@ -78,8 +78,9 @@ class Scripts:
         entries: list[tuple[str, str]] | None = None,
         follows: list[tuple[str, str]] | None = None,
     ) -> Any:
+        """The reply's three parts, decoded."""
         args = scripts.renew_args(instance, leases or [], entries or [], follows or [])
-        return await self.call(scripts.RENEW, *args)
+        return scripts.renew_items(await self.call(scripts.RENEW, *args))
 
     async def cluster_slot(self, slot: str) -> Any:
         return await self.call(scripts.CLUSTER_SLOT, slot)

@@ -369,13 +369,13 @@ class ClusterModel:
         entry_items: list[list[Any]] = []
         for slot, e in entries:
             lease = self.lease.get(slot)
-            if e in self.gone:
-                entry_items.append(["gone", self.gone[e]])
-                continue
             if lease is not None and lease.entry == e:
                 entry_items.append(["owner", str(lease.token)])
                 continue
             q = self.prune(slot)
+            if e not in q and e in self.gone:
+                entry_items.append(["gone", self.gone[e]])
+                continue
             state = "queued"
             if e not in q or expired:
                 # DESIGN: entries lost with the data, or of a process whose heartbeat
@@ -627,6 +627,8 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         before = self.model.copy()
         expected = getattr(self.model, name)(*args)
         observed = self.server.call(_SCRIPT[name], self.wire_args(name, args))
+        if name == "renew":
+            observed = attrs.evolve(observed, reply=scripts.renew_items(observed.reply))
         tokens: list[int] = []
         self.match(expected, observed.reply, observed, tokens, path=name)
         if self.model.granted is not None:
@@ -962,6 +964,7 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         m = self.model
         queued = [e for q in m.q.values() for e in q]
         assert len(queued) == len(set(queued)), "an entry is queued twice"
+        assert not set(queued) & m.gone.keys(), "a gone entry is queued"
         for lease in m.lease.values():
             assert lease.entry not in queued
             assert lease.entry not in m.gone

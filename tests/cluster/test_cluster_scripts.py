@@ -420,9 +420,9 @@ async def test_renew_of_a_thousand_leases_is_one_call(s: Scripts) -> None:
     for slot, e in leases:
         await s.submit(slot, e)
     refused = ("s0", entry(B, 0))
-    reply = await s.renew(A, [*leases, refused])
-    assert reply[0] == [""] * 1000 + [None]
-    parsed = scripts.parse_renew(reply)
+    raw = await s.call(scripts.RENEW, *scripts.renew_args(A, [*leases, refused], [], []))
+    assert scripts.renew_items(raw) == [[""] * 1000 + [None], [], []]
+    parsed = scripts.parse_renew(raw)
     assert parsed.leases[-1] is None
     assert len(parsed.entries) == 0
 
