@@ -60,7 +60,8 @@ import attrs
 # -- Lua ------------------------------------------------------------------------------------
 
 _PRELUDE: Final = r"""
-local P, TTL, KEEP = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+-- TTL and KEEP stay strings: they are only ever command arguments
+local P, TTL, KEEP = ARGV[1], ARGV[2], ARGV[3]
 
 local function instance_of(e) return string.match(e, '^(.*)/') end
 
@@ -310,7 +311,7 @@ local function queue_of(slot)
   return m
 end
 
-local entries = {}
+local QUEUED_BEHIND, entries = {'queued', 0}, {}
 flat = parts[2]
 for k = 1, #flat, 2 do
   local slot, e = flat[k], flat[k + 1]
@@ -320,6 +321,10 @@ for k = 1, #flat, 2 do
     -- a claim whose reply was lost: keep the lease alive until the owner learns of it
     redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
     item = {'owner', token}
+  elseif holder and not expired and redis.call('LPOS', P .. 'q:' .. slot, e) then
+    -- behind a holder: not claimable, so no prune (the other scripts prune, and held
+    -- work asks again at each renewal); queued, so live (not gone, and we are alive)
+    item = QUEUED_BEHIND
   else
     local m = queue_of(slot)
     local at = m.at[e]  -- a live entry of the queue: not gone
