@@ -10,6 +10,8 @@
   else raises ``ValueError``.
 * ``RedisSlotStore``: what it accepts, and that the password shows nowhere (``repr``,
   ``str``, ``safe_url``, error messages) for any URL that can carry one.
+* The ``renew`` arguments and reply (JSON both ways): every item kind parses, anything
+  else raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
+from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._redis_scripts import Reply
 from trio_taskvisor._slotstore import (
     LOST_LEASE_FRACTION,
     MAX_TRANSFER_CHARS,
@@ -505,3 +509,60 @@ def test_outcome_codec_long(fields: dict[str, Any], value: object) -> None:
 def test_store_never_shows_the_password_long(case: tuple[str, str, list[str]]) -> None:
     """test_store_never_shows_the_password, many more URLs."""
     test_store_never_shows_the_password.hypothesis.inner_test(case)
+
+
+# -- the renew arguments and reply --------------------------------------------------------------
+
+
+def test_renew_args_are_one_json_argument() -> None:
+    args = scripts.renew_args("i", [("s\n1", "i/1")], [], [("s2", "j/2"), ("s3", "j/3")])
+    assert args[0] == "i"
+    assert json.loads(args[1]) == [["s\n1", "i/1"], [], ["s2", "j/2", "s3", "j/3"]]
+
+
+def test_renew_reply_parses_every_item_kind() -> None:
+    raw = json.dumps(
+        [
+            ["", "k:1:0000000b", None],
+            [["owner", "17"], ["gone", "superseded"], ["queued", 0], ["resubmitted", 1]],
+            [["out", "{}"], ["gone", "queue_timeout"], ["live"], ["lost"]],
+        ]
+    )
+    parsed = scripts.parse_renew(raw)
+    assert parsed.leases == ("", "k:1:0000000b", None)
+    assert parsed.entries == (
+        Reply("owner", token=17),
+        Reply("gone", detail="superseded"),
+        Reply("queued"),
+        Reply("resubmitted", claimable=True),
+    )
+    assert parsed.follows == (
+        Reply("out", detail="{}"),
+        Reply("gone", detail="queue_timeout"),
+        Reply("live"),
+        Reply("lost"),
+    )
+    # the script's empty tables are JSON objects
+    assert scripts.parse_renew("[{},{},{}]") == scripts.RenewReply((), (), ())
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        ["x"],  # not text
+        "not json",
+        "[[], []]",
+        '[{"a": 1}, [], []]',
+        "[[1], [], []]",
+        '[[], [["queued", 2]], []]',
+        '[[], [["owner", 17]], []]',
+        '[[], [[["queued"], 0]], []]',
+        '[[], [["waiting", 0]], []]',
+        '[[], [], [["live", "x"]]]',
+        '[[], [], [["out"]]]',
+        '[[], [], ["lost"]]',
+    ],
+)
+def test_renew_reply_refuses_anything_else(raw: object) -> None:
+    with pytest.raises(ValueError, match="unexpected"):
+        scripts.parse_renew(raw)
