@@ -748,23 +748,23 @@ class Controller:
         bus = self._bus
         match effect:
             case Submitted(entry, reason, placement):
-                rec = entry.payload
                 if placement is not None:
                     # Set once (TaskWaiter._place, inlined on this hot path).
+                    rec = entry.payload
                     current = rec._placement  # pyright: ignore[reportPrivateUsage]
                     if current is None:
                         rec._placement = placement  # pyright: ignore[reportPrivateUsage]
                     elif type(current) is trio.Event:
                         rec._place(placement)  # pyright: ignore[reportPrivateUsage]  # wakes waiters
                 if bus.active:
+                    rec = entry.payload
                     bus.publish(
                         EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
                     )
             case Transition(entry, reason):
-                rec = entry.payload
                 # Not after the owner's TASK_REMOVED (a forced owner still running, a
                 # decision that arrived late): a task's events end there (section 12).
-                if bus.active and not rec.committed:
+                if bus.active and not (rec := entry.payload).committed:
                     bus.publish(
                         EventKind.CONTROLLER_SLOT_TRANSITION,
                         rec.id,

@@ -164,7 +164,8 @@ class Join(NamedTuple, Generic[P]):
 class Submitted(NamedTuple, Generic[P]):
     """``entry`` entered admission, a queue, held work or a join (``reason``).
 
-    ``placement``: the admission decision this step makes (``None`` while held).
+    ``placement``: the admission decision this step makes (``None`` while held, and for
+    queued work that starts: its placement was made when it was queued).
     """
 
     entry: Entry[P]
@@ -479,11 +480,14 @@ class SlotMachine(Generic[P]):
             return RESOURCE_LIMIT
         return None
 
-    def _start(self, slot: Slot[P], entry: Entry[P], now: float, reason: str) -> None:
+    def _start(
+        self, slot: Slot[P], entry: Entry[P], now: float, reason: str, placed: bool = False
+    ) -> None:
+        """``placed``: the entry was placed when it was queued."""
         slot.owner = entry
         slot.status = SlotStatus.ADMITTING
         slot.since = now
-        self.effects.append(Submitted(entry, reason, OWNER))
+        self.effects.append(Submitted(entry, reason, None if placed else OWNER))
         self.effects.append(Admit(entry))
 
     def _place(self, slot: Slot[P], entry: Entry[P], now: float) -> None:
@@ -565,7 +569,7 @@ class SlotMachine(Generic[P]):
             entry = slot.queue.popleft()
             del self.queued[entry.id]
             self.pending -= 1
-            self._start(slot, entry, now, "admitting: next in queue")
+            self._start(slot, entry, now, "admitting: next in queue", placed=True)
         elif slot.held:
             # An owner needs no queue room: the oldest held submission starts at once.
             self._start(slot, self._unhold_head(slot), now, "admitting: held, slot idle")

@@ -164,13 +164,15 @@ def _fn(_instance: object, _attribute: attrs.Attribute[Any], value: Any) -> None
 
 def auto_name(fn: Callable[..., object], task_id: int) -> str:
     """The automatic name of a nameless task: ``f"{qualname}{task_id}"`` (``poll#7``)."""
+    if type(fn) is types.FunctionType:  # the usual case, first: a keyed call's path
+        return f"{fn.__qualname__}#{int(task_id)}"  # as str(TaskId), without its call
     target: object = fn
     while isinstance(target, functools.partial):
         target = target.func  # pyright: ignore[reportUnknownMemberType]
     qualname = getattr(target, "__qualname__", None)
     if not isinstance(qualname, str):  # a callable object: its type's
         qualname = type(target).__qualname__
-    return f"{qualname}#{int(task_id)}"  # as str(TaskId), without its call
+    return f"{qualname}#{int(task_id)}"
 
 
 def _args(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -591,16 +593,33 @@ class Resolver:
     objects alive, so their ids cannot be reused while cached.
     """
 
-    __slots__ = ("_cache", "_defaults")
+    __slots__ = ("_cache", "_defaults", "_plain")
 
     _MAX_ENTRIES = 256
 
     def __init__(self, defaults: TaskDefaults) -> None:
         self._defaults = defaults
+        # Specs that set nothing but their restart policy (the named constructors without
+        # options, keyed calls), by the id of the policy: an enum member or INHERIT, never
+        # freed.
+        self._plain: dict[int, ResolvedSpec] = {}
         # Keyed by the options' ids: four, or eight when a section 12 option is set.
         self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
     def __call__(self, spec: TaskSpec[Any]) -> ResolvedSpec:
+        if (
+            spec.backoff is INHERIT
+            and spec.timeout is INHERIT
+            and spec.max_retries is INHERIT
+            and spec.healthy_after is INHERIT
+            and spec.restart_limit is INHERIT
+            and spec.retry_on is INHERIT
+            and spec.retry_budget is INHERIT
+        ):
+            plain = self._plain.get(id(spec.restart))
+            if plain is None:
+                plain = self._plain[id(spec.restart)] = resolve(spec, self._defaults)
+            return plain
         options: tuple[object, ...] = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
         key: tuple[int, ...] = (id(options[0]), id(options[1]), id(options[2]), id(options[3]))
         if not (

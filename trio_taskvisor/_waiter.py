@@ -30,6 +30,7 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
@@ -41,6 +42,11 @@ T_co = TypeVar("T_co", covariant=True)
 
 class WaitGuard(Protocol):
     """Checks waits made inside attempts for wait-for cycles (``_waits``: ``DeadlockError``)."""
+
+    attempt_context: contextvars.ContextVar[Any]
+    """Set (to its record) inside every attempt: ``caller()`` is ``None`` while unset.
+    ``wait()`` reads it before calling ``caller()``: most waits are made outside attempts,
+    and this spares them a call."""
 
     def caller(self) -> object | None:
         """The attempt making the current call if its waits are checked, else ``None``."""
@@ -160,7 +166,10 @@ class TaskWaiter(Generic[T_co]):
             if self._event is None:
                 self._event = trio.Event()
             guard = self._guard
-            caller = None if guard is None else guard.caller()
+            if guard is None or guard.attempt_context.get(None) is None:
+                caller = None
+            else:
+                caller = guard.caller()
             if caller is None:
                 await self._event.wait()
             else:

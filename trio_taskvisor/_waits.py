@@ -98,6 +98,7 @@ class WaitChecker:
     def __init__(self, registry: Registry, owner: object) -> None:
         self._registry = registry
         self._owner = owner  # the Supervisor: records of other supervisors are not ours
+        self.attempt_context = current_task_context  # an attribute: read on every wait()
         self.slots: SlotEdges | None = None
         self._graph: WaitFor[TaskRecord] = WaitFor(self._state_edges, self._wait_edges)
         self.active = False  # a checked wait is blocked: the hooks have work to do
