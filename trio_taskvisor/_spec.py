@@ -382,8 +382,12 @@ def _trusted(
 
     ``args`` is the constructor's own tuple, ``restart`` one of ours.
     """
-    name = _name(name)
-    check_async_callable(fn)
+    # The checks of _name and check_async_callable, their usual cases inlined (this is
+    # every plain spec's path); anything else goes through them, for their errors.
+    if not (name is None or (type(name) is str and name)):
+        _name(name)
+    if not (type(fn) is types.FunctionType and fn.__code__.co_flags & inspect.CO_COROUTINE):
+        check_async_callable(fn)
     return _trusted_spec(name, fn, args, restart)  # the options' defaults: INHERIT
 
 
