@@ -72,6 +72,7 @@ from ._policies import RestartLimit, RestartWindow, retry_budget_reason, retry_b
 from ._record import TaskRecord, TaskState, current_task_context
 
 _MIN_RESTART_GAP = 0.001
+_COROUTINE: type[object] = types.CoroutineType  # what async functions return, checked first
 logger = logging.getLogger("trio_taskvisor")
 
 
@@ -102,10 +103,6 @@ class ActorHost(Protocol):
 def _exit_code(error: BaseException) -> int | None:
     code = getattr(error, "exit_code", None)
     return code if isinstance(code, int) and not isinstance(code, bool) else None
-
-
-def _is_awaitable(value: object) -> bool:
-    return type(value) is types.CoroutineType or hasattr(value, "__await__")
 
 
 async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> None:
@@ -141,7 +138,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                             result = rec.fn(*rec.args)
                         else:
                             result = _call_with_status(rec)
-                        if not _is_awaitable(result):
+                        if type(result) is not _COROUTINE and not hasattr(result, "__await__"):
                             status, result = _FATAL, _not_awaitable(rec, result)
                         elif rec.policy.timeout is None:
                             result = await result
@@ -176,7 +173,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                     break  # type: ignore[unreachable]
                 if status is _OK:
                     retries = 0
-                    if not rec.policy.restart.restarts_on_success:
+                    if not rec.policy.repeats:
                         outcome = (
                             COMPLETED_NONE
                             if result is None

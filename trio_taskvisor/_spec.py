@@ -551,14 +551,15 @@ class ResolvedSpec:
     retry_budget: float | None = None
     needs_clock: bool = attrs.field(init=False)
     streak_rules: bool = attrs.field(init=False)
+    repeats: bool = attrs.field(init=False)
+    """``restart.restarts_on_success``, read once per successful attempt."""
 
     def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "repeats", self.restart.restarts_on_success)
         object.__setattr__(
             self,
             "needs_clock",
-            self.timeout is not None
-            or self.restart.restarts_on_success
-            or self.healthy_after is not None,
+            self.timeout is not None or self.repeats or self.healthy_after is not None,
         )
         object.__setattr__(
             self,
