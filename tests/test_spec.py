@@ -475,3 +475,22 @@ def test_controller_spec_fast_path_equals_the_validating_constructor(make: Any) 
         make(spec, wait=1)
     with pytest.raises(TypeError):
         make("not a spec")
+
+
+def test_resolver_never_mixes_up_policies_of_plain_specs() -> None:
+    """Specs that set only a restart policy share resolutions by the policy's identity;
+    a policy freed and a new one at the same address must not get the old resolution."""
+    from trio_taskvisor._spec import Resolver
+
+    resolver = Resolver(TaskDefaults(backoff=BackoffPolicy.constant(2.0)))
+    once = resolver(TaskSpec.once("a", async_fn))
+    assert once is resolver(TaskSpec.once("b", async_fn))  # shared
+    assert once.restart is RestartPolicy.NEVER
+    assert not once.repeats
+    for i in range(1, 600):  # past the cache's bound too
+        spec = TaskSpec(f"t{i}", async_fn, restart=RestartPolicy.always(float(i)))
+        resolved = resolver(spec)
+        assert resolved.restart.interval == float(i)
+        assert resolved.repeats
+        assert resolved.backoff == BackoffPolicy.constant(2.0)
+        del spec, resolved

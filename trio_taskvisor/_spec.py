@@ -605,9 +605,8 @@ class Resolver:
     def __init__(self, defaults: TaskDefaults) -> None:
         self._defaults = defaults
         # Specs that set nothing but their restart policy (the named constructors without
-        # options, keyed calls), by the id of the policy: an enum member or INHERIT, never
-        # freed.
-        self._plain: dict[int, ResolvedSpec] = {}
+        # options, keyed calls), keyed by the policy's id; each entry keeps it alive.
+        self._plain: dict[int, tuple[ResolvedSpec, object]] = {}
         # Keyed by the options' ids: four, or eight when a section 12 option is set.
         self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
@@ -621,10 +620,14 @@ class Resolver:
             and spec.retry_on is INHERIT
             and spec.retry_budget is INHERIT
         ):
-            plain = self._plain.get(id(spec.restart))
-            if plain is None:
-                plain = self._plain[id(spec.restart)] = resolve(spec, self._defaults)
-            return plain
+            restart = spec.restart
+            plain = self._plain.get(id(restart))
+            if plain is not None:
+                return plain[0]
+            resolved = resolve(spec, self._defaults)
+            if len(self._plain) < self._MAX_ENTRIES:
+                self._plain[id(restart)] = (resolved, restart)
+            return resolved
         options: tuple[object, ...] = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
         key: tuple[int, ...] = (id(options[0]), id(options[1]), id(options[2]), id(options[3]))
         if not (
