@@ -25,8 +25,10 @@ exists and it has no ``gone`` marker. A script that marks an entry gone takes it
 its queue in the same call, and none queues an entry that has a marker, so for a queued
 entry only the heartbeat is checked (the model-based tests hold the scripts to the full
 rule). Every script that reads a queue first removes the entries that are not live
-("prune"), telling the watchers ``room`` if it removed any. Only the live head of a queue
-may take a free lease; a slot is busy while its lease exists or its queue is not empty.
+("prune"), telling the watchers ``room`` if it removed any, but for ``renew`` on an entry
+queued behind a lease holder: it cannot be claimed, so one ``LPOS`` says it is still
+queued (the next claim, submit or release prunes). Only the live head of a queue may
+take a free lease; a slot is busy while its lease exists or its queue is not empty.
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
