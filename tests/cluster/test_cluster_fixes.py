@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import trio
+from cluster_helpers import machine
 
 from trio_taskvisor import (
     ControllerConfig,
@@ -21,17 +22,6 @@ from trio_taskvisor._spec import AdmissionPolicy
 from trio_taskvisor.redis import RedisSlotStore
 
 QUEUE = AdmissionPolicy.QUEUE
-
-
-def machine(**budgets: int) -> ClusterSlotMachine[None]:
-    fields: dict[str, int | None] = {
-        "max_slot_queue": 10,
-        "max_total_pending": None,
-        "max_slots": None,
-        "max_waiters": None,
-    }
-    fields.update(budgets)
-    return ClusterSlotMachine(**fields)  # type: ignore[arg-type]
 
 
 def test_work_held_for_an_unavailable_store_leaves_its_slot_remote() -> None:

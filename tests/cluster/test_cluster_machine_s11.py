@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from cluster_helpers import machine
+
 from trio_taskvisor._clusterslots import Ask, ClusterSlotMachine, Release, Withdraw
 from trio_taskvisor._outcome import Placement, RejectionKind
 from trio_taskvisor._slots import Admit, Entry, Reject, RemoveRequested, Submitted
@@ -19,17 +21,6 @@ QUEUE = AdmissionPolicy.QUEUE
 JOIN = AdmissionPolicy.JOIN
 TIMEOUT = RejectionKind.QUEUE_TIMEOUT
 REMOVED = RejectionKind.REMOVED_FROM_QUEUE
-
-
-def machine(**budgets: int) -> ClusterSlotMachine[None]:
-    fields: dict[str, int | None] = {
-        "max_slot_queue": 10,
-        "max_total_pending": None,
-        "max_slots": None,
-        "max_waiters": None,
-    }
-    fields.update(budgets)
-    return ClusterSlotMachine(**fields)  # type: ignore[arg-type]
 
 
 def take_in(
