@@ -24,6 +24,7 @@ ORDER = [
     "_policies",
     "_slotstore",
     "_config",
+    "_limits",
     "_frozen",
     "_spec",
     "_events",
@@ -37,6 +38,7 @@ ORDER = [
     "_bus",
     "_slots",
     "_clusterslots",
+    "_pools",
     "_logging",
     # loops
     "_actor",

@@ -1,0 +1,369 @@
+"""Limit values, GCRA, and the pure pool table against a model (Hypothesis state machine)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from trio_taskvisor import ConfigError
+from trio_taskvisor._limits import (
+    ConcurrencyLimit,
+    LimitKey,
+    RateLimit,
+    check_limits,
+    gcra_allowed_at,
+    gcra_start,
+)
+from trio_taskvisor._pools import PERMIT, PoolTable
+
+# -- values -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: ConcurrencyLimit("", 1), ConfigError, "limit name must be non-empty"),
+        (lambda: ConcurrencyLimit("a b", 1), ConfigError, "without whitespace"),
+        (lambda: ConcurrencyLimit("a{", 1), ConfigError, "'{' or '}'"),
+        (lambda: ConcurrencyLimit(b"a", 1), TypeError, "limit name must be a str"),  # type: ignore[arg-type]
+        (lambda: ConcurrencyLimit("a", 0), ConfigError, "capacity must be >= 1, got 0"),
+        (lambda: ConcurrencyLimit("a", True), TypeError, "capacity must be an int, got True"),
+        (lambda: ConcurrencyLimit("a", 1.0), TypeError, "capacity must be an int"),  # type: ignore[arg-type]
+        (lambda: RateLimit("a", 0), ConfigError, "rate must be >= 1, got 0"),
+        (lambda: RateLimit("a", 1, burst=0), ConfigError, "burst must be >= 1, got 0"),
+        (lambda: RateLimit("a", 1, burst=False), TypeError, "burst must be an int"),
+        (lambda: RateLimit("a", 1, per=0), ConfigError, "per must be finite and > 0, got 0"),
+        (lambda: RateLimit("a", 1, per=math.inf), ConfigError, "per must be finite"),
+        (lambda: RateLimit("a", 1, per=math.nan), ConfigError, "per must be finite"),
+        (lambda: RateLimit("a", 1, per=True), TypeError, "per must be a number of seconds"),
+        (lambda: ConcurrencyLimit("a", 1).key(""), ConfigError, "limit key must be non-empty"),
+        (lambda: ConcurrencyLimit("a", 1).key("}"), ConfigError, "limit key must be non-empty"),
+        (lambda: ConcurrencyLimit("a", 1).key(7), TypeError, "limit key must be a str"),  # type: ignore[arg-type]
+        (lambda: LimitKey("a", "k"), TypeError, "limit must be a ConcurrencyLimit or a RateLimit"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_limit_values_raise_at_construction(
+    build: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message.replace("{", r"\{").replace("[", r"\[")):
+        build()  # type: ignore[operator]
+
+
+def test_limit_values_are_plain_equal_values() -> None:
+    assert RateLimit("p", 100, per=60, burst=10) == RateLimit("p", 100, per=60.0, burst=10)
+    assert RateLimit("p", 100, per=60).interval == 0.6
+    tenant = ConcurrencyLimit("tenant", 2)
+    assert tenant.key("acme") == LimitKey(tenant, "acme")
+    assert hash(tenant.key("acme")) == hash(LimitKey(tenant, "acme"))
+
+
+def test_limits_option_is_a_tuple_naming_each_pool_once() -> None:
+    a = ConcurrencyLimit("a", 1)
+    assert check_limits((a, a.key("x"), a.key("y"))) == (a, a.key("x"), a.key("y"))
+    with pytest.raises(TypeError, match="limits must be a tuple"):
+        check_limits([a])
+    with pytest.raises(TypeError, match="a limit must be a ConcurrencyLimit"):
+        check_limits((a, "b"))
+    with pytest.raises(ConfigError, match=r"each pool once, got a\[x\] twice"):
+        check_limits((a.key("x"), ConcurrencyLimit("a", 1).key("x")))
+
+
+# -- GCRA -------------------------------------------------------------------------------------
+
+
+def test_gcra_spaces_starts_by_the_interval_after_a_burst() -> None:
+    """rate 100 per 60 s, burst 10: ten at once, then one every 0.6 s."""
+    interval, burst = 0.6, 10
+    tat, starts = -math.inf, []
+    now = 0.0
+    while len(starts) < 13:
+        now = max(now, gcra_allowed_at(tat, interval, burst))
+        starts.append(now)
+        tat = gcra_start(tat, now, interval)
+    assert starts[:10] == [0.0] * 10
+    assert starts[10:] == pytest.approx([0.6, 1.2, 1.8])
+
+
+def test_gcra_idle_stretch_restores_the_burst() -> None:
+    interval, burst = 1.0, 3
+    tat = gcra_start(gcra_start(gcra_start(-math.inf, 0.0, 1.0), 0.0, 1.0), 0.0, 1.0)
+    assert tat == 3.0
+    assert gcra_allowed_at(tat, interval, burst) == 1.0
+    # After tat has passed, the pool is as new: three more at once.
+    assert gcra_allowed_at(tat, interval, burst) <= 3.0
+    assert gcra_start(tat, 3.0, interval) == 4.0
+
+
+@given(
+    st.integers(min_value=1, max_value=20),
+    st.integers(min_value=1, max_value=5),
+    st.lists(st.floats(min_value=0, max_value=5, allow_nan=False), max_size=40),
+)
+def test_gcra_never_allows_more_than_burst_plus_rate_in_a_window(
+    rate: int, burst: int, gaps: list[float]
+) -> None:
+    """In any window of length w, at most burst + w * rate / per starts are allowed."""
+    interval = 1.0 / rate
+    tat, now, starts = -math.inf, 0.0, []
+    for gap in gaps:
+        now = max(now + gap, gcra_allowed_at(tat, interval, burst))
+        starts.append(now)
+        tat = gcra_start(tat, now, interval)
+    for i, first in enumerate(starts):
+        for j in range(i, len(starts)):
+            window = starts[j] - first
+            assert j - i + 1 <= burst + window * rate + 1e-6
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def test_all_at_once_and_oldest_that_fits_first() -> None:
+    a, b = ConcurrencyLimit("a", 1), ConcurrencyLimit("b", 1)
+    table = PoolTable()
+    ids_a, ids_b = table.check((a,)), table.check((b,))
+    ids_ab = table.check((a, b))
+    holder_a = table.acquire(ids_a, 0.0, "holds a")
+    assert holder_a.granted
+    both = table.acquire(ids_ab, 0.0, "needs a and b")
+    assert not both.granted
+    # b is free: the waiter for a and b holds nothing of it, so a request for b alone fits.
+    only_b = table.acquire(ids_b, 0.0, "needs b")
+    assert only_b.granted
+    table.release(holder_a, 1.0)
+    assert table.granted == []  # a is free, but b is not: nothing is taken piecemeal
+    table.release(only_b, 2.0)
+    assert [r.payload for r in table.granted] == ["needs a and b"]
+
+
+def test_the_permit_is_a_pool_every_task_request_takes() -> None:
+    exports = ConcurrencyLimit("exports", 4)
+    table = PoolTable(max_concurrent=1)
+    ids = table.check((exports,))
+    first = table.acquire(ids, 0.0, permit=True)
+    second = table.acquire(ids, 0.0, permit=True)
+    block = table.acquire(ids, 0.0)  # a limited block takes no permit
+    assert (first.granted, second.granted, block.granted) == (True, False, True)
+    assert table.without_room(second, 0.0) == ()  # waiting for the permit only
+    assert PERMIT not in [row[0] for row in table.usage()]
+    table.release(first, 1.0)
+    assert table.granted == [second]
+
+
+def test_a_known_name_with_other_settings_is_refused() -> None:
+    table = PoolTable()
+    table.check((ConcurrencyLimit("x", 2),))
+    with pytest.raises(ConfigError, match="limit 'x' is already known with other settings"):
+        table.check((ConcurrencyLimit("x", 3),))
+    with pytest.raises(ConfigError, match="already known"):
+        table.check((RateLimit("x", 2).key("k"),))
+    with pytest.raises(ConfigError, match="already known"):
+        table.check((RateLimit("y", 1), RateLimit("y", 2)))
+    assert table.settings("y") is None  # nothing learnt from a call that conflicts
+    assert table.check((ConcurrencyLimit("x", 2).key("k"),)) == (("x", "k"),)
+
+
+def test_rate_waiter_is_woken_when_the_clock_allows_it() -> None:
+    partner = RateLimit("partner", 2, per=1.0)  # one start every 0.5 s
+    table = PoolTable()
+    ids = table.check((partner,))
+    assert table.acquire(ids, 0.0).granted
+    waiting = table.acquire(ids, 0.0)
+    assert table.next_wakeup(0.0) == 0.5
+    assert table.without_room(waiting, 0.0) == ("partner",)
+    table.poll(0.25)
+    assert table.granted == []
+    table.poll(0.5)
+    assert table.granted == [waiting]
+    assert table.next_wakeup(0.5) == math.inf
+
+
+def test_a_rate_waiter_blocked_by_another_pool_is_granted_when_that_pool_frees() -> None:
+    """The wake-up is re-armed by either pool's change (a prototype hung here)."""
+    rate, conc = RateLimit("r", 1, per=1.0), ConcurrencyLimit("c", 1)
+    table = PoolTable()
+    ids_r, ids_c, ids_rc = table.check((rate,)), table.check((conc,)), table.check((rate, conc))
+    holder = table.acquire(ids_c, 0.0)
+    table.acquire(ids_r, 0.0)  # spends the start: next at 1.0
+    both = table.acquire(ids_rc, 0.0)
+    assert table.next_wakeup(0.0) == 1.0
+    table.poll(1.0)  # the rate allows it, but c is full
+    assert table.granted == []
+    assert table.next_wakeup(1.0) == math.inf  # c's release wakes it
+    table.release(holder, 3.0)
+    assert table.granted == [both]
+
+
+def test_pools_are_forgotten_when_unused() -> None:
+    table = PoolTable()
+    tenant = ConcurrencyLimit("tenant", 1)
+    for i in range(100):
+        ids = table.check((tenant.key(f"t{i}"),))
+        table.release(table.acquire(ids, float(i)), float(i))
+    assert table.usage() == []
+    assert len(table._pools) == 0  # pyright: ignore[reportPrivateUsage]
+
+
+# -- the model ------------------------------------------------------------------------------
+
+POOLS = {
+    "c1": ConcurrencyLimit("c1", 1),
+    "c2": ConcurrencyLimit("c2", 2),
+    "r1": RateLimit("r1", 2, per=1.0),
+    "r2": RateLimit("r2", 1, per=0.5, burst=3),
+}
+
+
+class Model:
+    """The rules read plainly: after every step, grant the oldest waiter that fits, repeat."""
+
+    def __init__(self, max_concurrent: int | None) -> None:
+        self.max_concurrent = max_concurrent
+        self.held: dict[str, int] = dict.fromkeys(POOLS, 0)
+        self.permits = 0
+        self.tat: dict[str, float] = dict.fromkeys(POOLS, -math.inf)
+        self.waiting: list[tuple[int, tuple[str, ...], bool]] = []
+        self.granted: list[int] = []
+
+    def room(self, name: str, now: float) -> bool:
+        limit = POOLS[name]
+        if isinstance(limit, RateLimit):
+            interval = limit.per / limit.rate
+            return now >= self.tat[name] - (limit.burst - 1) * interval
+        return self.held[name] < limit.capacity
+
+    def fits(self, names: tuple[str, ...], permit: bool, now: float) -> bool:
+        permit_ok = not permit or self.max_concurrent is None or self.permits < self.max_concurrent
+        return permit_ok and all(self.room(n, now) for n in names)
+
+    def take(self, names: tuple[str, ...], permit: bool, now: float) -> None:
+        if permit and self.max_concurrent is not None:
+            self.permits += 1
+        for name in names:
+            limit = POOLS[name]
+            if isinstance(limit, RateLimit):
+                self.tat[name] = max(self.tat[name], now) + limit.per / limit.rate
+            else:
+                self.held[name] += 1
+
+    def settle(self, now: float) -> list[int]:
+        out = []
+        progress = True
+        while progress:
+            progress = False
+            for entry in self.waiting:
+                seq, names, permit = entry
+                if self.fits(names, permit, now):
+                    self.take(names, permit, now)
+                    self.waiting.remove(entry)
+                    out.append(seq)
+                    progress = True
+                    break
+        return out
+
+
+class PoolTableMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.table = PoolTable()
+        self.model = Model(None)
+        self.requests: dict[int, object] = {}
+        self.names: dict[int, tuple[str, ...]] = {}
+        self.permit_of: dict[int, bool] = {}
+        self.holding: list[int] = []
+
+    @initialize(max_concurrent=st.one_of(st.none(), st.integers(min_value=1, max_value=3)))
+    def start(self, max_concurrent: int | None) -> None:
+        self.table = PoolTable(max_concurrent)
+        self.model = Model(max_concurrent)
+
+    def collect(self) -> None:
+        expected = self.model.settle(self.now)
+        got = [r.seq for r in self.table.granted]  # type: ignore[attr-defined]
+        self.table.granted.clear()
+        assert got == expected
+        for seq in got:
+            self.holding.append(seq)
+
+    @rule(
+        names=st.lists(st.sampled_from(sorted(POOLS)), unique=True, max_size=3).map(tuple),
+        permit=st.booleans(),
+    )
+    def acquire(self, names: tuple[str, ...], permit: bool) -> None:
+        # The table first grants what the clock allows; so does the model.
+        expected_before = self.model.settle(self.now)
+        ids = self.table.check(tuple(POOLS[n] for n in names))
+        request = self.table.acquire(ids, self.now, permit=permit)
+        got_before = [r.seq for r in self.table.granted]
+        self.table.granted.clear()
+        assert got_before == expected_before
+        self.holding.extend(got_before)
+        seq = request.seq
+        self.requests[seq] = request
+        self.names[seq] = names
+        self.permit_of[seq] = permit
+        if self.model.fits(names, permit, self.now):
+            self.model.take(names, permit, self.now)
+            assert request.granted
+            self.holding.append(seq)
+        else:
+            assert not request.granted
+            self.model.waiting.append((seq, names, permit))
+
+    @precondition(lambda self: self.holding)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        seq = data.draw(st.sampled_from(self.holding))
+        self.holding.remove(seq)
+        for name in self.names[seq]:
+            if isinstance(POOLS[name], ConcurrencyLimit):
+                self.model.held[name] -= 1
+        if self.permit_of[seq] and self.model.max_concurrent is not None:
+            self.model.permits -= 1
+        self.table.release(self.requests[seq], self.now)  # type: ignore[arg-type]
+        self.collect()
+
+    @precondition(lambda self: self.model.waiting)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        entry = data.draw(st.sampled_from(self.model.waiting))
+        self.model.waiting.remove(entry)
+        self.table.cancel(self.requests[entry[0]], self.now)  # type: ignore[arg-type]
+        self.collect()
+
+    @rule(dt=st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0]))
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        self.table.poll(self.now)
+        self.collect()
+
+    @rule()
+    def advance_to_wakeup(self) -> None:
+        wakeup = self.table.next_wakeup(self.now)
+        if wakeup != math.inf:
+            assert wakeup > self.now
+            self.now = wakeup
+            self.table.poll(self.now)
+            self.collect()
+
+    @invariant()
+    def at_rest_no_waiter_fits_and_views_agree(self) -> None:
+        for _, names, permit in self.model.waiting:
+            assert not self.model.fits(names, permit, self.now)
+        held = {ident[0]: h for ident, h, _ in self.table.usage()}
+        for name, limit in POOLS.items():
+            expected = self.model.held[name] if isinstance(limit, ConcurrencyLimit) else 0
+            assert held.get(name, 0) == expected
+        waiting = {ident[0]: w for ident, _, w in self.table.usage()}
+        for name in POOLS:
+            count = sum(1 for _, names, _ in self.model.waiting if name in names)
+            assert waiting.get(name, 0) == count
+
+
+TestPoolTableMachine = PoolTableMachine.TestCase
+TestPoolTableMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)

@@ -1,0 +1,199 @@
+"""Limit values and the rate maths: ``ConcurrencyLimit``, ``RateLimit``, ``LimitKey``, GCRA.
+
+Plain values and pure functions, no trio. A *limit* is a named pool that tasks name in
+their spec (``TaskSpec(limits=...)``) or that a block of code takes
+(``Supervisor.limited``): a ``ConcurrencyLimit`` caps how many hold a unit at once, a
+``RateLimit`` caps how many start per period. ``limit.key(k)`` is one pool per key, each
+with the limit's settings; a bare limit is one pool whose key is ``None``.
+
+A rate pool is GCRA, the generic cell rate algorithm, kept as one number per pool, its
+*theoretical arrival time* ``tat`` (``-inf`` for a pool never used). With
+``interval = per / rate``::
+
+    allowed at t     when  t >= tat - (burst - 1) * interval
+    after a start    tat = max(tat, t) + interval
+
+so starts are spaced ``interval`` apart on average and up to ``burst`` may start at once
+after an idle stretch. ``gcra_allowed_at`` is the earliest time a start is allowed;
+``gcra_start`` the ``tat`` after a start.
+
+Decisions the design leaves open:
+
+* Two limits are the same pool's settings when they are equal values: same kind, name,
+  capacity, or rate, ``per`` and ``burst``. ``per`` may be an ``int`` or a ``float`` and
+  is stored as a ``float``, so ``per=60`` and ``per=60.0`` are the same settings.
+* A pool's identity is ``(name, key)``; a ``LimitKey`` compares by its limit and key.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeAlias
+
+import attrs
+
+from ._config import check_count
+from ._exceptions import ConfigError
+
+
+def _check_name(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"limit name must be a str, got {value!r}")
+    if not value or "{" in value or "}" in value or any(c.isspace() for c in value):
+        raise ConfigError(
+            f"limit name must be non-empty, without whitespace, '{{' or '}}', got {value!r}"
+        )
+    return value
+
+
+def _check_capacity(value: object) -> int:
+    return _positive_int("capacity", value)
+
+
+def _check_rate(value: object) -> int:
+    return _positive_int("rate", value)
+
+
+def _check_burst(value: object) -> int:
+    return _positive_int("burst", value)
+
+
+def _positive_int(what: str, value: object) -> int:
+    checked = check_count(what, value, minimum=1, optional=False)
+    assert checked is not None
+    return checked
+
+
+def _check_per(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"per must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise ConfigError(f"per must fit in a float, got {value!r}: too large") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"per must be finite and > 0, got {value!r}")
+    return seconds
+
+
+def _check_key(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"limit key must be a str, got {value!r}")
+    if not value or "{" in value or "}" in value:
+        raise ConfigError(f"limit key must be non-empty, without '{{' or '}}', got {value!r}")
+    return value
+
+
+@attrs.frozen
+class ConcurrencyLimit:
+    """A pool of ``capacity`` units: at most ``capacity`` attempts or blocks hold one at once.
+
+    An attempt that names it holds one unit from its start until it physically exits; a
+    ``limited`` block holds one until the block exits.
+    """
+
+    name: str = attrs.field(converter=_check_name)
+    """The pool's name: non-empty, without whitespace, ``{`` or ``}``."""
+    capacity: int = attrs.field(converter=_check_capacity)
+    """How many units the pool has (each key's pool, for ``key()``): an ``int >= 1``."""
+
+    def key(self, key: str) -> LimitKey:
+        """One pool of this limit per ``key`` (a tenant, a partner), each with ``capacity``."""
+        return LimitKey(self, key)
+
+
+@attrs.frozen
+class RateLimit:
+    """A pool of starts: at most ``rate`` starts per ``per`` seconds, ``burst`` at once.
+
+    GCRA: starts are spaced ``per / rate`` seconds apart on average, and up to ``burst``
+    may start together after an idle stretch. An attempt or a ``limited`` block spends
+    one start when it begins; it holds nothing afterwards.
+    """
+
+    name: str = attrs.field(converter=_check_name)
+    """The pool's name: non-empty, without whitespace, ``{`` or ``}``."""
+    rate: int = attrs.field(converter=_check_rate)
+    """How many starts per ``per`` seconds: an ``int >= 1``."""
+    per: float = attrs.field(default=1.0, kw_only=True, converter=_check_per)
+    """The period of ``rate``, in seconds: finite and ``> 0``."""
+    burst: int = attrs.field(default=1, kw_only=True, converter=_check_burst)
+    """How many starts may happen at once after an idle stretch: an ``int >= 1``."""
+
+    @property
+    def interval(self) -> float:
+        """The spacing of starts, ``per / rate`` seconds."""
+        return self.per / self.rate
+
+    def key(self, key: str) -> LimitKey:
+        """One pool of this limit per ``key`` (a tenant, a partner), each with the rate."""
+        return LimitKey(self, key)
+
+
+Limit: TypeAlias = ConcurrencyLimit | RateLimit
+
+
+def _check_limit(value: object) -> Limit:
+    if not isinstance(value, ConcurrencyLimit | RateLimit):
+        raise TypeError(f"limit must be a ConcurrencyLimit or a RateLimit, got {value!r}")
+    return value
+
+
+@attrs.frozen
+class LimitKey:
+    """One pool of a limit per key: ``limit.key("acme")``."""
+
+    limit: Limit = attrs.field(converter=_check_limit)
+    """The limit whose settings the pool has."""
+    key: str = attrs.field(converter=_check_key)
+    """The key: non-empty, without ``{`` or ``}``."""
+
+
+Pool: TypeAlias = ConcurrencyLimit | RateLimit | LimitKey
+"""What a spec's ``limits`` and ``Supervisor.limited`` take: a limit or one key's pool."""
+
+PoolId: TypeAlias = tuple[str, str | None]
+"""A pool's identity: its limit's name and its key (``None`` for a bare limit)."""
+
+
+def pool_parts(pool: object) -> tuple[Limit, str | None]:
+    """Split a pool into its limit and its key; ``TypeError`` for anything else."""
+    if isinstance(pool, LimitKey):
+        return pool.limit, pool.key
+    if isinstance(pool, ConcurrencyLimit | RateLimit):
+        return pool, None
+    raise TypeError(f"a limit must be a ConcurrencyLimit, a RateLimit or a LimitKey, got {pool!r}")
+
+
+def check_limits(value: object) -> tuple[Pool, ...]:
+    """Validate a ``limits`` option: a tuple of pools, each pool at most once."""
+    if type(value) is not tuple:
+        raise TypeError(f"limits must be a tuple of limits, got {value!r}")
+    items: tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType]
+    seen: set[PoolId] = set()
+    for item in items:
+        limit, key = pool_parts(item)
+        ident = (limit.name, key)
+        if ident in seen:
+            raise ConfigError(f"limits must name each pool once, got {pool_label(ident)} twice")
+        seen.add(ident)
+    return items  # type: ignore[return-value]
+
+
+def pool_label(ident: PoolId) -> str:
+    """How messages name a pool: ``name`` or ``name[key]``."""
+    name, key = ident
+    return name if key is None else f"{name}[{key}]"
+
+
+# -- GCRA ------------------------------------------------------------------------------------
+
+
+def gcra_allowed_at(tat: float, interval: float, burst: int) -> float:
+    """The earliest time a start is allowed in a rate pool whose state is ``tat``."""
+    return tat - (burst - 1) * interval
+
+
+def gcra_start(tat: float, now: float, interval: float) -> float:
+    """The pool's ``tat`` after a start at ``now`` (which must be allowed)."""
+    return max(tat, now) + interval

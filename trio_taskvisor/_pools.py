@@ -1,0 +1,277 @@
+"""Limit pools of one process: which waiter gets which units, and when. Pure logic.
+
+No trio here. A ``PoolTable`` holds the pools a supervisor knows (the ``max_concurrent``
+permit among them, as the concurrency pool ``PERMIT``), their units, and the requests
+waiting for them. Its driver (the registry) asks for units with ``acquire``, gives them
+back with ``release``, withdraws a request with ``cancel`` and calls ``poll`` at
+``next_wakeup`` (when a rate pool allows its next start); every call that can grant
+appends the requests it granted to ``granted``, for the driver to start them.
+
+The rules (each checked by the property tests against a model):
+
+* **All at once.** A request takes one unit of each of its pools in one step, or none:
+  it never holds some while it waits for others.
+* **Oldest first among those that fit.** When units free, or a rate pool allows a start,
+  the oldest waiting request whose every pool has room is granted first, then the next
+  oldest that still fits, and so on. A request waiting for a full pool never blocks one
+  that needs other pools; among requests that need the same pools, FIFO. Age is the
+  order of ``acquire`` calls. There is no reservation: a request that needs several
+  pools can wait behind a stream of requests that need one of them.
+* **At rest, no waiter fits.** After every call, no waiting request has room in every
+  pool at the time of that call. So a new request is granted at once exactly when its
+  pools all have room: no older waiter can want the same units.
+
+Only a pool whose room grew can make a waiter fit, so a change looks only at the waiters
+of the pools it changed (each pool keeps its waiters in age order), and stops scanning a
+pool once it is full. Rate pools change with time: ``poll(now)`` grants what the passing
+of time allowed, and every call first does the same for ``now``, so a request never
+overtakes an older one whose start the clock has already allowed.
+
+Decisions the design leaves open:
+
+* A pool is forgotten once nothing holds or waits for it and, for a rate pool, once its
+  ``tat`` has passed (it then behaves exactly as a new pool). Its settings are kept for
+  the table's life, by name: a limit of a known name with other settings is a
+  ``ConfigError`` at ``check``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Final
+
+from ._exceptions import ConfigError
+from ._limits import (
+    ConcurrencyLimit,
+    Limit,
+    Pool,
+    PoolId,
+    RateLimit,
+    gcra_allowed_at,
+    gcra_start,
+    pool_label,
+    pool_parts,
+)
+
+PERMIT: Final[PoolId] = ("", None)
+"""The ``max_concurrent`` permit's pool (no limit's name is empty)."""
+
+
+class _Pool:
+    """One pool's state: a concurrency pool's units held, or a rate pool's ``tat``."""
+
+    __slots__ = ("burst", "capacity", "held", "ident", "interval", "rate", "tat", "waiters")
+
+    def __init__(self, ident: PoolId, limit: Limit | None, capacity: int = 0) -> None:
+        self.ident = ident
+        self.rate = isinstance(limit, RateLimit)
+        self.capacity = limit.capacity if isinstance(limit, ConcurrencyLimit) else capacity
+        self.interval = limit.interval if isinstance(limit, RateLimit) else 0.0
+        self.burst = limit.burst if isinstance(limit, RateLimit) else 1
+        self.held = 0
+        self.tat = -math.inf
+        # Waiting requests in age order (dicts keep insertion order).
+        self.waiters: dict[int, Request] = {}
+
+    def has_room(self, now: float) -> bool:
+        if self.rate:
+            return now >= gcra_allowed_at(self.tat, self.interval, self.burst)
+        return self.held < self.capacity
+
+    def take(self, now: float) -> None:
+        if self.rate:
+            self.tat = gcra_start(self.tat, now, self.interval)
+        else:
+            self.held += 1
+
+    def allowed_at(self) -> float:
+        return gcra_allowed_at(self.tat, self.interval, self.burst)
+
+
+class Request:
+    """One attempt's or block's request for units of its pools, granted all at once."""
+
+    __slots__ = ("granted", "payload", "pools", "seq")
+
+    def __init__(self, pools: tuple[_Pool, ...], seq: int, payload: object) -> None:
+        self.pools = pools
+        self.seq = seq
+        self.payload = payload
+        """The driver's object (the record or the block); the table never looks at it."""
+        self.granted = False
+
+    @property
+    def idents(self) -> tuple[PoolId, ...]:
+        """The pools this request takes units of."""
+        return tuple(pool.ident for pool in self.pools)
+
+
+class PoolTable:
+    """The pools of one supervisor, and the requests waiting for their units."""
+
+    __slots__ = ("_next_seq", "_permit", "_pools", "_rate_waiting", "_settings", "granted")
+
+    def __init__(self, max_concurrent: int | None = None) -> None:
+        self._settings: dict[str, Limit] = {}
+        self._pools: dict[PoolId, _Pool] = {}
+        self._permit = None if max_concurrent is None else _Pool(PERMIT, None, max_concurrent)
+        # Rate pools with waiters: the only ones the clock can change.
+        self._rate_waiting: set[_Pool] = set()
+        self._next_seq = 0
+        self.granted: list[Request] = []
+        """Requests granted by the last calls, oldest first, for the driver to take."""
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def check(self, pools: Iterable[Pool]) -> tuple[PoolId, ...]:
+        """Learn the settings of ``pools``; ``ConfigError`` if a known name has others.
+
+        The first settings of a name stay for the table's life. Nothing is learnt when
+        any of ``pools`` conflicts.
+        """
+        idents: list[PoolId] = []
+        new: dict[str, Limit] = {}
+        for pool in pools:
+            limit, key = pool_parts(pool)
+            known = self._settings.get(limit.name, new.get(limit.name))
+            if known is None:
+                new[limit.name] = limit
+            elif known != limit:
+                raise ConfigError(
+                    f"limit {limit.name!r} is already known with other settings: "
+                    f"{known!r}, got {limit!r}"
+                )
+            idents.append((limit.name, key))
+        self._settings.update(new)
+        return tuple(idents)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def acquire(
+        self, idents: Iterable[PoolId], now: float, payload: object = None, *, permit: bool = False
+    ) -> Request:
+        """Ask for one unit of each pool in ``idents`` (and the permit, if ``permit``).
+
+        The request is granted at once (``request.granted``) when every pool has room,
+        else it waits. The names must have been ``check``-ed.
+        """
+        self._settle([], now)
+        pools = tuple(self._pool(ident) for ident in idents)
+        if permit and self._permit is not None:
+            pools = (self._permit, *pools)
+        request = Request(pools, self._next_seq, payload)
+        self._next_seq += 1
+        if all(pool.has_room(now) for pool in pools):
+            for pool in pools:
+                pool.take(now)
+            request.granted = True
+        else:
+            for pool in pools:
+                pool.waiters[request.seq] = request
+                if pool.rate:
+                    self._rate_waiting.add(pool)
+        return request
+
+    def cancel(self, request: Request, now: float) -> None:
+        """Withdraw a waiting request (it holds nothing); a granted one is unchanged."""
+        if request.granted:
+            return
+        for pool in request.pools:
+            del pool.waiters[request.seq]
+            if pool.rate and not pool.waiters:
+                self._rate_waiting.discard(pool)
+            self._forget(pool, now)
+
+    def release(self, request: Request, now: float) -> None:
+        """Give back a granted request's concurrency units (its starts stay spent)."""
+        assert request.granted
+        changed = [pool for pool in request.pools if not pool.rate]
+        for pool in changed:
+            pool.held -= 1
+        self._settle(changed, now)
+        for pool in request.pools:
+            self._forget(pool, now)
+
+    def poll(self, now: float) -> None:
+        """Grant what the clock allows by ``now`` in rate pools with waiters."""
+        self._settle([], now)
+
+    def next_wakeup(self, now: float) -> float:
+        """When ``poll`` may grant next: the earliest later start a rate pool allows.
+
+        ``math.inf`` when no rate pool has waiters. A rate pool that already allows a
+        start but whose waiters wait for other pools is woken by those pools' changes.
+        """
+        times = [pool.allowed_at() for pool in self._rate_waiting]
+        later = [t for t in times if t > now]
+        return min(later, default=math.inf)
+
+    def without_room(self, request: Request, now: float) -> tuple[str, ...]:
+        """The labels of the request's limit pools that have no room at ``now``."""
+        return tuple(
+            pool_label(pool.ident)
+            for pool in request.pools
+            if pool is not self._permit and not pool.has_room(now)
+        )
+
+    # -- views ------------------------------------------------------------------------------
+
+    def settings(self, name: str) -> Limit | None:
+        """The settings the table knows for the limit ``name``."""
+        return self._settings.get(name)
+
+    def usage(self) -> list[tuple[PoolId, int, int]]:
+        """``(pool, held, waiting)`` of every limit pool with holders or waiters, sorted.
+
+        A rate pool holds nothing: its ``held`` is 0.
+        """
+        rows = [
+            (ident, pool.held, len(pool.waiters))
+            for ident, pool in self._pools.items()
+            if pool.held or pool.waiters
+        ]
+        rows.sort(key=lambda row: (row[0][0], row[0][1] or ""))
+        return rows
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _pool(self, ident: PoolId) -> _Pool:
+        pool = self._pools.get(ident)
+        if pool is None:
+            pool = self._pools[ident] = _Pool(ident, self._settings[ident[0]])
+        return pool
+
+    def _forget(self, pool: _Pool, now: float) -> None:
+        if pool is self._permit or pool.held or pool.waiters or pool.tat > now:
+            return
+        self._pools.pop(pool.ident, None)
+
+    def _settle(self, changed: list[_Pool], now: float) -> None:
+        """Grant what ``changed`` pools and the clock's allowed starts make fit."""
+        due = [pool for pool in self._rate_waiting if pool.allowed_at() <= now]
+        if due:
+            changed = changed + [pool for pool in due if pool not in changed]
+        if changed:
+            self._grant(changed, now)
+
+    def _grant(self, changed: list[_Pool], now: float) -> None:
+        """Grant, oldest first, the waiters of ``changed`` pools that now fit."""
+        if len(changed) == 1:
+            candidates: Iterable[Request] = list(changed[0].waiters.values())
+        else:
+            merged = {r.seq: r for pool in changed for r in pool.waiters.values()}
+            candidates = [merged[seq] for seq in sorted(merged)]
+        for request in candidates:
+            if not any(pool.has_room(now) for pool in changed):
+                break
+            if all(pool.has_room(now) for pool in request.pools):
+                for pool in request.pools:
+                    pool.take(now)
+                    del pool.waiters[request.seq]
+                    if pool.rate and not pool.waiters:
+                        self._rate_waiting.discard(pool)
+                request.granted = True
+                self.granted.append(request)
+        for pool in changed:
+            self._forget(pool, now)
