@@ -739,18 +739,24 @@ async def _open_supervisor(
     body_error: BaseException | None = None
     unavailable: SlotStoreUnavailableError | None = None
     with ExitStack() as stack:
+        # First, before anything starts: outside the main thread trio raises its
+        # RuntimeError here (once the background runs, it would wait for a shutdown
+        # that nothing starts). A signal that comes while the background starts waits
+        # in the receiver for the watcher.
+        signals = (
+            stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+            if handle_signals
+            else None
+        )
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
             except SlotStoreUnavailableError as exc:
                 unavailable = exc  # raised bare below: nothing was started
             else:
-                if handle_signals:
-                    signals = stack.enter_context(
-                        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
-                    )
-                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
                 sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
+                if signals is not None:
+                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
                 try:
                     yield sup
                 except BaseException as exc:
