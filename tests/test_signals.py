@@ -223,7 +223,7 @@ def run_in_a_thread(main: Any) -> BaseException | None:
     def target() -> None:
         try:
             trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-        except BaseException as exc:  # noqa: BLE001  # handed to the test
+        except BaseException as exc:  # handed to the test
             raised.append(exc)
         else:
             raised.append(None)
