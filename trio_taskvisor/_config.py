@@ -126,6 +126,12 @@ def check_retry_on(value: object) -> tuple[type[BaseException], ...] | None:
     return items  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
 
+def check_critical(value: object) -> bool:
+    """Validate ``critical``: a ``bool`` (``TypeError`` otherwise, ``0`` and ``1`` too)."""
+    check_type("critical", value, bool)
+    return value  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
+
+
 def check_restart_limit(value: object) -> RestartLimit | None:
     """Validate ``restart_limit``: ``None`` or a ``RestartLimit``."""
     check_type("restart_limit", value, RestartLimit, optional=True)
@@ -193,6 +199,8 @@ class TaskDefaults:
     """The exception classes worth a retry; ``None``: every ``Exception``."""
     retry_budget: float | None = attrs.field(default=None, converter=normalize_retry_budget)
     """Seconds from a streak's first failure in which retries may start; ``None``: no budget."""
+    critical: bool = attrs.field(default=False, validator=_instance(bool))
+    """Whether a task's final failure shuts the supervisor down (``CriticalTaskError``)."""
 
 
 @attrs.frozen

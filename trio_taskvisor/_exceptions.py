@@ -9,6 +9,7 @@
      ├── NoControllerError(RuntimeError)      submit without a controller
      ├── DeadlockError(RuntimeError)          a wait that closes a wait-for cycle
      ├── SlotStoreUnavailableError(RuntimeError)  slot store unreachable at start
+     ├── CriticalTaskError(RuntimeError)      .outcome, .task_id, .name; open_supervisor, run
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
      ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
      ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
@@ -22,11 +23,12 @@ Messages are lower-case and name the offending value.
 
 from __future__ import annotations
 
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import trio
 
 from ._outcome import OutcomeError as OutcomeError
+from ._outcome import TaskId, TaskOutcome
 
 
 class ConfigError(ValueError):
@@ -79,6 +81,25 @@ class SlotStoreUnavailableError(RuntimeError):
     Raised by ``open_supervisor`` when the server cannot be reached at start, and by
     ``Supervisor.cluster_slot`` when the server does not answer in time.
     """
+
+
+class CriticalTaskError(RuntimeError):
+    """A task marked ``critical`` ended ``FAILED``, ``FATAL`` or ``PANICKED``.
+
+    Raised by ``open_supervisor`` (leaving the block) and ``run`` after the shutdown that
+    the failure began; the failed outcome's error, if any, is in ``outcome.error``.
+    """
+
+    def __init__(self, outcome: TaskOutcome[Any], task_id: TaskId, name: str) -> None:
+        super().__init__(
+            f"critical task {name!r} ({task_id}) ended {outcome.kind.value}: {outcome.reason}"
+        )
+        self.outcome = outcome
+        """The critical task's final outcome."""
+        self.task_id = task_id
+        """The critical task's ``TaskId``."""
+        self.name = name
+        """The critical task's name."""
 
 
 class GraceExceededError(Exception):

@@ -231,8 +231,11 @@ class Registry:
         on_crash: Callable[[BaseException], None],
         *,
         log_failures: bool = False,
+        on_critical: Callable[[TaskRecord, TaskOutcome[object]], None] | None = None,
     ) -> None:
         self.bus = bus
+        # Told of the final FAILED, FATAL and PANICKED outcomes of tasks marked critical.
+        self._on_critical = on_critical
         self.random = config.random
         self.log_failures = log_failures
         # Failed outcomes committed, kept only when the pytest plugin asks (its check).
@@ -772,9 +775,12 @@ class Registry:
             bus.publish(
                 EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
             )
-        if outcome.error is not None or outcome is PANICKED:  # FAILED, FATAL, PANICKED
+        failed = outcome.error is not None or outcome is PANICKED  # FAILED, FATAL, PANICKED
+        if failed:
             self._failed(rec, outcome)
         rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        if failed and rec.policy.critical and self._on_critical is not None:
+            self._on_critical(rec, outcome)
         if self.shutting_down and not self.registered:
             self._check_all_stopped()
 

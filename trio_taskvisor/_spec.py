@@ -52,6 +52,7 @@ import attrs
 
 from ._config import (
     TaskDefaults,
+    check_critical,
     check_duration,
     check_max_retries,
     check_restart_limit,
@@ -148,6 +149,10 @@ def _retry_budget(value: float | _Inherit | None) -> float | _Inherit | None:
     return value if value is INHERIT else normalize_retry_budget(value)
 
 
+def _critical(value: bool | _Inherit) -> bool | _Inherit:
+    return value if value is INHERIT else check_critical(value)
+
+
 def _name(value: str | None) -> str | None:
     if value is None:
         return None
@@ -173,6 +178,16 @@ def auto_name(fn: Callable[..., object], task_id: int) -> str:
     if not isinstance(qualname, str):  # a callable object: its type's
         qualname = type(target).__qualname__
     return f"{qualname}#{int(task_id)}"
+
+
+def qualname(fn: object) -> str:
+    """The qualname automatic names use: a ``functools.partial``'s is the wrapped
+    function's (through nested partials), a callable object's its type's."""
+    target: object = fn
+    while isinstance(target, functools.partial):
+        target = target.func  # pyright: ignore[reportUnknownMemberType]
+    name = getattr(target, "__qualname__", None)
+    return name if isinstance(name, str) else type(target).__qualname__
 
 
 def _args(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -208,6 +223,10 @@ class TaskSpec(Generic[T_co]):
       would be retried but matches none of them ends the task ``FATAL``.
     * ``retry_budget``: seconds from a streak's first failure; a retry that would start
       later ends the task ``FAILED`` instead.
+
+    ``critical=True``: a task the service cannot do without. Its final ``FAILED``,
+    ``FATAL`` or ``PANICKED`` outcome shuts the supervisor down, and leaving the
+    ``open_supervisor`` block (or ``run``) raises ``CriticalTaskError``.
     """
 
     name: str | None = attrs.field(converter=_name)
@@ -251,6 +270,12 @@ class TaskSpec(Generic[T_co]):
         default=INHERIT, kw_only=True, converter=_retry_budget
     )
     """Seconds from a streak's first failure in which retries may start; ``None``: no budget."""
+    critical: bool | _Inherit = attrs.field(default=INHERIT, kw_only=True, converter=_critical)
+    """Whether a final ``FAILED``, ``FATAL`` or ``PANICKED`` outcome shuts the supervisor down.
+
+    The supervisor then cancels the body of its ``open_supervisor`` block, shuts down,
+    and raises ``CriticalTaskError``; other outcomes escalate nothing.
+    """
 
     @classmethod
     def once(
@@ -265,6 +290,7 @@ class TaskSpec(Generic[T_co]):
         restart_limit: RestartLimit | _Inherit | None = INHERIT,
         retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
         retry_budget: float | _Inherit | None = INHERIT,
+        critical: bool | _Inherit = INHERIT,
     ) -> TaskSpec[T]:
         """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``)."""
         if (
@@ -275,6 +301,7 @@ class TaskSpec(Generic[T_co]):
             and restart_limit is INHERIT
             and retry_on is INHERIT
             and retry_budget is INHERIT
+            and critical is INHERIT
         ):
             return _trusted(name, fn, args, RestartPolicy.NEVER)
         return TaskSpec(
@@ -289,6 +316,7 @@ class TaskSpec(Generic[T_co]):
             restart_limit=restart_limit,
             retry_on=retry_on,
             retry_budget=retry_budget,
+            critical=critical,
         )
 
     @classmethod
@@ -304,6 +332,7 @@ class TaskSpec(Generic[T_co]):
         restart_limit: RestartLimit | _Inherit | None = INHERIT,
         retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
         retry_budget: float | _Inherit | None = INHERIT,
+        critical: bool | _Inherit = INHERIT,
     ) -> TaskSpec[T]:
         """Retry retryable failures with backoff; stop after a success."""
         if (
@@ -314,6 +343,7 @@ class TaskSpec(Generic[T_co]):
             and restart_limit is INHERIT
             and retry_on is INHERIT
             and retry_budget is INHERIT
+            and critical is INHERIT
         ):
             return _trusted(name, fn, args, RestartPolicy.ON_FAILURE)
         return TaskSpec(
@@ -328,6 +358,7 @@ class TaskSpec(Generic[T_co]):
             restart_limit=restart_limit,
             retry_on=retry_on,
             retry_budget=retry_budget,
+            critical=critical,
         )
 
     @classmethod
@@ -344,6 +375,7 @@ class TaskSpec(Generic[T_co]):
         restart_limit: RestartLimit | _Inherit | None = INHERIT,
         retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
         retry_budget: float | _Inherit | None = INHERIT,
+        critical: bool | _Inherit = INHERIT,
     ) -> TaskSpec[T]:
         """Run again ``every`` seconds after each success; failures use backoff."""
         restart = RestartPolicy.always(every)
@@ -355,6 +387,7 @@ class TaskSpec(Generic[T_co]):
             and restart_limit is INHERIT
             and retry_on is INHERIT
             and retry_budget is INHERIT
+            and critical is INHERIT
         ):
             return _trusted(name, fn, args, restart)
         return TaskSpec(
@@ -369,6 +402,7 @@ class TaskSpec(Generic[T_co]):
             restart_limit=restart_limit,
             retry_on=retry_on,
             retry_budget=retry_budget,
+            critical=critical,
         )
 
 
@@ -549,6 +583,7 @@ class ResolvedSpec:
     restart_limit: RestartLimit | None = None
     retry_on: tuple[type[BaseException], ...] | None = None
     retry_budget: float | None = None
+    critical: bool = False
     needs_clock: bool = attrs.field(init=False)
     streak_rules: bool = attrs.field(init=False)
     repeats: bool = attrs.field(init=False)
@@ -586,6 +621,7 @@ def resolve(spec: TaskSpec[Any], defaults: TaskDefaults) -> ResolvedSpec:
         _pick(spec.restart_limit, defaults.restart_limit),
         _pick(spec.retry_on, defaults.retry_on),
         _pick(spec.retry_budget, defaults.retry_budget),
+        _pick(spec.critical, defaults.critical),
     )
 
 
@@ -607,7 +643,8 @@ class Resolver:
         # Specs that set nothing but their restart policy (the named constructors without
         # options, keyed calls), keyed by the policy's id; each entry keeps it alive.
         self._plain: dict[int, tuple[ResolvedSpec, object]] = {}
-        # Keyed by the options' ids: four, or eight when a section 12 option is set.
+        # Keyed by the options' ids: four, or nine when a section 12 option or
+        # ``critical`` is set.
         self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
     def __call__(self, spec: TaskSpec[Any]) -> ResolvedSpec:
@@ -619,6 +656,7 @@ class Resolver:
             and spec.restart_limit is INHERIT
             and spec.retry_on is INHERIT
             and spec.retry_budget is INHERIT
+            and spec.critical is INHERIT
         ):
             restart = spec.restart
             plain = self._plain.get(id(restart))
@@ -635,11 +673,18 @@ class Resolver:
             and spec.restart_limit is INHERIT
             and spec.retry_on is INHERIT
             and spec.retry_budget is INHERIT
+            and spec.critical is INHERIT
         ):
-            # A section 12 option is set (rare): key by all eight.
-            streak = (spec.healthy_after, spec.restart_limit, spec.retry_on, spec.retry_budget)
+            # A section 12 option or ``critical`` is set (rare): key by all nine.
+            streak = (
+                spec.healthy_after,
+                spec.restart_limit,
+                spec.retry_on,
+                spec.retry_budget,
+                spec.critical,
+            )
             options += streak
-            key += (id(streak[0]), id(streak[1]), id(streak[2]), id(streak[3]))
+            key += tuple(id(option) for option in streak)
         cached = self._cache.get(key)
         if cached is not None:
             return cached[0]

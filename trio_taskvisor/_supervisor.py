@@ -37,6 +37,15 @@ Decisions the design leaves open:
   every remaining task at once (``Registry.force_all``). Signals that arrive once the
   shutdown is done (before the block is left) are dropped; after the block, the
   process's previous handlers are back.
+* ``handle_signals=True`` enters trio's signal receiver before the background starts,
+  so that outside the main thread trio's ``RuntimeError`` comes at once (entered
+  later, it left a started background waiting for a shutdown nothing began).
+* Critical tasks: only the first critical failure escalates (a later one, during the
+  shutdown it began, is logged as any failure). A crash (a task's non-task
+  ``BaseException``) still wins over ``CriticalTaskError``. ``CriticalTaskError`` raised
+  after a body exception of a later instant has that exception as its ``__cause__``.
+  The "shutting down" record is written whatever ``log_failures`` says: it explains
+  why the service stops.
 * ``start()`` / ``start_in_slot()``: cancelling the caller while it waits for readiness
   (or while its add waits for the registry) stops the task, shielded, for at most the
   grace window (``cancel``), then ``Cancelled`` propagates; a rejection (duplicate name,
@@ -53,6 +62,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
@@ -65,9 +75,14 @@ from ._bus import EventBus, Subscriber
 from ._config import SupervisorConfig, check_capacity
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
-from ._exceptions import NoControllerError, SlotStoreUnavailableError, split_cancelled
+from ._exceptions import (
+    CriticalTaskError,
+    NoControllerError,
+    SlotStoreUnavailableError,
+    split_cancelled,
+)
 from ._logging import LoggingSubscriber
-from ._outcome import OutcomeError, TaskId, allocate_id
+from ._outcome import OutcomeError, OutcomeKind, TaskId, TaskOutcome, allocate_id
 from ._record import TaskRecord
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
@@ -81,6 +96,7 @@ logger = logging.getLogger("trio_taskvisor")
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 Ts = TypeVarTuple("Ts")
+_CRITICAL_KINDS = (OutcomeKind.FAILED, OutcomeKind.FATAL, OutcomeKind.PANICKED)
 
 
 @attrs.frozen
@@ -134,7 +150,13 @@ class Supervisor:
         log_failures = config.log_failures and not any(
             isinstance(subscriber, LoggingSubscriber) for subscriber in subscribers
         )
-        self._registry = Registry(config, self._bus, self._on_crash, log_failures=log_failures)
+        self._registry = Registry(
+            config,
+            self._bus,
+            self._on_crash,
+            log_failures=log_failures,
+            on_critical=self._on_critical,
+        )
         self._instance_id = new_instance_id()
         self._waits = WaitChecker(self._registry, self)
         controller = config.controller
@@ -160,6 +182,9 @@ class Supervisor:
         self._background: trio.Nursery | None = None
         self._body_scope: trio.CancelScope | None = None
         self._crash: BaseException | None = None
+        # The first critical task's failure, and when it came (the supervisor's clock).
+        self._critical: CriticalTaskError | None = None
+        self._critical_at = math.inf
         self._received_signal: int | None = None
         self._signal_scope: trio.CancelScope | None = None
 
@@ -187,6 +212,24 @@ class Supervisor:
         For an exit status of ``128 + signal``, as shells expect.
         """
         return self._received_signal
+
+    @property
+    def closing(self) -> bool:
+        """Whether the shutdown has begun, whatever began it; it stays ``True``.
+
+        The end of the ``open_supervisor`` block, ``shutdown()``, a signal, a critical
+        task's failure or a crash begin it. Work outside the supervisor (a readiness
+        endpoint served by the application's own nursery) reads it to answer "not
+        ready" while the supervisor drains.
+        """
+        return self._shutdown.started
+
+    async def wait_closing(self) -> None:
+        """Wait until the shutdown has begun (``closing``); at once if it has.
+
+        Always a checkpoint.
+        """
+        await self._shutdown.begun.wait()
 
     # -- the background -------------------------------------------------------------------
 
@@ -243,6 +286,29 @@ class Supervisor:
         self._start_shutdown(explicit=True)
         if self._body_scope is not None:
             self._body_scope.cancel(reason=f"a task raised {type(exc).__name__}")
+
+    def _on_critical(self, rec: TaskRecord, outcome: TaskOutcome[Any]) -> None:
+        """A critical task ended FAILED, FATAL or PANICKED: shut down, cancel the body."""
+        if outcome.kind not in _CRITICAL_KINDS or self._critical is not None:
+            return  # only the first one escalates; a later one is logged as any failure
+        self._critical = CriticalTaskError(outcome, rec.id, rec.name)
+        self._critical_at = trio.current_time()
+        logger.error(
+            "critical task %r (%s) ended %s: %s: shutting down",
+            rec.name,
+            rec.id,
+            outcome.kind.value,
+            outcome.reason,
+            extra={
+                "taskvisor_name": rec.name,
+                "taskvisor_task_id": rec.id,
+                "taskvisor_outcome": outcome.kind,
+                "taskvisor_reason": outcome.reason,
+            },
+        )
+        self._start_shutdown(explicit=True)
+        if self._body_scope is not None:
+            self._body_scope.cancel(reason=f"critical task {rec.name!r} ended {outcome.kind.value}")
 
     # -- intake ---------------------------------------------------------------------------
 
@@ -713,7 +779,15 @@ def open_supervisor(
     the body and runs the graceful shutdown; leaving the block then returns normally,
     unless the shutdown raises ``GraceExceededError``. A signal while any shutdown runs
     forces every remaining task at once (they are listed in ``stuck``).
-    ``Supervisor.received_signal`` tells which signal came first.
+    ``Supervisor.received_signal`` tells which signal came first. Outside the main
+    thread, ``handle_signals=True`` raises trio's ``RuntimeError`` at once, before
+    anything starts.
+
+    A task marked ``critical`` that ends ``FAILED``, ``FATAL`` or ``PANICKED`` begins the
+    shutdown and cancels the body, as a failed child cancels a nursery's body; leaving
+    the block then raises ``CriticalTaskError``, unless the body raised first or in the
+    same instant (its exception wins). ``CriticalTaskError`` wins over
+    ``GraceExceededError``, which is then only logged.
 
     Typed as a context manager that may swallow the body's exception (its ``__aexit__``
     returns ``bool``): after a signal it does swallow the body's cancellation, so type
@@ -737,28 +811,40 @@ async def _open_supervisor(
     _check_iterable("subscribers", subscribers, "subscribers")
     sup = Supervisor(config, tuple(subscribers))
     body_error: BaseException | None = None
+    body_failed_at = math.inf
     unavailable: SlotStoreUnavailableError | None = None
     with ExitStack() as stack:
+        # First, before anything starts: outside the main thread trio raises its
+        # RuntimeError here (once the background runs, it would wait for a shutdown
+        # that nothing starts). A signal that comes while the background starts waits
+        # in the receiver for the watcher.
+        signals = (
+            stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+            if handle_signals
+            else None
+        )
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
             except SlotStoreUnavailableError as exc:
                 unavailable = exc  # raised bare below: nothing was started
             else:
-                if handle_signals:
-                    signals = stack.enter_context(
-                        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
-                    )
-                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
                 sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
+                if signals is not None:
+                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
                 try:
                     yield sup
                 except BaseException as exc:
                     body_error = exc
-                    if sup._received_signal is not None and split_cancelled(exc)[1] is None:  # pyright: ignore[reportPrivateUsage]
-                        # Cancelled by the signal's shutdown (the body scope's own
-                        # cancellation): a normal exit. An outer cancellation, if any, is
-                        # delivered again at the caller's next checkpoint.
+                    body_failed_at = trio.current_time()
+                    if (
+                        sup._received_signal is not None  # pyright: ignore[reportPrivateUsage]
+                        or sup._critical is not None  # pyright: ignore[reportPrivateUsage]
+                    ) and split_cancelled(exc)[1] is None:
+                        # Cancelled by the shutdown of a signal or a critical failure (the
+                        # body scope's own cancellation): a normal exit. An outer
+                        # cancellation, if any, is delivered again at the caller's next
+                        # checkpoint.
                         body_error = None
                 sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
                 with trio.CancelScope(shield=True):
@@ -771,6 +857,13 @@ async def _open_supervisor(
     if crash is not None:
         raise crash from None if body_error is None else body_error
     shutdown_error = sup._shutdown.error()  # pyright: ignore[reportPrivateUsage]
+    critical = sup._critical  # pyright: ignore[reportPrivateUsage]
+    # The body's own exception wins when it came first or in the same instant (trio does
+    # not order tasks within one); one it raised later, once cancelled, gives way.
+    if critical is not None and (body_error is None or body_failed_at > sup._critical_at):  # pyright: ignore[reportPrivateUsage]
+        if shutdown_error is not None:
+            logger.error("shutdown after a critical task's failure: %s", shutdown_error)
+        raise critical from body_error
     if body_error is not None:
         if shutdown_error is not None:
             logger.error("shutdown after a failed body: %s", shutdown_error)
@@ -790,7 +883,8 @@ async def run(
 
     With ``handle_signals``, SIGINT or SIGTERM starts the graceful shutdown and a
     second signal during it forces every remaining task, as for ``open_supervisor``.
-    Raises what ``add_batch`` or the shutdown raise.
+    Raises what ``add_batch`` or the shutdown raise, and ``CriticalTaskError`` when a
+    task marked ``critical`` ended ``FAILED``, ``FATAL`` or ``PANICKED``.
     """
     async with open_supervisor(
         config, subscribers=subscribers, handle_signals=handle_signals
