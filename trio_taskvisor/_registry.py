@@ -60,11 +60,10 @@ Decisions the design leaves open:
   deadline (DESIGN section 8); ``ALL_STOPPED_WITHIN_GRACE`` is published only once no
   forced work is left running or due to be listed. Once every outcome is committed and
   forced work still runs, one warning names the tasks the shutdown waits for.
-* Keyed calls (``run_in_slot``) and tasks whose spec has no name reserve no name
-  (``TaskRecord.reserved = False``; decided for keyed calls in issue 10, for every
-  automatic name in issue 13): their automatic names are labels, so a user task of the
-  same name never collides with one, and a batch never conflicts over one. Name targets
-  do not find them; their ``TaskId`` does.
+* Keyed calls (``run_in_slot``) reserve no name (``TaskRecord.reserved = False``):
+  their automatic names are labels, so a user task of the same name never makes a keyed
+  call fail, and a batch never conflicts over one. Name targets do not find them; their
+  ``TaskId`` does. Other nameless tasks' automatic names are names like any other.
 * A force-aborted task publishes ``FORCED_TASK_EXITED`` when its actor exits, with
   ``duration`` from the force to that exit (``force_deadline`` holds the force's time
   once forced). ``forced_alive`` counts such tasks still running.

@@ -252,7 +252,8 @@ class Supervisor:
     def _new_record(self, spec: TaskSpec[Any], slot: str | None = None) -> TaskRecord:
         """The record of ``spec``: allocates its ``TaskId``, captures the caller's context.
 
-        A spec without a name gets its automatic name here, which reserves nothing.
+        A spec without a name gets its automatic name here; it reserves that name as
+        any name does (a keyed call's caller marks its record unreserved).
         """
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
@@ -260,10 +261,7 @@ class Supervisor:
         name = spec.name
         if name is None:
             name = auto_name(spec.fn, task_id)
-            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
-            rec.reserved = False  # an automatic name: a label, never a collision
-        else:
-            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
+        rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
         rec._guard = self._waits  # pyright: ignore[reportPrivateUsage]
         return rec
 
@@ -426,6 +424,8 @@ class Supervisor:
             request = ControllerSpec(spec, policy, slot, queue_timeout=queue_timeout)
         entry = controller.prepare(request)
         waiter = entry.payload
+        # A keyed call's name is a label: a user task named like it never makes it fail.
+        waiter.reserved = False
         await controller.submit(entry)
         try:
             outcome = await waiter.wait()
