@@ -327,7 +327,8 @@ class RestartLimit:
     def reason(self, error: BaseException) -> str:
         """The ``TaskOutcome.reason`` of a task this limit ended."""
         return (
-            f"restart limit reached: {self.max_restarts} restarts within "
+            f"restart limit reached: {self.max_restarts} "
+            f"{'restart' if self.max_restarts == 1 else 'restarts'} within "
             f"{float(self.within)!r} s: {error}"
         )
 
@@ -365,3 +366,18 @@ def retry_budget_spent(first_failure: float, budget: float, at: float) -> bool:
 def retry_budget_reason(budget: float, error: BaseException) -> str:
     """The ``TaskOutcome.reason`` of a task its ``retry_budget`` ended."""
     return f"retry budget of {float(budget)!r} s spent: {error}"
+
+
+def retry_on_matches(error: BaseException, types: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``error`` is worth a retry under ``retry_on=types``.
+
+    An exception group matches when every exception in it, through nested groups (as
+    ``except*`` sees them), is an instance of one of ``types``; so does a group that is
+    itself an instance of one of them.
+    """
+    if isinstance(error, types):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        _, rest = error.split(types)  # pyright: ignore[reportUnknownVariableType]
+        return rest is None
+    return False

@@ -205,7 +205,8 @@ class TaskSpec(Generic[T_co]):
     * ``restart_limit``: a ``RestartLimit``; a failure whose restart would exceed it
       ends the task ``FAILED`` at once.
     * ``retry_on``: the exception classes worth a retry; a failure (or timeout) that
-      would be retried but matches none of them ends the task ``FATAL``.
+      would be retried but matches none of them ends the task ``FATAL``. An exception
+      group matches when every exception in it (through nested groups) does.
     * ``retry_budget``: seconds from a streak's first failure; a retry that would start
       later ends the task ``FAILED`` instead.
     """
