@@ -83,7 +83,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import attrs
 import trio
@@ -106,6 +106,7 @@ from ._outcome import (
     rejected_outcome,
 )
 from ._record import TaskRecord, TaskState
+from ._waiter import TaskWaiter
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
@@ -235,7 +236,8 @@ class Registry:
         self.random = config.random
         self.log_failures = log_failures
         # Failed outcomes committed, kept only when the pytest plugin asks (its check).
-        self.failures: list[TaskRecord] | None = None
+        # The pytest plugin's check: failed records, with the joiners that followed each.
+        self.failures: list[tuple[TaskRecord, list[TaskWaiter[Any]]]] | None = None
         self._grace = config.grace
         self._limit = config.max_registered_tasks
         self._on_crash = on_crash
@@ -780,7 +782,8 @@ class Registry:
     def _failed(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """A FAILED, FATAL or PANICKED outcome: log it, keep it for the plugin's check."""
         if self.failures is not None:
-            self.failures.append(rec)
+            followers = rec._followers  # pyright: ignore[reportPrivateUsage]
+            self.failures.append((rec, [] if followers is None else list(followers)))
         if self.log_failures:
             logger.error(
                 "task %r (%s) ended %s: %s",

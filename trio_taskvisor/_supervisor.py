@@ -616,8 +616,9 @@ class Supervisor:
         self._start_shutdown(explicit=True)
         await self._shutdown.wait()
 
-    def _keep_failures(self) -> builtins.list[TaskRecord]:
-        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on.
+    def _keep_failures(self) -> builtins.list[tuple[TaskRecord, builtins.list[TaskWaiter[Any]]]]:
+        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on, each with
+        the joiners that followed it (their waiters observe its outcome too).
 
         For the pytest plugin's unobserved-failure check: a test's supervisor is short
         lived, while a service's would keep every failure for ever.
