@@ -56,7 +56,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import attrs
 
@@ -378,6 +378,6 @@ def retry_on_matches(error: BaseException, types: tuple[type[BaseException], ...
     if isinstance(error, types):
         return True
     if isinstance(error, BaseExceptionGroup):
-        _, rest = error.split(types)  # pyright: ignore[reportUnknownVariableType]
-        return rest is None
+        group = cast("BaseExceptionGroup[BaseException]", error)
+        return group.split(types)[1] is None
     return False

@@ -368,7 +368,7 @@ class Supervisor:
     def prepare_submission(self, request: ControllerSpec[T]) -> PreparedSubmission[T]:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
         controller = self._require_controller("prepare_submission")
-        return PreparedSubmission(self, controller, controller.prepare(request))
+        return PreparedSubmission(self, controller, controller.prepare(request), request)
 
     def controller_snapshot(self) -> ControllerSnapshot:
         """The controller's slots now (atomic; local, even for cluster slots)."""
@@ -655,10 +655,14 @@ class Supervisor:
 class PreparedSubmission(Generic[T_co]):
     """A submission whose ``TaskId`` is allocated; submit it once."""
 
-    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id")
+    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id", "request")
 
     def __init__(
-        self, supervisor: Supervisor, controller: Controller, entry: Entry[TaskRecord]
+        self,
+        supervisor: Supervisor,
+        controller: Controller,
+        entry: Entry[TaskRecord],
+        request: ControllerSpec[T_co],
     ) -> None:
         self._supervisor = supervisor
         self._controller = controller
@@ -666,6 +670,8 @@ class PreparedSubmission(Generic[T_co]):
         self._used = False
         self.id: TaskId = entry.payload.id
         """The ``TaskId`` of the work, allocated now; its waiter will have it."""
+        self.request: ControllerSpec[T_co] = request
+        """The ``ControllerSpec`` it will submit."""
 
     def __repr__(self) -> str:
         return f"<PreparedSubmission {self.id} slot={self._entry.key!r}>"
