@@ -659,11 +659,20 @@ async def test_subscriber_without_async_on_event_is_a_type_error(subscriber: obj
 
 @pytest.mark.parametrize("capacity", [0, -1])
 async def test_subscriber_queue_capacity_below_one_is_a_config_error(capacity: int) -> None:
-    """open_supervisor rejects a subscriber ``queue_capacity`` below 1 with ConfigError."""
-    recorder = EventRecorder(queue_capacity=capacity)
+    """open_supervisor rejects a subscriber ``queue_capacity`` below 1 with ConfigError
+    (``EventRecorder`` itself refuses one when it is built)."""
+
+    class Small:
+        queue_capacity = capacity
+
+        async def on_event(self, event: TaskEvent) -> None:
+            pass
+
     with pytest.raises(ConfigError, match=str(capacity)):
-        async with open_supervisor(subscribers=[recorder]):
+        async with open_supervisor(subscribers=[Small()]):
             pytest.fail("the supervisor must not start")
+    with pytest.raises(ConfigError, match=str(capacity)):
+        EventRecorder(queue_capacity=capacity)
 
 
 # -- the bus and events() streams ----------------------------------------------------------

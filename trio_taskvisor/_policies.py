@@ -20,7 +20,8 @@ Decisions the design leaves open, fixed here:
 
 * Durations (``first``, ``max``, ``floor``, an ``always`` interval) must be finite and
   ``>= 0``: ``inf`` and NaN raise ``ConfigError`` like negatives do. Ints are accepted
-  and stored as floats; ``bool`` and non-numbers are rejected.
+  and stored as floats; non-numbers are rejected (``ConfigError``), and ``bool``, which
+  is not a number anywhere in the API, with a ``TypeError``.
 * ``floor`` above ``max`` is clamped to ``max`` rather than rejected.
 * The ``floor`` applies after jitter, to every delay, including ``base == 0`` (so
   ``first=0, floor=f`` always waits ``f``). The 1 ms safety floor applies after ``floor``
@@ -98,6 +99,8 @@ def _finite_at_least(low: float) -> Callable[[object, attrs.Attribute[float], fl
     low_text = f"{low:g}"
 
     def validate(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+        if isinstance(value, bool):
+            raise TypeError(f"{attribute.name} must be a real number, not a bool, got {value!r}")
         if not _is_real(value):
             raise ConfigError(f"{attribute.name} must be a real number, got {value!r}")
         # An int that reaches here was too large to become a float.
@@ -181,8 +184,10 @@ class BackoffPolicy:
         """Return the delay in seconds before retry ``n`` (0 = after the first failure).
 
         Pure and O(1) for any ``n``; draws from ``rng`` only when the jitter needs it.
-        Raises `ConfigError` for a negative ``n``.
+        Raises `ConfigError` for a negative ``n``, `TypeError` for one that is no ``int``.
         """
+        if type(n) is not int and (isinstance(n, bool) or not isinstance(n, int)):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"retry index must be an int, got {n!r}")
         if n < 0:
             raise ConfigError(f"retry index must be >= 0, got {n!r}")
         base = self._base(n)
@@ -238,6 +243,8 @@ def _check_interval(
             f"interval is only valid for restart kind 'always', got {value!r}"
             f" for kind {instance.kind!r}"
         )
+    if isinstance(value, bool):
+        raise TypeError(f"interval must be a number of seconds or None, not a bool, got {value!r}")
     if not _is_real(value):
         raise ConfigError(f"interval must be a real number or None, got {value!r}")
     if isinstance(value, int) or not (math.isfinite(value) and value >= 0):
