@@ -1009,3 +1009,18 @@ async def test_regression_run_in_slot_rejects_a_none_slot(autojump_clock: Any) -
         assert body_runs == []
         assert sup.controller_snapshot().slots == ()
         await assert_still_works(sup)
+
+
+@pytest.mark.parametrize(("given", "shown"), [("abc", "a number"), ("-1", "a positive number")])
+def test_regression_demo_duration_message_names_the_rule_not_a_function(
+    capsys: pytest.CaptureFixture[str], given: str, shown: str
+) -> None:
+    """``--duration abc`` says what a duration must be (not "invalid _seconds value")."""
+    from trio_taskvisor.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--duration", given])
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"argument --duration: must be {shown} of seconds, got {given!r}" in error
+    assert "_seconds" not in error
