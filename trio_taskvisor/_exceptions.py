@@ -96,9 +96,7 @@ class GraceExceededError(Exception):
 
 
 def _check_exit_code(exit_code: object) -> None:
-    if exit_code is not None and (
-        isinstance(exit_code, bool) or not isinstance(exit_code, int)
-    ):
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
         raise TypeError(f"exit_code must be an int or None, got {exit_code!r}")
 
 
