@@ -446,7 +446,9 @@ class Supervisor:
         Raises ``OutcomeError(outcome)`` when the task reaches its final outcome before
         any attempt called ``started()`` (a ``COMPLETED`` one included), and what ``add``
         raises. Cancelling the caller stops the task and waits for that stop, shielded,
-        at most the grace window.
+        at most the grace window. Inside an attempt, raises ``DeadlockError`` when the
+        wait closes a wait-for cycle (the task needs a permit the caller holds); the task
+        is then stopped the same way.
         """
         self._check_open()
         rec = self._new_record(spec)
@@ -468,8 +470,9 @@ class Supervisor:
         The rules of ``start`` apply once the work is admitted: the wait covers its
         time in the slot's queue, and a rejection or any other final outcome before
         ``started()`` raises ``OutcomeError``. Cancelling the caller withdraws queued or
-        held work, or stops running work (shielded, at most the grace window). ``JOIN``
-        starts no work of its own and raises ``TypeError``.
+        held work, or stops running work (shielded, at most the grace window), and so
+        does a ``DeadlockError`` (the wait closed a wait-for cycle, as ``wait()`` would).
+        ``JOIN`` starts no work of its own and raises ``TypeError``.
         """
         controller = self._require_controller("start_in_slot")
         self._check_open()
