@@ -57,6 +57,7 @@ async def flows(sup: Supervisor) -> None:
     reveal_type(await sup.start(TaskSpec.once("server", serve, 8080)))  # revealed: TaskWaiter[None]
     reveal_type(await sup.start_in_slot(ControllerSpec.queue(spec)))  # revealed: TaskWaiter[int]
     prepared = sup.prepare_submission(ControllerSpec.queue(spec))
+    reveal_type(prepared.request)  # revealed: ControllerSpec[int]
     reveal_type(await prepared.submit())  # revealed: TaskWaiter[int]
     reveal_type(await sup.run_in_slot("k", fetch, "u"))  # revealed: int
     reveal_type(await sup.run_in_slot("k", nothing))  # revealed: None

@@ -73,7 +73,13 @@ from ._bus import EventBus
 from ._events import BackoffSource, EventKind
 from ._exceptions import FatalError, TaskCancelled, split_cancelled
 from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
-from ._policies import RestartLimit, RestartWindow, retry_budget_reason, retry_budget_spent
+from ._policies import (
+    RestartLimit,
+    RestartWindow,
+    retry_budget_reason,
+    retry_budget_spent,
+    retry_on_matches,
+)
 from ._record import TaskRecord, TaskState, current_task_context
 from ._spec import qualname
 
@@ -368,10 +374,14 @@ def _final_outcome(
     elif not policy.restart.restarts_on_failure:
         kind, prefix = OutcomeKind.FAILED, ""
     elif policy.max_retries is not None and retries >= policy.max_retries:
-        kind, prefix = OutcomeKind.FAILED, f"retry limit reached after {retries} retries: "
+        kind, prefix = OutcomeKind.FAILED, f"{_retry_limit_reached(retries)}: "
     else:
         return None  # retry: no outcome, so no reason text to build
     return TaskOutcome(kind, error=error, reason=prefix + str(error), exit_code=_exit_code(error))
+
+
+def _retry_limit_reached(retries: int) -> str:
+    return f"retry limit reached after {retries} {'retry' if retries == 1 else 'retries'}"
 
 
 def _schedule_retry(
@@ -423,7 +433,7 @@ def _streak_failure(
     if healthy_after is not None and started is not None and now - started >= healthy_after:
         retries = 0  # a healthy attempt: this failure begins a new streak
     if policy.max_retries is not None and retries >= policy.max_retries:
-        reason = f"retry limit reached after {retries} retries: {error}"
+        reason = f"{_retry_limit_reached(retries)}: {error}"
         return _ended(OutcomeKind.FAILED, error, reason), None, retries
     delay = policy.backoff.delay_for_retry(retries, host.random)
     at = now + delay
@@ -442,7 +452,7 @@ def _streak_failure(
         assert policy.restart_limit is not None
         reason = policy.restart_limit.reason(error)
         return _ended(OutcomeKind.FAILED, error, reason), None, retries
-    if policy.retry_on is not None and not isinstance(error, policy.retry_on):
+    if policy.retry_on is not None and not retry_on_matches(error, policy.retry_on):
         return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
     if window is not None:
         window.record(at)

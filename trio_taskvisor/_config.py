@@ -7,7 +7,8 @@ wrong *types* raise ``TypeError``, wrong *values* raise ``ConfigError``.
 
 Decisions the design leaves open:
 
-* Durations are finite-or-infinite numbers ``>= 0`` (``bool`` is not a number here);
+* Durations are finite-or-infinite numbers ``>= 0`` (``bool`` is not a number anywhere
+  in the API: ``TypeError``; NaN is a ``ConfigError`` that says it is not finite);
   ints too large for a float raise ``ConfigError``. ``grace`` may be ``math.inf``
   (never force).
 * ``timeout=math.inf`` is normalised to ``None`` like ``timeout=0``.
@@ -48,7 +49,9 @@ def check_duration(what: str, value: object) -> float:
         seconds = float(value)
     except OverflowError:
         raise ConfigError(f"{what} must fit in a float, got {value!r}: too large") from None
-    if math.isnan(seconds) or seconds < 0:
+    if math.isnan(seconds):
+        raise ConfigError(f"{what} must be >= 0 and finite (or math.inf), got {value!r}")
+    if seconds < 0:
         raise ConfigError(f"{what} must be >= 0, got {value!r}")
     return seconds
 

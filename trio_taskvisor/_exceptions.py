@@ -116,6 +116,11 @@ class GraceExceededError(Exception):
         """The names of the tasks that were forced, sorted."""
 
 
+def _check_exit_code(exit_code: object) -> None:
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        raise TypeError(f"exit_code must be an int or None, got {exit_code!r}")
+
+
 class FatalError(Exception):
     """Raised by a task to stop at once, without retry (outcome ``FATAL``)."""
 
@@ -123,6 +128,7 @@ class FatalError(Exception):
         super().__init__(reason)
         self.reason = reason
         """Why the task stopped; also ``str()`` of the error."""
+        _check_exit_code(exit_code)
         self.exit_code = exit_code
         """Copied to ``TaskOutcome.exit_code`` and the events; ``None`` by default."""
 
@@ -134,6 +140,7 @@ class TaskFailure(Exception):
         super().__init__(reason)
         self.reason = reason
         """What failed; also ``str()`` of the error."""
+        _check_exit_code(exit_code)
         self.exit_code = exit_code
         """Copied to the events and, if final, ``TaskOutcome.exit_code``; ``None`` by default."""
 

@@ -20,12 +20,12 @@ Decisions the design leaves open:
 * ``ControllerSpec.queue_timeout`` keeps the value given (an ``int`` becomes a ``float``);
   ``math.inf`` stays ``math.inf`` and, like ``None``, sets no deadline. Any value other
   than ``None`` with JOIN or DROP_IF_RUNNING is a ``TypeError``, ``math.inf`` included.
-* ``name=None`` (DESIGN section 12): the task is named ``f"{qualname}{task_id}"`` when
-  its record is built (``auto_name``): at add, submit or ``prepare_submission``. Such
-  automatic names, like those of keyed calls (``run_in_slot``), reserve no name in the
-  registry (``TaskRecord.reserved = False``): they are labels, unique by construction,
-  so a user task of the same name never collides with one, and name targets
-  (``remove("poll#7")``) do not find them; their ``TaskId`` does. The qualname is the
+* ``name=None``: the task is named ``f"{qualname}{task_id}"`` when its record is built
+  (``auto_name``): at add, submit or ``prepare_submission``. An automatic name is a name:
+  it is reserved while the task lives and is a name target (``remove("poll#7")``); a user
+  task already holding it makes the nameless task's admission fail as any duplicate does.
+  Only keyed calls (``run_in_slot``) reserve no name (``TaskRecord.reserved = False``):
+  a user task named like one must never make a keyed call fail. The qualname is the
   function's ``__qualname__``; of a ``functools.partial``, the wrapped function's (through
   nested partials); of a callable object, its type's.
 * The section 12 options (``healthy_after``, ``restart_limit``, ``retry_on``,
@@ -210,7 +210,7 @@ class TaskSpec(Generic[T_co]):
     take the supervisor's ``TaskDefaults`` at admission; ``timeout=None`` disables a
     timeout even if the defaults set one, and ``timeout=0`` means ``None``.
     ``name=None`` names the task ``f"{qualname}{task_id}"`` when it is added or
-    submitted (``poll#7``), a name that reserves nothing.
+    submitted (``poll#7``); that name is reserved and targeted as any other.
 
     Failure streaks (each ``None`` to turn it off, even if the defaults set it):
 
@@ -220,7 +220,8 @@ class TaskSpec(Generic[T_co]):
     * ``restart_limit``: a ``RestartLimit``; a failure whose restart would exceed it
       ends the task ``FAILED`` at once.
     * ``retry_on``: the exception classes worth a retry; a failure (or timeout) that
-      would be retried but matches none of them ends the task ``FATAL``.
+      would be retried but matches none of them ends the task ``FATAL``. An exception
+      group matches when every exception in it (through nested groups) does.
     * ``retry_budget``: seconds from a streak's first failure; a retry that would start
       later ends the task ``FAILED`` instead.
 

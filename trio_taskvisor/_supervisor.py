@@ -318,7 +318,8 @@ class Supervisor:
     def _new_record(self, spec: TaskSpec[Any], slot: str | None = None) -> TaskRecord:
         """The record of ``spec``: allocates its ``TaskId``, captures the caller's context.
 
-        A spec without a name gets its automatic name here, which reserves nothing.
+        A spec without a name gets its automatic name here; it reserves that name as
+        any name does (a keyed call's caller marks its record unreserved).
         """
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
@@ -326,10 +327,7 @@ class Supervisor:
         name = spec.name
         if name is None:
             name = auto_name(spec.fn, task_id)
-            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
-            rec.reserved = False  # an automatic name: a label, never a collision
-        else:
-            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
+        rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
         rec._guard = self._waits  # pyright: ignore[reportPrivateUsage]
         return rec
 
@@ -436,7 +434,7 @@ class Supervisor:
     def prepare_submission(self, request: ControllerSpec[T]) -> PreparedSubmission[T]:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
         controller = self._require_controller("prepare_submission")
-        return PreparedSubmission(self, controller, controller.prepare(request))
+        return PreparedSubmission(self, controller, controller.prepare(request), request)
 
     def controller_snapshot(self) -> ControllerSnapshot:
         """The controller's slots now (atomic; local, even for cluster slots)."""
@@ -492,6 +490,8 @@ class Supervisor:
             request = ControllerSpec(spec, policy, slot, queue_timeout=queue_timeout)
         entry = controller.prepare(request)
         waiter = entry.payload
+        # A keyed call's name is a label: a user task named like it never makes it fail.
+        waiter.reserved = False
         await controller.submit(entry)
         try:
             outcome = await waiter.wait()
@@ -512,7 +512,9 @@ class Supervisor:
         Raises ``OutcomeError(outcome)`` when the task reaches its final outcome before
         any attempt called ``started()`` (a ``COMPLETED`` one included), and what ``add``
         raises. Cancelling the caller stops the task and waits for that stop, shielded,
-        at most the grace window.
+        at most the grace window. Inside an attempt, raises ``DeadlockError`` when the
+        wait closes a wait-for cycle (the task needs a permit the caller holds); the task
+        is then stopped the same way.
         """
         self._check_open()
         rec = self._new_record(spec)
@@ -534,8 +536,9 @@ class Supervisor:
         The rules of ``start`` apply once the work is admitted: the wait covers its
         time in the slot's queue, and a rejection or any other final outcome before
         ``started()`` raises ``OutcomeError``. Cancelling the caller withdraws queued or
-        held work, or stops running work (shielded, at most the grace window). ``JOIN``
-        starts no work of its own and raises ``TypeError``.
+        held work, or stops running work (shielded, at most the grace window), and so
+        does a ``DeadlockError`` (the wait closed a wait-for cycle, as ``wait()`` would).
+        ``JOIN`` starts no work of its own and raises ``TypeError``.
         """
         controller = self._require_controller("start_in_slot")
         self._check_open()
@@ -682,8 +685,9 @@ class Supervisor:
         self._start_shutdown(explicit=True)
         await self._shutdown.wait()
 
-    def _keep_failures(self) -> builtins.list[TaskRecord]:
-        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on.
+    def _keep_failures(self) -> builtins.list[tuple[TaskRecord, builtins.list[TaskWaiter[Any]]]]:
+        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on, each with
+        the joiners that followed it (their waiters observe its outcome too).
 
         For the pytest plugin's unobserved-failure check: a test's supervisor is short
         lived, while a service's would keep every failure for ever.
@@ -720,10 +724,14 @@ class Supervisor:
 class PreparedSubmission(Generic[T_co]):
     """A submission whose ``TaskId`` is allocated; submit it once."""
 
-    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id")
+    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id", "request")
 
     def __init__(
-        self, supervisor: Supervisor, controller: Controller, entry: Entry[TaskRecord]
+        self,
+        supervisor: Supervisor,
+        controller: Controller,
+        entry: Entry[TaskRecord],
+        request: ControllerSpec[T_co],
     ) -> None:
         self._supervisor = supervisor
         self._controller = controller
@@ -731,6 +739,8 @@ class PreparedSubmission(Generic[T_co]):
         self._used = False
         self.id: TaskId = entry.payload.id
         """The ``TaskId`` of the work, allocated now; its waiter will have it."""
+        self.request: ControllerSpec[T_co] = request
+        """The ``ControllerSpec`` it will submit."""
 
     def __repr__(self) -> str:
         return f"<PreparedSubmission {self.id} slot={self._entry.key!r}>"
