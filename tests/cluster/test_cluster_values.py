@@ -509,7 +509,13 @@ def test_supported_url_options_are_accepted() -> None:
 
 @pytest.mark.parametrize(
     ("netloc", "port"),
-    [("h:99999", "99999"), ("h:port", "port"), ("h:0", "0"), ("[::1]:-1", "-1"), ("u:p@h:x1", "x1")],
+    [
+        ("h:99999", "99999"),
+        ("h:port", "port"),
+        ("h:0", "0"),
+        ("[::1]:-1", "-1"),
+        ("u:p@h:x1", "x1"),
+    ],
 )
 def test_url_error_names_the_bad_port(netloc: str, port: str) -> None:
     """A port that is not a number from 1 to 65535 is named in the error (0 too: coredis
