@@ -1112,7 +1112,10 @@ class LeaseKeeper:
             self._error = (asked, exc)
 
     def _log_failure(self, what: str, exc: BaseException) -> None:
-        level = logging.DEBUG if self._quiet or self._closing else logging.WARNING
+        # DEBUG after an outage's first failure, at close, and for what the keeper's own
+        # cancellation of a connection causes (a dropped connection's subscription).
+        quiet = self._quiet or self._closing or trio.current_effective_deadline() == -math.inf
+        level = logging.DEBUG if quiet else logging.WARNING
         logger.log(level, "%s: %s", what, self._describe(exc))
 
     def _describe(self, exc: BaseException) -> str:
@@ -1324,13 +1327,17 @@ def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
 def _refuses_calls(error: Exception) -> bool:
     """Whether an error reply refuses the keeper's calls as such (permissions, a Redis
     Cluster node, a read-only replica, unknown commands), not one call's data."""
-    return isinstance(
+    return _acl_refusal(error) or isinstance(
         error,
-        AuthenticationError
-        | AuthorizationError
-        | RedisClusterError
-        | ReadOnlyError
-        | UnknownCommandError,
+        AuthenticationError | RedisClusterError | ReadOnlyError | UnknownCommandError,
+    )
+
+
+def _acl_refusal(error: Exception) -> bool:
+    """Whether the server refused a command to this user: ``NOPERM``, or a command a
+    script calls ("ACL failure in script: ... no permissions ...")."""
+    return isinstance(error, AuthorizationError) or (
+        isinstance(error, ResponseError) and "no permissions" in str(error)
     )
 
 
@@ -1372,7 +1379,7 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
         )
     if isinstance(exc, AuthenticationError):
         return "refused the credentials"
-    if isinstance(exc, AuthorizationError):
+    if _acl_refusal(exc):
         return f"refused {asked} to this user (an ACL permission is missing)"
     if isinstance(exc, RedisClusterError):
         return f"refused {asked}: it is a Redis Cluster node, which the store does not support"

@@ -87,6 +87,17 @@ async def test_open_supervisor_raises_when_the_scripts_are_refused(
     assert PASSWORD not in str(error)
 
 
+async def test_open_supervisor_raises_when_a_command_of_the_scripts_is_refused(
+    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """A user who may run scripts but not a command they call: refused at start too."""
+    await set_user(client, "+@all", "-exists")
+    error = await refused_start(store_at(store, user_url(redis_server)))
+    assert "refused the lease scripts to this user (an ACL permission is missing)" in str(error)
+    assert "ACL failure in script" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ResponseError)
+
+
 async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
     store: RedisSlotStore,
     redis_server: RedisServer,
@@ -126,8 +137,8 @@ async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
         await trio.sleep(window)  # observing a rate over a real-clock window, not settling
         attempts = [r for r in caplog.records if "refused the lease scripts" in r.getMessage()]
         assert 3 <= len(attempts) <= 2 * (window / (TTL / 3)) + 4  # a spin made hundreds
-        # the outage, and the first failed reconnection; the others at DEBUG
-        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 2
+        # the outage and the first failed reconnection (a spin logged ~400 lines a second)
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 3
         assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
         assert recorder.of(EventKind.CONTROLLER_STORE_RECOVERED) == []
         # the owner lost its lease (no renewal was accepted) and its caller got it
