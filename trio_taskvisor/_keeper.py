@@ -28,9 +28,12 @@ Invariants:
   by a local timer that fires whether or not the server answers (``LeaseDeadline``);
   after that the keeper never renews it again.
 * ``StoreUnavailable`` and ``StoreRecovered`` alternate, once per outage. An outage
-  starts with the first failed round trip, or with the loss of the subscription, or
-  when a renewal shows a restarted server (a new ``run_id``: the subscription did not
-  survive it). It ends once a fresh connection renewed and subscribed again.
+  starts with the first failed round trip, or with a round trip whose renewal (or any
+  call) the server refused as such (permissions, unknown commands, a Redis Cluster
+  node, a read-only replica: an error reply is no reply), or with the loss of the
+  subscription, or when a renewal shows a restarted server (a new ``run_id``: the
+  subscription did not survive it). It ends once a fresh connection renewed (without
+  an error reply) and subscribed again.
 * No ``trio.Cancelled`` of the keeper's own scopes and no exception group of the
   client library leaves the keeper: failures of the server or of the client are
   contained, logged (never with credentials) and handled as outages.
@@ -46,8 +49,17 @@ Decisions the design leaves open:
   least ``lease_ttl / 3`` later still finds no outcome (the target's process may store
   one meanwhile: each check registers the joiner again, so a release after a server
   restart still asks for the outcome).
-* Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate),
+* Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
+  the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
+* ``SlotStoreUnavailableError`` names the last error the client reported (what the
+  server was asked, and how it refused), chained as ``__cause__``; without one (the
+  server stayed silent) it says "did not answer within N s". The client's own bounds
+  (connecting, a subscription's confirmation) are half of ``connect_timeout``, so its
+  error arrives before the keeper's bound.
+* An owner's lease deadline is also checked when its outcome is committed
+  (``lease_lost``), so a body that returns in the instant of the loss ends
+  ``LEASE_LOST``, whichever of it and the deadline timer trio runs first.
 * At ``close`` pending submits are rejected ``SHUTTING_DOWN`` and no new lease is taken;
   leases still held are not released (their owners may still run): they expire
   ``lease_ttl`` after their last renewal. Reports that the controller's channel cannot

@@ -193,10 +193,12 @@ class SlotStore:
 class RedisSlotStore(SlotStore):
     """Cluster slots on one Redis (>= 6.2) or Valkey (>= 7.2) server.
 
-    ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS);
-    ``namespace`` isolates one application's slots from another's on the same server;
-    ``lease_ttl`` and ``connect_timeout`` are seconds of real time. Building it opens
-    nothing. Its ``repr()`` never shows the password.
+    ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS),
+    with the query options ``db``, ``username``, ``password``, and with ``rediss`` the
+    ``ssl_*`` options (any other option is a ``ConfigError``); ``namespace`` isolates
+    one application's slots from another's on the same server; ``lease_ttl`` and
+    ``connect_timeout`` are seconds of real time. Building it opens nothing. Its
+    ``repr()`` never shows the password (``url`` itself holds it).
     """
 
     url: str = attrs.field(converter=_check_url)
