@@ -4,7 +4,8 @@
 attrs classes the ``__init__`` attrs writes at import time; the tests here check both on
 small sources, and then build the real site (``mkdocs build --strict``, as CI does) and
 look at a few pages: a signature built from attrs fields, an included example, the
-diagrams. They need the ``docs`` extra and skip without it.
+diagrams (SVG images rendered by ``docs/render_diagrams.py``, and nothing loaded from
+another host). They need the ``docs`` extra and skip without it.
 """
 
 from __future__ import annotations
@@ -179,12 +180,62 @@ def test_site_includes_the_examples(site: Path) -> None:
         assert f"examples/{example.name}" in text
 
 
-def test_site_has_the_diagrams(site: Path) -> None:
-    """The Mermaid diagrams reach the pages as Material's mermaid blocks."""
-    concepts = (site / "concepts" / "index.html").read_text(encoding="utf-8")
-    assert concepts.count('class="mermaid"') == 4
-    replicas = (site / "howto-replicas" / "index.html").read_text(encoding="utf-8")
-    assert replicas.count('class="mermaid"') == 1
+def _render_diagrams() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "render_diagrams", ROOT / "docs" / "render_diagrams.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_diagrams_are_rendered_from_their_sources() -> None:
+    """Each ``docs/diagrams/*.mmd`` has an SVG rendered from its current text."""
+    render = _render_diagrams()
+    sources = sorted((ROOT / "docs" / "diagrams").glob("*.mmd"))
+    assert len(sources) == 5
+    assert render.stale() == [], "run: python docs/render_diagrams.py (see its docstring)"
+
+
+def test_diagram_sources_are_not_mermaid_fences() -> None:
+    """No page has a Mermaid fence: the theme would load Mermaid from a CDN to draw it."""
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        assert "```mermaid" not in page.read_text(encoding="utf-8"), page
+
+
+def test_diagrams_draw_with_nothing_from_outside(site: Path) -> None:
+    """The diagrams are SVG images in the site itself, and the SVGs fetch nothing."""
+    expected = {
+        "concepts": ["task-states", "shutdown-timeline", "slot-states", "slot-line"],
+        "howto-replicas": ["cluster-hand-over"],
+    }
+    for page, names in expected.items():
+        html = (site / page / "index.html").read_text(encoding="utf-8")
+        assert re.findall(r'<img alt="[^"]+" src="\.\./diagrams/([\w-]+)\.svg"', html) == names
+    for svg in sorted((site / "diagrams").glob("*.svg")):
+        text = svg.read_text(encoding="utf-8")
+        assert text.count("<svg") >= 1
+        assert not re.search(r"@import|url\(\s*['\"]?https?:|(?:xlink:)?href=\"https?:", text), svg
+    assert len(list((site / "diagrams").glob("*.svg"))) == 5
+
+
+def test_site_loads_no_script_or_style_from_outside(site: Path) -> None:
+    """No page loads a script, a stylesheet or a font from another host.
+
+    With no network (behind a firewall, an air-gapped mirror) the site looks the same:
+    no Mermaid block for the theme to fetch Mermaid's JavaScript for, no font CDN.
+    """
+    external = re.compile(
+        r"<script[^>]*\ssrc=\"(?:https?:)?//|<link[^>]*\shref=\"(?:https?:)?//", re.IGNORECASE
+    )
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert not external.search(html), (page, external.search(html))
+        assert 'class="mermaid"' not in html, page
 
 
 def test_every_public_field_is_described(ext: Any) -> None:
