@@ -10,7 +10,7 @@
      ├── DeadlockError(RuntimeError)          a wait that closes a wait-for cycle
      ├── SlotStoreUnavailableError(RuntimeError)  slot store unreachable at start
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
-     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
+     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap()
      ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
      ├── TaskFailure(Exception)               raised by tasks: retryable, with .exit_code
      └── TaskCancelled(Exception)             raised by tasks: stop as CANCELLED
