@@ -55,7 +55,7 @@ import random
 import shutil
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -536,7 +536,7 @@ async def _run_live(board: Board, seed: int | None) -> None:
 
 
 @contextlib.contextmanager
-def _no_echo() -> Iterator[None]:
+def _no_echo() -> Generator[None]:
     """Keep the terminal from echoing what is typed while the live view draws.
 
     The live view redraws its frame by moving the cursor up as many lines as it drew.
