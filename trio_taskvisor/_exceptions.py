@@ -11,7 +11,7 @@
      ├── SlotStoreUnavailableError(RuntimeError)  slot store silent or refusing
      ├── CriticalTaskError(RuntimeError)      .outcome, .task_id, .name; open_supervisor, run
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
-     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
+     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap()
      ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
      ├── TaskFailure(Exception)               raised by tasks: retryable, with .exit_code
      └── TaskCancelled(Exception)             raised by tasks: stop as CANCELLED
