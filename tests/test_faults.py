@@ -6,7 +6,7 @@ times (a blocked thread cannot race the clock), release the thread only afterwar
 and never sleep to settle: they wait for the thread with ``to_thread.run_sync(event.wait)``
 and for the supervisor with ``wait_idle()``.
 
-Decisions where DESIGN.md is silent
+Decisions the documentation leaves open
 -----------------------------------
 * A task that raises ``KeyboardInterrupt``, ``SystemExit`` or any other
   ``BaseException`` that is not trio's cancellation ends ``CANCELLED`` (it is not a
@@ -953,7 +953,7 @@ async def test_regression_second_base_exception_is_logged_not_swallowed(
 
 
 # -- exception groups that mix trio.Cancelled with other exceptions ------------------------
-# DESIGN section 8: what remains of a group once trio.Cancelled is removed decides. Only
+# What remains of a group once trio.Cancelled is removed decides. Only
 # Exceptions left: an ordinary failure. A non-Exception BaseException left: the supervisor
 # goes down. No trio.Cancelled ever leaves the scope it belongs to.
 

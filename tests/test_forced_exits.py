@@ -1,4 +1,4 @@
-"""No events after ``TASK_REMOVED`` (DESIGN section 12): ``FORCED_TASK_EXITED`` and
+"""No events after ``TASK_REMOVED``: ``FORCED_TASK_EXITED`` and
 ``statistics().forced_alive``.
 
 A force-aborted task's outcome is committed at the grace deadline (``TASK_FINISHED``,

@@ -1,4 +1,4 @@
-"""The package's layers: every import points down (DESIGN section 7).
+"""The package's layers: every import points down.
 
 The modules in ``ORDER`` are listed bottom up, layer by layer; each may import only
 modules listed before it. The one upward edge allowed is the type-only annotation of the

@@ -1,5 +1,5 @@
 """Logging: ``LoggingSubscriber`` event fields reach formatters as fields; the
-supervisor's own ``log_failures`` records (DESIGN section 12), with ``caplog``."""
+supervisor's own ``log_failures`` records, with ``caplog``."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ async def test_every_taskvisor_event_field_is_present_on_the_record() -> None:
         assert record.taskvisor_kind.value in record.getMessage()
 
 
-# -- log_failures: loud failures without a subscriber (DESIGN section 12) --------------------
+# -- log_failures: loud failures without a subscriber --------------------
 
 LOGGER = "trio_taskvisor"
 

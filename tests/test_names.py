@@ -1,4 +1,4 @@
-"""Names when you have none (DESIGN section 12): ``TaskSpec.name=None``.
+"""Names when you have none: ``TaskSpec.name=None``.
 
 A nameless task is named ``f"{qualname}{task_id}"`` when it is added or submitted; such
 a name is a name: a name target, reserved while the task lives, and refused when a user

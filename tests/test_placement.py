@@ -1,4 +1,4 @@
-"""Placement (DESIGN section 11): ``waiter.placement`` and ``await waiter.wait_placed()``.
+"""Placement: ``waiter.placement`` and ``await waiter.wait_placed()``.
 
 Every value and the moment it is decided: ``OWNER`` on an idle slot (every policy) and
 for work added with ``add``; ``QUEUED``, ``JOINED`` and ``REJECTED`` on a busy slot; no

@@ -536,7 +536,7 @@ def test_restart_limit_stores_within_as_float() -> None:
 
 
 def test_restart_limit_reason_names_the_limit_and_the_error() -> None:
-    """The FAILED reason text is the one DESIGN fixes: ``within`` as a float repr."""
+    """The FAILED reason text is the documented one: ``within`` as a float repr."""
     assert RestartLimit(2, 10).reason(ValueError("boom")) == (
         "restart limit reached: 2 restarts within 10.0 s: boom"
     )
@@ -580,7 +580,7 @@ def test_restart_window_counts_restarts_within_the_closed_window() -> None:
 
 
 def _model_admits(history: list[float], limit: RestartLimit, at: float) -> bool:
-    """The rule as DESIGN states it, over the whole history."""
+    """The rule as documented, over the whole history."""
     return 1 + sum(1 for s in history if s >= at - limit.within) <= limit.max_restarts
 
 

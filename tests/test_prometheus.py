@@ -326,7 +326,7 @@ async def test_stopped_attempt_whose_nursery_raises_counts_as_failed(
     assert value(registry, "taskvisor_outcomes_total", outcome="cancelled") == 1.0
 
 
-# -- forced work (DESIGN section 12) ----------------------------------------------------------
+# -- forced work ----------------------------------------------------------
 
 
 async def test_a_forced_exit_is_counted_and_is_no_attempt_result(

@@ -32,8 +32,8 @@ from trio_taskvisor import (
 
 from helpers import nothing
 
-# Every public name DESIGN.md defines, except the keyed controller's types below.
-DESIGN_NAMES = {
+# Every public name the public contract defines, except the keyed controller's types below.
+CORE_NAMES = {
     # entry points and the supervisor
     "open_supervisor",
     "run",
@@ -78,7 +78,7 @@ DESIGN_NAMES = {
     "TaskCancelled",
     "SupervisorClosedError",
 }
-# DESIGN section 5: the controller types.
+# The keyed controller's types.
 CONTROLLER_NAMES = {
     "ControllerSpec",
     "AdmissionPolicy",
@@ -87,11 +87,11 @@ CONTROLLER_NAMES = {
     "ControllerSnapshot",
     "PreparedSubmission",
 }
-# DESIGN section 10: cluster slots.
+# Cluster slots.
 CLUSTER_NAMES = {"ClusterSlotInfo", "SlotStoreUnavailableError"}
-# DESIGN section 15: the service path's second round.
+# The service path's second round.
 SERVICE_NAMES = {"CriticalTaskError"}
-# Not named by DESIGN, exported on purpose: the Protocol that types ``subscribers=``.
+# Not part of the contract's names, exported on purpose: the Protocol that types ``subscribers=``.
 EXTRA_NAMES = {"Subscriber"}
 
 
@@ -101,14 +101,14 @@ def test_all_is_sorted() -> None:
 
 
 def test_all_has_every_design_name() -> None:
-    """Every public name of DESIGN.md, the controller types included, is in __all__."""
-    every = DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES
+    """Every public name of the public contract, the controller types included, is in __all__."""
+    every = CORE_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES
     assert every - set(trio_taskvisor.__all__) == set()
 
 
 def test_all_has_only_design_names() -> None:
-    """__all__ exports nothing beyond DESIGN.md's names and the Subscriber protocol."""
-    allowed = DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES | EXTRA_NAMES
+    """__all__ exports nothing beyond the public contract's names and the Subscriber protocol."""
+    allowed = CORE_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES | EXTRA_NAMES
     assert set(trio_taskvisor.__all__) - allowed == set()
 
 
@@ -159,7 +159,7 @@ def test_package_ships_py_typed() -> None:
     ],
 )
 def test_error_subclasses_its_design_base(error: type[Exception], base: type[Exception]) -> None:
-    """Each error subclasses the base DESIGN section 6 gives it."""
+    """Each error subclasses the documented base."""
     assert issubclass(error, base)
 
 
@@ -174,7 +174,7 @@ def test_error_subclasses_its_design_base(error: type[Exception], base: type[Exc
     ],
 )
 def test_error_is_not_a_value_or_runtime_error(error: type[Exception]) -> None:
-    """Errors DESIGN hangs directly off Exception are not ValueError or RuntimeError."""
+    """Errors documented directly off Exception are not ValueError or RuntimeError."""
     assert not issubclass(error, ValueError | RuntimeError)
 
 

@@ -223,7 +223,7 @@ def test_a_failing_test_reports_its_own_error(run_inner: RunInner) -> None:
     result.stdout.no_fnmatch_line("*had to force*")
 
 
-# -- unobserved failures (DESIGN section 12) -------------------------------------------------
+# -- unobserved failures -------------------------------------------------
 
 
 def test_an_unobserved_failure_fails_the_test(run_inner: RunInner) -> None:

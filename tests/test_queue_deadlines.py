@@ -1,4 +1,4 @@
-"""Queue deadlines (DESIGN section 11): ``queue_timeout`` on QUEUE and REPLACE work.
+"""Queue deadlines: ``queue_timeout`` on QUEUE and REPLACE work.
 
 Work still queued or held at exactly intake + timeout is withdrawn
 ``REJECTED(QUEUE_TIMEOUT)`` (``CONTROLLER_REJECTED`` published), its body never runs and

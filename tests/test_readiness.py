@@ -1,4 +1,4 @@
-"""Readiness (DESIGN section 12): ``start()`` and ``start_in_slot()`` with ``task_status``.
+"""Readiness: ``start()`` and ``start_in_slot()`` with ``task_status``.
 
 Virtual time throughout (``autojump_clock``, starting at 0): readiness times and the
 caller's wait for a stop are exact.

@@ -1,4 +1,4 @@
-"""Signals in dynamic mode (DESIGN section 12): ``open_supervisor(handle_signals=True)``,
+"""Signals in dynamic mode: ``open_supervisor(handle_signals=True)``,
 ``Supervisor.received_signal``, and a signal during a shutdown forcing it, for
 ``run(handle_signals=True)`` too.
 

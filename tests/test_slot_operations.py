@@ -1,4 +1,4 @@
-"""Slot-wide operations (DESIGN section 11): ``cancel_slot`` and ``wait_slot_idle``.
+"""Slot-wide operations: ``cancel_slot`` and ``wait_slot_idle``.
 
 ``cancel_slot`` withdraws the slot's queued and held work (as removals by id), stops the
 owner (grace, then force) and returns when the owner's outcome is committed, with a

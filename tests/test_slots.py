@@ -1,6 +1,6 @@
 """The controller's slot state machine (``_slots``): pure, synchronous tests.
 
-Examples pin each transition of the slot table (DESIGN section 5); a Hypothesis
+Examples pin each transition of the slot table; a Hypothesis
 stateful machine drives random submissions, registry decisions, exits, removes and the
 shutdown under small budgets and checks the module's invariants after every step.
 """
@@ -52,7 +52,7 @@ JOINS = AdmissionPolicy.JOIN
 ADMITTING = SlotStatus.ADMITTING
 RUNNING = SlotStatus.RUNNING
 TERMINATING = SlotStatus.TERMINATING
-HELD = "held"  # a SUBMITTED effect whose reason is "held" (DESIGN fixes that text)
+HELD = "held"  # a SUBMITTED effect whose reason is "held" (a documented text)
 
 
 class Harness:
@@ -1248,7 +1248,7 @@ class SlotMachineModel(RuleBasedStateMachine):
         pending: int,
         waiting: int,
     ) -> tuple[str, str | None]:
-        """The placement DESIGN section 5 and the module docstring's decisions predict."""
+        """The placement the documented rules and the module docstring's decisions predict."""
         m = self.machine
         if self.closed:
             return "rejected", SHUTTING_DOWN

@@ -398,7 +398,7 @@ def test_task_defaults_max_retries_zero_raises_config_error() -> None:
 
 
 def test_supervisor_config_has_documented_defaults() -> None:
-    """SupervisorConfig() matches the table in DESIGN section 3."""
+    """SupervisorConfig() matches the documented defaults."""
     config = SupervisorConfig()
     assert config.grace == 60.0
     assert config.subscriber_shutdown_timeout == 5.0

@@ -1,4 +1,4 @@
-"""Failure streaks in long attempts (DESIGN section 12): ``healthy_after``,
+"""Failure streaks in long attempts: ``healthy_after``,
 ``restart_limit``, ``retry_on`` and ``retry_budget``, on the virtual clock.
 
 Every test runs on a fresh ``MockClock`` (``autojump_clock``) starting at 0; a task's

@@ -438,7 +438,7 @@ async def test_is_alive_only_while_an_attempt_runs(autojump_clock: Any) -> None:
 
 
 def test_statistics_fields() -> None:
-    """SupervisorStatistics has DESIGN's counters."""
+    """SupervisorStatistics has the documented counters."""
     assert [f.name for f in attrs.fields(SupervisorStatistics)] == [
         "registered",
         "running_attempts",

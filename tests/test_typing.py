@@ -1,4 +1,4 @@
-"""Types that flow (DESIGN section 12), checked by the type checkers themselves.
+"""Types that flow, checked by the type checkers themselves.
 
 ``tests/typing_fixture.py`` is never run: mypy --strict and pyright (strict) check it.
 Each of its ``reveal_type`` lines says what it must reveal (``# revealed: <type>``, with

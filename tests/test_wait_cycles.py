@@ -1,4 +1,4 @@
-"""Wait-for cycles with real tasks (DESIGN section 11): ``DeadlockError`` exactly when a wait
+"""Wait-for cycles with real tasks: ``DeadlockError`` exactly when a wait
 inside an attempt closes a cycle of slot, permit and wait edges, at once or by a later
 edge; the message names the cycle from the caller; a wait that is only slow never
 raises. A Hypothesis test builds random wait-for graphs out of real tasks (slots, a small
@@ -445,7 +445,7 @@ async def test_waits_on_another_supervisors_work_are_not_checked(autojump_clock:
 # other tasks (``wait()``) or for a slot (``wait_slot_idle``). The test drives them one
 # operation at a time, lets everything settle, then builds the wait-for graph from what
 # the supervisor shows (``list()`` states, ``controller_snapshot()`` owners, the puppets'
-# own records of their blocked waits), with the edges as DESIGN section 11 defines them.
+# own records of their blocked waits), with the edges as docs/design.md defines them.
 
 SLOTS = ("a", "b", "c")
 
@@ -606,7 +606,7 @@ class Puppets:
 
 
 class Model:
-    """The wait-for graph of DESIGN section 11, built from what the supervisor shows."""
+    """The wait-for graph, built from what the supervisor shows."""
 
     def __init__(self, p: Puppets, max_concurrent: int | None, raised: list[Blocked]) -> None:
         sup = p.sup

@@ -1,5 +1,5 @@
 # pyright: strict
-"""Types that flow (DESIGN section 12): a fixture for ``tests/test_typing.py``.
+"""Types that flow: a fixture for ``tests/test_typing.py``.
 
 Never imported or run: mypy --strict and pyright check it. A line ending in
 ``# revealed: <type>`` must reveal that type (module paths left out); a line ending in

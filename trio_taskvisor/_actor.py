@@ -37,9 +37,9 @@ Decisions the design leaves open:
 * An attempt that ends after a stop was requested ends the task at once (``CANCELLED``,
   or the force's ``FORCE_ABORTED``): no backoff or repeat is scheduled for it, so no
   ``BACKOFF_SCHEDULED`` follows a stop, and a forced task publishes no attempt event
-  once its outcome is committed (DESIGN section 12: nothing after ``TASK_REMOVED`` but
+  once its outcome is committed (nothing after ``TASK_REMOVED`` but
   ``FORCED_TASK_EXITED``, which the registry publishes at the actor's exit).
-* Failure streaks with section 12 rules (``ResolvedSpec.streak_rules``) take a fuller
+* Failure streaks with streak rules (``ResolvedSpec.streak_rules``) take a fuller
   path, ``_streak_failure``; tasks without them keep the plain one. At a retryable
   failure the checks run in this order, the first that stops the task decides:
   ``max_retries`` (after a healthy attempt's reset), ``retry_budget``,
@@ -396,7 +396,7 @@ def _schedule_retry(
 
 
 class _Streak:
-    """The failure-streak state of a task with section 12 rules (in its record's extras)."""
+    """The failure-streak state of a task with streak rules (in its record's extras)."""
 
     __slots__ = ("first_failure", "window")
 
@@ -417,7 +417,7 @@ def _streak_failure(
     retries: int,
     started: float | None,
 ) -> tuple[TaskOutcome[Any] | None, float | None, int]:
-    """An unsuccessful attempt of a task with section 12 rules: (the outcome it ends the
+    """An unsuccessful attempt of a task with streak rules: (the outcome it ends the
     task with, or ``None`` and when to retry), and the streak's retry count from now."""
     if status is _CANCELLED:
         return CANCELLED, None, retries

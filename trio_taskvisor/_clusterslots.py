@@ -1,7 +1,7 @@
 """The slot machine of a controller with a slot store: pure, synchronous logic.
 
 No trio here. ``ClusterSlotMachine`` is a ``SlotMachine`` whose placement decisions are
-the slot store's (DESIGN section 10): a submission is *asked* (``Ask``) and placed when
+the slot store's: a submission is *asked* (``Ask``) and placed when
 the lease keeper's answer comes back (``granted``, ``queued``, ``joined``, ``rejected``,
 ``full``); an owner's exit gives its lease back (``Release``) instead of starting the
 next local entry, which waits for its own grant (the cluster queue is FIFO across
@@ -30,7 +30,7 @@ Decisions the design leaves open:
   down) is given back at once (``granted`` returns ``None``: the driver withdraws the
   entry again, which frees its lease and keeps the reason it first left for its joiners).
 
-Section 11 in cluster slots (DESIGN section 11):
+Placement, queue deadlines and slot-wide operations in cluster slots:
 
 * Queue deadlines run on this process's clock. Queued work (in the cluster queue) whose
   deadline comes is withdrawn ``QUEUE_TIMEOUT`` and leaves the cluster queue

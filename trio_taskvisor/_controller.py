@@ -24,7 +24,7 @@ Owners go to the registry with ``Registry.admit``: decided at once when the regi
 idle (then ``ADMITTING`` is not observable), or queued behind its commands (``ADMITTING``
 until the decision).
 
-Section 11 (placement, queue deadlines, slot-wide operations, wait-for cycles):
+Placement, queue deadlines, slot-wide operations, wait-for cycles:
 
 * Placement comes with the machine's ``Submitted`` effects (``OWNER``, ``QUEUED``,
   ``JOINED``) and its rejections (``REJECTED``, which changes nothing once placed).
@@ -36,7 +36,7 @@ Section 11 (placement, queue deadlines, slot-wide operations, wait-for cycles):
 * The wait guard (``_waits``) learns from ``slot_edge`` / ``slot_owner`` what work waits
   for in the slots, and from ``_take_in`` when taken-in work gains such an edge.
 
-Section 11 in cluster slots (DESIGN sections 10 and 11): the cluster machine places
+Placement, queue deadlines and slot-wide operations in cluster slots: the cluster machine places
 the work from the keeper's reports with the same ``Submitted`` / ``Reject`` effects, and
 its queue deadlines run through the same ``next_deadline`` / ``_expire`` wake-ups (a
 timed-out cluster entry also leaves the cluster queue: ``Withdraw``). The slot-wide
@@ -784,7 +784,7 @@ class Controller:
                     )
             case Transition(entry, reason):
                 # Not after the owner's TASK_REMOVED (a forced owner still running, a
-                # decision that arrived late): a task's events end there (section 12).
+                # decision that arrived late): a task's events end there.
                 if bus.active and not (rec := entry.payload).committed:
                     bus.publish(
                         EventKind.CONTROLLER_SLOT_TRANSITION,

@@ -5,7 +5,7 @@ never from events.
 
 Decisions the design leaves open:
 
-* ``FORCED_TASK_EXITED`` (DESIGN section 12) is the one event of a task after its
+* ``FORCED_TASK_EXITED`` is the one event of a task after its
   ``TASK_REMOVED``: a force-aborted task's physical exit, ``duration`` seconds after the
   force.
 * ``TaskEvent`` supports no weak references: the bus builds events with

@@ -1,4 +1,4 @@
-"""The lease keeper: all server I/O of a supervisor that has a slot store (DESIGN section 10).
+"""The lease keeper: all server I/O of a supervisor that has a slot store.
 
 One ``LeaseKeeper`` per supervisor runs as one trio task (``await nursery.start(keeper.run)``)
 with a nursery of its own: the connection holder, the subscription to this process's

@@ -9,7 +9,7 @@ Decisions the design leaves open:
 
 * ``TaskId`` values come from one process-wide counter, so ids are unique across
   supervisors too.
-* ``Placement`` is a ``StrEnum`` (DESIGN section 11: a ``str`` enum with lower-case
+* ``Placement`` is a ``StrEnum`` (a ``str`` enum with lower-case
   values), as ``EventKind`` is: ``Placement.OWNER == "owner"``.
 * ``TaskOutcome[T]`` is generic in the task's return type: ``value`` is ``T | None``
   (``None`` unless ``COMPLETED``), ``unwrap()`` returns ``T``. The shared outcomes that

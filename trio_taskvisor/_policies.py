@@ -36,7 +36,7 @@ Decisions the design leaves open, fixed here:
 * ``RestartPolicy.always(0)`` normalises to ``always(None)``: run again right after a
   success. An ``interval`` on any kind other than ``"always"`` is a ``ConfigError``.
 
-Restart intensity (``RestartLimit``, DESIGN section 12), fixed here where the design is
+Restart intensity (``RestartLimit``), fixed here where the design is
 silent:
 
 * The window is closed, as in Erlang/OTP (``R >= Now - Period``): a restart at ``at`` is

@@ -91,7 +91,7 @@ class _Extras:
         self.cancel_flag: AsyncBool | None = None
         self.defer_scopes: set[trio.CancelScope] | None = None
         self.task_context: object = None  # the TaskContext, built by _context
-        self.streak: object = None  # the actor's failure-streak state (section 12 rules)
+        self.streak: object = None  # the actor's failure-streak state (streak rules)
         # ``log_failures``: when the current failure streak began, and when it was last
         # logged (the actor's repeated WARNING lines).
         self.failing_since = 0.0

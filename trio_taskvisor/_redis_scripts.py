@@ -337,7 +337,8 @@ for k = 1, #flat, 2 do
       item = {'queued', (not holder and at == 1) and 1 or 0}
     else
       -- lost with server data, or this process's heartbeat expired meanwhile (its
-      -- entry pruned, or not yet): back at the tail, a new acceptance (DESIGN)
+      -- entry pruned, or not yet): back at the tail, a new acceptance (FIFO order does
+      -- not survive lost data)
       if at then
         redis.call('LREM', P .. 'q:' .. slot, 0, e)
         table.remove(m.q, at)

@@ -39,7 +39,7 @@ With ``max_concurrent``, an admitted task's actor is spawned only once a permit 
 for its first attempt: until then the record waits (``WAITING``) in the registry's own
 FIFO, which is also where actors wait for the permits of later attempts, so permits go
 out in the order they were asked for, first attempts and retries alike. The FIFO is where
-wait-for cycles get their permit edges (DESIGN section 11): while waits are being checked,
+wait-for cycles get their permit edges: while waits are being checked,
 ``watch_permits`` has each record that starts waiting there reported (``_waits``).
 
 Work added here is placed ``OWNER`` when it is registered, ``REJECTED`` when rejected
@@ -57,7 +57,7 @@ Decisions the design leaves open:
   before the limit.
 * ``GraceExceededError.stuck`` lists the tasks forced after shutdown began, and the
   tasks forced before it that are still physically running at the shared grace
-  deadline (DESIGN section 8); ``ALL_STOPPED_WITHIN_GRACE`` is published only once no
+  deadline; ``ALL_STOPPED_WITHIN_GRACE`` is published only once no
   forced work is left running or due to be listed. Once every outcome is committed and
   forced work still runs, one warning names the tasks the shutdown waits for.
 * Keyed calls (``run_in_slot``) reserve no name (``TaskRecord.reserved = False``):

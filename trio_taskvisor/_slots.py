@@ -7,7 +7,7 @@ each call appends *effects* (``Admit``, ``Stop``, ``Reject``, ``Join``, ``Detach
 ``match``) to ``machine.effects`` for the driver to carry out. An ``Entry`` carries the
 driver's ``payload`` (the controller's record), which the machine never looks at.
 
-Queue deadlines (DESIGN section 11): an entry with a finite ``deadline`` (the driver sets
+Queue deadlines: an entry with a finite ``deadline`` (the driver sets
 it at intake, and calls ``track_deadline`` right after ``submit``; work without one costs
 nothing) is withdrawn ``QUEUE_TIMEOUT`` if it is still queued or held when
 ``now >= deadline``. The driver calls ``expire(now)`` at ``next_deadline``; every other
@@ -257,7 +257,7 @@ class SlotMachine(Generic[P]):
         return None if slot is None else slot.owner
 
     def waits_for(self, entry: Entry[P]) -> tuple[Entry[P], str] | None:
-        """What ``entry`` waits for in the slots, for wait-for cycles (DESIGN section 11).
+        """What ``entry`` waits for in the slots, for wait-for cycles.
 
         Queued or held work waits for its slot's owner (``"queued"`` / ``"held"``); a
         joiner for the work it follows (``"joined"``); anything else for nothing here.

@@ -1,5 +1,5 @@
 """Cluster slot values: the slot store configuration, what the server tells about a slot,
-the outcome codec and the lost-lease rule (DESIGN section 10).
+the outcome codec and the lost-lease rule.
 
 Plain values and pure functions: no trio and no coredis here, so ``RedisSlotStore`` can be
 built (and validated) where no event loop runs and without the ``redis`` extra, and the
@@ -181,7 +181,7 @@ def _connect_timeout(value: object) -> float:
 
 
 class SlotStore:
-    """A shared server that makes a controller's slots cluster-wide (DESIGN section 10).
+    """A shared server that makes a controller's slots cluster-wide.
 
     A slot store is a plain configuration value; the supervisor opens the connection.
     """

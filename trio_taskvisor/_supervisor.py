@@ -29,7 +29,7 @@ Decisions the design leaves open:
   body's own exception, if any, as its context. Only the first such exception
   propagates; one raised later (during that shutdown) is logged at ERROR with its
   traceback. A subscriber's ``on_event`` raising one is treated the same way.
-* ``handle_signals=True`` (``open_supervisor`` and ``run``, DESIGN section 12): one
+* ``handle_signals=True`` (``open_supervisor`` and ``run``): one
   signal receiver for SIGINT and SIGTERM lives from the start of the block until its
   shutdown is done, watched by a task of its own, shielded. The first signal starts the
   graceful shutdown and cancels the body; a body that then ends only by that
@@ -574,7 +574,7 @@ class Supervisor:
         with trio.CancelScope(shield=True):
             await self.cancel(rec.id)
 
-    # -- slot-wide operations (DESIGN section 11) -------------------------------------------
+    # -- slot-wide operations -------------------------------------------
 
     async def cancel_slot(self, slot: str) -> int:
         """Withdraw every queued and held submission of ``slot`` and stop its owner.

@@ -4,8 +4,8 @@ Every piece of accepted work ends with exactly one ``TaskOutcome``; its waiter r
 once, and never depends on events. The registry's ``TaskRecord`` *is* the waiter of
 registered work (one object per task); joiners, which never register, are plain waiters.
 
-A waiter also learns, once, where the admission decision put its work (``placement``,
-DESIGN section 11): set by the controller (or, for work added with ``add``, by the
+A waiter also learns, once, where the admission decision put its work (``placement``):
+set by the controller (or, for work added with ``add``, by the
 registry) with ``_place``, before the outcome.
 
 Decisions the design leaves open:
@@ -17,7 +17,7 @@ Decisions the design leaves open:
   are read-only) in the task's return type; ``T`` is only a promise of the types, never
   checked at run time (for a JOIN, the caller's promise that the followed
   work returns the same type).
-* Readiness (``Supervisor.start``, DESIGN section 12) is state of the waiter: a
+* Readiness (``Supervisor.start``) is state of the waiter: a
   ``Readiness`` exists only for work started with ``start`` / ``start_in_slot``, and
   each of its attempts gets a fresh ``AttemptStatus`` (trio's ``TaskStatus`` protocol).
   A second ``started()`` on one attempt's status raises ``RuntimeError`` in every
@@ -219,7 +219,7 @@ class TaskWaiter(Generic[T_co]):
         else:
             target._followers.append(self)
 
-    # -- placement (DESIGN section 11) ---------------------------------------------------------
+    # -- placement ---------------------------------------------------------
 
     @property
     def placement(self) -> Placement | None:

@@ -2,7 +2,7 @@
 
 No trio here. The driver (``_waits``) registers each wait made inside an attempt
 (``Wait``: its caller waits for a target) and tells this module what the other nodes
-wait for (``state_edges``: slot edges, joiners, permit edges, DESIGN section 11). Nodes
+wait for (``state_edges``: slot edges, joiners, permit edges). Nodes
 are the driver's task records, compared by identity; an edge carries a label (how the
 one waits for the other) for the driver's message.
 
@@ -17,7 +17,7 @@ edges are its ``state_edges``. Two questions are answered:
   work that reached its permit wait, permit edges that appeared); is it now on a cycle?
   The cycle, starting with the caller of the wait that closes it: the first wait met
   going backward from ``node`` along the cycle, i.e. the wait whose awaited work reaches
-  ``node`` through state edges only (DESIGN: "the awaited work reaching its permit
+  ``node`` through state edges only ("the awaited work reaching its permit
   wait" closes the cycle of the wait on that work).
 
 Every cycle holds at least one wait edge (slot and permit edges lead to owners and to

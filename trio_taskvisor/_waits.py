@@ -1,4 +1,4 @@
-"""The wait guard: ``DeadlockError`` for waits that close a wait-for cycle (DESIGN section 11).
+"""The wait guard: ``DeadlockError`` for waits that close a wait-for cycle.
 
 Loops layer, between the controller (which tells it what its work waits for, through
 ``SlotEdges``, declared here) and the registry (whose permits it reads); the cycle search
@@ -17,7 +17,7 @@ context-variable read). A wait made inside one is registered in the pure ``WaitF
   from every permit waiter. A cycle found then raises in the wait that closes it: its
   ``CancelScope`` is cancelled and the wait raises ``DeadlockError`` instead.
 
-The edges (DESIGN section 11), computed from the live state when a search asks:
+The edges, computed from the live state when a search asks:
 
 * wait edges: a blocked caller waits for its waits' targets (the awaited work; for
   ``wait_slot_idle`` the slot's owner). A satisfied wait (its target resolved, or placed

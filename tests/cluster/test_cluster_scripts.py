@@ -356,7 +356,7 @@ async def test_renew_resubmits_lost_entries_at_the_tail(s: Scripts) -> None:
 
 async def test_renew_after_a_heartbeat_expiry_moves_entries_to_the_tail(s: Scripts) -> None:
     """A process whose heartbeat expired (a long pause) has its entries re-submitted at
-    the tail by its next renewal (DESIGN section 10), also where no script pruned them
+    the tail by its next renewal, also where no script pruned them
     meanwhile; while its heartbeat lives, an entry keeps its place."""
     await s.submit("k", entry(B, 1))
     await s.submit("k", entry(A, 1))

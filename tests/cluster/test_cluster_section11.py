@@ -1,5 +1,5 @@
 """Section 11 across processes: placement, queue deadlines, ``cancel_slot`` and
-``wait_slot_idle`` of cluster slots (DESIGN section 11, "in a cluster slot").
+``wait_slot_idle`` of cluster slots.
 
 Two supervisors in this process share one slot store on the real server (real clock,
 ``lease_ttl`` 1 s). Timing bounds are liveness bounds with at least a 2x margin; waits
