@@ -276,6 +276,7 @@ class PoolTableMachine(RuleBasedStateMachine):
         self.names: dict[int, tuple[str, ...]] = {}
         self.permit_of: dict[int, bool] = {}
         self.holding: list[int] = []
+        self.fast = 0  # permits held through the fast path
 
     @initialize(max_concurrent=st.one_of(st.none(), st.integers(min_value=1, max_value=3)))
     def start(self, max_concurrent: int | None) -> None:
@@ -298,11 +299,18 @@ class PoolTableMachine(RuleBasedStateMachine):
         # The table first grants what the clock allows; so does the model.
         expected_before = self.model.settle(self.now)
         ids = self.table.check(tuple(POOLS[n] for n in names))
+        if not names and permit and self.model.max_concurrent is not None:
+            # The fast path for the permit alone: no request unless it must wait.
+            fits = self.model.fits(names, permit, self.now)
+            taken = self.table.take_permit(self.now)
+            self.collect_before(expected_before)
+            assert taken == fits
+            if taken:
+                self.model.take(names, permit, self.now)
+                self.fast += 1
+                return
         request = self.table.acquire(ids, self.now, permit=permit)
-        got_before = [r.seq for r in self.table.granted]
-        self.table.granted.clear()
-        assert got_before == expected_before
-        self.holding.extend(got_before)
+        self.collect_before(expected_before)
         seq = request.seq
         self.requests[seq] = request
         self.names[seq] = names
@@ -314,6 +322,20 @@ class PoolTableMachine(RuleBasedStateMachine):
         else:
             assert not request.granted
             self.model.waiting.append((seq, names, permit))
+
+    def collect_before(self, expected: list[int]) -> None:
+        got = [r.seq for r in self.table.granted]
+        self.table.granted.clear()
+        assert got == expected
+        self.holding.extend(got)
+
+    @precondition(lambda self: self.fast)
+    @rule()
+    def release_fast_permit(self) -> None:
+        self.fast -= 1
+        self.model.permits -= 1
+        self.table.release_permit(self.now)
+        self.collect()
 
     @precondition(lambda self: self.holding)
     @rule(data=st.data())
@@ -359,6 +381,7 @@ class PoolTableMachine(RuleBasedStateMachine):
         for name, limit in POOLS.items():
             expected = self.model.held[name] if isinstance(limit, ConcurrencyLimit) else 0
             assert held.get(name, 0) == expected
+        assert self.table.permit_in_use == self.model.permits
         waiting = {ident[0]: w for ident, _, w in self.table.usage()}
         for name in POOLS:
             count = sum(1 for _, names, _ in self.model.waiting if name in names)

@@ -88,6 +88,8 @@ CONTROLLER_NAMES = {
 }
 # DESIGN section 10: cluster slots.
 CLUSTER_NAMES = {"ClusterSlotInfo", "SlotStoreUnavailableError"}
+# Limits: concurrency and rate pools.
+LIMIT_NAMES = {"ConcurrencyLimit", "RateLimit", "LimitKey", "LimitView"}
 # Not named by DESIGN, exported on purpose: the Protocol that types ``subscribers=``.
 EXTRA_NAMES = {"Subscriber"}
 
@@ -99,12 +101,12 @@ def test_all_is_sorted() -> None:
 
 def test_all_has_every_design_name() -> None:
     """Every public name of DESIGN.md, the controller types included, is in __all__."""
-    assert (DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES) - set(trio_taskvisor.__all__) == set()
+    assert (DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | LIMIT_NAMES) - set(trio_taskvisor.__all__) == set()
 
 
 def test_all_has_only_design_names() -> None:
     """__all__ exports nothing beyond DESIGN.md's names and the Subscriber protocol."""
-    allowed = DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | EXTRA_NAMES
+    allowed = DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | LIMIT_NAMES | EXTRA_NAMES
     assert set(trio_taskvisor.__all__) - allowed == set()
 
 

@@ -173,6 +173,29 @@ class PoolTable:
                     self._rate_waiting.add(pool)
         return request
 
+    def take_permit(self, now: float) -> bool:
+        """Take the permit alone, if it has room: the fast path of ``acquire((), permit=True)``.
+
+        No ``Request`` is made; give it back with ``release_permit``. At rest no waiter
+        fits, so no older waiter can want a permit that has room.
+        """
+        permit = self._permit
+        assert permit is not None
+        if self._rate_waiting:
+            self._settle([], now)
+        if permit.held < permit.capacity:
+            permit.held += 1
+            return True
+        return False
+
+    def release_permit(self, now: float) -> None:
+        """Give back a permit taken with ``take_permit``."""
+        permit = self._permit
+        assert permit is not None
+        permit.held -= 1
+        if permit.waiters or self._rate_waiting:
+            self._settle([permit], now)
+
     def cancel(self, request: Request, now: float) -> None:
         """Withdraw a waiting request (it holds nothing); a granted one is unchanged."""
         if request.granted:
@@ -216,6 +239,20 @@ class PoolTable:
         )
 
     # -- views ------------------------------------------------------------------------------
+
+    @property
+    def rate_waiting(self) -> bool:
+        """Whether a rate pool has waiters (only then can the clock change anything)."""
+        return bool(self._rate_waiting)
+
+    @property
+    def permit_in_use(self) -> int:
+        """Permits held (0 without ``max_concurrent``)."""
+        return 0 if self._permit is None else self._permit.held
+
+    def permit_waiters(self) -> list[object]:
+        """The payloads of requests waiting with the permit among their pools, oldest first."""
+        return [] if self._permit is None else [r.payload for r in self._permit.waiters.values()]
 
     def settings(self, name: str) -> Limit | None:
         """The settings the table knows for the limit ``name``."""

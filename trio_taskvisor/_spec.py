@@ -63,6 +63,7 @@ from ._config import (
 )
 from ._exceptions import ConfigError
 from ._frozen import trusted_constructor
+from ._limits import PoolId
 from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
 
 T = TypeVar("T")
@@ -549,6 +550,8 @@ class ResolvedSpec:
     restart_limit: RestartLimit | None = None
     retry_on: tuple[type[BaseException], ...] | None = None
     retry_budget: float | None = None
+    limits: tuple[PoolId, ...] = ()
+    """The limit pools every attempt takes a unit of, as the supervisor's table knows them."""
     needs_clock: bool = attrs.field(init=False)
     streak_rules: bool = attrs.field(init=False)
     repeats: bool = attrs.field(init=False)
