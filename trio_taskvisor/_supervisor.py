@@ -595,7 +595,7 @@ class Supervisor:
     # -- limits ------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def limited(self, *pools: Pool) -> AsyncIterator[None]:
+    async def limited(self, *pools: Pool) -> AsyncGenerator[None]:
         """Run a block of code holding one unit of every pool in ``pools``, all at once.
 
         Waits until every pool has room (oldest waiter first, as attempts do), then
