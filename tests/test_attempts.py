@@ -225,7 +225,7 @@ async def test_max_retries_keeps_exit_code(autojump_clock: trio.testing.MockCloc
     """A retry-limit outcome keeps the last error's exit code."""
     fn = Script(TaskFailure("down", exit_code=7))
     run = await run_spec(TaskSpec.restartable("job", fn, backoff=ONE_SECOND, max_retries=1))
-    assert run.outcome.reason == "retry limit reached after 1 retries: down"
+    assert run.outcome.reason == "retry limit reached after 1 retry: down"
     assert run.outcome.exit_code == 7
 
 
@@ -266,7 +266,7 @@ async def test_success_resets_failure_streak(autojump_clock: trio.testing.MockCl
     fn = Script(boom, "ok", boom, boom)
     run = await run_spec(TaskSpec.periodic("job", 10.0, fn, backoff=ONE_SECOND, max_retries=1))
     assert fn.starts == [0.0, 1.0, 11.0, 12.0]
-    assert run.outcome.reason == "retry limit reached after 1 retries: boom"
+    assert run.outcome.reason == "retry limit reached after 1 retry: boom"
 
 
 async def test_success_repeats_do_not_consume_retries(
@@ -277,7 +277,7 @@ async def test_success_repeats_do_not_consume_retries(
     fn = Script("a", "b", "c", boom, boom)
     run = await run_spec(TaskSpec.periodic("job", 1.0, fn, backoff=ONE_SECOND, max_retries=1))
     assert fn.starts == [0.0, 1.0, 2.0, 3.0, 4.0]
-    assert run.outcome.reason == "retry limit reached after 1 retries: boom"
+    assert run.outcome.reason == "retry limit reached after 1 retry: boom"
 
 
 async def test_backoff_restarts_from_first_after_success(
@@ -416,7 +416,7 @@ async def test_timeout_is_retried_as_failure(autojump_clock: trio.testing.MockCl
     assert fn.starts == [0.0, 3.0]
     assert run.elapsed == 5.0
     assert isinstance(run.outcome.error, TimeoutError)
-    assert run.outcome.reason == f"retry limit reached after 1 retries: {run.outcome.error}"
+    assert run.outcome.reason == f"retry limit reached after 1 retry: {run.outcome.error}"
 
 
 async def test_timeout_restarts_with_each_attempt(autojump_clock: trio.testing.MockClock) -> None:

@@ -10,6 +10,8 @@ Decisions where DESIGN.md is silent
 * Policy values (``BackoffPolicy``, ``RestartPolicy``) raise ``ConfigError`` for wrong
   types as well (``jitter="full"``, ``first="1"``, ``always("5")``): ``_policies``
   validates every field as a value. Everywhere else a wrong type is a ``TypeError``.
+* ``bool`` is not a number anywhere (policies included): ``True`` or ``False`` where a
+  duration, count, capacity or exit code is expected is a ``TypeError``.
 * ``TaskSpec.args`` must be an iterable other than ``str`` / ``bytes`` (a string would
   silently become one argument per character).
 * An ``async def`` generator function is not a task function (``TypeError``), and the
@@ -25,7 +27,8 @@ Decisions where DESIGN.md is silent
 * ``EventRecorder.of`` / ``wait_for`` take an ``EventKind`` or its string value; an
   unknown kind raises at the call instead of waiting forever.
 * Subscriber attributes (``queue_capacity``, ``name``, ``on_event``) are checked by
-  ``open_supervisor``, which is where a subscriber is given.
+  ``open_supervisor``, which is where a subscriber is given; the library's own
+  subscribers check their ``queue_capacity`` when they are built, too.
 """
 
 from __future__ import annotations
@@ -47,12 +50,15 @@ from trio_taskvisor import (
     ControllerConfig,
     ControllerSpec,
     EventKind,
+    FatalError,
     NoControllerError,
     OutcomeKind,
+    RestartLimit,
     RestartPolicy,
     Supervisor,
     SupervisorConfig,
     TaskDefaults,
+    TaskFailure,
     TaskNameInUseError,
     TaskSpec,
     open_supervisor,
@@ -494,6 +500,9 @@ CONSTRUCTOR_CASES: list[Any] = [
         lambda: EventRecorder().of("task_addded"), ConfigError, "'task_addded'", id="of-typo"
     ),
     pytest.param(lambda: EventRecorder().of(5), TypeError, "5", id="of-int"),
+    pytest.param(
+        lambda: EventRecorder(queue_capacity=0), ConfigError, "0", id="recorder-capacity-zero"
+    ),
 ]
 
 
@@ -585,6 +594,129 @@ async def test_class_as_task_function_is_accepted_and_ends_fatal(autojump_clock:
         await assert_still_works(sup)
 
 
+# -- bool is not a number ------------------------------------------------------------------------
+#
+# ``True == 1`` and ``False == 0``: a ``bool`` passed where a duration, count or capacity is
+# expected is a mistake (a flag in the wrong place), never a number: ``TypeError`` everywhere.
+
+
+def _store(**kwargs: Any) -> object:
+    from trio_taskvisor.redis import RedisSlotStore
+
+    return RedisSlotStore("redis://localhost", **kwargs)
+
+
+def _tracing(**kwargs: Any) -> object:
+    pytest.importorskip("opentelemetry")
+    from trio_taskvisor.contrib.otel import TracingSubscriber
+
+    return TracingSubscriber(**kwargs)
+
+
+def _prometheus(**kwargs: Any) -> object:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+
+    from trio_taskvisor.contrib.prometheus import PrometheusSubscriber
+
+    return PrometheusSubscriber(CollectorRegistry(), **kwargs)
+
+
+NUMBER_PARAMETERS: dict[str, Callable[[Any], object]] = {
+    "TaskSpec.timeout": lambda b: TaskSpec.once("job", async_fn, timeout=b),
+    "TaskSpec.max_retries": lambda b: TaskSpec.restartable("job", async_fn, max_retries=b),
+    "TaskSpec.healthy_after": lambda b: TaskSpec.restartable("job", async_fn, healthy_after=b),
+    "TaskSpec.retry_budget": lambda b: TaskSpec.restartable("job", async_fn, retry_budget=b),
+    "TaskSpec.periodic.every": lambda b: TaskSpec.periodic("job", b, async_fn),
+    "TaskSpec(timeout)": lambda b: TaskSpec("job", async_fn, timeout=b),
+    "ControllerSpec.queue_timeout": lambda b: ControllerSpec(SPEC, queue_timeout=b),
+    "ControllerSpec.queue.queue_timeout": lambda b: ControllerSpec.queue(SPEC, queue_timeout=b),
+    "ControllerSpec.replace.queue_timeout": lambda b: ControllerSpec.replace(SPEC, queue_timeout=b),
+    "RestartLimit.max_restarts": lambda b: RestartLimit(b, 1.0),
+    "RestartLimit.within": lambda b: RestartLimit(1, b),
+    "RestartPolicy.always": lambda b: RestartPolicy.always(b),
+    "BackoffPolicy.first": lambda b: BackoffPolicy(first=b),
+    "BackoffPolicy.max": lambda b: BackoffPolicy(max=b),
+    "BackoffPolicy.factor": lambda b: BackoffPolicy(factor=b),
+    "BackoffPolicy.floor": lambda b: BackoffPolicy(floor=b),
+    "BackoffPolicy.constant": lambda b: BackoffPolicy.constant(b),
+    "BackoffPolicy.exponential.first": lambda b: BackoffPolicy.exponential(b),
+    "BackoffPolicy.exponential.max": lambda b: BackoffPolicy.exponential(1.0, max=b),
+    "BackoffPolicy.exponential.factor": lambda b: BackoffPolicy.exponential(1.0, factor=b),
+    "BackoffPolicy.delay_for_retry": lambda b: BackoffPolicy().delay_for_retry(b, random.Random()),
+    "TaskDefaults.timeout": lambda b: TaskDefaults(timeout=b),
+    "TaskDefaults.max_retries": lambda b: TaskDefaults(max_retries=b),
+    "TaskDefaults.healthy_after": lambda b: TaskDefaults(healthy_after=b),
+    "TaskDefaults.retry_budget": lambda b: TaskDefaults(retry_budget=b),
+    "SupervisorConfig.grace": lambda b: SupervisorConfig(grace=b),
+    "SupervisorConfig.subscriber_shutdown_timeout": lambda b: SupervisorConfig(
+        subscriber_shutdown_timeout=b
+    ),
+    "SupervisorConfig.max_concurrent": lambda b: SupervisorConfig(max_concurrent=b),
+    "SupervisorConfig.max_registered_tasks": lambda b: SupervisorConfig(max_registered_tasks=b),
+    "SupervisorConfig.command_capacity": lambda b: SupervisorConfig(command_capacity=b),
+    "SupervisorConfig.bus_capacity": lambda b: SupervisorConfig(bus_capacity=b),
+    "ControllerConfig.queue_capacity": lambda b: ControllerConfig(queue_capacity=b),
+    "ControllerConfig.max_slot_queue": lambda b: ControllerConfig(max_slot_queue=b),
+    "ControllerConfig.max_total_pending": lambda b: ControllerConfig(max_total_pending=b),
+    "ControllerConfig.max_slots": lambda b: ControllerConfig(max_slots=b),
+    "ControllerConfig.max_waiters": lambda b: ControllerConfig(max_waiters=b),
+    "RedisSlotStore.lease_ttl": lambda b: _store(lease_ttl=b),
+    "RedisSlotStore.connect_timeout": lambda b: _store(connect_timeout=b),
+    "EventRecorder.queue_capacity": lambda b: EventRecorder(queue_capacity=b),
+    "TracingSubscriber.queue_capacity": lambda b: _tracing(queue_capacity=b),
+    "PrometheusSubscriber.queue_capacity": lambda b: _prometheus(queue_capacity=b),
+    "FatalError.exit_code": lambda b: FatalError("stop", exit_code=b),
+    "TaskFailure.exit_code": lambda b: TaskFailure("again", exit_code=b),
+}
+
+
+@pytest.mark.parametrize("flag", [True, False])
+@pytest.mark.parametrize("make", list(NUMBER_PARAMETERS.values()), ids=list(NUMBER_PARAMETERS))
+def test_a_bool_is_never_a_number(make: Callable[[Any], object], flag: bool) -> None:
+    """Every duration, count and capacity of the API refuses ``True`` and ``False``."""
+    with pytest.raises(TypeError) as info:
+        make(flag)
+    check_message(info.value, repr(flag))
+
+
+@pytest.mark.parametrize(
+    ("call", "shown"),
+    [
+        pytest.param(lambda sup: sup.events(True), "True", id="events"),
+        pytest.param(
+            lambda sup: sup.run_in_slot("s", async_fn, timeout=True), "True", id="ris-timeout"
+        ),
+        pytest.param(
+            lambda sup: sup.run_in_slot("s", async_fn, queue_timeout=False),
+            "False",
+            id="ris-queue-timeout",
+        ),
+        pytest.param(
+            lambda sup: sup.run_in_slot("s", async_fn, max_retries=True),
+            "True",
+            id="ris-max-retries",
+        ),
+    ],
+)
+async def test_a_bool_is_never_a_number_in_supervisor_calls(
+    autojump_clock: Any, call: Callable[[Supervisor], Any], shown: str
+) -> None:
+    async with supervisor(controller=ControllerConfig()) as sup:
+        with pytest.raises(TypeError) as info:
+            await invoke(call, sup)
+        check_message(info.value, shown)
+        await assert_still_works(sup)
+
+
+def test_a_nan_duration_is_refused_as_not_finite() -> None:
+    """A NaN duration's message says why: it is not a finite number (nor math.inf)."""
+    with pytest.raises(
+        ConfigError, match=r"^timeout must be >= 0 and finite \(or math.inf\), got nan$"
+    ):
+        TaskSpec.once("job", async_fn, timeout=math.nan)
+
+
 # -- open_supervisor and subscribers ---------------------------------------------------------
 
 
@@ -599,6 +731,13 @@ class SyncOnEvent:
 
 class ZeroCapacity:
     queue_capacity = 0
+
+    async def on_event(self, event: object) -> None:
+        pass
+
+
+class BoolCapacity:
+    queue_capacity = True
 
     async def on_event(self, event: object) -> None:
         pass
@@ -619,12 +758,7 @@ class IntName:
         pytest.param({"subscribers": [NoOnEvent()]}, TypeError, "NoOnEvent", id="no-on-event"),
         pytest.param({"subscribers": [SyncOnEvent()]}, TypeError, "SyncOnEvent", id="sync"),
         pytest.param({"subscribers": [ZeroCapacity()]}, ConfigError, "0", id="capacity-zero"),
-        pytest.param(
-            {"subscribers": [EventRecorder(queue_capacity=0)]},
-            ConfigError,
-            "EventRecorder",
-            id="recorder-capacity-zero",
-        ),
+        pytest.param({"subscribers": [BoolCapacity()]}, TypeError, "True", id="capacity-bool"),
         pytest.param({"subscribers": [IntName()]}, TypeError, "5", id="name-int"),
         pytest.param({"subscribers": 5}, TypeError, "5", id="subscribers-int"),
         pytest.param({"subscribers": EventRecorder()}, TypeError, "EventRecorder", id="not-list"),
@@ -875,3 +1009,18 @@ async def test_regression_run_in_slot_rejects_a_none_slot(autojump_clock: Any) -
         assert body_runs == []
         assert sup.controller_snapshot().slots == ()
         await assert_still_works(sup)
+
+
+@pytest.mark.parametrize(("given", "shown"), [("abc", "a number"), ("-1", "a positive number")])
+def test_regression_demo_duration_message_names_the_rule_not_a_function(
+    capsys: pytest.CaptureFixture[str], given: str, shown: str
+) -> None:
+    """``--duration abc`` says what a duration must be (not "invalid _seconds value")."""
+    from trio_taskvisor.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--duration", given])
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"argument --duration: must be {shown} of seconds, got {given!r}" in error
+    assert "_seconds" not in error

@@ -268,6 +268,16 @@ async def test_prepare_submission_allocates_id_first(autojump_clock: trio.abc.Cl
         assert (await waiter.wait()).is_success
 
 
+async def test_prepare_submission_exposes_its_request(autojump_clock: trio.abc.Clock) -> None:
+    """``PreparedSubmission.request`` is the ``ControllerSpec`` it will submit."""
+    async with supervisor(controller=ControllerConfig()) as sup:
+        request = queue("a", nothing)
+        prepared = sup.prepare_submission(request)
+        assert prepared.request is request
+        waiter = await prepared.submit()
+        assert waiter.name == prepared.request.task.name
+
+
 async def test_prepare_submission_reserves_and_publishes_nothing(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -18,6 +18,7 @@ from trio_taskvisor import (
     BackoffPolicy,
     BackoffSource,
     ConfigError,
+    ControllerSpec,
     EventKind,
     FatalError,
     LoggingSubscriber,
@@ -34,7 +35,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import ONE_ATTEMPT_SUCCESS, forever, kinds_of, returns_done
+from helpers import ONE_ATTEMPT_SUCCESS, forever, kinds_of, returns_done, supervisor
 
 K = EventKind
 
@@ -199,6 +200,24 @@ async def test_duplicate_add_publishes_requested_then_add_failed(autojump_clock:
         "t",
         OutcomeKind.REJECTED,
         RejectionKind.ALREADY_EXISTS,
+        outcome.reason,
+    )
+
+
+async def test_controller_rejected_carries_the_rejected_outcome(autojump_clock: Any) -> None:
+    """CONTROLLER_REJECTED carries ``outcome=REJECTED`` besides ``rejection`` and ``reason``."""
+    recorder = EventRecorder()
+    async with supervisor(recorder, max_slot_queue=4) as sup:
+        await sup.submit(ControllerSpec.queue(TaskSpec.once("owner", forever), slot="s"))
+        dropped = await sup.submit(
+            ControllerSpec.drop_if_running(TaskSpec.once("d", returns_done), slot="s")
+        )
+        outcome = await dropped.wait()
+    [event] = recorder.of(K.CONTROLLER_REJECTED)
+    assert (event.task_id, event.outcome, event.rejection, event.reason) == (
+        dropped.id,
+        OutcomeKind.REJECTED,
+        RejectionKind.SLOT_BUSY,
         outcome.reason,
     )
 
@@ -640,11 +659,20 @@ async def test_subscriber_without_async_on_event_is_a_type_error(subscriber: obj
 
 @pytest.mark.parametrize("capacity", [0, -1])
 async def test_subscriber_queue_capacity_below_one_is_a_config_error(capacity: int) -> None:
-    """open_supervisor rejects a subscriber ``queue_capacity`` below 1 with ConfigError."""
-    recorder = EventRecorder(queue_capacity=capacity)
+    """open_supervisor rejects a subscriber ``queue_capacity`` below 1 with ConfigError
+    (``EventRecorder`` itself refuses one when it is built)."""
+
+    class Small:
+        queue_capacity = capacity
+
+        async def on_event(self, event: TaskEvent) -> None:
+            pass
+
     with pytest.raises(ConfigError, match=str(capacity)):
-        async with open_supervisor(subscribers=[recorder]):
+        async with open_supervisor(subscribers=[Small()]):
             pytest.fail("the supervisor must not start")
+    with pytest.raises(ConfigError, match=str(capacity)):
+        EventRecorder(queue_capacity=capacity)
 
 
 # -- the bus and events() streams ----------------------------------------------------------

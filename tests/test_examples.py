@@ -17,6 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -59,8 +61,9 @@ RUNS: dict[str, Run] = {
         ["ready", "shutdown_requested", "all_stopped_within_grace", "stopped cleanly"],
     ),
     "service": Run(
-        example("service", "--port", "0", "--drive"),
+        example("service", "--port", "0", "--health-port", "0", "--drive"),
         [
+            "health checks on port ",
             "listening on port ",
             "webhook: sync_tenant#",
             "for acme r2",
@@ -69,11 +72,25 @@ RUNS: dict[str, Run] = {
             'metrics: taskvisor_outcomes_total{outcome="cancelled"} 1.0',
             "ready: press Ctrl+C to stop",
             '"kind": "shutdown_requested"',
+            "outbox: queued messages delivered",
             '"kind": "all_stopped_within_grace"',
             "stopped by SIGINT",
         ],
         interrupt=True,
         status=128 + signal.SIGINT,
+    ),
+    # A critical poller gives up (FATAL: its credentials are revoked): the service drains
+    # and exits 1 instead of staying up, "ready", doing nothing.
+    "service_critical": Run(
+        example("service", "--port", "0", "--health-port", "0", "--break-feed", "orders"),
+        [
+            "health checks on port ",
+            "critical task 'poll-orders' (#",
+            ") ended fatal: orders: credentials revoked: shutting down",
+            "outbox: queued messages delivered",
+            "exiting: critical task 'poll-orders' (#",
+        ],
+        status=1,
     ),
     "reconnecting_consumer": Run(
         example("reconnecting_consumer"),
@@ -383,3 +400,74 @@ def test_every_example_is_run() -> None:
     """Each file in examples/ has a run above."""
     runs = {Path(run.args[0]).stem for run in RUNS.values() if run.args[0].endswith(".py")}
     assert {path.stem for path in (ROOT / "examples").glob("*.py")} == runs
+
+
+# -- the service's readiness through a real SIGTERM --------------------------------------------
+
+_HEALTH_PORT = re.compile(r"health checks on port (\d+)")
+
+
+def _ready(port: int) -> int | None:
+    """``GET /ready`` with a real HTTP client: the status, or ``None`` if nobody answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=10.0) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        error.close()
+        return error.code
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return None  # refused, reset: the server is gone
+
+
+def test_service_answers_503_while_it_drains() -> None:
+    """Run as the how-to runs it: a real process, a real SIGTERM, ``/ready`` polled over
+    HTTP. 200 while it runs; from the signal, 503 (never a refused connection) while the
+    supervisor drains (the outbox's 1 s of delivery); then the process exits 128 + 15."""
+    started = _start(Run(example("service", "--port", "0", "--health-port", "0"), []), None)
+    process = started.process
+    try:
+        output = _wait_ready(started)
+        match = _HEALTH_PORT.search(output)
+        assert match is not None, output
+        port = int(match.group(1))
+        assert _ready(port) == 200
+        # Keep reading the output (its JSON logs) so the process never blocks on the pipe.
+        rest: list[str] = []
+        assert process.stdout is not None
+        reader = threading.Thread(target=lambda: rest.extend(process.stdout or ()), daemon=True)
+        reader.start()
+        process.send_signal(signal.SIGTERM)
+        answers: list[int | None] = []
+        while time.monotonic() < started.deadline:
+            answer = _ready(port)
+            answers.append(answer)
+            if answer is None:
+                break
+            time.sleep(0.05)  # a prober's period, not a wait for a state
+        status = process.wait(timeout=max(0.0, started.deadline - time.monotonic()))
+        reader.join(timeout=10.0)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        if process.stdout is not None:
+            process.stdout.close()
+    output += "".join(rest)
+    assert status == 128 + signal.SIGTERM, output
+    assert "Traceback" not in output, output
+    # After the signal: perhaps a 200 not yet told of it, then 503s, then nobody (the
+    # process is leaving), never a 200 again once draining.
+    assert answers[-1] is None, answers
+    draining = answers[answers.index(503) :] if 503 in answers else []
+    assert draining.count(503) >= 2, answers
+    assert set(answers[: -len(draining)] if draining else answers) <= {200}, answers
+    assert set(draining[:-1]) == {503}, answers
+    position = 0
+    for expected in (
+        "draining: /ready answers 503",
+        "outbox: queued messages delivered",
+        "stopped by SIGTERM",
+    ):
+        found = output.find(expected, position)
+        assert found >= 0, f"{expected!r} missing (in order) from:\n{output}"
+        position = found + len(expected)

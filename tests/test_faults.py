@@ -658,7 +658,7 @@ async def test_child_task_error_fails_the_attempt_with_the_group(autojump_clock:
     assert isinstance(outcome.error, ExceptionGroup)
     [inner] = outcome.error.exceptions
     assert isinstance(inner, ValueError)
-    assert outcome.reason == f"retry limit reached after 1 retries: {outcome.error}"
+    assert outcome.reason == f"retry limit reached after 1 retry: {outcome.error}"
     assert siblings_cancelled == [t0 + 1.0, t0 + 2.5]  # retried once, after the backoff
     assert len(recorder.of(EventKind.ATTEMPT_FAILED, name="parent")) == 2
 

@@ -20,10 +20,12 @@ from trio_taskvisor import (
     FatalError,
     LoggingSubscriber,
     OutcomeKind,
+    RejectionKind,
     SupervisorConfig,
     TaskCancelled,
     TaskEvent,
     TaskFailure,
+    TaskId,
     TaskSpec,
     current_context,
     open_supervisor,
@@ -314,3 +316,87 @@ async def test_periodic_waits_log_at_debug_and_retries_at_info(
         (BackoffSource.FAILURE, logging.INFO),
         (BackoffSource.SUCCESS, logging.DEBUG),
     ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param(
+            {
+                "kind": EventKind.CONTROLLER_REJECTED,
+                "outcome": OutcomeKind.REJECTED,
+                "rejection": RejectionKind.SUPERSEDED,
+                "reason": "superseded by a newer submission",
+            },
+            "controller_rejected 'job' #7 - superseded by a newer submission",
+            id="superseded",
+        ),
+        pytest.param(
+            {
+                "kind": EventKind.TASK_FINISHED,
+                "outcome": OutcomeKind.FORCE_ABORTED,
+                "reason": "force-aborted: did not stop within the grace window",
+            },
+            "task_finished 'job' #7 - force-aborted: did not stop within the grace window",
+            id="force-aborted",
+        ),
+        pytest.param(
+            {
+                "kind": EventKind.CONTROLLER_REJECTED,
+                "outcome": OutcomeKind.REJECTED,
+                "rejection": RejectionKind.SLOT_BUSY,
+                "reason": "slot is busy",
+            },
+            "controller_rejected 'job' #7 slot_busy - slot is busy",
+            id="slot-busy",
+        ),
+        pytest.param(
+            {"kind": EventKind.TASK_FINISHED, "outcome": OutcomeKind.FAILED, "reason": "boom"},
+            "task_finished 'job' #7 failed - boom",
+            id="failed",
+        ),
+    ],
+)
+async def test_logging_subscriber_messages_never_repeat_a_label_in_the_reason(
+    caplog: pytest.LogCaptureFixture, fields: dict[str, Any], message: str
+) -> None:
+    """A kind the reason already says is left out of the message (no "superseded -
+    superseded ..."); labels the reason does not repeat stay."""
+    caplog.set_level(logging.DEBUG, "tests.logging.labels")
+    subscriber = LoggingSubscriber(logging.getLogger("tests.logging.labels"))
+    event = TaskEvent(1, 0.0, 0.0, task_id=TaskId(7), name="job", **fields)
+    await subscriber.on_event(event)
+    assert [r.getMessage() for r in caplog.records] == [message]
+
+
+async def test_the_demos_recent_events_say_force_aborted_once() -> None:
+    """The demo's line for a forced task is its reason, not "force_aborted: force-aborted"."""
+    from trio_taskvisor._cli.demo import Board
+
+    board = Board(1.0)
+    reason = "force-aborted: did not stop within the grace window"
+    await board.on_event(
+        TaskEvent(
+            1,
+            0.0,
+            0.0,
+            EventKind.TASK_FINISHED,
+            TaskId(7),
+            "job",
+            outcome=OutcomeKind.FORCE_ABORTED,
+            reason=reason,
+        )
+    )
+    await board.on_event(
+        TaskEvent(
+            2,
+            0.0,
+            0.0,
+            EventKind.TASK_FINISHED,
+            TaskId(8),
+            "f",
+            outcome=OutcomeKind.FAILED,
+            reason="boom",
+        )
+    )
+    assert [line.text for line in board.recent] == [reason, "failed: boom"]

@@ -389,4 +389,4 @@ class PoolTableMachine(RuleBasedStateMachine):
 
 
 TestPoolTableMachine = PoolTableMachine.TestCase
-TestPoolTableMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestPoolTableMachine.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)

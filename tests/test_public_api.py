@@ -15,6 +15,7 @@ import trio_taskvisor.testing
 from trio_taskvisor import (
     BackoffPolicy,
     ConfigError,
+    CriticalTaskError,
     DeadlockError,
     FatalError,
     GraceExceededError,
@@ -88,6 +89,8 @@ CONTROLLER_NAMES = {
 }
 # DESIGN section 10: cluster slots.
 CLUSTER_NAMES = {"ClusterSlotInfo", "SlotStoreUnavailableError"}
+# DESIGN section 15: the service path's second round.
+SERVICE_NAMES = {"CriticalTaskError"}
 # Limits: concurrency and rate pools.
 LIMIT_NAMES = {"ConcurrencyLimit", "RateLimit", "LimitKey", "LimitView"}
 # Not named by DESIGN, exported on purpose: the Protocol that types ``subscribers=``.
@@ -101,13 +104,15 @@ def test_all_is_sorted() -> None:
 
 def test_all_has_every_design_name() -> None:
     """Every public name of DESIGN.md, the controller types included, is in __all__."""
-    named = DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | LIMIT_NAMES
-    assert named - set(trio_taskvisor.__all__) == set()
+    every = DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES | LIMIT_NAMES
+    assert every - set(trio_taskvisor.__all__) == set()
 
 
 def test_all_has_only_design_names() -> None:
     """__all__ exports nothing beyond DESIGN.md's names and the Subscriber protocol."""
-    allowed = DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | LIMIT_NAMES | EXTRA_NAMES
+    allowed = (
+        DESIGN_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES | LIMIT_NAMES | EXTRA_NAMES
+    )
     assert set(trio_taskvisor.__all__) - allowed == set()
 
 
@@ -148,6 +153,7 @@ def test_package_ships_py_typed() -> None:
         (ResourceLimitError, RuntimeError),
         (NoControllerError, RuntimeError),
         (DeadlockError, RuntimeError),
+        (CriticalTaskError, RuntimeError),
         (GraceExceededError, Exception),
         (OutcomeError, Exception),
         (FatalError, Exception),
@@ -184,6 +190,7 @@ def test_errors_do_not_subclass_each_other() -> None:
         ResourceLimitError,
         NoControllerError,
         DeadlockError,
+        CriticalTaskError,
         GraceExceededError,
         OutcomeError,
         FatalError,

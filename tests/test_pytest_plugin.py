@@ -271,6 +271,77 @@ def test_an_observed_failure_passes(run_inner: RunInner, look: str) -> None:
     result.assert_outcomes(passed=1)
 
 
+def test_a_failure_observed_through_a_joiner_passes(run_inner: RunInner) -> None:
+    """A JOIN that followed the failed work observes it when its waiter is looked at."""
+    result = run_inner(
+        """
+        async def broken():
+            await trio.sleep(1.0)
+            raise ValueError("bad config")
+
+
+        @pytest.mark.taskvisor_config(controller=ControllerConfig())
+        async def test_joins(supervisor, autojump_clock):
+            await supervisor.submit(ControllerSpec.queue(TaskSpec.once("loader", broken)))
+            joiner = await supervisor.submit(
+                ControllerSpec.join(TaskSpec.once("j", broken), slot="loader")
+            )
+            assert (await joiner.wait()).kind is OutcomeKind.FAILED
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_a_joiner_nobody_looked_at_does_not_observe_the_failure(run_inner: RunInner) -> None:
+    """A JOIN whose waiter nobody looked at observes nothing."""
+    result = run_inner(
+        """
+        async def broken():
+            await trio.sleep(1.0)
+            raise ValueError("bad config")
+
+
+        @pytest.mark.taskvisor_config(controller=ControllerConfig())
+        async def test_joins(supervisor, autojump_clock):
+            await supervisor.submit(ControllerSpec.queue(TaskSpec.once("loader", broken)))
+            await supervisor.submit(ControllerSpec.join(TaskSpec.once("j", broken), slot="loader"))
+            await trio.sleep(2.0)
+        """
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*task 'loader' (#*) ended failed: bad config, and nobody*"])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param('supervisor.start(TaskSpec.once("loader", broken))', id="start"),
+        pytest.param(
+            'supervisor.start_in_slot(ControllerSpec.queue(TaskSpec.once("loader", broken)))',
+            id="start-in-slot",
+        ),
+    ],
+)
+def test_a_failure_start_raised_outcome_error_for_passes(run_inner: RunInner, call: str) -> None:
+    """``start()`` raising ``OutcomeError`` for the failure observes it."""
+    result = run_inner(
+        f"""
+        from trio_taskvisor import OutcomeError
+
+
+        async def broken(*, task_status):
+            raise ValueError("bad config")
+
+
+        @pytest.mark.taskvisor_config(controller=ControllerConfig())
+        async def test_starts(supervisor):
+            with pytest.raises(OutcomeError):
+                await {call}
+        """
+    )
+    result.assert_outcomes(passed=1)
+
+
 def test_an_unobserved_fatal_outcome_fails_the_test_too(run_inner: RunInner) -> None:
     """FATAL counts, as FAILED does; CANCELLED and COMPLETED never do."""
     result = run_inner(

@@ -180,26 +180,51 @@ async def test_zero_timeout_on_an_idle_slot_starts_the_work(autojump_clock: Any)
         assert (await waiter.wait()).value == "ran"
 
 
-async def test_zero_timeout_withdraws_queued_work_at_once(autojump_clock: Any) -> None:
-    """queue_timeout=0 on a busy slot: queued, then withdrawn QUEUE_TIMEOUT in the same step."""
+async def test_zero_timeout_rejects_work_that_would_be_queued_at_intake(
+    autojump_clock: Any,
+) -> None:
+    """queue_timeout=0 on a busy slot: it never enters the queue, so it is placed
+    REJECTED(QUEUE_TIMEOUT) at once; only CONTROLLER_REJECTED is published for it."""
     recorder = EventRecorder()
     async with supervisor(recorder, max_slot_queue=10) as sup:
         await sup.submit(queue("owner", job, 10.0, slot="s"))
         waiter = await sup.submit(queue("w", job, 1.0, slot="s", queue_timeout=0))
-        assert await waiter.wait() == TIMED_OUT
+        assert waiter.placement is Placement.REJECTED
+        assert waiter.outcome_nowait() == TIMED_OUT
         assert trio.current_time() == 0.0
-        assert waiter.placement is Placement.QUEUED
-    assert submitted_reasons(recorder, waiter) == ["queued"]
+    assert [e.kind for e in recorder.events if e.task_id == waiter.id] == [
+        EventKind.CONTROLLER_REJECTED
+    ]
 
 
-async def test_zero_timeout_withdraws_held_work_at_once(autojump_clock: Any) -> None:
-    """queue_timeout=0 on held work: held, then withdrawn at once, placed REJECTED."""
-    async with supervisor(max_slot_queue=0) as sup:
+async def test_zero_timeout_rejects_work_that_would_be_held_at_intake(
+    autojump_clock: Any,
+) -> None:
+    """queue_timeout=0 on work that would be held: placed REJECTED, never submitted."""
+    recorder = EventRecorder()
+    async with supervisor(recorder, max_slot_queue=0) as sup:
         await sup.submit(queue("owner", job, 10.0, slot="s"))
         held = await sup.submit(queue("w", job, 1.0, slot="s", wait=True, queue_timeout=0))
-        assert await held.wait() == TIMED_OUT
-        assert trio.current_time() == 0.0
         assert held.placement is Placement.REJECTED
+        assert held.outcome_nowait() == TIMED_OUT
+        assert trio.current_time() == 0.0
+    assert submitted_reasons(recorder, held) == []
+
+
+async def test_zero_timeout_replace_on_a_busy_slot_still_stops_the_owner(
+    autojump_clock: Any,
+) -> None:
+    """A REPLACE with queue_timeout=0 is rejected at intake, and its stop stands."""
+    recorder = EventRecorder()
+    async with supervisor(recorder, max_slot_queue=10) as sup:
+        owner = await sup.submit(queue("owner", job, 10.0, slot="s"))
+        newer = await sup.submit(replace("newer", job, 1.0, slot="s", queue_timeout=0))
+        assert newer.placement is Placement.REJECTED
+        assert newer.outcome_nowait() == TIMED_OUT
+        assert (await owner.wait()).kind is OutcomeKind.CANCELLED
+        assert trio.current_time() == 0.0
+    assert submitted_reasons(recorder, newer) == []
+    assert recorder.of(EventKind.CONTROLLER_SLOT_TRANSITION, reason="running->terminating")
 
 
 @pytest.mark.parametrize("limit", [None, math.inf])

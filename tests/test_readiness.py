@@ -16,6 +16,7 @@ from trio_taskvisor import (
     AdmissionPolicy,
     BackoffPolicy,
     ControllerSpec,
+    DeadlockError,
     EventKind,
     OutcomeError,
     OutcomeKind,
@@ -300,3 +301,63 @@ async def test_start_in_slot_refuses_join(autojump_clock: trio.abc.Clock) -> Non
             await sup.start_in_slot(
                 ControllerSpec(TaskSpec.once("j", serve, 1), AdmissionPolicy.JOIN, "k")
             )
+
+
+# -- start / start_in_slot as waits: wait-for cycles -----------------------------------------
+
+
+async def test_start_in_slot_behind_the_callers_own_slot_raises_and_withdraws_the_work(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The owner of 'k' waiting for the readiness of work queued behind 'k' closes a
+    cycle: ``DeadlockError`` at once, and the queued work is stopped (withdrawn)."""
+    ran: list[str] = []
+
+    async def body(*, task_status: trio.TaskStatus[None]) -> None:
+        ran.append("ran")
+        task_status.started()
+
+    recorder = EventRecorder()
+    async with supervisor(recorder, max_slot_queue=4) as sup:
+
+        async def owner() -> str:
+            with pytest.raises(DeadlockError):
+                await sup.start_in_slot(
+                    ControllerSpec.queue(TaskSpec.once("inner", body), slot="k")
+                )
+            return "raised"
+
+        waiter = await sup.submit(ControllerSpec.queue(TaskSpec.once("owner", owner), slot="k"))
+        assert (await waiter.wait()).value == "raised"
+        assert trio.current_time() == 0.0
+    assert ran == []
+    [event] = recorder.of(EventKind.CONTROLLER_REJECTED, name="inner")
+    assert event.rejection is RejectionKind.REMOVED_FROM_QUEUE
+
+
+async def test_start_waiting_for_the_callers_own_permit_raises_and_stops_the_task(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """With ``max_concurrent=1`` a task that ``start``s another waits for the permit it
+    holds itself: ``DeadlockError``, and the started task is stopped as ``remove`` does."""
+    ran: list[str] = []
+
+    async def body(*, task_status: trio.TaskStatus[None]) -> None:
+        ran.append("ran")
+        task_status.started()
+
+    recorder = EventRecorder()
+    async with supervisor(recorder, max_concurrent=1) as sup:
+
+        async def outer() -> list[str]:
+            with pytest.raises(DeadlockError):
+                await sup.start(TaskSpec.once("inner", body))
+            return [i.name for i in sup.list()]
+
+        waiter = await sup.add(TaskSpec.once("outer", outer))
+        assert (await waiter.wait()).value == ["outer"]
+        assert trio.current_time() == 0.0
+    assert ran == []
+    [finished] = recorder.of(EventKind.TASK_FINISHED, name="inner")
+    assert finished.outcome is OutcomeKind.CANCELLED
+    assert recorder.of(EventKind.TASK_REMOVE_REQUESTED, name="inner")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+from typing import Any
 
 import pytest
 import trio
@@ -207,3 +209,70 @@ async def test_run_second_signal_forces_the_shutdown(autojump_clock: trio.abc.Cl
             )
     assert info.value.stuck == ("a",)
     assert trio.current_time() == 0.0
+
+
+# -- off the main thread ---------------------------------------------------------------------
+
+OFF_MAIN_THREAD_BOUND = 30.0  # seconds of the real clock: a hang shows as a live thread
+
+
+def run_in_a_thread(main: Any) -> BaseException | None:
+    """``trio.run(main)`` in a thread of its own; what it raised (``None``: nothing)."""
+    raised: list[BaseException | None] = []
+
+    def target() -> None:
+        try:
+            trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        except BaseException as exc:  # handed to the test
+            raised.append(exc)
+        else:
+            raised.append(None)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(OFF_MAIN_THREAD_BOUND)
+    assert not thread.is_alive(), "hung: the supervisor waited for a shutdown nothing started"
+    return raised[0]
+
+
+def test_open_supervisor_with_signals_off_the_main_thread_raises_at_once() -> None:
+    """trio's RuntimeError, before anything starts: no event, no task, no hang."""
+    recorder = EventRecorder()
+    bodies: list[str] = []
+
+    async def main() -> None:
+        async with open_supervisor(subscribers=[recorder], handle_signals=True):
+            bodies.append("the body ran")  # pragma: no cover
+
+    raised = run_in_a_thread(main)
+    assert isinstance(raised, RuntimeError)
+    assert "main thread" in str(raised)
+    assert bodies == []
+    assert recorder.events == []
+
+
+def test_run_with_signals_off_the_main_thread_raises_at_once() -> None:
+    """``run(..., handle_signals=True)``: the same, and the specs never run."""
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("work")  # pragma: no cover
+
+    async def main() -> None:
+        await run([TaskSpec.once("work", work)], handle_signals=True)
+
+    raised = run_in_a_thread(main)
+    assert isinstance(raised, RuntimeError)
+    assert "main thread" in str(raised)
+    assert ran == []
+
+
+def test_without_signals_a_supervisor_runs_off_the_main_thread() -> None:
+    """Only the signal handling needs the main thread."""
+
+    async def main() -> None:
+        async with open_supervisor() as sup:
+            waiter = await sup.add(TaskSpec.once("work", trio.sleep, 1.0))
+            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+
+    assert run_in_a_thread(main) is None

@@ -110,6 +110,27 @@ async def test_cancel_slot_with_a_stubborn_owner_returns_at_the_grace_deadline(
         assert trio.current_time() == 10.0  # the body's physical exit
 
 
+async def test_cancel_slot_on_a_forced_owner_still_running_counts_it_and_returns_at_once(
+    autojump_clock: Any,
+) -> None:
+    """An owner already forced (its outcome committed) but still physically running
+    counts 1, and ``cancel_slot`` returns without waiting for its exit."""
+    async with supervisor(grace=3.0, max_slot_queue=10) as sup:
+        owner = await sup.submit(queue("owner", stubborn, 10.0, slot="s"))
+        await trio.sleep(1.0)
+        await sup.cancel(owner.id)
+        assert trio.current_time() == 4.0
+        assert owner.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+        await trio.sleep(1.0)
+        assert await sup.cancel_slot("s") == 1
+        assert trio.current_time() == 5.0
+        view = sup.controller_snapshot().slot("s")
+        assert view is not None
+        assert view.owner_id == owner.id  # reserved until the body exits
+        await sup.wait_slot_idle("s")
+        assert trio.current_time() == 10.0
+
+
 async def test_cancel_slot_resolves_joiners_of_withdrawn_work_and_does_not_count_them(
     autojump_clock: Any,
 ) -> None:

@@ -779,13 +779,13 @@ def test_a_due_deadline_goes_before_the_owner_exit_that_would_start_it() -> None
     assert h.m.slots["k"].owner is nxt
 
 
-def test_a_deadline_already_due_at_intake_withdraws_at_once() -> None:
-    """A deadline <= now at intake: queued (the REPLACE still stops the owner), then out."""
+def test_a_deadline_already_due_at_intake_rejects_at_once() -> None:
+    """A deadline <= now at intake: never queued, so no ``Submitted`` (placement
+    REJECTED); the REPLACE still stops the owner."""
     h = Harness()
     owner = h.running("k")
     entry = h.timed(Entry(100, "k", REPLACE), 1.0, now=1.0)
     assert h.take() == [
-        (SUBMITTED, entry),
         (TRANSITION, owner, "running->terminating"),
         (STOP, owner, None),
         (REJECT, entry, QUEUE_TIMEOUT),

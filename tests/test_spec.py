@@ -350,7 +350,7 @@ async def test_explicit_option_wins_over_default(autojump_clock: trio.testing.Mo
         TaskSpec.restartable("job", fn, backoff=BackoffPolicy.constant(1.0), max_retries=1),
         with_defaults(max_retries=5),
     )
-    assert outcome.reason == "retry limit reached after 1 retries: boom"
+    assert outcome.reason == "retry limit reached after 1 retry: boom"
     assert len(fn.starts) == 2
 
 

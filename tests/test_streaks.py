@@ -106,7 +106,7 @@ async def test_healthy_after_is_inclusive(
     run = await run_spec(spec)
     assert run.outcome.kind is outcome
     if outcome is OutcomeKind.FAILED:
-        assert run.outcome.reason == "retry limit reached after 1 retries: boom"
+        assert run.outcome.reason == "retry limit reached after 1 retry: boom"
 
 
 async def test_healthy_after_resets_the_retry_budget(autojump_clock: trio.abc.Clock) -> None:
@@ -160,7 +160,7 @@ async def test_restart_limit_window_includes_its_start(autojump_clock: trio.abc.
     )
     # Restart at 7; the failure at 13 would restart at 14, and 7 >= 14 - 7.
     assert body.starts == [0.0, 7.0]
-    assert run.outcome.reason == "restart limit reached: 1 restarts within 7.0 s: boom"
+    assert run.outcome.reason == "restart limit reached: 1 restart within 7.0 s: boom"
     assert run.elapsed == 13.0
 
 
@@ -174,7 +174,7 @@ async def test_healthy_after_does_not_reset_the_restart_count(
     )
     run = await run_spec(spec)
     assert body.starts == [0.0, 6.0]
-    assert run.outcome.reason == "restart limit reached: 1 restarts within 100.0 s: boom"
+    assert run.outcome.reason == "restart limit reached: 1 restart within 100.0 s: boom"
     assert run.elapsed == 11.0
 
 
@@ -272,7 +272,80 @@ async def test_retry_on_applies_only_to_failures_that_would_be_retried(
         )
     )
     assert limited.outcome.kind is OutcomeKind.FAILED
-    assert limited.outcome.reason == "retry limit reached after 1 retries: boom"
+    assert limited.outcome.reason == "retry limit reached after 1 retry: boom"
+
+
+async def test_retry_on_retries_a_group_whose_every_leaf_matches(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A group (nested too) whose every exception matches one of the types is retried."""
+    group = ExceptionGroup(
+        "io", [ConnectionResetError("a"), ExceptionGroup("inner", [TimeoutError("b")])]
+    )
+    body = Attempts((0.0, group), (0.0, "ok"))
+    spec = TaskSpec.restartable(
+        "t", body, backoff=ONE_SECOND, retry_on=(ConnectionError, TimeoutError)
+    )
+    run = await run_spec(spec)
+    assert run.outcome.value == "ok"
+    assert body.starts == [0.0, 1.0]
+
+
+async def test_retry_on_ends_a_group_with_one_unmatched_leaf_fatal(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """One exception in a nested group that matches none of the types ends it FATAL."""
+    group = ExceptionGroup(
+        "io", [ConnectionResetError("a"), ExceptionGroup("inner", [KeyError("k")])]
+    )
+    body = Attempts((0.0, group))
+    run = await run_spec(
+        TaskSpec.restartable("t", body, backoff=ONE_SECOND, retry_on=(ConnectionError,))
+    )
+    assert run.outcome.kind is OutcomeKind.FATAL
+    assert run.outcome.error is group
+    assert body.starts == [0.0]
+
+
+# -- which rule names the reason -----------------------------------------------------------
+
+
+async def test_max_retries_names_the_reason_before_the_retry_budget(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A failure both ``max_retries`` and ``retry_budget`` would end: the retry limit."""
+    body = Attempts((0.0, BOOM))
+    spec = TaskSpec.restartable("t", body, backoff=ONE_SECOND, max_retries=2, retry_budget=2)
+    run = await run_spec(spec)
+    assert body.starts == [0.0, 1.0, 2.0]
+    assert run.outcome.reason == "retry limit reached after 2 retries: boom"
+
+
+async def test_retry_budget_names_the_reason_before_the_restart_limit(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A failure both ``retry_budget`` and ``restart_limit`` would end: the budget."""
+    body = Attempts((0.0, BOOM))
+    limit = RestartLimit(max_restarts=2, within=10.0)
+    spec = TaskSpec.restartable("t", body, backoff=ONE_SECOND, retry_budget=2, restart_limit=limit)
+    run = await run_spec(spec)
+    assert body.starts == [0.0, 1.0, 2.0]
+    assert run.outcome.reason == "retry budget of 2.0 s spent: boom"
+
+
+async def test_restart_limit_ends_a_failure_before_retry_on_is_consulted(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """An unmatched failure the restart limit ends anyway is ``FAILED``, not ``FATAL``."""
+    error = KeyError("k")
+    body = Attempts((0.0, OSError("io")), (0.0, error))
+    limit = RestartLimit(max_restarts=1, within=10.0)
+    spec = TaskSpec.restartable(
+        "t", body, backoff=ONE_SECOND, restart_limit=limit, retry_on=(OSError,)
+    )
+    run = await run_spec(spec)
+    assert run.outcome.kind is OutcomeKind.FAILED
+    assert run.outcome.reason == f"restart limit reached: 1 restart within 10.0 s: {error}"
 
 
 # -- retry_budget --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ spec = TaskSpec.once("fetch", fetch, "https://example.org")
 reveal_type(spec)  # revealed: TaskSpec[int]
 reveal_type(TaskSpec.restartable("poll", fetch, "u", healthy_after=60.0))  # revealed: TaskSpec[int]
 reveal_type(TaskSpec.periodic("tick", 5.0, nothing))  # revealed: TaskSpec[None]
+reveal_type(TaskSpec.once("key", fetch, "u", critical=True))  # revealed: TaskSpec[int]
 reveal_type(TaskSpec.once(None, fetch, "u"))  # revealed: TaskSpec[int]
 reveal_type(ControllerSpec.replace(spec, slot="k"))  # revealed: ControllerSpec[int]
 
@@ -48,12 +49,15 @@ async def flows(sup: Supervisor) -> None:
     reveal_type(outcome.unwrap())  # revealed: int
     reveal_type(outcome.value)  # revealed: int | None
     reveal_type(waiter.outcome_nowait())  # revealed: TaskOutcome[int]
+    reveal_type(waiter.done)  # revealed: bool
+    reveal_type(sup.closing)  # revealed: bool
     reveal_type(sup.add_nowait(spec))  # revealed: TaskWaiter[int]
     reveal_type(await sup.submit(ControllerSpec.queue(spec, slot="k")))  # revealed: TaskWaiter[int]
     reveal_type(sup.submit_nowait(ControllerSpec.join(spec)))  # revealed: TaskWaiter[int]
     reveal_type(await sup.start(TaskSpec.once("server", serve, 8080)))  # revealed: TaskWaiter[None]
     reveal_type(await sup.start_in_slot(ControllerSpec.queue(spec)))  # revealed: TaskWaiter[int]
     prepared = sup.prepare_submission(ControllerSpec.queue(spec))
+    reveal_type(prepared.request)  # revealed: ControllerSpec[int]
     reveal_type(await prepared.submit())  # revealed: TaskWaiter[int]
     reveal_type(await sup.run_in_slot("k", fetch, "u"))  # revealed: int
     reveal_type(await sup.run_in_slot("k", nothing))  # revealed: None

@@ -19,6 +19,7 @@ from ._events import BackoffSource as BackoffSource
 from ._events import EventKind as EventKind
 from ._events import TaskEvent as TaskEvent
 from ._exceptions import ConfigError as ConfigError
+from ._exceptions import CriticalTaskError as CriticalTaskError
 from ._exceptions import DeadlockError as DeadlockError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GraceExceededError as GraceExceededError
@@ -69,6 +70,7 @@ __all__ = [
     "ControllerConfig",
     "ControllerSnapshot",
     "ControllerSpec",
+    "CriticalTaskError",
     "DeadlockError",
     "EventKind",
     "FatalError",

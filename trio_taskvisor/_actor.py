@@ -48,7 +48,12 @@ Decisions the design leaves open:
   checks, which need it.
 * ``log_failures``: the first failed attempt of each failure streak is logged at
   WARNING when a retry is scheduled for it (so never for the final attempt), without a
-  traceback; the final outcome's ERROR record (the registry's) carries it.
+  traceback; the final outcome's ERROR record (the registry's) carries it. While the
+  streak goes on, a retried failure is logged again at most once per 60 s of the
+  supervisor's clock, naming the attempts failed since the streak began.
+* Calling ``fn(*args)`` that raises (a ``TypeError`` for missing arguments) ends the
+  task ``FATAL`` at once, whatever the exception (``TaskCancelled`` and ``FatalError``
+  included): no awaitable exists, and every later call would raise the same.
 * Work started with ``Supervisor.start`` is called ``fn(*args, task_status=status)`` on
   every attempt, with a fresh status each time (``_waiter.AttemptStatus``).
 """
@@ -68,8 +73,15 @@ from ._bus import EventBus
 from ._events import BackoffSource, EventKind
 from ._exceptions import FatalError, TaskCancelled, split_cancelled
 from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
-from ._policies import RestartLimit, RestartWindow, retry_budget_reason, retry_budget_spent
+from ._policies import (
+    RestartLimit,
+    RestartWindow,
+    retry_budget_reason,
+    retry_budget_spent,
+    retry_on_matches,
+)
 from ._record import TaskRecord, TaskState, current_task_context
+from ._spec import qualname
 
 _MIN_RESTART_GAP = 0.001
 _COROUTINE: type[object] = types.CoroutineType  # what async functions return, checked first
@@ -130,7 +142,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                         # be committed already; a body must never start after that.
                         break
                     started = _begin_attempt(rec, host)
-                    status: str = _OK
+                    status: str = _UNCALLABLE  # until fn(*args) returns
                     result: object = None
                     try:
                         assert rec.fn is not None
@@ -138,6 +150,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                             result = rec.fn(*rec.args)
                         else:
                             result = _call_with_status(rec)
+                        status = _OK
                         if type(result) is not _COROUTINE and not hasattr(result, "__await__"):
                             status, result = _FATAL, _not_awaitable(rec, result)
                         elif rec.policy.timeout is None:
@@ -152,11 +165,11 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                             if trio.current_time() >= rec.hard_deadline:
                                 status, result = _TIMED_OUT, _timed_out(rec)
                     except TaskCancelled as exc:
-                        status, result = _CANCELLED, exc
+                        status, result = _CANCELLED if status is _OK else _UNCALLABLE, exc
                     except FatalError as exc:
-                        status, result = _FATAL, exc
+                        status, result = _FATAL if status is _OK else _UNCALLABLE, exc
                     except Exception as exc:
-                        status, result = _FAILED, exc
+                        status, result = _FAILED if status is _OK else _UNCALLABLE, exc
                     except BaseException as exc:
                         status, result = _FAILED, _failure_in(rec, host, exc, started)
                     _end_attempt(
@@ -320,6 +333,13 @@ def _not_awaitable(rec: TaskRecord, value: object) -> TypeError:
     return TypeError(f"task function {rec.fn!r} returned {type(value).__name__}, not an awaitable")
 
 
+def _uncallable(rec: TaskRecord, error: BaseException) -> TaskOutcome[Any]:
+    """FATAL: calling the function raised before any awaitable existed (missing
+    arguments, say); every later call would raise the same, so none is retried."""
+    reason = f"calling {qualname(rec.fn)} failed: {error}"
+    return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=_exit_code(error))
+
+
 def _timed_out(rec: TaskRecord) -> TimeoutError:
     return TimeoutError(f"attempt timed out after {rec.policy.timeout!r} s")
 
@@ -329,7 +349,9 @@ _FAILED = "failed"
 _TIMED_OUT = "timed out"
 _FATAL = "fatal"
 _CANCELLED = "cancelled"
+_UNCALLABLE = "uncallable"  # calling fn(*args) raised: no awaitable exists, nothing to retry
 _END_EVENTS = {
+    _UNCALLABLE: EventKind.ATTEMPT_FAILED,
     _OK: EventKind.ATTEMPT_SUCCEEDED,
     _FAILED: EventKind.ATTEMPT_FAILED,
     _TIMED_OUT: EventKind.ATTEMPT_TIMED_OUT,
@@ -347,13 +369,19 @@ def _final_outcome(
     policy = rec.policy
     if status is _FATAL:
         kind, prefix = OutcomeKind.FATAL, ""
+    elif status is _UNCALLABLE:
+        return _uncallable(rec, error)
     elif not policy.restart.restarts_on_failure:
         kind, prefix = OutcomeKind.FAILED, ""
     elif policy.max_retries is not None and retries >= policy.max_retries:
-        kind, prefix = OutcomeKind.FAILED, f"retry limit reached after {retries} retries: "
+        kind, prefix = OutcomeKind.FAILED, f"{_retry_limit_reached(retries)}: "
     else:
         return None  # retry: no outcome, so no reason text to build
     return TaskOutcome(kind, error=error, reason=prefix + str(error), exit_code=_exit_code(error))
+
+
+def _retry_limit_reached(retries: int) -> str:
+    return f"retry limit reached after {retries} {'retry' if retries == 1 else 'retries'}"
 
 
 def _schedule_retry(
@@ -362,8 +390,8 @@ def _schedule_retry(
     """Publish the backoff after a retryable failure; when to retry (``None``: at once)."""
     delay = rec.policy.backoff.delay_for_retry(retries, host.random)
     _publish_backoff(rec, host, delay, BackoffSource.FAILURE, error)
-    if retries == 0 and host.log_failures:
-        _log_retry(rec, error, delay)
+    if host.log_failures:
+        _log_retry(rec, error, delay, retries)
     return None if delay == 0 else trio.current_time() + delay
 
 
@@ -396,6 +424,8 @@ def _streak_failure(
     policy = rec.policy
     if status is _FATAL:
         return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
+    if status is _UNCALLABLE:
+        return _uncallable(rec, error), None, retries
     if not policy.restart.restarts_on_failure:
         return _ended(OutcomeKind.FAILED, error, str(error)), None, retries
     now = trio.current_time()
@@ -403,7 +433,7 @@ def _streak_failure(
     if healthy_after is not None and started is not None and now - started >= healthy_after:
         retries = 0  # a healthy attempt: this failure begins a new streak
     if policy.max_retries is not None and retries >= policy.max_retries:
-        reason = f"retry limit reached after {retries} retries: {error}"
+        reason = f"{_retry_limit_reached(retries)}: {error}"
         return _ended(OutcomeKind.FAILED, error, reason), None, retries
     delay = policy.backoff.delay_for_retry(retries, host.random)
     at = now + delay
@@ -422,33 +452,59 @@ def _streak_failure(
         assert policy.restart_limit is not None
         reason = policy.restart_limit.reason(error)
         return _ended(OutcomeKind.FAILED, error, reason), None, retries
-    if policy.retry_on is not None and not isinstance(error, policy.retry_on):
+    if policy.retry_on is not None and not retry_on_matches(error, policy.retry_on):
         return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
     if window is not None:
         window.record(at)
     _publish_backoff(rec, host, delay, BackoffSource.FAILURE, error)
-    if retries == 0 and host.log_failures:
-        _log_retry(rec, error, delay)
+    if host.log_failures:
+        _log_retry(rec, error, delay, retries)
     return None, None if delay == 0 else at, retries + 1
 
 
-def _log_retry(rec: TaskRecord, error: BaseException, delay: float) -> None:
-    """``log_failures``: the first failed attempt of a streak, which will be retried."""
-    logger.warning(
-        "task %r (%s) attempt %d failed, retrying in %.3g s: %s",
-        rec.name,
-        rec.id,
-        rec.attempt,
-        delay,
-        error,
-        extra={
-            "taskvisor_name": rec.name,
-            "taskvisor_task_id": rec.id,
-            "taskvisor_attempt": rec.attempt,
-            "taskvisor_reason": str(error),
-            "taskvisor_delay": delay,
-        },
-    )
+FAILURE_LINE_INTERVAL = 60.0
+"""Seconds of the supervisor's clock between two WARNING lines of one failure streak."""
+
+
+def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int) -> None:
+    """``log_failures``: a failed attempt of a streak, which will be retried.
+
+    The streak's first failure is logged at once; while the streak goes on, one line at
+    most per ``FAILURE_LINE_INTERVAL``, counting the attempts failed since it began (a
+    task failing every 0.2 s for an hour logs about 60 lines, not 18 000 and not 1).
+    """
+    now = trio.current_time()
+    extras = rec.extras()
+    extra = {
+        "taskvisor_name": rec.name,
+        "taskvisor_task_id": rec.id,
+        "taskvisor_attempt": rec.attempt,
+        "taskvisor_reason": str(error),
+        "taskvisor_delay": delay,
+    }
+    if retries == 0:
+        extras.failing_since = extras.failure_logged = now
+        logger.warning(
+            "task %r (%s) attempt %d failed, retrying in %.3g s: %s",
+            rec.name,
+            rec.id,
+            rec.attempt,
+            delay,
+            error,
+            extra=extra,
+        )
+    elif now - extras.failure_logged >= FAILURE_LINE_INTERVAL:
+        extras.failure_logged = now
+        logger.warning(
+            "task %r (%s) still failing: %d attempts failed in %.1f s, retrying in %.3g s: %s",
+            rec.name,
+            rec.id,
+            retries + 1,
+            now - extras.failing_since,
+            delay,
+            error,
+            extra=extra,
+        )
 
 
 def _schedule_repeat(rec: TaskRecord, host: ActorHost, started: float | None) -> float:

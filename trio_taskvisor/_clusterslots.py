@@ -37,8 +37,8 @@ Section 11 in cluster slots (DESIGN section 11):
   (``Withdraw``); held work, asked again or not, is rejected ``QUEUE_TIMEOUT`` while held
   (asked again, its request is withdrawn too). Work the store is deciding on for the first
   time is neither queued nor held yet: its answer decides. Queued or held, it is withdrawn
-  at once then (placement ``QUEUED``, or ``REJECTED`` for held work, as for a deadline that
-  came at intake); granted, it is the owner (work starting on an idle slot is unaffected,
+  at once then (placement ``REJECTED``, with no ``Submitted``, as for a deadline that came
+  at intake); granted, it is the owner (work starting on an idle slot is unaffected,
   ``queue_timeout=0`` included). So a deadline is late by at most the store's answer,
   which comes within ``connect_timeout``. Every transition first withdraws what is due, so
   a grant that comes at or after the deadline of queued work finds it gone.
@@ -246,9 +246,10 @@ class ClusterSlotMachine(SlotMachine[P]):
         if slot.owner is None and slot.status is not SlotStatus.REMOTE:
             slot.status = SlotStatus.REMOTE
             slot.since = now
-        self.effects.append(Submitted(entry, "queued in the cluster", QUEUED))
-        if entry.deadline <= now:
+        if entry.deadline <= now:  # it never enters the queue: placed REJECTED
             self._withdraw(entry, QUEUE_TIMEOUT, now)
+        else:
+            self.effects.append(Submitted(entry, "queued in the cluster", QUEUED))
         if again:
             self.room(slot.key, now)
         return entry
@@ -301,6 +302,8 @@ class ClusterSlotMachine(SlotMachine[P]):
         slot = self.slots[entry.key]
         if again:
             self._rehold(slot, entry)
+        elif entry.deadline <= now:
+            self._reject(entry, QUEUE_TIMEOUT)  # never held: placed REJECTED
         else:
             self._hold(slot, entry)
         if entry.deadline <= now and self.held.get(entry.id) is entry:

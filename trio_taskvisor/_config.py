@@ -7,7 +7,8 @@ wrong *types* raise ``TypeError``, wrong *values* raise ``ConfigError``.
 
 Decisions the design leaves open:
 
-* Durations are finite-or-infinite numbers ``>= 0`` (``bool`` is not a number here);
+* Durations are finite-or-infinite numbers ``>= 0`` (``bool`` is not a number anywhere
+  in the API: ``TypeError``; NaN is a ``ConfigError`` that says it is not finite);
   ints too large for a float raise ``ConfigError``. ``grace`` may be ``math.inf``
   (never force).
 * ``timeout=math.inf`` is normalised to ``None`` like ``timeout=0``.
@@ -48,7 +49,9 @@ def check_duration(what: str, value: object) -> float:
         seconds = float(value)
     except OverflowError:
         raise ConfigError(f"{what} must fit in a float, got {value!r}: too large") from None
-    if math.isnan(seconds) or seconds < 0:
+    if math.isnan(seconds):
+        raise ConfigError(f"{what} must be >= 0 and finite (or math.inf), got {value!r}")
+    if seconds < 0:
         raise ConfigError(f"{what} must be >= 0, got {value!r}")
     return seconds
 
@@ -126,6 +129,12 @@ def check_retry_on(value: object) -> tuple[type[BaseException], ...] | None:
     return items  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
 
+def check_critical(value: object) -> bool:
+    """Validate ``critical``: a ``bool`` (``TypeError`` otherwise, ``0`` and ``1`` too)."""
+    check_type("critical", value, bool)
+    return value  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
+
+
 def check_restart_limit(value: object) -> RestartLimit | None:
     """Validate ``restart_limit``: ``None`` or a ``RestartLimit``."""
     check_type("restart_limit", value, RestartLimit, optional=True)
@@ -193,6 +202,8 @@ class TaskDefaults:
     """The exception classes worth a retry; ``None``: every ``Exception``."""
     retry_budget: float | None = attrs.field(default=None, converter=normalize_retry_budget)
     """Seconds from a streak's first failure in which retries may start; ``None``: no budget."""
+    critical: bool = attrs.field(default=False, validator=_instance(bool))
+    """Whether a task's final failure shuts the supervisor down (``CriticalTaskError``)."""
 
 
 @attrs.frozen

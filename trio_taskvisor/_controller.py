@@ -914,6 +914,7 @@ class Controller:
                 rec.name,
                 entry.key,
                 reason=outcome.reason,  # the words, beside the kind
+                outcome=outcome.kind,
                 rejection=kind,
             )
 

@@ -74,7 +74,8 @@ class EventKind(enum.StrEnum):
     CONTROLLER_SUBMITTED = "controller_submitted"
     """Submitted work was held, placed in admission or a queue, or joined; ``reason`` says how."""
     CONTROLLER_REJECTED = "controller_rejected"
-    """The controller rejected or withdrew work; carries ``rejection`` and ``reason``."""
+    """The controller rejected or withdrew work; carries ``outcome`` (``REJECTED``),
+    ``rejection`` and ``reason``."""
     CONTROLLER_SLOT_TRANSITION = "controller_slot_transition"
     """A slot's status changed; ``reason`` says how.
 
@@ -137,7 +138,8 @@ class TaskEvent:
     reason: str | None = None
     """What happened, in words, where the kind has any; else ``None``."""
     outcome: OutcomeKind | None = None
-    """The outcome's kind, on ``TASK_FINISHED`` and ``TASK_ADD_FAILED``."""
+    """The outcome's kind, on ``TASK_FINISHED``, ``TASK_ADD_FAILED`` and
+    ``CONTROLLER_REJECTED``."""
     rejection: RejectionKind | None = None
     """Why work was rejected, on ``TASK_ADD_FAILED`` and ``CONTROLLER_REJECTED``."""
     delay: float | None = None

@@ -9,6 +9,7 @@
      ├── NoControllerError(RuntimeError)      submit without a controller
      ├── DeadlockError(RuntimeError)          a wait that closes a wait-for cycle
      ├── SlotStoreUnavailableError(RuntimeError)  slot store unreachable at start
+     ├── CriticalTaskError(RuntimeError)      .outcome, .task_id, .name; open_supervisor, run
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
      ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
      ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
@@ -22,11 +23,12 @@ Messages are lower-case and name the offending value.
 
 from __future__ import annotations
 
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import trio
 
 from ._outcome import OutcomeError as OutcomeError
+from ._outcome import TaskId, TaskOutcome
 
 
 class ConfigError(ValueError):
@@ -81,6 +83,25 @@ class SlotStoreUnavailableError(RuntimeError):
     """
 
 
+class CriticalTaskError(RuntimeError):
+    """A task marked ``critical`` ended ``FAILED``, ``FATAL`` or ``PANICKED``.
+
+    Raised by ``open_supervisor`` (leaving the block) and ``run`` after the shutdown that
+    the failure began; the failed outcome's error, if any, is in ``outcome.error``.
+    """
+
+    def __init__(self, outcome: TaskOutcome[Any], task_id: TaskId, name: str) -> None:
+        super().__init__(
+            f"critical task {name!r} ({task_id}) ended {outcome.kind.value}: {outcome.reason}"
+        )
+        self.outcome = outcome
+        """The critical task's final outcome."""
+        self.task_id = task_id
+        """The critical task's ``TaskId``."""
+        self.name = name
+        """The critical task's name."""
+
+
 class GraceExceededError(Exception):
     """Shutdown had to force-abort tasks that did not stop within ``grace`` seconds."""
 
@@ -95,6 +116,11 @@ class GraceExceededError(Exception):
         """The names of the tasks that were forced, sorted."""
 
 
+def _check_exit_code(exit_code: object) -> None:
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        raise TypeError(f"exit_code must be an int or None, got {exit_code!r}")
+
+
 class FatalError(Exception):
     """Raised by a task to stop at once, without retry (outcome ``FATAL``)."""
 
@@ -102,6 +128,7 @@ class FatalError(Exception):
         super().__init__(reason)
         self.reason = reason
         """Why the task stopped; also ``str()`` of the error."""
+        _check_exit_code(exit_code)
         self.exit_code = exit_code
         """Copied to ``TaskOutcome.exit_code`` and the events; ``None`` by default."""
 
@@ -113,6 +140,7 @@ class TaskFailure(Exception):
         super().__init__(reason)
         self.reason = reason
         """What failed; also ``str()`` of the error."""
+        _check_exit_code(exit_code)
         self.exit_code = exit_code
         """Copied to the events and, if final, ``TaskOutcome.exit_code``; ``None`` by default."""
 

@@ -55,6 +55,22 @@ def _level(event: TaskEvent) -> int:
     return _LEVELS.get(kind, logging.INFO)
 
 
+def _words(text: str) -> str:
+    return text.replace("_", " ").replace("-", " ").lower()
+
+
+def says(reason: str | None, label: str) -> bool:
+    """Whether ``reason`` begins with what ``label`` (an enum value) says, so a message
+    showing both would repeat it (``force_aborted - force-aborted: ...``)."""
+    return reason is not None and _words(reason).startswith(_words(label))
+
+
+def _label(parts: list[str], label: str, reason: str | None) -> None:
+    """Add ``label`` to the message unless ``reason`` begins with it."""
+    if not says(reason, label):
+        parts.append(label)
+
+
 class LoggingSubscriber:
     """Log every event to ``logger`` (default: the ``trio_taskvisor`` logger)."""
 
@@ -69,7 +85,8 @@ class LoggingSubscriber:
         level = _level(event)
         if not self.logger.isEnabledFor(level):
             return
-        parts = [event.kind.value]
+        kind = event.kind
+        parts = [kind.value]
         if event.name is not None:
             parts.append(repr(event.name))
         if event.task_id is not None:
@@ -80,12 +97,16 @@ class LoggingSubscriber:
             parts.append(f"delay={event.delay:.3g}s")
         if event.kind is EventKind.FORCED_TASK_EXITED and event.duration is not None:
             parts.append(f"{event.duration:.3g}s after the force")
-        if event.outcome is not None:
-            parts.append(event.outcome.value)
+        reason = event.reason
+        # A label the reason already begins with is left out ("superseded - superseded by
+        # a newer submission", "force_aborted - force-aborted: ..."); CONTROLLER_REJECTED's
+        # outcome (always REJECTED) repeats its kind.
+        if event.outcome is not None and kind is not EventKind.CONTROLLER_REJECTED:
+            _label(parts, event.outcome.value, reason)
         if event.rejection is not None:
-            parts.append(event.rejection.value)
-        if event.reason is not None:
-            parts.append(f"- {event.reason}")
+            _label(parts, event.rejection.value, reason)
+        if reason is not None:
+            parts.append(f"- {reason}")
         extra = {
             f"taskvisor_{key}": value for key, value in attrs.asdict(event, recurse=False).items()
         }

@@ -20,7 +20,8 @@ Decisions the design leaves open, fixed here:
 
 * Durations (``first``, ``max``, ``floor``, an ``always`` interval) must be finite and
   ``>= 0``: ``inf`` and NaN raise ``ConfigError`` like negatives do. Ints are accepted
-  and stored as floats; ``bool`` and non-numbers are rejected.
+  and stored as floats; non-numbers are rejected (``ConfigError``), and ``bool``, which
+  is not a number anywhere in the API, with a ``TypeError``.
 * ``floor`` above ``max`` is clamped to ``max`` rather than rejected.
 * The ``floor`` applies after jitter, to every delay, including ``base == 0`` (so
   ``first=0, floor=f`` always waits ``f``). The 1 ms safety floor applies after ``floor``
@@ -56,7 +57,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import attrs
 
@@ -98,6 +99,8 @@ def _finite_at_least(low: float) -> Callable[[object, attrs.Attribute[float], fl
     low_text = f"{low:g}"
 
     def validate(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+        if isinstance(value, bool):
+            raise TypeError(f"{attribute.name} must be a real number, not a bool, got {value!r}")
         if not _is_real(value):
             raise ConfigError(f"{attribute.name} must be a real number, got {value!r}")
         # An int that reaches here was too large to become a float.
@@ -181,8 +184,10 @@ class BackoffPolicy:
         """Return the delay in seconds before retry ``n`` (0 = after the first failure).
 
         Pure and O(1) for any ``n``; draws from ``rng`` only when the jitter needs it.
-        Raises `ConfigError` for a negative ``n``.
+        Raises `ConfigError` for a negative ``n``, `TypeError` for one that is no ``int``.
         """
+        if type(n) is not int and (isinstance(n, bool) or not isinstance(n, int)):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"retry index must be an int, got {n!r}")
         if n < 0:
             raise ConfigError(f"retry index must be >= 0, got {n!r}")
         base = self._base(n)
@@ -238,6 +243,8 @@ def _check_interval(
             f"interval is only valid for restart kind 'always', got {value!r}"
             f" for kind {instance.kind!r}"
         )
+    if isinstance(value, bool):
+        raise TypeError(f"interval must be a number of seconds or None, not a bool, got {value!r}")
     if not _is_real(value):
         raise ConfigError(f"interval must be a real number or None, got {value!r}")
     if isinstance(value, int) or not (math.isfinite(value) and value >= 0):
@@ -327,7 +334,8 @@ class RestartLimit:
     def reason(self, error: BaseException) -> str:
         """The ``TaskOutcome.reason`` of a task this limit ended."""
         return (
-            f"restart limit reached: {self.max_restarts} restarts within "
+            f"restart limit reached: {self.max_restarts} "
+            f"{'restart' if self.max_restarts == 1 else 'restarts'} within "
             f"{float(self.within)!r} s: {error}"
         )
 
@@ -365,3 +373,18 @@ def retry_budget_spent(first_failure: float, budget: float, at: float) -> bool:
 def retry_budget_reason(budget: float, error: BaseException) -> str:
     """The ``TaskOutcome.reason`` of a task its ``retry_budget`` ended."""
     return f"retry budget of {float(budget)!r} s spent: {error}"
+
+
+def retry_on_matches(error: BaseException, types: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``error`` is worth a retry under ``retry_on=types``.
+
+    An exception group matches when every exception in it, through nested groups (as
+    ``except*`` sees them), is an instance of one of ``types``; so does a group that is
+    itself an instance of one of them.
+    """
+    if isinstance(error, types):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        group = cast("BaseExceptionGroup[BaseException]", error)
+        return group.split(types)[1] is None
+    return False

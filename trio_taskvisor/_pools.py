@@ -282,7 +282,10 @@ class PoolTable:
     def _forget(self, pool: _Pool, now: float) -> None:
         if pool is self._permit or pool.held or pool.waiters or pool.tat > now:
             return
-        self._pools.pop(pool.ident, None)
+        # A granted request keeps its rate pools after they were forgotten; a new pool of
+        # the same identity may have been made since.
+        if self._pools.get(pool.ident) is pool:
+            del self._pools[pool.ident]
 
     def _settle(self, changed: list[_Pool], now: float) -> None:
         """Grant what ``changed`` pools and the clock's allowed starts make fit."""

@@ -70,13 +70,24 @@ current_task_context: Final = contextvars.ContextVar["TaskRecord"]("trio_taskvis
 class _Extras:
     """What few records need: created on first use."""
 
-    __slots__ = ("cancel_flag", "defer_scopes", "streak", "task_context")
+    __slots__ = (
+        "cancel_flag",
+        "defer_scopes",
+        "failing_since",
+        "failure_logged",
+        "streak",
+        "task_context",
+    )
 
     def __init__(self) -> None:
         self.cancel_flag: AsyncBool | None = None
         self.defer_scopes: set[trio.CancelScope] | None = None
         self.task_context: object = None  # the TaskContext, built by _context
         self.streak: object = None  # the actor's failure-streak state (section 12 rules)
+        # ``log_failures``: when the current failure streak began, and when it was last
+        # logged (the actor's repeated WARNING lines).
+        self.failing_since = 0.0
+        self.failure_logged = 0.0
 
 
 class TaskRecord(TaskWaiter[Any]):

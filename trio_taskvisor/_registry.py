@@ -60,11 +60,10 @@ Decisions the design leaves open:
   deadline (DESIGN section 8); ``ALL_STOPPED_WITHIN_GRACE`` is published only once no
   forced work is left running or due to be listed. Once every outcome is committed and
   forced work still runs, one warning names the tasks the shutdown waits for.
-* Keyed calls (``run_in_slot``) and tasks whose spec has no name reserve no name
-  (``TaskRecord.reserved = False``; decided for keyed calls in issue 10, for every
-  automatic name in issue 13): their automatic names are labels, so a user task of the
-  same name never collides with one, and a batch never conflicts over one. Name targets
-  do not find them; their ``TaskId`` does.
+* Keyed calls (``run_in_slot``) reserve no name (``TaskRecord.reserved = False``):
+  their automatic names are labels, so a user task of the same name never makes a keyed
+  call fail, and a batch never conflicts over one. Name targets do not find them; their
+  ``TaskId`` does. Other nameless tasks' automatic names are names like any other.
 * A force-aborted task publishes ``FORCED_TASK_EXITED`` when its actor exits, with
   ``duration`` from the force to that exit (``force_deadline`` holds the force's time
   once forced). ``forced_alive`` counts such tasks still running.
@@ -83,7 +82,7 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import attrs
 import trio
@@ -108,6 +107,7 @@ from ._outcome import (
 )
 from ._pools import PoolTable, Request
 from ._record import TaskRecord, TaskState
+from ._waiter import TaskWaiter
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
@@ -327,12 +327,16 @@ class Registry:
         on_crash: Callable[[BaseException], None],
         *,
         log_failures: bool = False,
+        on_critical: Callable[[TaskRecord, TaskOutcome[object]], None] | None = None,
     ) -> None:
         self.bus = bus
+        # Told of the final FAILED, FATAL and PANICKED outcomes of tasks marked critical.
+        self._on_critical = on_critical
         self.random = config.random
         self.log_failures = log_failures
         # Failed outcomes committed, kept only when the pytest plugin asks (its check).
-        self.failures: list[TaskRecord] | None = None
+        # The pytest plugin's check: failed records, with the joiners that followed each.
+        self.failures: list[tuple[TaskRecord, list[TaskWaiter[Any]]]] | None = None
         self._grace = config.grace
         self._limit = config.max_registered_tasks
         self._max_concurrent = config.max_concurrent
@@ -903,16 +907,20 @@ class Registry:
             bus.publish(
                 EventKind.TASK_REMOVED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
             )
-        if outcome.error is not None or outcome is PANICKED:  # FAILED, FATAL, PANICKED
+        failed = outcome.error is not None or outcome is PANICKED  # FAILED, FATAL, PANICKED
+        if failed:
             self._failed(rec, outcome)
         rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        if failed and rec.policy.critical and self._on_critical is not None:
+            self._on_critical(rec, outcome)
         if self.shutting_down and not self.registered:
             self._check_all_stopped()
 
     def _failed(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """A FAILED, FATAL or PANICKED outcome: log it, keep it for the plugin's check."""
         if self.failures is not None:
-            self.failures.append(rec)
+            followers = rec._followers  # pyright: ignore[reportPrivateUsage]
+            self.failures.append((rec, [] if followers is None else list(followers)))
         if self.log_failures:
             logger.error(
                 "task %r (%s) ended %s: %s",

@@ -35,6 +35,7 @@ class Shutdown:
         "_drain_timeout",
         "_grace",
         "_registry",
+        "begun",
         "done",
         "started",
         "stuck",
@@ -55,6 +56,7 @@ class Shutdown:
         self._grace = grace
         self._drain_timeout = drain_timeout
         self.started = False
+        self.begun = trio.Event()  # set with ``started``: what ``wait_closing()`` waits for
         self.done = trio.Event()
         self.stuck: tuple[str, ...] = ()
 
@@ -63,6 +65,7 @@ class Shutdown:
         if self.started:
             return
         self.started = True
+        self.begun.set()
         self._registry.close_intake()
         if explicit and self._bus.active:
             self._bus.publish(EventKind.SHUTDOWN_REQUESTED)

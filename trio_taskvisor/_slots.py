@@ -37,9 +37,9 @@ Decisions the design leaves open:
 * A queue deadline is inclusive: work still queued or held at exactly its deadline is
   withdrawn, even if its slot's owner exits at that same instant. A deadline that has
   already come at intake (``queue_timeout=0``, or time spent in the command channel)
-  withdraws the work right after it was queued or held, in the same step: a REPLACE
-  still stops the owner and supersedes a queued head, and the placement is ``QUEUED``
-  (``REJECTED`` for held work), as for any later deadline.
+  rejects the work ``QUEUE_TIMEOUT`` in the same step: it never enters the queue, so its
+  placement is ``REJECTED`` and no ``Submitted`` is emitted for it; a REPLACE still stops
+  the owner and supersedes a queued head.
 * ``cancel_slot`` withdraws the slot's line in order: queued work from the head, then held
   work oldest first; the room it frees goes to other slots' held work only.
 """
@@ -322,10 +322,18 @@ class SlotMachine(Generic[P]):
 
     def track_deadline(self, entry: Entry[P], now: float) -> None:
         """``entry``, just submitted with a ``deadline``: keep it if it was queued or held,
-        and withdraw it at once if the deadline has already come."""
+        and reject it at once if the deadline has already come (it never entered the
+        queue: no ``Submitted``, so its placement is ``REJECTED``; what its intake did to
+        others, a REPLACE's stop of the owner included, stands)."""
         if self._in_line(entry):
             self._add_deadline(entry)
             if entry.deadline <= now:
+                effects = self.effects
+                for i in range(len(effects) - 1, -1, -1):
+                    effect = effects[i]
+                    if type(effect) is Submitted and effect.entry is entry:
+                        del effects[i]
+                        break
                 self.expire(now)
 
     def admitted(self, entry: Entry[P], accepted: bool, now: float) -> None:

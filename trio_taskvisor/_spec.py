@@ -20,12 +20,12 @@ Decisions the design leaves open:
 * ``ControllerSpec.queue_timeout`` keeps the value given (an ``int`` becomes a ``float``);
   ``math.inf`` stays ``math.inf`` and, like ``None``, sets no deadline. Any value other
   than ``None`` with JOIN or DROP_IF_RUNNING is a ``TypeError``, ``math.inf`` included.
-* ``name=None`` (DESIGN section 12): the task is named ``f"{qualname}{task_id}"`` when
-  its record is built (``auto_name``): at add, submit or ``prepare_submission``. Such
-  automatic names, like those of keyed calls (``run_in_slot``), reserve no name in the
-  registry (``TaskRecord.reserved = False``): they are labels, unique by construction,
-  so a user task of the same name never collides with one, and name targets
-  (``remove("poll#7")``) do not find them; their ``TaskId`` does. The qualname is the
+* ``name=None``: the task is named ``f"{qualname}{task_id}"`` when its record is built
+  (``auto_name``): at add, submit or ``prepare_submission``. An automatic name is a name:
+  it is reserved while the task lives and is a name target (``remove("poll#7")``); a user
+  task already holding it makes the nameless task's admission fail as any duplicate does.
+  Only keyed calls (``run_in_slot``) reserve no name (``TaskRecord.reserved = False``):
+  a user task named like one must never make a keyed call fail. The qualname is the
   function's ``__qualname__``; of a ``functools.partial``, the wrapped function's (through
   nested partials); of a callable object, its type's.
 * The section 12 options (``healthy_after``, ``restart_limit``, ``retry_on``,
@@ -52,6 +52,7 @@ import attrs
 
 from ._config import (
     TaskDefaults,
+    check_critical,
     check_duration,
     check_max_retries,
     check_restart_limit,
@@ -149,6 +150,10 @@ def _retry_budget(value: float | _Inherit | None) -> float | _Inherit | None:
     return value if value is INHERIT else normalize_retry_budget(value)
 
 
+def _critical(value: bool | _Inherit) -> bool | _Inherit:
+    return value if value is INHERIT else check_critical(value)
+
+
 def _name(value: str | None) -> str | None:
     if value is None:
         return None
@@ -176,6 +181,16 @@ def auto_name(fn: Callable[..., object], task_id: int) -> str:
     return f"{qualname}#{int(task_id)}"
 
 
+def qualname(fn: object) -> str:
+    """The qualname automatic names use: a ``functools.partial``'s is the wrapped
+    function's (through nested partials), a callable object's its type's."""
+    target: object = fn
+    while isinstance(target, functools.partial):
+        target = target.func  # pyright: ignore[reportUnknownMemberType]
+    name = getattr(target, "__qualname__", None)
+    return name if isinstance(name, str) else type(target).__qualname__
+
+
 def _args(value: Iterable[Any]) -> tuple[Any, ...]:
     if type(value) is tuple:
         return value  # pyright: ignore[reportUnknownVariableType]
@@ -196,7 +211,7 @@ class TaskSpec(Generic[T_co]):
     take the supervisor's ``TaskDefaults`` at admission; ``timeout=None`` disables a
     timeout even if the defaults set one, and ``timeout=0`` means ``None``.
     ``name=None`` names the task ``f"{qualname}{task_id}"`` when it is added or
-    submitted (``poll#7``), a name that reserves nothing.
+    submitted (``poll#7``); that name is reserved and targeted as any other.
 
     Failure streaks (each ``None`` to turn it off, even if the defaults set it):
 
@@ -206,9 +221,14 @@ class TaskSpec(Generic[T_co]):
     * ``restart_limit``: a ``RestartLimit``; a failure whose restart would exceed it
       ends the task ``FAILED`` at once.
     * ``retry_on``: the exception classes worth a retry; a failure (or timeout) that
-      would be retried but matches none of them ends the task ``FATAL``.
+      would be retried but matches none of them ends the task ``FATAL``. An exception
+      group matches when every exception in it (through nested groups) does.
     * ``retry_budget``: seconds from a streak's first failure; a retry that would start
       later ends the task ``FAILED`` instead.
+
+    ``critical=True``: a task the service cannot do without. Its final ``FAILED``,
+    ``FATAL`` or ``PANICKED`` outcome shuts the supervisor down, and leaving the
+    ``open_supervisor`` block (or ``run``) raises ``CriticalTaskError``.
     """
 
     name: str | None = attrs.field(converter=_name)
@@ -252,6 +272,12 @@ class TaskSpec(Generic[T_co]):
         default=INHERIT, kw_only=True, converter=_retry_budget
     )
     """Seconds from a streak's first failure in which retries may start; ``None``: no budget."""
+    critical: bool | _Inherit = attrs.field(default=INHERIT, kw_only=True, converter=_critical)
+    """Whether a final ``FAILED``, ``FATAL`` or ``PANICKED`` outcome shuts the supervisor down.
+
+    The supervisor then cancels the body of its ``open_supervisor`` block, shuts down,
+    and raises ``CriticalTaskError``; other outcomes escalate nothing.
+    """
 
     @classmethod
     def once(
@@ -266,6 +292,7 @@ class TaskSpec(Generic[T_co]):
         restart_limit: RestartLimit | _Inherit | None = INHERIT,
         retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
         retry_budget: float | _Inherit | None = INHERIT,
+        critical: bool | _Inherit = INHERIT,
     ) -> TaskSpec[T]:
         """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``)."""
         if (
@@ -276,6 +303,7 @@ class TaskSpec(Generic[T_co]):
             and restart_limit is INHERIT
             and retry_on is INHERIT
             and retry_budget is INHERIT
+            and critical is INHERIT
         ):
             return _trusted(name, fn, args, RestartPolicy.NEVER)
         return TaskSpec(
@@ -290,6 +318,7 @@ class TaskSpec(Generic[T_co]):
             restart_limit=restart_limit,
             retry_on=retry_on,
             retry_budget=retry_budget,
+            critical=critical,
         )
 
     @classmethod
@@ -305,6 +334,7 @@ class TaskSpec(Generic[T_co]):
         restart_limit: RestartLimit | _Inherit | None = INHERIT,
         retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
         retry_budget: float | _Inherit | None = INHERIT,
+        critical: bool | _Inherit = INHERIT,
     ) -> TaskSpec[T]:
         """Retry retryable failures with backoff; stop after a success."""
         if (
@@ -315,6 +345,7 @@ class TaskSpec(Generic[T_co]):
             and restart_limit is INHERIT
             and retry_on is INHERIT
             and retry_budget is INHERIT
+            and critical is INHERIT
         ):
             return _trusted(name, fn, args, RestartPolicy.ON_FAILURE)
         return TaskSpec(
@@ -329,6 +360,7 @@ class TaskSpec(Generic[T_co]):
             restart_limit=restart_limit,
             retry_on=retry_on,
             retry_budget=retry_budget,
+            critical=critical,
         )
 
     @classmethod
@@ -345,6 +377,7 @@ class TaskSpec(Generic[T_co]):
         restart_limit: RestartLimit | _Inherit | None = INHERIT,
         retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
         retry_budget: float | _Inherit | None = INHERIT,
+        critical: bool | _Inherit = INHERIT,
     ) -> TaskSpec[T]:
         """Run again ``every`` seconds after each success; failures use backoff."""
         restart = RestartPolicy.always(every)
@@ -356,6 +389,7 @@ class TaskSpec(Generic[T_co]):
             and restart_limit is INHERIT
             and retry_on is INHERIT
             and retry_budget is INHERIT
+            and critical is INHERIT
         ):
             return _trusted(name, fn, args, restart)
         return TaskSpec(
@@ -370,6 +404,7 @@ class TaskSpec(Generic[T_co]):
             restart_limit=restart_limit,
             retry_on=retry_on,
             retry_budget=retry_budget,
+            critical=critical,
         )
 
 
@@ -550,6 +585,7 @@ class ResolvedSpec:
     restart_limit: RestartLimit | None = None
     retry_on: tuple[type[BaseException], ...] | None = None
     retry_budget: float | None = None
+    critical: bool = False
     limits: tuple[PoolId, ...] = ()
     """The limit pools every attempt takes a unit of, as the supervisor's table knows them."""
     needs_clock: bool = attrs.field(init=False)
@@ -589,6 +625,7 @@ def resolve(spec: TaskSpec[Any], defaults: TaskDefaults) -> ResolvedSpec:
         _pick(spec.restart_limit, defaults.restart_limit),
         _pick(spec.retry_on, defaults.retry_on),
         _pick(spec.retry_budget, defaults.retry_budget),
+        _pick(spec.critical, defaults.critical),
     )
 
 
@@ -610,7 +647,8 @@ class Resolver:
         # Specs that set nothing but their restart policy (the named constructors without
         # options, keyed calls), keyed by the policy's id; each entry keeps it alive.
         self._plain: dict[int, tuple[ResolvedSpec, object]] = {}
-        # Keyed by the options' ids: four, or eight when a section 12 option is set.
+        # Keyed by the options' ids: four, or nine when a section 12 option or
+        # ``critical`` is set.
         self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
     def __call__(self, spec: TaskSpec[Any]) -> ResolvedSpec:
@@ -622,6 +660,7 @@ class Resolver:
             and spec.restart_limit is INHERIT
             and spec.retry_on is INHERIT
             and spec.retry_budget is INHERIT
+            and spec.critical is INHERIT
         ):
             restart = spec.restart
             plain = self._plain.get(id(restart))
@@ -638,11 +677,18 @@ class Resolver:
             and spec.restart_limit is INHERIT
             and spec.retry_on is INHERIT
             and spec.retry_budget is INHERIT
+            and spec.critical is INHERIT
         ):
-            # A section 12 option is set (rare): key by all eight.
-            streak = (spec.healthy_after, spec.restart_limit, spec.retry_on, spec.retry_budget)
+            # A section 12 option or ``critical`` is set (rare): key by all nine.
+            streak = (
+                spec.healthy_after,
+                spec.restart_limit,
+                spec.retry_on,
+                spec.retry_budget,
+                spec.critical,
+            )
             options += streak
-            key += (id(streak[0]), id(streak[1]), id(streak[2]), id(streak[3]))
+            key += tuple(id(option) for option in streak)
         cached = self._cache.get(key)
         if cached is not None:
             return cached[0]

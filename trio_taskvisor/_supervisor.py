@@ -37,6 +37,15 @@ Decisions the design leaves open:
   every remaining task at once (``Registry.force_all``). Signals that arrive once the
   shutdown is done (before the block is left) are dropped; after the block, the
   process's previous handlers are back.
+* ``handle_signals=True`` enters trio's signal receiver before the background starts,
+  so that outside the main thread trio's ``RuntimeError`` comes at once (entered
+  later, it left a started background waiting for a shutdown nothing began).
+* Critical tasks: only the first critical failure escalates (a later one, during the
+  shutdown it began, is logged as any failure). A crash (a task's non-task
+  ``BaseException``) still wins over ``CriticalTaskError``. ``CriticalTaskError`` raised
+  after a body exception of a later instant has that exception as its ``__cause__``.
+  The "shutting down" record is written whatever ``log_failures`` says: it explains
+  why the service stops.
 * ``start()`` / ``start_in_slot()``: cancelling the caller while it waits for readiness
   (or while its add waits for the registry) stops the task, shielded, for at most the
   grace window (``cancel``), then ``Cancelled`` propagates; a rejection (duplicate name,
@@ -53,6 +62,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
@@ -67,6 +77,7 @@ from ._config import SupervisorConfig, check_capacity
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
 from ._exceptions import (
+    CriticalTaskError,
     DeadlockError,
     NoControllerError,
     SlotStoreUnavailableError,
@@ -74,7 +85,7 @@ from ._exceptions import (
 )
 from ._limits import LimitView, Pool, PoolId, check_limits, is_concurrency, pool_label
 from ._logging import LoggingSubscriber
-from ._outcome import OutcomeError, TaskId, allocate_id
+from ._outcome import OutcomeError, OutcomeKind, TaskId, TaskOutcome, allocate_id
 from ._record import TaskRecord, current_task_context
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
@@ -90,6 +101,7 @@ _held_pools: ContextVar[frozenset[PoolId]] = ContextVar("_held_pools", default=f
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 Ts = TypeVarTuple("Ts")
+_CRITICAL_KINDS = (OutcomeKind.FAILED, OutcomeKind.FATAL, OutcomeKind.PANICKED)
 
 
 @attrs.frozen
@@ -143,7 +155,13 @@ class Supervisor:
         log_failures = config.log_failures and not any(
             isinstance(subscriber, LoggingSubscriber) for subscriber in subscribers
         )
-        self._registry = Registry(config, self._bus, self._on_crash, log_failures=log_failures)
+        self._registry = Registry(
+            config,
+            self._bus,
+            self._on_crash,
+            log_failures=log_failures,
+            on_critical=self._on_critical,
+        )
         self._instance_id = new_instance_id()
         self._waits = WaitChecker(self._registry, self)
         controller = config.controller
@@ -169,6 +187,9 @@ class Supervisor:
         self._background: trio.Nursery | None = None
         self._body_scope: trio.CancelScope | None = None
         self._crash: BaseException | None = None
+        # The first critical task's failure, and when it came (the supervisor's clock).
+        self._critical: CriticalTaskError | None = None
+        self._critical_at = math.inf
         self._received_signal: int | None = None
         self._signal_scope: trio.CancelScope | None = None
 
@@ -196,6 +217,24 @@ class Supervisor:
         For an exit status of ``128 + signal``, as shells expect.
         """
         return self._received_signal
+
+    @property
+    def closing(self) -> bool:
+        """Whether the shutdown has begun, whatever began it; it stays ``True``.
+
+        The end of the ``open_supervisor`` block, ``shutdown()``, a signal, a critical
+        task's failure or a crash begin it. Work outside the supervisor (a readiness
+        endpoint served by the application's own nursery) reads it to answer "not
+        ready" while the supervisor drains.
+        """
+        return self._shutdown.started
+
+    async def wait_closing(self) -> None:
+        """Wait until the shutdown has begun (``closing``); at once if it has.
+
+        Always a checkpoint.
+        """
+        await self._shutdown.begun.wait()
 
     # -- the background -------------------------------------------------------------------
 
@@ -253,6 +292,29 @@ class Supervisor:
         if self._body_scope is not None:
             self._body_scope.cancel(reason=f"a task raised {type(exc).__name__}")
 
+    def _on_critical(self, rec: TaskRecord, outcome: TaskOutcome[Any]) -> None:
+        """A critical task ended FAILED, FATAL or PANICKED: shut down, cancel the body."""
+        if outcome.kind not in _CRITICAL_KINDS or self._critical is not None:
+            return  # only the first one escalates; a later one is logged as any failure
+        self._critical = CriticalTaskError(outcome, rec.id, rec.name)
+        self._critical_at = trio.current_time()
+        logger.error(
+            "critical task %r (%s) ended %s: %s: shutting down",
+            rec.name,
+            rec.id,
+            outcome.kind.value,
+            outcome.reason,
+            extra={
+                "taskvisor_name": rec.name,
+                "taskvisor_task_id": rec.id,
+                "taskvisor_outcome": outcome.kind,
+                "taskvisor_reason": outcome.reason,
+            },
+        )
+        self._start_shutdown(explicit=True)
+        if self._body_scope is not None:
+            self._body_scope.cancel(reason=f"critical task {rec.name!r} ended {outcome.kind.value}")
+
     # -- intake ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -261,7 +323,8 @@ class Supervisor:
     def _new_record(self, spec: TaskSpec[Any], slot: str | None = None) -> TaskRecord:
         """The record of ``spec``: allocates its ``TaskId``, captures the caller's context.
 
-        A spec without a name gets its automatic name here, which reserves nothing.
+        A spec without a name gets its automatic name here; it reserves that name as
+        any name does (a keyed call's caller marks its record unreserved).
         """
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"expected a TaskSpec, got {spec!r}")
@@ -269,10 +332,7 @@ class Supervisor:
         name = spec.name
         if name is None:
             name = auto_name(spec.fn, task_id)
-            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
-            rec.reserved = False  # an automatic name: a label, never a collision
-        else:
-            rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
+        rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
         rec._guard = self._waits  # pyright: ignore[reportPrivateUsage]
         return rec
 
@@ -379,7 +439,7 @@ class Supervisor:
     def prepare_submission(self, request: ControllerSpec[T]) -> PreparedSubmission[T]:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
         controller = self._require_controller("prepare_submission")
-        return PreparedSubmission(self, controller, controller.prepare(request))
+        return PreparedSubmission(self, controller, controller.prepare(request), request)
 
     def controller_snapshot(self) -> ControllerSnapshot:
         """The controller's slots now (atomic; local, even for cluster slots)."""
@@ -435,6 +495,8 @@ class Supervisor:
             request = ControllerSpec(spec, policy, slot, queue_timeout=queue_timeout)
         entry = controller.prepare(request)
         waiter = entry.payload
+        # A keyed call's name is a label: a user task named like it never makes it fail.
+        waiter.reserved = False
         await controller.submit(entry)
         try:
             outcome = await waiter.wait()
@@ -455,7 +517,9 @@ class Supervisor:
         Raises ``OutcomeError(outcome)`` when the task reaches its final outcome before
         any attempt called ``started()`` (a ``COMPLETED`` one included), and what ``add``
         raises. Cancelling the caller stops the task and waits for that stop, shielded,
-        at most the grace window.
+        at most the grace window. Inside an attempt, raises ``DeadlockError`` when the
+        wait closes a wait-for cycle (the task needs a permit the caller holds); the task
+        is then stopped the same way.
         """
         self._check_open()
         rec = self._new_record(spec)
@@ -477,8 +541,9 @@ class Supervisor:
         The rules of ``start`` apply once the work is admitted: the wait covers its
         time in the slot's queue, and a rejection or any other final outcome before
         ``started()`` raises ``OutcomeError``. Cancelling the caller withdraws queued or
-        held work, or stops running work (shielded, at most the grace window). ``JOIN``
-        starts no work of its own and raises ``TypeError``.
+        held work, or stops running work (shielded, at most the grace window), and so
+        does a ``DeadlockError`` (the wait closed a wait-for cycle, as ``wait()`` would).
+        ``JOIN`` starts no work of its own and raises ``TypeError``.
         """
         controller = self._require_controller("start_in_slot")
         self._check_open()
@@ -673,8 +738,9 @@ class Supervisor:
         self._start_shutdown(explicit=True)
         await self._shutdown.wait()
 
-    def _keep_failures(self) -> builtins.list[TaskRecord]:
-        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on.
+    def _keep_failures(self) -> builtins.list[tuple[TaskRecord, builtins.list[TaskWaiter[Any]]]]:
+        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on, each with
+        the joiners that followed it (their waiters observe its outcome too).
 
         For the pytest plugin's unobserved-failure check: a test's supervisor is short
         lived, while a service's would keep every failure for ever.
@@ -711,10 +777,14 @@ class Supervisor:
 class PreparedSubmission(Generic[T_co]):
     """A submission whose ``TaskId`` is allocated; submit it once."""
 
-    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id")
+    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id", "request")
 
     def __init__(
-        self, supervisor: Supervisor, controller: Controller, entry: Entry[TaskRecord]
+        self,
+        supervisor: Supervisor,
+        controller: Controller,
+        entry: Entry[TaskRecord],
+        request: ControllerSpec[T_co],
     ) -> None:
         self._supervisor = supervisor
         self._controller = controller
@@ -722,6 +792,8 @@ class PreparedSubmission(Generic[T_co]):
         self._used = False
         self.id: TaskId = entry.payload.id
         """The ``TaskId`` of the work, allocated now; its waiter will have it."""
+        self.request: ControllerSpec[T_co] = request
+        """The ``ControllerSpec`` it will submit."""
 
     def __repr__(self) -> str:
         return f"<PreparedSubmission {self.id} slot={self._entry.key!r}>"
@@ -770,7 +842,15 @@ def open_supervisor(
     the body and runs the graceful shutdown; leaving the block then returns normally,
     unless the shutdown raises ``GraceExceededError``. A signal while any shutdown runs
     forces every remaining task at once (they are listed in ``stuck``).
-    ``Supervisor.received_signal`` tells which signal came first.
+    ``Supervisor.received_signal`` tells which signal came first. Outside the main
+    thread, ``handle_signals=True`` raises trio's ``RuntimeError`` at once, before
+    anything starts.
+
+    A task marked ``critical`` that ends ``FAILED``, ``FATAL`` or ``PANICKED`` begins the
+    shutdown and cancels the body, as a failed child cancels a nursery's body; leaving
+    the block then raises ``CriticalTaskError``, unless the body raised first or in the
+    same instant (its exception wins). ``CriticalTaskError`` wins over
+    ``GraceExceededError``, which is then only logged.
 
     Typed as a context manager that may swallow the body's exception (its ``__aexit__``
     returns ``bool``): after a signal it does swallow the body's cancellation, so type
@@ -794,28 +874,40 @@ async def _open_supervisor(
     _check_iterable("subscribers", subscribers, "subscribers")
     sup = Supervisor(config, tuple(subscribers))
     body_error: BaseException | None = None
+    body_failed_at = math.inf
     unavailable: SlotStoreUnavailableError | None = None
     with ExitStack() as stack:
+        # First, before anything starts: outside the main thread trio raises its
+        # RuntimeError here (once the background runs, it would wait for a shutdown
+        # that nothing starts). A signal that comes while the background starts waits
+        # in the receiver for the watcher.
+        signals = (
+            stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+            if handle_signals
+            else None
+        )
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
             except SlotStoreUnavailableError as exc:
                 unavailable = exc  # raised bare below: nothing was started
             else:
-                if handle_signals:
-                    signals = stack.enter_context(
-                        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
-                    )
-                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
                 sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
+                if signals is not None:
+                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
                 try:
                     yield sup
                 except BaseException as exc:
                     body_error = exc
-                    if sup._received_signal is not None and split_cancelled(exc)[1] is None:  # pyright: ignore[reportPrivateUsage]
-                        # Cancelled by the signal's shutdown (the body scope's own
-                        # cancellation): a normal exit. An outer cancellation, if any, is
-                        # delivered again at the caller's next checkpoint.
+                    body_failed_at = trio.current_time()
+                    if (
+                        sup._received_signal is not None  # pyright: ignore[reportPrivateUsage]
+                        or sup._critical is not None  # pyright: ignore[reportPrivateUsage]
+                    ) and split_cancelled(exc)[1] is None:
+                        # Cancelled by the shutdown of a signal or a critical failure (the
+                        # body scope's own cancellation): a normal exit. An outer
+                        # cancellation, if any, is delivered again at the caller's next
+                        # checkpoint.
                         body_error = None
                 sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
                 with trio.CancelScope(shield=True):
@@ -828,6 +920,13 @@ async def _open_supervisor(
     if crash is not None:
         raise crash from None if body_error is None else body_error
     shutdown_error = sup._shutdown.error()  # pyright: ignore[reportPrivateUsage]
+    critical = sup._critical  # pyright: ignore[reportPrivateUsage]
+    # The body's own exception wins when it came first or in the same instant (trio does
+    # not order tasks within one); one it raised later, once cancelled, gives way.
+    if critical is not None and (body_error is None or body_failed_at > sup._critical_at):  # pyright: ignore[reportPrivateUsage]
+        if shutdown_error is not None:
+            logger.error("shutdown after a critical task's failure: %s", shutdown_error)
+        raise critical from body_error
     if body_error is not None:
         if shutdown_error is not None:
             logger.error("shutdown after a failed body: %s", shutdown_error)
@@ -847,7 +946,8 @@ async def run(
 
     With ``handle_signals``, SIGINT or SIGTERM starts the graceful shutdown and a
     second signal during it forces every remaining task, as for ``open_supervisor``.
-    Raises what ``add_batch`` or the shutdown raise.
+    Raises what ``add_batch`` or the shutdown raise, and ``CriticalTaskError`` when a
+    task marked ``critical`` ended ``FAILED``, ``FATAL`` or ``PANICKED``.
     """
     async with open_supervisor(
         config, subscribers=subscribers, handle_signals=handle_signals

@@ -146,6 +146,14 @@ class TaskWaiter(Generic[T_co]):
         return f"<TaskWaiter {self.id} {self.name!r} {state}>"
 
     @property
+    def done(self) -> bool:
+        """Whether the outcome is committed: ``outcome_nowait()`` then returns it.
+
+        Reading it does not count as observing the outcome (the pytest plugin's check).
+        """
+        return self._outcome is not None
+
+    @property
     def started_value(self) -> Any:
         """The value the task passed to ``task_status.started()`` (``Supervisor.start``).
 

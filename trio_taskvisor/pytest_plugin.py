@@ -12,8 +12,9 @@ Fixtures
     clock) and shut down at teardown. The test **fails** if that shutdown had to force
     a task (``GraceExceededError``), if a subscriber failed during the test
     (``SUBSCRIBER_FAILED``), or if a task ended ``FAILED``, ``FATAL`` or ``PANICKED``
-    and nobody called ``wait()`` or ``outcome_nowait()`` on its waiter (an unobserved
-    failure), unless the test is marked ``taskvisor_allow_force`` /
+    and nobody called ``wait()`` or ``outcome_nowait()`` on its waiter or on that of a
+    JOIN that followed it, and no ``start()`` raised ``OutcomeError`` for it (an
+    unobserved failure), unless the test is marked ``taskvisor_allow_force`` /
     ``taskvisor_allow_subscriber_failure`` / ``taskvisor_allow_failures``. The check
     runs as part of the test, so a failure here is a test failure, not a teardown
     error.
@@ -44,8 +45,9 @@ Markers
     A subscriber may fail (a test of a failing subscriber).
 ``@pytest.mark.taskvisor_allow_failures``
     Tasks may fail without anyone looking at their outcome (a test of failure logs,
-    metrics or events). Awaiting the waiter (``wait()``, ``outcome_nowait()``, or
-    ``start()`` raising ``OutcomeError``) observes a failure, and needs no marker.
+    metrics or events). Looking at the waiter (``wait()``, ``outcome_nowait()``, or
+    ``start()`` / ``start_in_slot()`` raising ``OutcomeError`` for it), or at the
+    waiter of a JOIN that followed the task, observes a failure and needs no marker.
 
 Recipes
 -------
@@ -89,6 +91,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -99,6 +102,7 @@ from ._events import EventKind
 from ._exceptions import GraceExceededError
 from ._record import TaskRecord
 from ._supervisor import Supervisor, open_supervisor
+from ._waiter import TaskWaiter
 from .testing import EventRecorder
 
 __all__ = [
@@ -184,7 +188,7 @@ async def supervisor(
     allow_task_failures = node.get_closest_marker(_ALLOW_FAILURES) is not None
     subscribers: list[Subscriber] = [event_recorder, *taskvisor_subscribers]
     problems: list[str] = []
-    failed_tasks: list[TaskRecord] = []
+    failed_tasks: list[tuple[TaskRecord, list[TaskWaiter[Any]]]] = []
     try:
         async with open_supervisor(taskvisor_config, subscribers=subscribers) as sup:
             failed_tasks = sup._keep_failures()  # pyright: ignore[reportPrivateUsage]
@@ -206,9 +210,19 @@ async def supervisor(
             for (name, reason), n in failures.items()
         )
     if not allow_task_failures:
-        problems.extend(_unobserved(rec) for rec in failed_tasks if not rec._observed)  # pyright: ignore[reportPrivateUsage]
+        problems.extend(
+            _unobserved(rec)
+            for rec, joiners in failed_tasks
+            if not _observed(rec) and not any(_observed(joiner) for joiner in joiners)
+        )
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def _observed(waiter: TaskWaiter[Any]) -> bool:
+    """Whether ``wait()`` or ``outcome_nowait()`` returned the waiter's outcome (``start()``
+    raising ``OutcomeError`` calls ``outcome_nowait()``)."""
+    return waiter._observed  # pyright: ignore[reportPrivateUsage]
 
 
 def _unobserved(rec: TaskRecord) -> str:

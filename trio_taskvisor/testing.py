@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from ._config import check_capacity
 from ._events import EventKind, TaskEvent
 from ._exceptions import ConfigError
 
@@ -38,7 +39,7 @@ class EventRecorder:
     def __init__(self, *, name: str = "EventRecorder", queue_capacity: int = 1024) -> None:
         self.name = name
         """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
-        self.queue_capacity = queue_capacity
+        self.queue_capacity = check_capacity("queue_capacity", queue_capacity)
         """The size of its event queue; events that find it full are dropped."""
         self.events: list[TaskEvent] = []
         """Every event recorded, in delivery order."""

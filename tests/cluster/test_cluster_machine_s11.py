@@ -112,7 +112,7 @@ def test_held_work_asked_again_is_withdrawn_from_the_store_at_its_deadline() -> 
 def test_work_asked_for_the_first_time_is_decided_by_its_answer() -> None:
     """While the store decides, the deadline passes without effect (and without a wake-up
     loop: ``next_deadline`` moves on); queued after it, the work is withdrawn at once,
-    placed QUEUED as for a deadline that came at intake."""
+    placed REJECTED with no ``Submitted``, as for a deadline that came at intake."""
     m = machine()
     e = take_in(m, 1, 0.0, 1.0)
     drained(m)
@@ -122,7 +122,7 @@ def test_work_asked_for_the_first_time_is_decided_by_its_answer() -> None:
     assert m.next_deadline == math.inf
     m.queued_in_cluster(1, 2.0)
     effects, extra = drained(m)
-    assert effects == [Submitted(e, "queued in the cluster", Placement.QUEUED), Reject(e, TIMEOUT)]
+    assert effects == [Reject(e, TIMEOUT)]
     assert extra == [Withdraw(e, TIMEOUT)]
     assert (m.pending, m.slots) == (0, {})
 
@@ -139,14 +139,14 @@ def test_work_granted_after_its_deadline_on_an_idle_slot_is_the_owner() -> None:
 
 
 def test_wait_work_held_after_its_deadline_is_rejected_at_once() -> None:
-    """First asked wait=True work the store cannot take after its deadline: held, then
-    rejected in the same step (placement REJECTED)."""
+    """First asked wait=True work the store cannot take after its deadline: never held,
+    rejected at once (placement REJECTED, no ``Submitted``)."""
     m = machine()
     e = take_in(m, 1, 0.0, 0.5, wait=True)
     drained(m)
     m.full(1, 0.6)
     effects, extra = drained(m)
-    assert effects == [Submitted(e, "held"), Reject(e, TIMEOUT)]
+    assert effects == [Reject(e, TIMEOUT)]
     assert (extra, m.held, m.slots) == ([], {}, {})
 
 

@@ -78,6 +78,7 @@ from .. import (
     current_context,
     open_supervisor,
 )
+from .._logging import says
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -235,7 +236,11 @@ class Board:
             self.note(name, "replaced: finishing its page" if replaced else "stop requested")
         elif kind is EventKind.TASK_FINISHED and event.outcome is not None:
             style = _OUTCOME_STYLES[event.outcome]
-            text = event.outcome.value + (f": {event.reason}" if event.reason else "")
+            reason = event.reason
+            if says(reason, event.outcome.value):  # "force-aborted: ...", not twice
+                text = reason or ""
+            else:
+                text = event.outcome.value + (f": {reason}" if reason else "")
         elif kind is EventKind.CONTROLLER_REJECTED and event.rejection is not None:
             text = f"{event.rejection.value} in {event.slot}"
         elif kind is EventKind.CONTROLLER_SLOT_TRANSITION:

@@ -74,6 +74,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
+from .._config import check_capacity
 from .._events import EventKind, TaskEvent
 from .._exceptions import FatalError, TaskCancelled, split_cancelled
 from .._outcome import OutcomeKind, TaskId
@@ -227,7 +228,7 @@ class TracingSubscriber:
     def __init__(self, *, name: str = "TracingSubscriber", queue_capacity: int = 1024) -> None:
         self.name = name
         """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
-        self.queue_capacity = queue_capacity
+        self.queue_capacity = check_capacity("queue_capacity", queue_capacity)
         """The size of its event queue; events that find it full are dropped."""
 
     def __repr__(self) -> str:

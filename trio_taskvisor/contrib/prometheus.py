@@ -87,6 +87,7 @@ import trio
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .._config import check_capacity
 from .._events import EventKind, TaskEvent
 from .._outcome import OutcomeKind, RejectionKind
 from .._slots import SlotStatus
@@ -144,7 +145,7 @@ class PrometheusSubscriber:
             raise TypeError(f"slot_labels must be an iterable of slot names, got {slot_labels!r}")
         self.name = name
         """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
-        self.queue_capacity = queue_capacity
+        self.queue_capacity = check_capacity("queue_capacity", queue_capacity)
         """The size of its event queue; events that find it full are dropped (and counted)."""
         self.registry = REGISTRY if registry is None else registry
         """Where the metrics are registered; by default ``prometheus_client.REGISTRY``."""
