@@ -32,7 +32,6 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from ._config import check_count
 from ._exceptions import ConfigError
 
 
@@ -59,9 +58,11 @@ def _check_burst(value: object) -> int:
 
 
 def _positive_int(what: str, value: object) -> int:
-    checked = check_count(what, value, minimum=1, optional=False)
-    assert checked is not None
-    return checked
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < 1:
+        raise ConfigError(f"{what} must be >= 1, got {value!r}")
+    return value
 
 
 def _check_per(value: object) -> float:

@@ -94,7 +94,7 @@ from ._config import SupervisorConfig
 from ._events import EventKind
 from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUseError
 from ._inbox import Inbox, Reply
-from ._limits import LimitView, PoolId, limit_view
+from ._limits import LimitView, Pool, PoolId, limit_view, pool_label
 from ._outcome import (
     FORCE_ABORTED,
     PANICKED,
@@ -168,15 +168,29 @@ class _Units:
     actor is spawned, a parked task rescheduled.
     """
 
-    __slots__ = ("_held", "_parked", "_spawn", "table", "tasks_waiting", "wake_at", "watch")
+    __slots__ = (
+        "_bus",
+        "_held",
+        "_limit_waits",
+        "_parked",
+        "_spawn",
+        "table",
+        "tasks_waiting",
+        "wake_at",
+        "watch",
+    )
 
     def __init__(
         self,
         max_concurrent: int | None,
+        bus: EventBus,
         spawn: Callable[[TaskRecord], None],
         wake_at: Callable[[float], None],
     ) -> None:
         self.table = PoolTable(max_concurrent)
+        self._bus = bus
+        # Requests of attempts that waited for a limit pool (LIMIT_ACQUIRED when granted).
+        self._limit_waits: set[Request] = set()
         self._spawn = spawn
         self.wake_at = wake_at
         # The requests of records waiting or holding through the table (a record that
@@ -216,6 +230,18 @@ class _Units:
         if task is not None:
             self._parked[request] = task
         self.tasks_waiting += 1
+        if limits:
+            blocked = table.without_room(request, now)
+            if blocked:
+                self._limit_waits.add(request)
+                if self._bus.active:
+                    self._bus.publish(
+                        EventKind.LIMIT_WAITING,
+                        rec.id,
+                        rec.name,
+                        rec.slot,
+                        reason="waiting for " + ", ".join(blocked),
+                    )
         if table.rate_waiting:
             self.wake_at(table.next_wakeup(now))
         if self.watch is not None:
@@ -230,8 +256,18 @@ class _Units:
         self._withdraw(rec, request)
         return True
 
+    def _acquired(self, request: Request) -> None:
+        rec = request.payload
+        assert isinstance(rec, TaskRecord)
+        if self._bus.active:
+            labels = [pool_label(ident) for ident in rec.policy.limits]
+            self._bus.publish(
+                EventKind.LIMIT_ACQUIRED, rec.id, rec.name, rec.slot, reason=", ".join(labels)
+            )
+
     def _withdraw(self, rec: TaskRecord, request: Request) -> None:
         del self._held[rec]
+        self._limit_waits.discard(request)
         self._parked.pop(request, None)
         self.tasks_waiting -= 1
         self.table.cancel(request, trio.current_time())
@@ -309,6 +345,9 @@ class _Units:
             task = self._parked.pop(request, None)
             if request.payload is not _BLOCK:
                 self.tasks_waiting -= 1
+                if request in self._limit_waits:
+                    self._limit_waits.discard(request)
+                    self._acquired(request)
             if task is not None:
                 trio.lowlevel.reschedule(task)
             else:
@@ -344,7 +383,7 @@ class Registry:
         self._units = (
             None
             if config.max_concurrent is None
-            else _Units(config.max_concurrent, self._spawn_with_permit, self._wake_at)
+            else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._wake_at)
         )
         self._inbox: Inbox[_Command] = Inbox(config.command_capacity)
         self._intake_closed = False
@@ -722,11 +761,15 @@ class Registry:
                 EventKind.TASK_ADDED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
             )
 
+    def pool_ids(self, pools: tuple[Pool, ...]) -> tuple[PoolId, ...]:
+        """Learn ``pools``' settings; ``ConfigError`` if a known name has other settings."""
+        return self.units().table.check(pools)
+
     def units(self) -> _Units:
         """The units' driver, made on first use when there is no ``max_concurrent``."""
         units = self._units
         if units is None:
-            units = self._units = _Units(None, self._spawn_with_permit, self._wake_at)
+            units = self._units = _Units(None, self.bus, self._spawn_with_permit, self._wake_at)
         return units
 
     def _spawn(self, rec: TaskRecord) -> None:

@@ -77,6 +77,7 @@ from ._config import SupervisorConfig, check_capacity
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
 from ._exceptions import (
+    ConfigError,
     CriticalTaskError,
     DeadlockError,
     NoControllerError,
@@ -151,7 +152,6 @@ class Supervisor:
     def __init__(self, config: SupervisorConfig, subscribers: tuple[Subscriber, ...]) -> None:
         self._config = config
         self._bus = EventBus(config.bus_capacity, subscribers, self._on_crash)
-        self._resolve = Resolver(config.task_defaults)
         log_failures = config.log_failures and not any(
             isinstance(subscriber, LoggingSubscriber) for subscriber in subscribers
         )
@@ -162,6 +162,7 @@ class Supervisor:
             log_failures=log_failures,
             on_critical=self._on_critical,
         )
+        self._resolve = Resolver(config.task_defaults, self._pool_ids)
         self._instance_id = new_instance_id()
         self._waits = WaitChecker(self._registry, self)
         controller = config.controller
@@ -677,9 +678,8 @@ class Supervisor:
         self._check_open()
         if not pools:
             raise TypeError("limited() takes at least one pool")
-        check_limits(pools)
+        idents = self._pool_ids(check_limits(pools))
         units = self._registry.units()
-        idents = units.table.check(pools)
         held = _held_pools.get()
         rec = current_task_context.get(None)
         if rec is not None and rec.owner is self:
@@ -700,6 +700,16 @@ class Supervisor:
         finally:
             _held_pools.reset(token)
             units.unhold(request)
+
+    def _pool_ids(self, pools: tuple[Pool, ...]) -> tuple[PoolId, ...]:
+        """Learn ``pools``' settings (``ConfigError`` for other settings of a known name)."""
+        controller = self._config.controller
+        if controller is not None and controller.slot_store is not None:
+            raise ConfigError(
+                "limits are not supported with a slot store yet: they would hold per "
+                "process, not cluster-wide"
+            )
+        return self._registry.pool_ids(pools)
 
     def limit_snapshot(self) -> tuple[LimitView, ...]:
         """The limit pools with holders or waiters in this process, sorted by name and key."""
