@@ -19,6 +19,15 @@ package is loaded (``mkdocs.yml`` lists this file under the handler's ``extensio
   underlined with ``---`` or ``===`` becomes a bold line (headings inside a docstring
   would clutter the page's table of contents). Double backticks are already Markdown.
 
+* **Internals stay out of the reference**: ``__slots__``, ``__attrs_post_init__`` and
+  the dunder methods without a docstring of their own (``__repr__``, ``__str__``) are
+  left out; an attrs field shows its default (``url: str``, not
+  ``url: str = attrs.field(converter=_check_url)``); a private constant used as a
+  default shows its value (``max: float = 30.0``, not ``= _DEFAULT_MAX``); a private
+  type in an annotation's union is dropped (``restart: RestartPolicy = INHERIT``: the
+  default names the sentinel). ``tests/test_docs_site.py`` checks the built pages for
+  private names.
+
 So the docstrings stay plain, readable reST-flavoured text in the source, and the site
 renders them. Nothing here imports the package.
 """
@@ -50,6 +59,8 @@ class TaskvisorDocs(griffe.Extension):
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
         _walk(pkg, set())
+        # A second pass: the first reads the attrs field calls of base classes.
+        _hide_internals(pkg, set())
 
 
 def _walk(obj: griffe.Object, seen: set[str]) -> None:
@@ -95,6 +106,97 @@ def _echoes_a_parameter(attr: griffe.Attribute) -> bool:
         and "class-attribute" not in labels
         and isinstance(attr.value, griffe.ExprName)
     )
+
+
+# -- internals ----------------------------------------------------------------------------
+
+# Members that are machinery, never API, whatever their docstring.
+_MACHINERY = {
+    "__slots__",
+    "__attrs_post_init__",
+    "__attrs_attrs__",
+    "__match_args__",
+    "__weakref__",
+    "__dict__",
+    "__annotations__",
+    "__module__",
+}
+_FIELD_CALLS = {"attrs.field", "attr.ib", "attr.field"}
+_PRIVATE = re.compile(r"(?<![\w.])_[A-Za-z]\w*")
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _hide_internals(obj: griffe.Object, seen: set[str]) -> None:
+    if obj.path in seen:
+        return
+    seen.add(obj.path)
+    if isinstance(obj, griffe.Class):
+        for name, member in list(obj.members.items()):
+            if name == "__init__":  # merged into the class's own signature
+                continue
+            undocumented = member.is_alias or not member.docstring
+            if name in _MACHINERY or (_is_dunder(name) and undocumented):
+                obj.del_member(name)
+    if isinstance(obj, griffe.Attribute):
+        obj.value = _public_value(_field_default(obj.value), obj)
+        obj.annotation = _public_annotation(obj.annotation)
+    if isinstance(obj, griffe.Function):
+        for parameter in obj.parameters:
+            parameter.annotation = _public_annotation(parameter.annotation)
+            if parameter.default is not None:
+                default = _public_value(parameter.default, obj)
+                parameter.default = default if default is not None else "..."
+        obj.returns = _public_annotation(obj.returns)
+    for member in obj.members.values():
+        if not member.is_alias:
+            _hide_internals(member, seen)  # type: ignore[arg-type]
+
+
+def _field_default(value: object) -> object:
+    # ``x: int = attrs.field(default=3, validator=_check)`` shows as ``x: int = 3``.
+    if not (isinstance(value, griffe.ExprCall) and value.function.canonical_path in _FIELD_CALLS):
+        return value
+    field = _call_kwargs(value)
+    if "factory" in field:
+        return f"{field['factory']}()"
+    return field.get("default")
+
+
+def _public_value(value: object, scope: griffe.Object) -> object:
+    """Return ``value`` without private names: a private constant's value, or None."""
+    if value is None or not _PRIVATE.search(str(value)):
+        return value
+    if isinstance(value, griffe.ExprName):
+        try:
+            target = scope.modules_collection[value.canonical_path]
+        except (KeyError, ValueError):
+            return None
+        if isinstance(target, griffe.Attribute) and not _PRIVATE.search(str(target.value)):
+            return target.value
+    return None
+
+
+def _public_annotation(annotation: object) -> object:
+    """Drop the private names of a union (``RestartPolicy | _Inherit``)."""
+    if annotation is None or not _PRIVATE.search(str(annotation)):
+        return annotation
+    if isinstance(annotation, griffe.ExprBinOp) and annotation.operator == "|":
+        parts = [
+            part
+            for part in (_public_annotation(annotation.left), _public_annotation(annotation.right))
+            if part is not None
+        ]
+        if len(parts) == 2:
+            return griffe.ExprBinOp(parts[0], "|", parts[1])
+        return parts[0] if parts else None
+    if isinstance(annotation, griffe.ExprName) and _PRIVATE.fullmatch(annotation.name):
+        return None
+    if isinstance(annotation, griffe.ExprSubscript):
+        annotation.slice = _public_annotation(annotation.slice) or annotation.slice
+    return annotation
 
 
 # -- attrs --------------------------------------------------------------------------------

@@ -1,13 +1,17 @@
 """The README's main command, ``python -m trio_taskvisor demo``, as a person sees it.
 
 The live view runs in real terminals: tmux panes of 80x24 and 160x48 (and one too small
-for it, 70x20), on a tmux server of this test's own (``-L``), all started together. A
-pane is read with ``tmux capture-pane -p -J`` (wrapped lines joined, so a line longer
-than the pane would show) until its command has printed its exit status. The checks are
-on what the screen shows, never on timing: the key panels are there, no line is wider
-than the pane and no frame taller, names are never cut short, the summary repeats the
-counters' labels. A double Ctrl+C runs as a plain subprocess (``tests/test_examples.py`` runs the
-plain view, and the live one without ``rich``).
+for it, 70x20), on a tmux server of this test's own (``-L``), all started together, and
+two more, 80x24 and 120x40, that get a Ctrl+C (``send-keys C-c``) once the view has shown
+a periodic task waiting for its next run. A pane is read with
+``tmux capture-pane -p -J`` (wrapped lines joined, so a line longer than the pane would
+show) until its command has printed its exit status. The checks are on what the screen
+shows, never on timing: the key panels are there, no line is wider than the pane and no
+frame taller, names and hints are never cut short, one header after a Ctrl+C, a
+periodic task between runs is ``idle``, the summary repeats the counters' labels, and a
+Ctrl+C ends the run with status 130. Single and double signals also run as plain
+subprocesses (``tests/test_examples.py`` runs the plain view, and the live one without
+``rich``); the board's counting and the header's width are checked directly.
 
 tmux is part of the project's machines (``/usr/bin/tmux``); without it the test fails
 and says so, rather than passing without having looked.
@@ -15,6 +19,8 @@ and says so, rather than passing without having looked.
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import re
 import shlex
@@ -27,19 +33,26 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
+import trio
+
+from trio_taskvisor import BackoffSource, EventKind, TaskEvent, TaskId, TaskInfo, TaskState
+from trio_taskvisor._cli.demo import Board, _header_line, _state, counter_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 60.0  # seconds for every pane to finish, from the moment they were started
 EXIT = re.compile(r"^EXIT=(\d+)$", re.MULTILINE)
 # The rows of the counters panel, which the summary repeats ("rejections" appears only
 # once something was rejected).
-COUNTER_LABELS = ("outcomes", "attempts", "pollers", "tenants", "cache", "periodic", "events")
+COUNTER_LABELS = ("outcomes", "runs", "pollers", "tenants", "cache", "periodic", "events")
 # Key values that must never be shortened ("poll-legacy-…", "nex…").
 NAMES = ("poll-orders", "poll-payments", "poll-legacy-erp")
 CUT_NAME = re.compile(r"\b(?:poll|sync|compact|audit|tenant|cache)[\w:/-]*…")
+# A periodic task between two runs, in the task rows: "compact-db  idle  next run in 2.0 s".
+IDLE = re.compile(r"^(?:poll-\S+|compact-db) +idle +next run in", re.MULTILINE)
 
 
 @attrs.define
@@ -50,7 +63,10 @@ class Pane:
     width: int
     height: int
     args: tuple[str, ...]
+    interrupt: bool = False  # send one Ctrl+C once a periodic task shows as idle
     running: str = ""  # the last screen captured while the header said "running"
+    screens: list[str] = attrs.Factory(list)  # every screen captured while running
+    stopping: str = ""  # a screen captured after the Ctrl+C, while shutting down
     final: str = ""  # the screen once the command had exited
     history: str = ""  # everything the pane printed, scrolled-off lines included
     status: int | None = None
@@ -76,6 +92,8 @@ def panes() -> Iterator[dict[str, Pane]]:
         Pane("narrow", 80, 24, (*demo, *run)),
         Pane("wide", 160, 48, (*demo, *run)),
         Pane("small", 70, 20, (*demo, "--duration", "1", "--seed", "7")),
+        Pane("narrow-ctrl-c", 80, 24, (*demo, "--duration", "60", "--seed", "7"), True),
+        Pane("mid-ctrl-c", 120, 40, (*demo, "--duration", "60", "--seed", "7"), True),
     ]
     socket = f"taskvisor-test-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -104,6 +122,12 @@ def panes() -> Iterator[dict[str, Pane]]:
                     )
                 elif re.search(r"\brunning\b", "".join(_lines(screen)[:3])):
                     pane.running = screen  # the header (first line, or in a panel) says so
+                    pane.screens.append(screen)
+                    if pane.interrupt and not pane.stopping and IDLE.search(screen):
+                        _tmux(socket, "send-keys", "-t", pane.name, "C-c")
+                        pane.stopping = "sent"
+                elif pane.stopping == "sent" and "shutdown:" in _lines(screen)[0]:
+                    pane.stopping = screen
             time.sleep(0.1)
         yield {pane.name: pane for pane in wanted}
     finally:
@@ -168,6 +192,37 @@ def test_small_terminal_falls_back_to_plain(panes: dict[str, Pane]) -> None:
     assert "summary:" in pane.history
 
 
+@pytest.mark.parametrize("size", ["narrow-ctrl-c", "mid-ctrl-c"])
+def test_ctrl_c_in_the_live_view(panes: dict[str, Pane], size: str) -> None:
+    """After a Ctrl+C: one header, its hint in full, the summary, exit status 130."""
+    pane = panes[size]
+    screen = pane.stopping
+    assert screen not in ("", "sent"), f"{size}: never saw the shutdown\n{pane.final}"
+    lines = _lines(screen)
+    assert len(lines) <= pane.height, f"{size}: {len(lines)} lines\n{screen}"
+    assert screen.count("trio_taskvisor demo") == 1, f"{size}: a stale header\n{screen}"
+    assert "^C" not in screen, f"{size}: the terminal echoed Ctrl+C\n{screen}"
+    assert re.search(r"shutdown: forced in \d+\.\d s +Ctrl\+C: force now$", lines[0]), (
+        f"{size}: the hint is cut\n{screen}"
+    )
+    assert "…" not in lines[0], f"{size}: the header is cut\n{screen}"
+    for line in lines:
+        assert len(line) <= pane.width, f"{size}: {len(line)} columns: {line!r}"
+    assert pane.status == 130, f"{size}: exit status {pane.status}\n{pane.final}"
+    assert "stopped early by Ctrl+C" in pane.final, pane.final
+
+
+@pytest.mark.parametrize("size", ["narrow", "narrow-ctrl-c", "mid-ctrl-c"])
+def test_periodic_task_between_runs_is_idle(panes: dict[str, Pane], size: str) -> None:
+    """A periodic task waiting for its next run shows as idle; backoff is a retry's wait."""
+    pane = panes[size]
+    screens = "\n".join(pane.screens)
+    assert IDLE.search(screens), f"{size}: no idle periodic task\n{pane.running}"
+    for line in screens.splitlines():
+        if re.match(r"\S+ +backoff ", line):
+            assert re.search(r"backoff +retry in \d", line), f"{size}: {line!r}"
+
+
 class Output:
     """The merged stdout and stderr of a process, read by a thread as it comes."""
 
@@ -223,3 +278,104 @@ def test_second_ctrl_c_forces_the_shutdown() -> None:
     assert status == 130, output.text
     assert "a second Ctrl+C forced the shutdown" in output.text
     assert "Traceback" not in output.text
+
+
+def _stop_with(sig: signal.Signals, times: int) -> tuple[int, str]:
+    process = _demo("--plain", "--duration", "60", "--seed", "7")
+    output = Output(process)
+    try:
+        output.wait_for("task_added 'audit-writer'")
+        process.send_signal(sig)
+        if times == 2:
+            output.wait_for("shutdown_requested")
+            process.send_signal(sig)
+        status = process.wait(timeout=30)
+    finally:
+        process.kill()
+        process.wait()
+        output.close()
+    output.wait_for("summary:")
+    return status, output.text
+
+
+def test_one_ctrl_c_exits_130() -> None:
+    """A first Ctrl+C shuts down gracefully and still exits 128 + SIGINT, as services do."""
+    status, text = _stop_with(signal.SIGINT, 1)
+    assert status == 130, text
+    assert "stopped early by Ctrl+C, then a graceful shutdown" in text
+    assert "Traceback" not in text
+
+
+def test_sigterm_exits_143() -> None:
+    """SIGTERM: the same graceful shutdown, exit status 128 + SIGTERM."""
+    status, text = _stop_with(signal.SIGTERM, 1)
+    assert status == 143, text
+    assert "Traceback" not in text
+
+
+# -- the board and the header, directly -------------------------------------------------------
+
+
+def _event(kind: EventKind, name: str, **fields: Any) -> TaskEvent:
+    return TaskEvent(seq=0, time=0.0, wall_time=0.0, kind=kind, name=name, **fields)
+
+
+async def test_periodic_runs_count_as_runs_not_attempts() -> None:
+    """Three runs of a periodic task, one retried once: 3 runs, 1 retry, the 4th attempt."""
+    board = Board(20.0)
+    periodic = BackoffSource.SUCCESS
+    for kind, fields in [
+        (EventKind.ATTEMPT_STARTING, {"attempt": 1}),
+        (EventKind.ATTEMPT_SUCCEEDED, {"attempt": 1}),
+        (EventKind.BACKOFF_SCHEDULED, {"backoff_source": periodic, "delay": 0.5}),
+        (EventKind.ATTEMPT_STARTING, {"attempt": 2}),
+        (EventKind.ATTEMPT_FAILED, {"attempt": 2, "reason": "reset"}),
+        (EventKind.BACKOFF_SCHEDULED, {"backoff_source": BackoffSource.FAILURE, "delay": 0.2}),
+        (EventKind.ATTEMPT_STARTING, {"attempt": 3}),
+        (EventKind.ATTEMPT_SUCCEEDED, {"attempt": 3}),
+        (EventKind.BACKOFF_SCHEDULED, {"backoff_source": periodic, "delay": 0.5}),
+    ]:
+        await board.on_event(_event(kind, "poll", **fields))
+    assert "poll" in board.idle
+    await board.on_event(_event(EventKind.ATTEMPT_STARTING, "poll", attempt=4))
+    assert "poll" not in board.idle
+    assert board.runs["poll"] == 3
+    assert board.retries == 1
+    assert board.which("poll") == "run 3"
+    rows = dict(counter_rows(board))
+    assert rows["runs"].startswith("3 runs and 1 retry: 2 ok, 1 failed,")
+    assert "attempts" not in rows
+
+
+def test_idle_state_is_shown_for_a_periodic_wait() -> None:
+    """``TaskState.BACKOFF`` after a periodic success shows as idle, after a failure not."""
+    pytest.importorskip("rich", reason="needs the demo extra")
+    board = Board(20.0)
+    board.idle.add("poll")
+    info = TaskInfo(id=TaskId(1), name="poll", slot=None, state=TaskState.BACKOFF, attempt=7)
+    assert _state(board, info).plain == "idle"
+    retry = attrs.evolve(info, name="other")
+    assert _state(board, retry).plain == "backoff"
+
+
+@pytest.mark.parametrize("elapsed", [3.0, 19.9, 999.9])
+def test_shutdown_header_fits_80_columns(elapsed: float) -> None:
+    """The compact header keeps its whole hint at 80 columns while shutting down."""
+    pytest.importorskip("rich", reason="needs the demo extra")
+    from rich.console import Console
+
+    board = Board(1000.0)
+    board.sup = object()  # type: ignore[assignment]  # only "is not None" is read
+    board.phase = "shutting down"
+    board.ran = elapsed
+    board.stop_deadline = math.inf
+    console = Console(width=80, record=True, file=io.StringIO())
+
+    async def render() -> None:
+        board.stop_deadline = trio.current_time() + 1.5
+        console.print(_header_line(board))
+
+    trio.run(render)
+    (line,) = console.export_text().splitlines()
+    assert line.endswith("forced in 1.5 s  Ctrl+C: force now"), line
+    assert len(line) < 80

@@ -4,7 +4,8 @@
 attrs classes the ``__init__`` attrs writes at import time; the tests here check both on
 small sources, and then build the real site (``mkdocs build --strict``, as CI does) and
 look at a few pages: a signature built from attrs fields, an included example, the
-diagrams. They need the ``docs`` extra and skip without it.
+diagrams (SVG images rendered by ``docs/render_diagrams.py``, and nothing loaded from
+another host). They need the ``docs`` extra and skip without it.
 """
 
 from __future__ import annotations
@@ -141,6 +142,83 @@ def test_attrs_classes_get_their_init(ext: Any, tmp_path: Path) -> None:
     assert "class-attribute" in config.members["LIMIT"].labels
 
 
+def test_internals_stay_out_of_the_reference(ext: Any, tmp_path: Path) -> None:
+    """Slots, attrs hooks and undocumented dunders go; private names leave signatures."""
+    import griffe
+
+    package = tmp_path / "internals"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        textwrap.dedent(
+            '''\
+            import enum
+
+            import attrs
+
+            _LIMIT = 30.0
+
+
+            class _Inherit(enum.Enum):
+                INHERIT = "INHERIT"
+
+
+            INHERIT = _Inherit.INHERIT
+
+
+            def _check(value):
+                return value
+
+
+            @attrs.frozen
+            class Config:
+                """A config."""
+
+                url: str = attrs.field(converter=_check)
+                """The URL."""
+                limit: float = attrs.field(default=_LIMIT, validator=lambda _i, _a, v: None)
+                """The limit."""
+                mode: int | _Inherit = INHERIT
+                """The mode."""
+
+                def __attrs_post_init__(self):
+                    pass
+
+                def __repr__(self):
+                    return "Config()"
+
+                def __str__(self):
+                    """Show the URL without its password."""
+                    return "..."
+
+
+            class Waiter:
+                """A waiter."""
+
+                __slots__ = ("_x",)
+
+                def __eq__(self, other):
+                    return False
+            '''
+        ),
+        encoding="utf-8",
+    )
+    loaded = griffe.load(
+        "internals",
+        search_paths=[str(tmp_path)],
+        extensions=griffe.load_extensions(ext.TaskvisorDocs),
+    )
+    config = loaded["Config"]
+    assert sorted(config.members) == ["__init__", "__str__", "limit", "mode", "url"]
+    assert list(loaded["Waiter"].members) == []
+    assert config.members["url"].value is None
+    assert str(config.members["limit"].value) == "30.0"
+    assert str(config.members["mode"].annotation) == "int"
+    init = {p.name: p for p in config.members["__init__"].parameters}
+    assert str(init["limit"].default) == "30.0"
+    assert str(init["mode"].annotation) == "int"
+    assert str(init["mode"].default) == "INHERIT"
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("mkdocs", reason="needs the docs extra")
@@ -179,12 +257,62 @@ def test_site_includes_the_examples(site: Path) -> None:
         assert f"examples/{example.name}" in text
 
 
-def test_site_has_the_diagrams(site: Path) -> None:
-    """The Mermaid diagrams reach the pages as Material's mermaid blocks."""
-    concepts = (site / "concepts" / "index.html").read_text(encoding="utf-8")
-    assert concepts.count('class="mermaid"') == 4
-    replicas = (site / "howto-replicas" / "index.html").read_text(encoding="utf-8")
-    assert replicas.count('class="mermaid"') == 1
+def _render_diagrams() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "render_diagrams", ROOT / "docs" / "render_diagrams.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_diagrams_are_rendered_from_their_sources() -> None:
+    """Each ``docs/diagrams/*.mmd`` has an SVG rendered from its current text."""
+    render = _render_diagrams()
+    sources = sorted((ROOT / "docs" / "diagrams").glob("*.mmd"))
+    assert len(sources) == 5
+    assert render.stale() == [], "run: python docs/render_diagrams.py (see its docstring)"
+
+
+def test_diagram_sources_are_not_mermaid_fences() -> None:
+    """No page has a Mermaid fence: the theme would load Mermaid from a CDN to draw it."""
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        assert "```mermaid" not in page.read_text(encoding="utf-8"), page
+
+
+def test_diagrams_draw_with_nothing_from_outside(site: Path) -> None:
+    """The diagrams are SVG images in the site itself, and the SVGs fetch nothing."""
+    expected = {
+        "concepts": ["task-states", "shutdown-timeline", "slot-states", "slot-line"],
+        "howto-replicas": ["cluster-hand-over"],
+    }
+    for page, names in expected.items():
+        html = (site / page / "index.html").read_text(encoding="utf-8")
+        assert re.findall(r'<img alt="[^"]+" src="\.\./diagrams/([\w-]+)\.svg"', html) == names
+    for svg in sorted((site / "diagrams").glob("*.svg")):
+        text = svg.read_text(encoding="utf-8")
+        assert text.count("<svg") >= 1
+        assert not re.search(r"@import|url\(\s*['\"]?https?:|(?:xlink:)?href=\"https?:", text), svg
+    assert len(list((site / "diagrams").glob("*.svg"))) == 5
+
+
+def test_site_loads_no_script_or_style_from_outside(site: Path) -> None:
+    """No page loads a script, a stylesheet or a font from another host.
+
+    With no network (behind a firewall, an air-gapped mirror) the site looks the same:
+    no Mermaid block for the theme to fetch Mermaid's JavaScript for, no font CDN.
+    """
+    external = re.compile(
+        r"<script[^>]*\ssrc=\"(?:https?:)?//|<link[^>]*\shref=\"(?:https?:)?//", re.IGNORECASE
+    )
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert not external.search(html), (page, external.search(html))
+        assert 'class="mermaid"' not in html, page
 
 
 def test_every_public_field_is_described(ext: Any) -> None:
@@ -216,3 +344,54 @@ def test_every_public_field_is_described(ext: Any) -> None:
                 if not member_name.startswith("_") and target.is_attribute and not target.docstring:
                     undescribed.append(f"{export}.{member_name}")
     assert not undescribed, f"{len(undescribed)} undescribed: {' '.join(undescribed)}"
+
+
+def _reference_pages(site: Path) -> list[Path]:
+    pages = sorted((site / "reference").glob("*/index.html"))
+    assert len(pages) == 9
+    return pages
+
+
+def test_reference_shows_no_internals(site: Path) -> None:
+    """The API reference shows API only.
+
+    No ``__slots__``, attrs hooks or undocumented dunders, no private name (a converter,
+    a validator, a private constant or type in a signature, a private module), and no
+    citation of a document the repository does not ship.
+    """
+    private = re.compile(r"(?<![\w.*])_[A-Za-z]\w*")
+    for page in _reference_pages(site):
+        html = page.read_text(encoding="utf-8")
+        text = _text(page).replace("&quot;", '"').replace("&gt;", ">").replace("&lt;", "<")
+        assert not re.findall(r'id="[\w.]*\.__\w+__"', html), page
+        for internal in ["__slots__", "__attrs_post_init__", "attrs.field(", "converter="]:
+            assert internal not in text, (page, internal)
+        assert private.findall(text) == [], page
+        assert not re.search(r"DESIGN|\bsection \d+", text), page
+
+
+def test_reference_signatures_wrap(site: Path) -> None:
+    """Signatures are formatted to 80 columns, one parameter a line when they are long.
+
+    A line longer than that holds a string literal nothing can break.
+    """
+    wrapped = 0
+    for page in _reference_pages(site):
+        html = page.read_text(encoding="utf-8")
+        for block in re.findall(
+            r'<div class="doc-signature highlight"><pre>(.*?)</pre>', html, re.S
+        ):
+            lines = re.sub(r"<[^>]+>", "", block).replace("&quot;", '"').splitlines()
+            wrapped += len(lines) > 2
+            for line in lines:
+                assert len(line) <= 80 or line.count('"') >= 2, (page, line)
+    assert wrapped > 20
+
+
+def test_docs_extra_has_a_signature_formatter() -> None:
+    """mkdocstrings wraps signatures only with Black or Ruff installed: the extra has Ruff."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    docs = project["optional-dependencies"]["docs"]
+    assert any(re.match(r"(ruff|black)\b", requirement) for requirement in docs), docs

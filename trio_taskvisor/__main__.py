@@ -11,16 +11,18 @@ about 20 s of a supervised service, shown live with ``rich`` (``pip install
 terminal of at least 80x24: ``--plain`` is the default when stdout is not a terminal,
 when the terminal is smaller, or when ``rich`` is missing (a hint on stderr says which);
 ``--live`` insists on the live view (e.g. under ``script`` or with ``TTY_COMPATIBLE=1``).
-Ctrl+C starts the graceful shutdown; a second Ctrl+C forces it at once and prints the
-summary. See ``trio_taskvisor._cli.demo``.
+Ctrl+C starts the graceful shutdown; a second Ctrl+C forces it at once; either way the
+summary is printed. See ``trio_taskvisor._cli.demo``.
 
 ``tour`` is the short walk-through (about 2 s, no extra dependency): a flaky fetch, a
 periodic heartbeat, a fatal failure and a task that overstays the grace window, logged
 event by event. See ``trio_taskvisor._cli.tour``.
 
 The exit status is 0 when the run ends as designed (the demo's and the tour's stubborn
-task overrunning the grace window is part of the design, and so is a first Ctrl+C), 130
-when a second Ctrl+C forced the demo's shutdown or a Ctrl+C interrupted the tour.
+task overrunning the grace window is part of the design), and ``128 + signal`` when a
+signal ended it, as services do: 130 after a Ctrl+C (a first, graceful one in the demo,
+or a second that forced its shutdown, or one that interrupted the tour), 143 after a
+SIGTERM to the demo.
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             "A supervised service for --duration seconds, then a graceful shutdown. "
             "Shown live (needs rich: pip install 'trio_taskvisor[demo]') on a terminal of "
             "at least 80x24; log lines (--plain) otherwise: when stdout is not a terminal, "
-            "the terminal is smaller, or rich is missing. Ctrl+C shuts down gracefully; "
-            "a second Ctrl+C forces the shutdown at once, prints the summary and exits "
-            "with status 130."
+            "the terminal is smaller, or rich is missing. Ctrl+C shuts down gracefully, "
+            "a second Ctrl+C forces the shutdown at once; either way the summary is "
+            "printed and the exit status is 128 + the signal (130 for Ctrl+C)."
         ),
     )
     demo.set_defaults(command="demo")

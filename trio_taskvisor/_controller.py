@@ -256,6 +256,8 @@ class LeaseKeeperSeam(Protocol):
 
     def stop_owner(self, slot: str, /) -> StopRequest: ...
 
+    def lease_lost(self, entry: int, /) -> str | None: ...
+
     async def query(self, slot: str, /) -> ClusterSlotInfo | None: ...
 
     async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
@@ -710,6 +712,25 @@ class Controller:
         entry = rec.entry
         assert isinstance(entry, Entry)
         self._inbox.put_nowait(_Decided(entry, accepted), force=True)  # pyright: ignore[reportUnknownArgumentType]
+
+    def lease_lost(self, rec: TaskRecord) -> str | None:
+        keeper = self.keeper
+        entry = rec.entry
+        if keeper is None or not isinstance(entry, Entry):
+            return None
+        reason = keeper.lease_lost(entry.id)
+        if reason is not None and self._cluster is not None and self._bus.active:
+            # Published here, before the outcome: the keeper's report of the loss finds
+            # the owner gone and publishes nothing.
+            self._bus.publish(
+                EventKind.CONTROLLER_LEASE_LOST,
+                rec.id,
+                rec.name,
+                entry.key,
+                reason=reason,
+                fence_token=rec.fence_token,
+            )
+        return reason
 
     def owner_exited(self, rec: TaskRecord) -> None:
         entry = rec.entry

@@ -8,10 +8,10 @@
      ├── ResourceLimitError(RuntimeError)     .resource, .limit
      ├── NoControllerError(RuntimeError)      submit without a controller
      ├── DeadlockError(RuntimeError)          a wait that closes a wait-for cycle
-     ├── SlotStoreUnavailableError(RuntimeError)  slot store unreachable at start
+     ├── SlotStoreUnavailableError(RuntimeError)  slot store silent or refusing
      ├── CriticalTaskError(RuntimeError)      .outcome, .task_id, .name; open_supervisor, run
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
-     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap() (in _outcome)
+     ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap()
      ├── FatalError(Exception)                raised by tasks: stop without retry; .exit_code
      ├── TaskFailure(Exception)               raised by tasks: retryable, with .exit_code
      └── TaskCancelled(Exception)             raised by tasks: stop as CANCELLED
@@ -76,10 +76,14 @@ class DeadlockError(RuntimeError):
 
 
 class SlotStoreUnavailableError(RuntimeError):
-    """The slot store did not answer within its ``connect_timeout``.
+    """The slot store refused what the supervisor needs, or did not answer in time.
 
-    Raised by ``open_supervisor`` when the server cannot be reached at start, and by
-    ``Supervisor.cluster_slot`` when the server does not answer in time.
+    Raised by ``open_supervisor`` when the server cannot be used at start, and by
+    ``Supervisor.cluster_slot`` when it cannot answer. When the server answered with an
+    error (credentials, permissions, an unknown command, the database number, TLS, not
+    the Redis protocol), the message says what was refused and ``__cause__`` is the
+    client's error; "did not answer within N s" (no cause) means silence for
+    ``connect_timeout``.
     """
 
 

@@ -28,9 +28,12 @@ Invariants:
   by a local timer that fires whether or not the server answers (``LeaseDeadline``);
   after that the keeper never renews it again.
 * ``StoreUnavailable`` and ``StoreRecovered`` alternate, once per outage. An outage
-  starts with the first failed round trip, or with the loss of the subscription, or
-  when a renewal shows a restarted server (a new ``run_id``: the subscription did not
-  survive it). It ends once a fresh connection renewed and subscribed again.
+  starts with the first failed round trip, or with a round trip whose renewal (or any
+  call) the server refused as such (permissions, unknown commands, a Redis Cluster
+  node, a read-only replica: an error reply is no reply), or with the loss of the
+  subscription, or when a renewal shows a restarted server (a new ``run_id``: the
+  subscription did not survive it). It ends once a fresh connection renewed (without
+  an error reply) and subscribed again.
 * No ``trio.Cancelled`` of the keeper's own scopes and no exception group of the
   client library leaves the keeper: failures of the server or of the client are
   contained, logged (never with credentials) and handled as outages.
@@ -46,8 +49,17 @@ Decisions the design leaves open:
   least ``lease_ttl / 3`` later still finds no outcome (the target's process may store
   one meanwhile: each check registers the joiner again, so a release after a server
   restart still asks for the outcome).
-* Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate),
+* Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
+  the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
+* ``SlotStoreUnavailableError`` names the last error the client reported (what the
+  server was asked, and how it refused), chained as ``__cause__``; without one (the
+  server stayed silent) it says "did not answer within N s". The client's own bounds
+  (connecting, a subscription's confirmation) are half of ``connect_timeout``, so its
+  error arrives before the keeper's bound.
+* An owner's lease deadline is also checked when its outcome is committed
+  (``lease_lost``), so a body that returns in the instant of the loss ends
+  ``LEASE_LOST``, whichever of it and the deadline timer trio runs first.
 * At ``close`` pending submits are rejected ``SHUTTING_DOWN`` and no new lease is taken;
   leases still held are not released (their owners may still run): they expire
   ``lease_ttl`` after their last renewal. Reports that the controller's channel cannot
@@ -59,6 +71,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import ssl
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -72,7 +85,17 @@ import coredis
 import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from coredis.connection import TCPConnection
-from coredis.exceptions import NoScriptError
+from coredis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    InvalidResponse,
+    NoScriptError,
+    ProtocolError,
+    ReadOnlyError,
+    RedisClusterError,
+    ResponseError,
+    UnknownCommandError,
+)
 from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
@@ -200,7 +223,7 @@ class _RedisConnection:
         async with self._client.pubsub(
             ignore_subscribe_messages=True,
             retry_policy=NoRetryPolicy(),
-            subscription_timeout=self._store.connect_timeout,
+            subscription_timeout=_client_timeout(self._store),
         ) as pubsub:
             await pubsub.subscribe(channel)
             subscribed()
@@ -230,6 +253,14 @@ class _TCPConnection(TCPConnection):
                     value.close()
 
 
+def _client_timeout(store: RedisSlotStore) -> float:
+    """The client's own bound on connecting (TCP and TLS) and on a subscription's
+    confirmation: half the keeper's, so that its error (a TLS handshake a plain server
+    never answers, a subscription an ACL refuses) arrives within the keeper's bound and
+    names the cause, instead of the keeper's "did not answer"."""
+    return store.connect_timeout / 2
+
+
 def redis_connector(store: RedisSlotStore, instance_id: str) -> Connector:
     """Return a ``Connector`` that opens a coredis client of ``store``."""
 
@@ -240,7 +271,7 @@ def redis_connector(store: RedisSlotStore, instance_id: str) -> Connector:
             decode_responses=True,
             decode_components=True,
             retry_policy=NoRetryPolicy(),
-            connect_timeout=store.connect_timeout,
+            connect_timeout=_client_timeout(store),
             client_name=f"taskvisor:{instance_id}",
         )
         client.connection_pool.connection_class = _TCPConnection
@@ -335,6 +366,7 @@ class _Query:
     done: trio.Event = attrs.Factory(trio.Event)
     result: ClusterSlotInfo | None = None
     failed: bool = False
+    error: tuple[str, Exception] | None = None  # the server's refusal, if it answered
     abandoned: bool = False
 
 
@@ -429,6 +461,7 @@ class LeaseKeeper:
         self._follows: dict[int, _Follow] = {}
         self._watched: set[str] = set()
         self._attempts: dict[int, int] = {}  # entries on their second or later attempt
+        self._lost: dict[int, str] = {}  # entries whose lease was lost, until released
         # work to send
         self._submits: dict[int, _Submit] = {}  # unresolved, in arrival order
         self._obligations: deque[_Obligation] = deque()
@@ -455,6 +488,11 @@ class LeaseKeeper:
         self._backlog_wakeup = _Wakeup()
         self._round_trips = 0
         self._quiet = False  # failures after the first of an outage log at DEBUG
+        # What the server was asked and the client's error, of the last connection
+        # attempt (or call) that failed with one: named by SlotStoreUnavailableError.
+        self._error: tuple[str, Exception] | None = None
+        self._backoff = 0.0  # the pause before the next reconnection attempt
+        self._recovered_at = -math.inf
         self._secrets = _secrets_of(store.url)
 
     def __repr__(self) -> str:
@@ -500,6 +538,7 @@ class LeaseKeeper:
         self._dequeue(entry)
         self._claims.pop(entry, None)
         self._leases.pop(entry, None)
+        self._lost.pop(entry, None)
         self._oblige(_Withdraw(slot, self._eid(entry), reason.value))
         self._attempts.pop(entry, None)
 
@@ -507,6 +546,7 @@ class LeaseKeeper:
         """Give back the lease of ``entry`` after its owner physically exited (also after
         ``LeaseLost``); ``outcome`` is encoded only if other processes follow it."""
         self._leases.pop(entry, None)
+        self._lost.pop(entry, None)
         self._oblige(_Release(slot, self._eid(entry), outcome))
         self._attempts.pop(entry, None)
 
@@ -520,6 +560,19 @@ class LeaseKeeper:
     def unfollow(self, joiner: int) -> None:
         """Stop following for ``joiner``; no report."""
         self._follows.pop(joiner, None)
+
+    def lease_lost(self, entry: int) -> str | None:
+        """Why the lease of ``entry`` counts as lost now, or ``None`` while it is held (or
+        ``entry`` has none). Checks the lease's deadline at the call, so the answer holds
+        even before the timer that reports ``LeaseLost`` has run; a loss found here is
+        reported too. Never blocks."""
+        lease = self._leases.get(entry)
+        if lease is None:
+            return self._lost.get(entry)
+        reason = lease.rule.check(trio.current_time())
+        if reason is not None:
+            self._lose(lease, reason)
+        return reason
 
     def stop_owner(self, slot: str) -> _StopOwner:
         """Ask the process holding ``slot``'s lease to stop its owner (once per lease), as
@@ -551,10 +604,9 @@ class LeaseKeeper:
             if not query.failed:
                 return query.result
         query.abandoned = True
-        raise SlotStoreUnavailableError(
-            f"slot store {self.store.safe_url} did not answer within "
-            f"{self.store.connect_timeout!r} s"
-        )
+        error = query.error or (None if self._available else self._error)
+        message, cause = self._unavailable(error)
+        raise SlotStoreUnavailableError(message) from cause
 
     def close(self) -> None:
         """Start the drain: pending submits are rejected ``SHUTTING_DOWN``, obligations
@@ -621,10 +673,18 @@ class LeaseKeeper:
                     obligation.done.set()
             self._stopped.set()
         if not connected:
-            raise SlotStoreUnavailableError(
-                f"slot store {self.store.safe_url} did not answer within "
-                f"{self.store.connect_timeout!r} s"
-            )
+            message, cause = self._unavailable(self._error)
+            raise SlotStoreUnavailableError(message) from cause
+
+    def _unavailable(self, error: tuple[str, Exception] | None) -> tuple[str, Exception | None]:
+        """The text of a ``SlotStoreUnavailableError``, and its cause: what the server
+        refused and the client's error, or silence (no error) for ``connect_timeout``."""
+        url = self.store.safe_url
+        if error is None:
+            return f"slot store {url} did not answer within {self.store.connect_timeout!r} s", None
+        asked, exc = error
+        what = _refusal(exc, asked, tls=url.startswith("rediss:"))
+        return f"slot store {url} {what}: {self._describe(exc)}", exc
 
     async def _io_loop(self) -> None:
         bye_sent = False
@@ -710,7 +770,9 @@ class LeaseKeeper:
         return bound
 
     async def _send(self, batch: _Batch, bound: float) -> bool:
-        """Run one round trip of ``batch``, bounded; handle its replies or its failure."""
+        """Run one round trip of ``batch``, bounded; handle its replies or its failure.
+        Return whether it worked: replies came, and the server did not refuse the
+        renewal or the scripts (an error reply to them is a failure, not a reply)."""
         conn = self._conn
         sent_at = trio.current_time()
         self._round_trips += 1
@@ -720,16 +782,28 @@ class LeaseKeeper:
                 try:
                     replies = await conn.round_trip(batch.calls)
                 except BaseException as exc:
-                    self._contain(exc, "a round trip to the slot store failed")
+                    self._contain(exc, "a round trip to the slot store failed", "the connection")
         if replies is None or len(replies) != len(batch.calls):
             self._batch_failed(batch)
             return False
-        self._batch_done(batch, replies, sent_at)
-        return True
+        return self._batch_done(batch, replies, sent_at)
 
     # -- replies ------------------------------------------------------------------------------
 
-    def _batch_done(self, batch: _Batch, replies: list[object], sent_at: float) -> None:
+    def _batch_done(self, batch: _Batch, replies: list[object], sent_at: float) -> bool:
+        """Handle the replies; return ``False`` when the server refused the renewal, or
+        refused the scripts: then the batch is handled as a failed round trip (an
+        outage; the obligations are sent again), and ``self._error`` names the refusal."""
+        for part, reply in zip(batch.parts, replies, strict=True):
+            if isinstance(reply, Exception) and (
+                isinstance(part, str | _Renewal) or _refuses_calls(reply)
+            ):
+                asked = _asked(part)
+                self._error = (asked, reply)
+                if not self._available:  # while reconnecting: logged as any failed attempt
+                    self._log_failure(f"the slot store refused {asked}", reply)
+                self._batch_failed(batch, f"it refused {asked}: {self._describe(reply)}")
+                return False
         restarted = False
         for part, reply in zip(batch.parts, replies, strict=True):
             if isinstance(reply, Exception):
@@ -762,18 +836,19 @@ class LeaseKeeper:
         if restarted and self._available:
             # The server lost this process's subscription with its state: open it again.
             self._mark_unavailable("the slot store restarted")
+        return True
 
     def _call_failed(self, part: _Part, error: Exception) -> None:
-        """A call the server answered with an error (a bug, or foreign data in the
-        namespace): the call's work is handled as failed, without an outage."""
+        """A call the server answered with an error that is not a refusal (a bug, or
+        foreign data in the namespace): the call's work is handled as failed, without an
+        outage (refusals are handled by ``_batch_done``)."""
         logger.error("slot store call failed (%s): %s", type(part).__name__, self._describe(error))
         match part:
-            case str() | _Renewal():
-                self._mark_unavailable("the renewal failed")
             case _Submit() if not part.resolved:
                 self._fail_submit(part)
             case _Query() if not part.abandoned:
                 part.failed = True
+                part.error = ("the query", error)
                 part.done.set()
             case _StopOwner():
                 part.failed = True
@@ -884,7 +959,7 @@ class LeaseKeeper:
 
     # -- failures -------------------------------------------------------------------------------
 
-    def _batch_failed(self, batch: _Batch) -> None:
+    def _batch_failed(self, batch: _Batch, why: str = "a round trip failed") -> None:
         requeue: list[_Obligation] = []
         for part in batch.parts:
             match part:
@@ -897,7 +972,7 @@ class LeaseKeeper:
                 case _:
                     pass  # renewals and claims are made again; leases run on their timers
         self._obligations.extendleft(reversed(requeue))
-        self._mark_unavailable("a round trip failed")
+        self._mark_unavailable(why)
 
     def _fail_submit(self, submit: _Submit) -> None:
         """Resolve a submit that got no reply: it may have reached the server, so its
@@ -931,23 +1006,33 @@ class LeaseKeeper:
 
     async def _recover(self) -> None:
         """Reconnect until a fresh connection renewed and subscribed (then report
-        ``StoreRecovered``), backing off up to ``lease_ttl / 3``."""
-        delay = 0.0
+        ``StoreRecovered``), backing off up to ``lease_ttl / 3``.
+
+        The first attempt is immediate unless the last outage ended less than
+        ``lease_ttl / 3`` ago: then the backoff goes on where it stopped, so a server
+        that fails every connection soon after accepting it is never retried without
+        a pause.
+        """
+        if trio.current_time() - self._recovered_at >= self._interval:
+            self._backoff = 0.0
         while not self._available:
-            if delay:
-                await trio.sleep(delay)
+            if self._backoff:
+                await trio.sleep(self._backoff)
             with trio.move_on_after(self.store.connect_timeout):
                 if await self._connect(self._interval):
                     self._available = True
+                    self._recovered_at = trio.current_time()
                     logger.info("slot store %s recovered", self.store.safe_url)
                     self._report(StoreRecovered())
                     return
             self._quiet = True
-            delay = min(self._interval, max(self._interval / 8, 2 * delay))
+            self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
 
     async def _connect(self, bound: float) -> bool:
-        """Open a fresh connection, renew on it, subscribe; return whether all worked."""
+        """Open a fresh connection, renew on it, subscribe; return whether all worked
+        (``self._error`` names the failure when the client reported one)."""
         self._drop_connection()
+        self._error = None
         assert self._nursery is not None
         scope = trio.CancelScope()
         self._conn_scope = scope
@@ -983,7 +1068,7 @@ class LeaseKeeper:
                     started = True
                     await trio.sleep_forever()
             except BaseException as exc:
-                self._contain(exc, "the slot store client stopped")
+                self._contain(exc, "the slot store client stopped", "the connection")
         if not started:
             task_status.started(None)
         elif not scope.cancel_called:
@@ -1008,29 +1093,41 @@ class LeaseKeeper:
             try:
                 await conn.subscribe(self._channel, self._on_message, confirmed)
             except BaseException as exc:
-                self._contain(exc, "the slot store subscription ended")
+                self._contain(exc, "the slot store subscription ended", "the subscription")
         if not subscribed:
             task_status.started(False)
         elif not scope.cancel_called:
             self._mark_unavailable("the subscription ended")
 
-    def _contain(self, exc: BaseException, what: str) -> None:
-        """Log the ``Exception`` parts of ``exc``; re-raise the rest (``Cancelled`` and
+    def _contain(self, exc: BaseException, what: str, asked: str) -> None:
+        """Log the ``Exception`` parts of ``exc`` and keep the first as ``self._error``
+        (``asked``: what the server was asked); re-raise the rest (``Cancelled`` and
         other ``BaseException``s), so no error of the client library leaves the keeper."""
         if isinstance(exc, BaseExceptionGroup):
             group = cast("BaseExceptionGroup[BaseException]", exc)
             errors, rest = group.split(Exception)
             if errors is not None:
+                self._record(asked, _first_leaf(errors))
                 self._log_failure(what, errors)
             if rest is not None:
                 raise rest from None
         elif isinstance(exc, Exception):
+            self._record(asked, exc)
             self._log_failure(what, exc)
         else:
             raise exc
 
+    def _record(self, asked: str, exc: Exception) -> None:
+        """Keep ``exc`` as the failure to name, unless the keeper is cancelling this task
+        (coredis turns a cancelled connection attempt into an error of its own)."""
+        if trio.current_effective_deadline() != -math.inf:
+            self._error = (asked, exc)
+
     def _log_failure(self, what: str, exc: BaseException) -> None:
-        level = logging.DEBUG if self._quiet or self._closing else logging.WARNING
+        # DEBUG after an outage's first failure, at close, and for what the keeper's own
+        # cancellation of a connection causes (a dropped connection's subscription).
+        quiet = self._quiet or self._closing or trio.current_effective_deadline() == -math.inf
+        level = logging.DEBUG if quiet else logging.WARNING
         logger.log(level, "%s: %s", what, self._describe(exc))
 
     def _describe(self, exc: BaseException) -> str:
@@ -1039,7 +1136,10 @@ class LeaseKeeper:
             leaves = cast("BaseExceptionGroup[BaseException]", exc).exceptions
             text = "; ".join(self._describe(leaf) for leaf in leaves)
         else:
-            text = f"{type(exc).__name__}: {exc}"
+            text = _text(exc)
+            cause = exc.__cause__
+            if cause is not None and not isinstance(cause, BaseExceptionGroup):
+                text += f" ({_text(cause)})"  # coredis wraps the OS's error
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
@@ -1129,6 +1229,7 @@ class LeaseKeeper:
     def _lose(self, lease: _Lease, reason: str) -> None:
         if self._leases.get(lease.entry) is lease:
             del self._leases[lease.entry]
+            self._lost[lease.entry] = reason
             self._report(LeaseLost(lease.slot, lease.entry, lease.token, reason))
 
     def _displaced(self, slot: str, eid: str | None) -> None:
@@ -1219,6 +1320,90 @@ class LeaseKeeper:
                 self._backlog.clear()
                 return
             self._backlog.popleft()
+
+
+def _text(exc: BaseException) -> str:
+    """``"Type: message"``, or the type alone for an empty message."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
+    """The first exception of a group that is not itself a group."""
+    first = group.exceptions[0]
+    if isinstance(first, BaseExceptionGroup):
+        return _first_leaf(first)
+    return first
+
+
+def _refuses_calls(error: Exception) -> bool:
+    """Whether an error reply refuses the keeper's calls as such (permissions, a Redis
+    Cluster node, a read-only replica, unknown commands), not one call's data."""
+    return _acl_refusal(error) or isinstance(
+        error,
+        AuthenticationError | RedisClusterError | ReadOnlyError | UnknownCommandError,
+    )
+
+
+def _acl_refusal(error: Exception) -> bool:
+    """Whether the server refused a command to this user: ``NOPERM``, or a command a
+    script calls ("ACL failure in script: ... no permissions ...")."""
+    return isinstance(error, AuthorizationError) or (
+        isinstance(error, ResponseError) and "no permissions" in str(error)
+    )
+
+
+def _asked(part: _Part) -> str:
+    """What a call of a round trip asked of the server, for error messages."""
+    match part:
+        case str():
+            return "the INFO command"
+        case _Bye():
+            return "the DEL command"
+        case _:
+            return "the lease scripts"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (or contexts), nearest first."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return chain
+
+
+def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
+    """Say what went wrong from the client's error ``exc`` (``asked``: what the server
+    was asked when it failed): what the server refused, or why it was not a Redis
+    server, or why it could not be reached."""
+    chain = _chain(exc)
+    timed_out = any(isinstance(link, TimeoutError) for link in chain)
+    if tls and timed_out and asked == "the connection":
+        return "did not complete the TLS handshake in time (does the server speak TLS?)"
+    if any(isinstance(link, ssl.SSLError) for link in chain):
+        return "failed the TLS handshake"
+    if timed_out and asked == "the subscription":
+        return (
+            "did not confirm the subscription to this process's channel (may the user "
+            "subscribe to channels, as ACL '&*' allows?)"
+        )
+    if isinstance(exc, AuthenticationError):
+        return "refused the credentials"
+    if _acl_refusal(exc):
+        return f"refused {asked} to this user (an ACL permission is missing)"
+    if isinstance(exc, RedisClusterError):
+        return f"refused {asked}: it is a Redis Cluster node, which the store does not support"
+    if isinstance(exc, ResponseError):
+        if "DB index" in str(exc):
+            return "refused the database number"
+        if isinstance(exc, UnknownCommandError) or "unknown command" in str(exc).lower():
+            return f"refused {asked} as unknown commands"
+        return f"refused {asked}"
+    if isinstance(exc, InvalidResponse | ProtocolError):
+        return "did not answer in the Redis protocol (is it a Redis server?)"
+    return "could not be reached"
 
 
 def _secrets_of(url: str) -> tuple[str, ...]:

@@ -56,6 +56,14 @@ class RecordListener(Protocol):
         for its listener to ``release()`` once it has handled the decision.
         """
 
+    def lease_lost(self, rec: TaskRecord, /) -> str | None:
+        """Why the record's cluster lease counts as lost now (``None``: it is held).
+
+        Asked by the registry for a record with a fence token just before it commits
+        the outcome of the actor's exit, so a body that returns in the instant its lease
+        is lost ends ``LEASE_LOST`` whichever task trio ran first.
+        """
+
     def owner_exited(self, rec: TaskRecord, /) -> None:
         """The record's actor physically exited and its outcome is committed.
 

@@ -832,6 +832,13 @@ class Registry:
         if rec.reserved:
             del self._names[rec.name]
         if not rec.committed:
+            if rec.fence_token is not None and rec.listener is not None:
+                # The lease may have been lost in this very instant (its deadline passed
+                # while the body ran its last step, or the loss is still in the
+                # controller's inbox): the loss wins over whatever the body did.
+                lost = rec.listener.lease_lost(rec)
+                if lost is not None:
+                    outcome = TaskOutcome(OutcomeKind.LEASE_LOST, reason=lost)
             self._commit(rec, outcome)
         else:
             bus = self.bus

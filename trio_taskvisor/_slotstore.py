@@ -9,10 +9,12 @@ and the lease keeper in ``_keeper``.
 Decisions the design leaves open:
 
 * ``RedisSlotStore.url`` is checked when the store is built: scheme ``redis`` or
-  ``rediss``, a host, an optional port and an optional database path (``/0``). Query
-  parameters are passed on to coredis as it documents them; percent-escapes in the user
-  name and password are decoded, so a password may contain ``@``, ``:`` or ``/`` as
-  ``%40``, ``%3A``, ``%2F``.
+  ``rediss``, a host, an optional port (1 to 65535) and an optional database path
+  (``/0``). The query options ``db``, ``username`` and ``password``, and with
+  ``rediss`` the ``ssl_*`` options, are passed on to coredis as it documents them; any
+  other option is a ``ConfigError`` naming it. Percent-escapes in the user name and
+  password are decoded, so a password may contain ``@``, ``:`` or ``/`` as ``%40``,
+  ``%3A``, ``%2F``.
 * Credentials never show: ``repr()``/``str()`` print the URL with the password (and a
   ``password=`` query parameter, in any case and with any percent-escapes in its name,
   as coredis decodes them) as ``***``. A user part without a ``:`` is masked whole,
@@ -37,7 +39,7 @@ import re
 import secrets
 import socket
 from typing import Any, Final, Protocol, TypeAlias
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 import attrs
 
@@ -96,22 +98,56 @@ def redact_url(url: str) -> str:
     return _PARAM.sub(mask_param, _USERINFO.sub(mask_user, url, count=1))
 
 
+_TLS_OPTIONS: Final = frozenset(
+    {"ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_check_hostname", "ssl_keyfile"}
+)
+_URL_OPTIONS: Final = frozenset({"db", "password", "username"}) | _TLS_OPTIONS
+
+
 def _check_url(url: object) -> str:
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}")
     try:
         parts = urlsplit(url)
-        _ = parts.port  # raises for a port that is not a number in range
     except ValueError:
         raise ConfigError("url must be a valid redis:// or rediss:// url") from None
     if parts.scheme not in _SCHEMES:
         raise ConfigError(f"url scheme must be 'redis' or 'rediss', got {parts.scheme!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0  # not a number, or out of range
+    # The text after the host's last ":" (an IPv6 host is in brackets): what was written.
+    written = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if written and port == 0:  # coredis would connect to 6379 for port 0
+        raise ConfigError(f"url port must be a number from 1 to 65535, got {written!r}")
     if not parts.hostname:
         raise ConfigError("url must name a host, as in redis://host:6379/0")
     db = parts.path.strip("/")
     if db and not db.isdigit():
         raise ConfigError("url path must be a database number, as in redis://host:6379/0")
+    _check_options(parts.query, tls=parts.scheme == "rediss")
     return url
+
+
+def _check_options(query: str, *, tls: bool) -> None:
+    """Refuse query options the store does not support: coredis would ignore unknown
+    names silently, and the others (``connect_timeout``, ``client_name``, ``noreply``,
+    ...) change settings the lease keeper relies on. Names are decoded as coredis
+    decodes them; values are never quoted (one may be a password)."""
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name == "cluster":
+            raise ConfigError(
+                "url option 'cluster' is not supported: the store runs on one server "
+                "(or a managed primary), not on a Redis Cluster"
+            )
+        if name not in _URL_OPTIONS:
+            supported = ", ".join(sorted(_URL_OPTIONS))
+            raise ConfigError(f"url option {name!r} is not supported (supported: {supported})")
+        if name in _TLS_OPTIONS and not tls:
+            raise ConfigError(f"url option {name!r} needs a rediss:// (TLS) url")
+        if name == "db" and not value.isdigit():
+            raise ConfigError("url option 'db' must be a database number")
 
 
 def _check_namespace(namespace: object) -> str:
@@ -157,10 +193,12 @@ class SlotStore:
 class RedisSlotStore(SlotStore):
     """Cluster slots on one Redis (>= 6.2) or Valkey (>= 7.2) server.
 
-    ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS);
-    ``namespace`` isolates one application's slots from another's on the same server;
-    ``lease_ttl`` and ``connect_timeout`` are seconds of real time. Building it opens
-    nothing. Its ``repr()`` never shows the password.
+    ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS),
+    with the query options ``db``, ``username``, ``password``, and with ``rediss`` the
+    ``ssl_*`` options (any other option is a ``ConfigError``); ``namespace`` isolates
+    one application's slots from another's on the same server; ``lease_ttl`` and
+    ``connect_timeout`` are seconds of real time. Building it opens nothing. Its
+    ``repr()`` never shows the password (``url`` itself holds it).
     """
 
     url: str = attrs.field(converter=_check_url)

@@ -167,8 +167,8 @@ class TaskWaiter(Generic[T_co]):
 
         Always a checkpoint, even when the outcome is already known. Called inside a
         supervised attempt, raises ``DeadlockError`` when the awaited work cannot start
-        or finish until the caller's own attempt ends (a wait-for cycle, DESIGN section
-        11): at once, or when a later change closes the cycle.
+        or finish until the caller's own attempt ends (a wait-for cycle): at once, or
+        when a later change closes the cycle.
         """
         if self._outcome is None:
             if self._event is None:
@@ -237,7 +237,7 @@ class TaskWaiter(Generic[T_co]):
 
         Always a checkpoint, even when the placement is known. Called inside a supervised
         attempt, raises ``DeadlockError`` when the decision cannot be made until the
-        caller's own attempt ends (work held behind the caller's slot, DESIGN section 11).
+        caller's own attempt ends (work held behind the caller's slot).
         """
         placement = self._placement
         if isinstance(placement, Placement):

@@ -1,4 +1,4 @@
-"""Cluster slots on a Redis-compatible server (DESIGN section 10): the ``redis`` extra.
+"""Cluster slots on a Redis-compatible server: the ``redis`` extra.
 
 ::
 

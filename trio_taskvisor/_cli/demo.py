@@ -33,23 +33,29 @@ to install the ``demo`` extra). ``--live`` insists on the live view.
 Ctrl+C (or SIGTERM) ends the run early, with the same graceful shutdown: the supervisor
 handles them (``open_supervisor(handle_signals=True)``). A second Ctrl+C forces the
 shutdown at once: the supervisor forces every remaining task, whatever it is doing (the
-page being applied, the audit flush, inside ``defer_cancel()``); the demo prints the
-summary and exits with status 130. Signals after the supervisor's block get Python's
-default handling.
+page being applied, the audit flush, inside ``defer_cancel()``). Either way the demo
+prints the summary and exits with status ``128 + signal`` (130 for Ctrl+C, 143 for
+SIGTERM), as a service stopped by a signal should. Signals after the supervisor's block
+get Python's default handling. While the live view runs, the terminal does not echo
+what is typed (``^C`` would push the frame down a line and leave a stale copy of it).
 
-Outcome counts come from the waiters (reliable); attempt counters and recent events come
-from a subscriber (best-effort, like every event).
+A periodic task waiting for its next run is in ``TaskState.BACKOFF`` with an attempt
+number that counts every run; the views show it as ``idle`` and count runs, and the
+retries within a run, instead. Outcome counts come from the waiters (reliable); run
+counters and recent events come from a subscriber (best-effort, like every event).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import random
 import shutil
 import sys
 import textwrap
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -172,6 +178,13 @@ class Board:
         self.replaced: set[str] = set()
         self.recent: collections.deque[Recent] = collections.deque(maxlen=20)
         self.notes: dict[str, str] = {}
+        # Per task name: its runs (a first attempt, or one after a success), and whether
+        # it waits for its next run (a periodic success) or retries a failure.
+        self.runs: collections.Counter[str] = collections.Counter()
+        self.tries: dict[str, int] = {}  # attempts of the current run, from 1
+        self.retries = 0
+        self.idle: set[str] = set()
+        self.retrying: set[str] = set()
         # From the scenario.
         self.waiters: list[TaskWaiter[object]] = []
         self.polls: collections.Counter[str] = collections.Counter()
@@ -189,9 +202,15 @@ class Board:
         self.forced = False  # a second one: the supervisor forced the shutdown at once
         self.ran = 0.0
         self.grace_error: GraceExceededError | None = None
+        self.signal: int | None = None  # the first signal the supervisor received
 
     def elapsed(self) -> float:
         return trio.current_time() - self.t0
+
+    def which(self, name: str) -> str:
+        """Name task ``name``'s current attempt: ``run 4``, or ``run 4, retry 2``."""
+        tries = self.tries.get(name, 1)
+        return f"run {self.runs[name]}" + (f", retry {tries - 1}" if tries > 1 else "")
 
     def note(self, name: str, text: str) -> None:
         """Set the "note" column of task ``name``."""
@@ -210,6 +229,14 @@ class Board:
         style = _KIND_STYLES.get(kind, "")
         if kind is EventKind.ATTEMPT_STARTING:
             self.attempts[kind] += 1  # the task's own note says what it is doing
+            self.idle.discard(name)
+            if name in self.retrying:
+                self.retrying.discard(name)
+                self.retries += 1
+                self.tries[name] = self.tries.get(name, 1) + 1
+            else:
+                self.runs[name] += 1
+                self.tries[name] = 1
         elif kind is EventKind.ATTEMPT_SUCCEEDED:
             self.attempts[kind] += 1
             took = f" in {event.duration:.2f} s" if event.duration is not None else ""
@@ -219,22 +246,26 @@ class Board:
             self.note(name, f"failed: {event.reason}")
         elif kind is EventKind.ATTEMPT_TIMED_OUT:
             self.attempts[kind] += 1
-            text = f"attempt {event.attempt} overran its {event.timeout:g} s timeout"
+            text = f"{self.which(name)} overran its {event.timeout:g} s timeout"
             self.note(name, "timed out")
         elif kind is EventKind.ATTEMPT_CANCELLED:
             self.attempts[kind] += 1
-            text = f"attempt {event.attempt}"
+            text = self.which(name)
         elif kind is EventKind.BACKOFF_SCHEDULED:
             delay = event.delay or 0.0
             if event.backoff_source is BackoffSource.SUCCESS:
+                self.idle.add(name)
                 self.note(name, f"next run in {delay:.1f} s")
                 return
+            self.retrying.add(name)
             text = f"retry in {delay:.2f} s after: {event.reason}"
             self.note(name, f"retry in {delay:.2f} s: {event.reason}")
         elif kind is EventKind.TASK_REMOVE_REQUESTED:
             replaced = name in self.replaced
             self.note(name, "replaced: finishing its page" if replaced else "stop requested")
         elif kind is EventKind.TASK_FINISHED and event.outcome is not None:
+            self.idle.discard(name)
+            self.retrying.discard(name)
             style = _OUTCOME_STYLES[event.outcome]
             reason = event.reason
             if says(reason, event.outcome.value):  # "force-aborted: ...", not twice
@@ -449,6 +480,7 @@ async def _supervise(board: Board, seed: int | None, plain: bool) -> None:
         board.grace_error = exc
     if board.sup is not None and board.sup.received_signal is not None:
         board.interrupted = True  # reliable, whatever events were delivered
+        board.signal = board.sup.received_signal
     board.phase = "stopped"
 
 
@@ -491,7 +523,7 @@ async def _run_live(board: Board, seed: int | None) -> None:
     def frame() -> RenderableType:
         return _frame(board, console.size.width, console.size.height)
 
-    with Live(frame(), console=console, auto_refresh=False) as live:
+    with _no_echo(), Live(frame(), console=console, auto_refresh=False) as live:
         async with trio.open_nursery() as nursery:
 
             async def refresh() -> None:
@@ -506,6 +538,34 @@ async def _run_live(board: Board, seed: int | None) -> None:
     if not console.is_terminal:
         console.line()  # a non-terminal Live prints its last frame without a newline
     console.print(_summary_panel(board))
+
+
+@contextlib.contextmanager
+def _no_echo() -> Generator[None]:
+    """Keep the terminal from echoing what is typed while the live view draws.
+
+    The live view redraws its frame by moving the cursor up as many lines as it drew.
+    An echoed ``^C`` (or any key) at the end of a full last line wraps it: the terminal
+    scrolls, the frame is redrawn a line lower, and the line above keeps a stale copy
+    of the header. Ctrl+C still sends SIGINT (only the echo is off).
+    """
+    try:
+        import termios
+    except ImportError:  # not a POSIX terminal
+        yield
+        return
+    fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+    if fd is None:
+        yield
+        return
+    saved = termios.tcgetattr(fd)
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)  # lflag
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 # -- the live view ----------------------------------------------------------------------------
@@ -599,14 +659,20 @@ def _phase(board: Board, *, short: bool) -> Text:
     if board.phase == "running":
         line.append("running", style="bold green")
         line.append("  Ctrl+C: shut down" if short else "   Ctrl+C: shut down now", style="dim")
+    elif board.phase == "shutting down" and short:
+        # The compact header's 80 columns: every word of the hint, whatever the numbers.
+        left = max(0.0, board.stop_deadline - trio.current_time())
+        line.append("shutdown:", style="bold yellow")
+        if board.forced:
+            line.append(" forcing now", style="bold red")
+        else:
+            line.append(f" forced in {left:.1f} s", style="dim")
+            line.append("  Ctrl+C: force now", style="dim")
     elif board.phase == "shutting down":
         left = max(0.0, board.stop_deadline - trio.current_time())
         line.append("shutting down", style="bold yellow")
         if board.forced:
             line.append("  forcing now", style="bold red")
-        elif short:
-            line.append(f"  forced in {left:.1f} s", style="dim")
-            line.append("  Ctrl+C: now", style="dim")
         else:
             line.append(f"   grace {GRACE:g} s: stragglers are forced in {left:.1f} s")
             line.append("   Ctrl+C: force now", style="dim")
@@ -628,12 +694,27 @@ def _header_panel(board: Board) -> RenderableType:
 def _header_line(board: Board) -> RenderableType:
     from rich.text import Text
 
+    # Under 80 columns (every hint in full): once the run is over, its length takes the
+    # progress bar's place.
     bar, elapsed = _progress(board, 6)
     line = Text("trio_taskvisor demo ", style="bold")
-    line += bar + f" {elapsed:4.1f}/{board.duration:g} s  " + _phase(board, short=True)
+    if board.phase == "running" or board.sup is None:
+        line += bar + f" {elapsed:4.1f}/{board.duration:g} s  "
+    else:
+        line += f"ran {elapsed:.1f} s  "
+    line += _phase(board, short=True)
     line.no_wrap = True
     line.overflow = "ellipsis"
     return line
+
+
+def _state(board: Board, info: TaskInfo) -> Text:
+    """The state column: a periodic task waiting for its next run is ``idle``."""
+    from rich.text import Text
+
+    if info.state is TaskState.BACKOFF and info.name in board.idle:
+        return Text("idle", style="dim")
+    return Text(info.state.value, style=_STATE_STYLES[info.state])
 
 
 def _task_rows(board: Board) -> tuple[tuple[TaskInfo, ...], list[str]]:
@@ -660,7 +741,7 @@ def _tasks_panel(board: Board) -> RenderableType:
     table.add_column("id", justify="right", no_wrap=True)
     _name_column(table, [i.name for i in infos] + forced, "task")
     table.add_column("state", no_wrap=True, min_width=8)
-    table.add_column("att", justify="right", no_wrap=True)
+    table.add_column("runs", justify="right", no_wrap=True)
     table.add_column("note", no_wrap=True, overflow="ellipsis", ratio=1)
     room = _BODY_HEIGHT - 3 - len(forced)  # borders and header
     shown = infos if len(infos) <= room else infos[: room - 1]
@@ -668,8 +749,8 @@ def _tasks_panel(board: Board) -> RenderableType:
         table.add_row(
             str(info.id),
             info.name,
-            Text(info.state.value, style=_STATE_STYLES[info.state]),
-            str(info.attempt),
+            _state(board, info),
+            str(board.runs[info.name]),
             Text(board.notes.get(info.name, ""), style="dim"),
         )
     for name in forced:
@@ -695,7 +776,7 @@ def _compact_tasks(
     lines: list[tuple[str, Text, Text]] = []
     for info in infos:
         note = Text(board.notes.get(info.name, ""))
-        lines.append((info.name, Text(info.state.value, style=_STATE_STYLES[info.state]), note))
+        lines.append((info.name, _state(board, info), note))
     lines += [(n, Text("forced", style="bold red"), Text("still running")) for n in forced]
     if not lines:
         lines.append(("", Text("no task registered", style="dim"), Text("")))
@@ -839,7 +920,9 @@ def counter_rows(board: Board) -> list[tuple[str, str]]:
 
     ``outcomes`` and ``rejections`` (a row once there is one) come from the waiters
     (reliable: every waiter resolves); ``pending`` counts waiters not resolved yet.
-    ``attempts`` and ``events`` come from events (best-effort, like every event);
+    ``runs`` and ``events`` come from events (best-effort, like every event): a run is a
+    task's first attempt or one after a success (a periodic task's next run), a retry
+    one after a failure; ``ok`` to ``cancelled`` count how attempts of either ended;
     ``replaced`` counts running syncs a newer revision stopped. The other rows are the
     scenario's own counts.
     """
@@ -858,10 +941,11 @@ def counter_rows(board: Board) -> list[tuple[str, str]]:
     if rejections:
         rows.append(("rejections", _by_count(rejections)))
     attempts = board.attempts
+    runs = sum(board.runs.values())
     rows.append(
         (
-            "attempts",
-            f"{attempts[EventKind.ATTEMPT_STARTING]} started, "
+            "runs",
+            f"{_n(runs, 'run')} and {_n(board.retries, 'retry', 'retries')}: "
             f"{attempts[EventKind.ATTEMPT_SUCCEEDED]} ok, "
             f"{attempts[EventKind.ATTEMPT_FAILED]} failed, "
             f"{attempts[EventKind.ATTEMPT_TIMED_OUT]} timed out, "
@@ -964,7 +1048,10 @@ async def demo(*, duration: float = 20.0, plain: bool = False, seed: int | None 
 
 
 def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None = None) -> int:
-    """Run the demo and return the exit status: 0, or 130 when a second Ctrl+C forced it.
+    """Run the demo and return the exit status: 0, or ``128 + signal`` after a signal.
+
+    130 after Ctrl+C (SIGINT), 143 after SIGTERM: a first one (the graceful shutdown)
+    as well as a second (forced), as a service stopped by a signal exits.
 
     ``plain=None`` picks the live view when stdout is a terminal of at least 80x24 and
     ``rich`` is installed, else log lines; ``plain=False`` (``--live``) insists on the
@@ -996,4 +1083,4 @@ def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None 
         print("summary:")
         for label, text in summary(board):
             print(f"  {label:<{_LABEL_WIDTH}} {text}")
-    return 130 if board.forced else 0
+    return 0 if board.signal is None else 128 + board.signal

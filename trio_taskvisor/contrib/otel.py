@@ -48,8 +48,9 @@ is recorded as a span event); the other results leave it unset. Span events:
 Decisions the design leaves open:
 
 * A force-aborted attempt's span ends when its body physically exits, after the task's
-  events ended (``TASK_REMOVED``, DESIGN section 12): its result comes from the wrapper,
-  which sees the exit, never from an attempt event (none is published for it).
+  events ended (``TASK_REMOVED``; only ``FORCED_TASK_EXITED`` comes later): its result
+  comes from the wrapper, which sees the exit, never from an attempt event (none is
+  published for it).
 * The task's final outcome is not on any span: it is only known after the last
   attempt, from ``TaskWaiter.wait()``; ``taskvisor.attempt.result`` is per attempt.
 * Work added outside any span starts a new trace per attempt. A periodic task added

@@ -1,0 +1,349 @@
+"""The slot store's error paths against real servers and real sockets (real clock).
+
+A server that answers but refuses something (the scripts, the credentials, the database
+number, TLS, the Redis protocol itself) is named in ``SlotStoreUnavailableError`` with
+the client's error as ``__cause__``; "did not answer within N s" is only for a server
+that stays silent. A refusal that starts while the supervisor runs is one outage with
+capped backoff, never a loop without a pause. A lease lost in the instant its owner's
+body returns still ends the owner ``LEASE_LOST``.
+
+Timing bounds are liveness bounds with wide margins; every wait is bounded by
+``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import coredis
+import coredis.exceptions
+import pytest
+import trio
+import trio.testing
+from cluster_helpers import Reports, config, open_keeper, replica
+from redis_server import RedisServer, running_server
+
+from trio_taskvisor import (
+    AdmissionPolicy,
+    EventKind,
+    OutcomeError,
+    OutcomeKind,
+    RejectionKind,
+    SlotStoreUnavailableError,
+    TaskOutcome,
+    open_supervisor,
+)
+from trio_taskvisor._keeper import LeaseLost, Owner
+from trio_taskvisor.redis import RedisSlotStore
+
+TTL = 1.0
+USER, PASSWORD = "tv-acl", "acl-pw"
+
+
+def store_at(store: RedisSlotStore, url: str, connect_timeout: float = 1.0) -> RedisSlotStore:
+    return RedisSlotStore(
+        url, namespace=store.namespace, lease_ttl=TTL, connect_timeout=connect_timeout
+    )
+
+
+async def refused_start(store: RedisSlotStore) -> SlotStoreUnavailableError:
+    """Open a supervisor that must not start; return its error."""
+    with trio.fail_after(10), pytest.raises(SlotStoreUnavailableError) as error:
+        async with open_supervisor(config(store)):
+            pytest.fail("the block must not run")
+    return error.value
+
+
+async def set_user(client: coredis.Redis[str], *rules: str) -> None:
+    await client.acl_setuser(USER, "on", f">{PASSWORD}", "~*", "&*", *rules)
+
+
+def user_url(server: RedisServer, password: str = PASSWORD) -> str:
+    return f"redis://{USER}:{password}@127.0.0.1:{server.port}/0"
+
+
+async def sleep_forever() -> None:
+    await trio.sleep_forever()
+
+
+# -- refused scripts ------------------------------------------------------------------------
+
+
+async def test_open_supervisor_raises_when_the_scripts_are_refused(
+    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """A user the server lets PING but not run scripts (an ACL without ``+@scripting``):
+    ``open_supervisor`` raises at once, naming the refusal; the block never runs."""
+    await set_user(client, "+@all", "-@scripting")
+    started = time.monotonic()
+    error = await refused_start(store_at(store, user_url(redis_server)))
+    assert time.monotonic() - started < 1.0  # an answer, not a timeout
+    assert "refused the lease scripts to this user (an ACL permission is missing)" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.AuthorizationError)
+    assert PASSWORD not in str(error)
+
+
+async def test_open_supervisor_raises_when_a_command_of_the_scripts_is_refused(
+    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """A user who may run scripts but not a command they call: refused at start too."""
+    await set_user(client, "+@all", "-exists")
+    error = await refused_start(store_at(store, user_url(redis_server)))
+    assert "refused the lease scripts to this user (an ACL permission is missing)" in str(error)
+    assert "ACL failure in script" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ResponseError)
+
+
+async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ACL change takes the scripts away while the supervisor runs: one
+    STORE_UNAVAILABLE, no STORE_RECOVERED while it lasts (an error reply to the renewal
+    is no success), reconnection attempts paced by the capped backoff (lease_ttl / 3),
+    the running owner ends LEASE_LOST, new wait=False work is rejected and wait=True
+    work is held; once the permission is back, one STORE_RECOVERED and the held work runs.
+    """
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    await set_user(client, "+@all")
+    acl_store = store_at(store, user_url(redis_server))
+    async with replica(acl_store) as (sup, recorder), trio.open_nursery() as nursery:
+        with trio.fail_after(5):
+            assert await sup.run_in_slot("s", trio.lowlevel.checkpoint) is None
+        running: list[OutcomeError] = []
+        owner_ended = trio.Event()
+
+        async def run_owner() -> None:
+            try:
+                await sup.run_in_slot("o", sleep_forever)
+            except OutcomeError as exc:
+                running.append(exc)
+            owner_ended.set()
+
+        nursery.start_soon(run_owner)
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="o")
+        caplog.clear()
+        await client.acl_setuser(USER, "-@scripting")
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        window = 2.0  # real time: 6 retries at the cap of TTL / 3, fewer before it
+        await trio.sleep(window)  # observing a rate over a real-clock window, not settling
+        attempts = [r for r in caplog.records if "refused the lease scripts" in r.getMessage()]
+        assert 3 <= len(attempts) <= 2 * (window / (TTL / 3)) + 4  # a spin made hundreds
+        # the outage and the first failed reconnection (a spin logged ~400 lines a second)
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 3
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
+        assert recorder.of(EventKind.CONTROLLER_STORE_RECOVERED) == []
+        # the owner lost its lease (no renewal was accepted) and its caller got it
+        with trio.fail_after(5):
+            lost = await recorder.wait_for(EventKind.CONTROLLER_LEASE_LOST, slot="o")
+        assert lost.reason is not None
+        assert lost.reason.startswith("lease expired")
+        with trio.fail_after(5):
+            await owner_ended.wait()
+        assert [exc.outcome.kind for exc in running] == [OutcomeKind.LEASE_LOST]
+        # new work: rejected at once without a wait mode, held with one
+        with trio.fail_after(2), pytest.raises(OutcomeError) as rejected:
+            await sup.run_in_slot(
+                "s", trio.lowlevel.checkpoint, policy=AdmissionPolicy.DROP_IF_RUNNING
+            )
+        assert rejected.value.outcome.rejection is RejectionKind.STORE_UNAVAILABLE
+        with trio.fail_after(5), pytest.raises(SlotStoreUnavailableError) as query:
+            await sup.cluster_slot("s")
+        assert "refused the lease scripts" in str(query.value)
+        assert isinstance(query.value.__cause__, coredis.exceptions.AuthorizationError)
+        done: list[object] = []
+        held_ended = trio.Event()
+
+        async def ran() -> str:
+            await trio.lowlevel.checkpoint()
+            return "ran"
+
+        async def held() -> None:
+            done.append(await sup.run_in_slot("s", ran))
+            held_ended.set()
+
+        nursery.start_soon(held)
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_SUBMITTED, reason="held")
+        await client.acl_setuser(USER, "+@scripting")
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
+            await held_ended.wait()
+        assert done == ["ran"]
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+
+
+# -- the cause, named --------------------------------------------------------------------------
+
+
+async def test_wrong_password_is_named(
+    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """Wrong credentials: "refused the credentials", the client's error as cause."""
+    await set_user(client, "+@all")
+    error = await refused_start(store_at(store, user_url(redis_server, "not-" + PASSWORD)))
+    assert "refused the credentials: AuthenticationFailureError" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.AuthenticationError)
+    assert "not-" + PASSWORD not in str(error)
+
+
+async def test_bad_database_index_is_named(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A database number the server does not have: "refused the database number"."""
+    error = await refused_start(store_at(store, f"redis://127.0.0.1:{redis_server.port}/99"))
+    assert "refused the database number: ResponseError: DB index is out of range" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ResponseError)
+
+
+async def test_tls_to_a_plain_server_is_named(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """``rediss://`` to a server without TLS (it waits for the rest of a "command"):
+    the TLS handshake is named, well within ``connect_timeout``."""
+    started = time.monotonic()
+    error = await refused_start(store_at(store, f"rediss://127.0.0.1:{redis_server.port}/0"))
+    assert time.monotonic() - started < 1.0 + 0.5  # connect_timeout, then the teardown
+    assert "did not complete the TLS handshake in time (does the server speak TLS?)" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
+
+
+@asynccontextmanager
+async def tcp_server(answer: bytes | None) -> AsyncIterator[int]:
+    """A TCP server on a loopback port that answers ``answer`` to what it receives and
+    closes, or (``None``) never answers; yield its port."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        if answer is None:
+            await trio.sleep_forever()
+        try:
+            await stream.receive_some(65536)
+            await stream.send_all(answer)
+        except trio.BrokenResourceError:
+            pass
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
+        )
+        yield listeners[0].socket.getsockname()[1]
+        nursery.cancel_scope.cancel(reason="the test server is no longer needed")
+
+
+HTTP_ANSWER = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+async def test_a_server_that_is_not_redis_is_named(store: RedisSlotStore) -> None:
+    """An HTTP server on the port: "did not answer in the Redis protocol"."""
+    async with tcp_server(HTTP_ANSWER) as port:
+        error = await refused_start(store_at(store, f"redis://127.0.0.1:{port}/0"))
+    assert "did not answer in the Redis protocol (is it a Redis server?)" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.InvalidResponse)
+
+
+async def test_a_failed_tls_handshake_is_named(store: RedisSlotStore) -> None:
+    """``rediss://`` to a server that answers the TLS hello with something else."""
+    async with tcp_server(HTTP_ANSWER) as port:
+        error = await refused_start(store_at(store, f"rediss://127.0.0.1:{port}/0"))
+    assert "failed the TLS handshake: ConnectionError" in str(error)
+    assert "SSLError" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
+
+
+async def test_only_silence_is_did_not_answer(store: RedisSlotStore) -> None:
+    """A server that accepts connections and never answers: after ``connect_timeout``,
+    "did not answer within 0.5 s", with no cause."""
+    async with tcp_server(None) as port:
+        started = time.monotonic()
+        error = await refused_start(store_at(store, f"redis://127.0.0.1:{port}/0", 0.5))
+        assert time.monotonic() - started >= 0.5
+    assert str(error).endswith("did not answer within 0.5 s")
+    assert error.__cause__ is None
+
+
+@pytest.fixture(scope="module")
+def server_without_evalsha() -> Iterator[RedisServer]:
+    with running_server(extra=["--rename-command", "EVALSHA", '""']) as server:
+        yield server
+
+
+async def test_unknown_commands_are_named(
+    store: RedisSlotStore, server_without_evalsha: RedisServer
+) -> None:
+    """A server that does not know EVALSHA (renamed away): "refused the lease scripts as
+    unknown commands"."""
+    error = await refused_start(store_at(store, server_without_evalsha.url))
+    assert "refused the lease scripts as unknown commands: UnknownCommandError" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.UnknownCommandError)
+
+
+# -- a lease lost in the instant its owner returns -----------------------------------------------
+
+
+@pytest.fixture
+def jumpable_clock() -> trio.testing.MockClock:
+    """Real time, plus jumps: ``jump`` is a pause of the process (nothing runs during it)."""
+    return trio.testing.MockClock(rate=1.0)
+
+
+async def test_owner_returning_as_its_lease_is_lost_ends_lease_lost(
+    store: RedisSlotStore, jumpable_clock: trio.testing.MockClock
+) -> None:
+    """The body returns right after a pause longer than the lease (no checkpoint between:
+    the keeper's deadline timer has not run yet): the outcome is LEASE_LOST, not
+    COMPLETED, with one CONTROLLER_LEASE_LOST before the task's TASK_FINISHED."""
+    ttl_store = store_at(store, store.url)
+
+    async def paused_then_returns() -> str:
+        jumpable_clock.jump(TTL)  # paused past 0.8 * lease_ttl since the last renewal
+        return "done"
+
+    async with replica(ttl_store) as (sup, recorder):
+        with trio.fail_after(5), pytest.raises(OutcomeError) as error:
+            await sup.run_in_slot("s", paused_then_returns)
+        outcome = error.value.outcome
+        assert outcome.kind is OutcomeKind.LEASE_LOST
+        assert outcome.reason is not None
+        assert outcome.reason.startswith("lease expired")
+        with trio.fail_after(5):
+            finished = await recorder.wait_for(EventKind.TASK_FINISHED)
+        lost = recorder.of(EventKind.CONTROLLER_LEASE_LOST)
+        assert [(e.task_id, e.reason) for e in lost] == [(finished.task_id, outcome.reason)]
+        assert lost[0].seq < finished.seq
+        assert finished.outcome is OutcomeKind.LEASE_LOST
+
+
+async def test_keeper_answers_lease_lost_until_the_release(
+    store: RedisSlotStore, jumpable_clock: trio.testing.MockClock
+) -> None:
+    """``lease_lost`` checks the deadline at the call, and keeps the answer once its
+    timer has reported the loss (the report may still wait in the controller's inbox),
+    until the lease is given back."""
+    ttl_store = store_at(store, store.url)
+    async with open_keeper(ttl_store, "errors-a:1:0000000a") as a:
+        reports: Reports = a.reports
+        a.keeper.submit("k", 1, AdmissionPolicy.QUEUE, 10, False)
+        with trio.fail_after(5):
+            await reports.wait_for(Owner, entry=1)
+        assert a.keeper.lease_lost(1) is None
+        jumpable_clock.jump(TTL)
+        reason = a.keeper.lease_lost(1)  # before the timer task could run
+        assert reason is not None
+        assert reason.startswith("lease expired")
+        with trio.fail_after(5):
+            lost = await reports.wait_for(LeaseLost, entry=1)
+        assert lost.reason == reason
+        assert len(reports.of(LeaseLost)) == 1
+        assert a.keeper.lease_lost(1) == reason
+        a.keeper.release("k", 1, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+        assert a.keeper.lease_lost(1) is None
