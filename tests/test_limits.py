@@ -243,6 +243,7 @@ async def test_a_waiting_task_is_waiting_not_alive_and_its_timeout_not_begun(
     async with open_supervisor() as sup:
         await sup.add(TaskSpec.once("a", _work, log, "a", 5.0, limits=(one,)))
         waiter = await sup.add(TaskSpec.once("b", _work, log, "b", limits=(one,), timeout=2.0))
+        await trio.testing.wait_all_tasks_blocked()
         assert [info.state for info in sup.list()] == [TaskState.RUNNING, TaskState.WAITING]
         assert sup.statistics().waiting_for_permit == 1
         assert not sup.is_alive("b")
