@@ -348,7 +348,7 @@ def test_every_public_field_is_described(ext: Any) -> None:
 
 def _reference_pages(site: Path) -> list[Path]:
     pages = sorted((site / "reference").glob("*/index.html"))
-    assert len(pages) == 9
+    assert len(pages) == 10
     return pages
 
 

@@ -121,6 +121,9 @@ def test_event_kind_values_are_snake_case_names() -> None:
         "CONTROLLER_STORE_UNAVAILABLE",
         "CONTROLLER_STORE_RECOVERED",
         "FORCED_TASK_EXITED",
+        # limits
+        "LIMIT_WAITING",
+        "LIMIT_ACQUIRED",
     }
     assert {k.name for k in EventKind} == expected
     assert all(isinstance(k, str) and k == k.name.lower() for k in EventKind)

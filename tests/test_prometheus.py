@@ -11,6 +11,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 
 from trio_taskvisor import (
+    ConcurrencyLimit,
     ControllerConfig,
     ControllerSpec,
     EventKind,
@@ -241,6 +242,23 @@ async def test_bound_gauges_show_slots_queued_and_held_work() -> None:
         assert value(registry, "taskvisor_held_submissions") == 1.0
         await sup.shutdown()
         assert value(registry, "taskvisor_slots", status="running") == 0.0
+
+
+async def test_bound_gauges_show_limits_summed_over_keys() -> None:
+    """Units held and waiters per limit, whatever the key: keys are often tenants."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    tenant = ConcurrencyLimit("tenant", 1)
+    async with open_supervisor() as sup:
+        metrics.bind(sup)
+        assert value(registry, "taskvisor_limit_held", limit="tenant") is None
+        for name, key in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+            await sup.add(TaskSpec.once(name, forever, limits=(tenant.key(key),)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert value(registry, "taskvisor_limit_held", limit="tenant") == 2.0
+        assert value(registry, "taskvisor_limit_waiting", limit="tenant") == 1.0
+        await sup.shutdown()
+        assert value(registry, "taskvisor_limit_held", limit="tenant") is None
 
 
 async def test_bound_gauges_with_slot_labels_split_by_slot() -> None:

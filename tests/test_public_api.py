@@ -91,6 +91,8 @@ CONTROLLER_NAMES = {
 CLUSTER_NAMES = {"ClusterSlotInfo", "SlotStoreUnavailableError"}
 # The service path's second round.
 SERVICE_NAMES = {"CriticalTaskError"}
+# Limits: concurrency and rate pools.
+LIMIT_NAMES = {"ConcurrencyLimit", "RateLimit", "LimitKey", "LimitView"}
 # Not part of the contract's names, exported on purpose: the Protocol that types ``subscribers=``.
 EXTRA_NAMES = {"Subscriber"}
 
@@ -102,13 +104,15 @@ def test_all_is_sorted() -> None:
 
 def test_all_has_every_design_name() -> None:
     """Every public name of the public contract, the controller types included, is in __all__."""
-    every = CORE_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES
+    every = CORE_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES | LIMIT_NAMES
     assert every - set(trio_taskvisor.__all__) == set()
 
 
 def test_all_has_only_design_names() -> None:
     """__all__ exports nothing beyond the public contract's names and the Subscriber protocol."""
-    allowed = CORE_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES | EXTRA_NAMES
+    allowed = (
+        CORE_NAMES | CONTROLLER_NAMES | CLUSTER_NAMES | SERVICE_NAMES | LIMIT_NAMES | EXTRA_NAMES
+    )
     assert set(trio_taskvisor.__all__) - allowed == set()
 
 

@@ -482,7 +482,7 @@ def test_resolver_never_mixes_up_policies_of_plain_specs() -> None:
     a policy freed and a new one at the same address must not get the old resolution."""
     from trio_taskvisor._spec import Resolver
 
-    resolver = Resolver(TaskDefaults(backoff=BackoffPolicy.constant(2.0)))
+    resolver = Resolver(TaskDefaults(backoff=BackoffPolicy.constant(2.0)), lambda pools: ())
     once = resolver(TaskSpec.once("a", async_fn))
     assert once is resolver(TaskSpec.once("b", async_fn))  # shared
     assert once.restart is RestartPolicy.NEVER

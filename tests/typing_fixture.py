@@ -12,7 +12,14 @@ from typing import reveal_type
 
 import trio
 
-from trio_taskvisor import ControllerSpec, Supervisor, TaskSpec, open_supervisor
+from trio_taskvisor import (
+    ConcurrencyLimit,
+    ControllerSpec,
+    RateLimit,
+    Supervisor,
+    TaskSpec,
+    open_supervisor,
+)
 
 
 async def fetch(url: str) -> int:
@@ -33,6 +40,12 @@ reveal_type(TaskSpec.restartable("poll", fetch, "u", healthy_after=60.0))  # rev
 reveal_type(TaskSpec.periodic("tick", 5.0, nothing))  # revealed: TaskSpec[None]
 reveal_type(TaskSpec.once("key", fetch, "u", critical=True))  # revealed: TaskSpec[int]
 reveal_type(TaskSpec.once(None, fetch, "u"))  # revealed: TaskSpec[int]
+exports, partner = ConcurrencyLimit("exports", 4), RateLimit("partner", 100, per=60.0)
+limited = TaskSpec.once("x", fetch, "u", limits=(exports, partner.key("acme")))
+reveal_type(limited)  # revealed: TaskSpec[int]
+TaskSpec.once("x", fetch, "u", limits=[exports])  # error
+TaskSpec.once("x", fetch, "u", timeout="1")  # error
+TaskSpec.once("x", fetch, "u", no_such_option=1)  # error
 reveal_type(ControllerSpec.replace(spec, slot="k"))  # revealed: ControllerSpec[int]
 
 TaskSpec.once("bad", fetch, 1, 2, 3)  # error

@@ -31,6 +31,10 @@ from ._exceptions import SupervisorClosedError as SupervisorClosedError
 from ._exceptions import TaskCancelled as TaskCancelled
 from ._exceptions import TaskFailure as TaskFailure
 from ._exceptions import TaskNameInUseError as TaskNameInUseError
+from ._limits import ConcurrencyLimit as ConcurrencyLimit
+from ._limits import LimitKey as LimitKey
+from ._limits import LimitView as LimitView
+from ._limits import RateLimit as RateLimit
 from ._logging import LoggingSubscriber as LoggingSubscriber
 from ._outcome import OutcomeKind as OutcomeKind
 from ._outcome import Placement as Placement
@@ -61,6 +65,7 @@ __all__ = [
     "BackoffPolicy",
     "BackoffSource",
     "ClusterSlotInfo",
+    "ConcurrencyLimit",
     "ConfigError",
     "ControllerConfig",
     "ControllerSnapshot",
@@ -72,12 +77,15 @@ __all__ = [
     "GraceExceededError",
     "INHERIT",
     "Jitter",
+    "LimitKey",
+    "LimitView",
     "LoggingSubscriber",
     "NoControllerError",
     "OutcomeError",
     "OutcomeKind",
     "Placement",
     "PreparedSubmission",
+    "RateLimit",
     "RejectionKind",
     "ResourceLimitError",
     "RestartLimit",

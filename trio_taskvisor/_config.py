@@ -28,6 +28,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 
 from ._exceptions import ConfigError
+from ._limits import Pool, check_limits
 from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
 from ._slotstore import SlotStore
 
@@ -204,6 +205,8 @@ class TaskDefaults:
     """Seconds from a streak's first failure in which retries may start; ``None``: no budget."""
     critical: bool = attrs.field(default=False, validator=_instance(bool))
     """Whether a task's final failure shuts the supervisor down (``CriticalTaskError``)."""
+    limits: tuple[Pool, ...] = attrs.field(default=(), converter=check_limits)
+    """The limit pools of tasks that inherit them; ``()``: none."""
 
 
 @attrs.frozen

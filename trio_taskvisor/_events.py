@@ -100,6 +100,13 @@ class EventKind(enum.StrEnum):
 
     ``duration`` is the seconds from the force to the exit.
     """
+    LIMIT_WAITING = "limit_waiting"
+    """An attempt starts to wait for limit pools without room; ``reason`` names them.
+
+    Published only when a limit pool, not only the ``max_concurrent`` permit, is full.
+    """
+    LIMIT_ACQUIRED = "limit_acquired"
+    """An attempt that waited for limit pools got its units; ``reason`` names its pools."""
 
 
 class BackoffSource(enum.Enum):

@@ -28,11 +28,10 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 import math
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
-from ._config import check_count
 from ._exceptions import ConfigError
 
 
@@ -59,9 +58,11 @@ def _check_burst(value: object) -> int:
 
 
 def _positive_int(what: str, value: object) -> int:
-    checked = check_count(what, value, minimum=1, optional=False)
-    assert checked is not None
-    return checked
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < 1:
+        raise ConfigError(f"{what} must be >= 1, got {value!r}")
+    return value
 
 
 def _check_per(value: object) -> float:
@@ -180,6 +181,12 @@ def check_limits(value: object) -> tuple[Pool, ...]:
     return items  # type: ignore[return-value]
 
 
+def is_concurrency(pool: Pool) -> bool:
+    """Whether ``pool`` is a concurrency pool (it holds units; a rate pool holds none)."""
+    limit = pool.limit if isinstance(pool, LimitKey) else pool
+    return isinstance(limit, ConcurrencyLimit)
+
+
 def pool_label(ident: PoolId) -> str:
     """How messages name a pool: ``name`` or ``name[key]``."""
     name, key = ident
@@ -197,3 +204,36 @@ def gcra_allowed_at(tat: float, interval: float, burst: int) -> float:
 def gcra_start(tat: float, now: float, interval: float) -> float:
     """The pool's ``tat`` after a start at ``now`` (which must be allowed)."""
     return max(tat, now) + interval
+
+
+@attrs.frozen
+class LimitView:
+    """One pool as this process sees it now (``Supervisor.limit_snapshot()``)."""
+
+    name: str
+    """The limit's name."""
+    key: str | None
+    """The pool's key, or ``None`` for a bare limit."""
+    kind: Literal["concurrency", "rate"]
+    """``"concurrency"`` for a ``ConcurrencyLimit``, ``"rate"`` for a ``RateLimit``."""
+    held: int
+    """Units held in this process (always 0 for a rate pool: it holds nothing)."""
+    waiting: int
+    """Attempts and ``limited`` blocks of this process waiting for the pool."""
+    capacity: int | None = None
+    """A concurrency pool's capacity; ``None`` for a rate pool."""
+    rate: int | None = None
+    """A rate pool's starts per ``per``; ``None`` for a concurrency pool."""
+    per: float | None = None
+    """A rate pool's period in seconds; ``None`` for a concurrency pool."""
+    burst: int | None = None
+    """A rate pool's burst; ``None`` for a concurrency pool."""
+
+
+def limit_view(limit: Limit, key: str | None, held: int, waiting: int) -> LimitView:
+    """The ``LimitView`` of one pool of ``limit``."""
+    if isinstance(limit, ConcurrencyLimit):
+        return LimitView(limit.name, key, "concurrency", held, waiting, capacity=limit.capacity)
+    return LimitView(
+        limit.name, key, "rate", 0, waiting, rate=limit.rate, per=limit.per, burst=limit.burst
+    )

@@ -29,10 +29,11 @@ overtakes an older one whose start the clock has already allowed.
 
 Decisions the design leaves open:
 
-* A pool is forgotten once nothing holds or waits for it and, for a rate pool, once its
-  ``tat`` has passed (it then behaves exactly as a new pool). Its settings are kept for
-  the table's life, by name: a limit of a known name with other settings is a
-  ``ConfigError`` at ``check``.
+* A keyed pool (``limit.key(k)``: keys are often tenants, without bound) is forgotten
+  once nothing holds or waits for it and, for a rate pool, once its ``tat`` has passed
+  (it then behaves exactly as a new pool); a bare limit's pool, one per name, is kept.
+  Settings are kept for the table's life, by name: a limit of a known name with other
+  settings is a ``ConfigError`` at ``check``.
 """
 
 from __future__ import annotations
@@ -110,15 +111,25 @@ class Request:
 class PoolTable:
     """The pools of one supervisor, and the requests waiting for their units."""
 
-    __slots__ = ("_next_seq", "_permit", "_pools", "_rate_waiting", "_settings", "granted")
+    __slots__ = (
+        "_created",
+        "_next_seq",
+        "_pools",
+        "_settings",
+        "granted",
+        "permit",
+        "rate_waiting",
+    )
 
     def __init__(self, max_concurrent: int | None = None) -> None:
         self._settings: dict[str, Limit] = {}
         self._pools: dict[PoolId, _Pool] = {}
-        self._permit = None if max_concurrent is None else _Pool(PERMIT, None, max_concurrent)
-        # Rate pools with waiters: the only ones the clock can change.
-        self._rate_waiting: set[_Pool] = set()
+        self.permit = None if max_concurrent is None else _Pool(PERMIT, None, max_concurrent)
+        """The ``max_concurrent`` permit's pool (``held``, ``capacity``), for fast paths."""
+        self.rate_waiting: set[_Pool] = set()
+        """Rate pools with waiters: the only pools the clock can change."""
         self._next_seq = 0
+        self._created = 0  # pools made since the last sweep
         self.granted: list[Request] = []
         """Requests granted by the last calls, oldest first, for the driver to take."""
 
@@ -156,22 +167,59 @@ class PoolTable:
         The request is granted at once (``request.granted``) when every pool has room,
         else it waits. The names must have been ``check``-ed.
         """
-        self._settle([], now)
-        pools = tuple(self._pool(ident) for ident in idents)
-        if permit and self._permit is not None:
-            pools = (self._permit, *pools)
-        request = Request(pools, self._next_seq, payload)
+        if self.rate_waiting:
+            self._settle([], now)
+        known = self._pools
+        pools = [known.get(ident) or self._pool(ident) for ident in idents]
+        if permit and self.permit is not None:
+            pools.insert(0, self.permit)
+        request = Request(tuple(pools), self._next_seq, payload)
         self._next_seq += 1
-        if all(pool.has_room(now) for pool in pools):
+        for pool in pools:
+            if not pool.has_room(now):
+                break
+        else:
             for pool in pools:
                 pool.take(now)
             request.granted = True
-        else:
+        if not request.granted:
             for pool in pools:
                 pool.waiters[request.seq] = request
                 if pool.rate:
-                    self._rate_waiting.add(pool)
+                    self.rate_waiting.add(pool)
+        if self._created and self._created >= len(known):
+            self._sweep(now)
         return request
+
+    def take_permit(self) -> bool:
+        """Take the permit alone now, the fast path of ``acquire((), now, permit=True)``.
+
+        ``False`` when it has no room, or when rate pools have waiters (the clock may
+        have let one of them fit first): then ``acquire`` with the time. No ``Request``
+        is made; give the permit back with ``release_permit``. At rest no waiter fits,
+        so no older waiter can want a permit that has room.
+        """
+        permit = self.permit
+        assert permit is not None
+        if permit.held < permit.capacity and not self.rate_waiting:
+            permit.held += 1
+            return True
+        return False
+
+    def release_permit(self) -> bool:
+        """Give back a permit taken with ``take_permit``; whether to ``settle`` now.
+
+        ``True`` when a waiter may fit now: then call ``settle_permit`` with the time.
+        """
+        permit = self.permit
+        assert permit is not None
+        permit.held -= 1
+        return bool(permit.waiters or self.rate_waiting)
+
+    def settle_permit(self, now: float) -> None:
+        """Grant what a permit given back by ``release_permit`` (and the clock) let fit."""
+        assert self.permit is not None
+        self._settle([self.permit], now)
 
     def cancel(self, request: Request, now: float) -> None:
         """Withdraw a waiting request (it holds nothing); a granted one is unchanged."""
@@ -180,18 +228,22 @@ class PoolTable:
         for pool in request.pools:
             del pool.waiters[request.seq]
             if pool.rate and not pool.waiters:
-                self._rate_waiting.discard(pool)
+                self.rate_waiting.discard(pool)
             self._forget(pool, now)
 
     def release(self, request: Request, now: float) -> None:
         """Give back a granted request's concurrency units (its starts stay spent)."""
         assert request.granted
-        changed = [pool for pool in request.pools if not pool.rate]
-        for pool in changed:
-            pool.held -= 1
-        self._settle(changed, now)
+        changed: list[_Pool] = []
         for pool in request.pools:
-            self._forget(pool, now)
+            if not pool.rate:
+                pool.held -= 1
+                if pool.waiters:
+                    changed.append(pool)
+                elif pool.ident[1] is not None and not pool.held:
+                    self._forget(pool, now)
+        if changed or self.rate_waiting:
+            self._settle(changed, now)
 
     def poll(self, now: float) -> None:
         """Grant what the clock allows by ``now`` in rate pools with waiters."""
@@ -203,7 +255,7 @@ class PoolTable:
         ``math.inf`` when no rate pool has waiters. A rate pool that already allows a
         start but whose waiters wait for other pools is woken by those pools' changes.
         """
-        times = [pool.allowed_at() for pool in self._rate_waiting]
+        times = [pool.allowed_at() for pool in self.rate_waiting]
         later = [t for t in times if t > now]
         return min(later, default=math.inf)
 
@@ -212,10 +264,19 @@ class PoolTable:
         return tuple(
             pool_label(pool.ident)
             for pool in request.pools
-            if pool is not self._permit and not pool.has_room(now)
+            if pool is not self.permit and not pool.has_room(now)
         )
 
     # -- views ------------------------------------------------------------------------------
+
+    @property
+    def permit_in_use(self) -> int:
+        """Permits held (0 without ``max_concurrent``)."""
+        return 0 if self.permit is None else self.permit.held
+
+    def permit_waiters(self) -> list[object]:
+        """The payloads of requests waiting with the permit among their pools, oldest first."""
+        return [] if self.permit is None else [r.payload for r in self.permit.waiters.values()]
 
     def settings(self, name: str) -> Limit | None:
         """The settings the table knows for the limit ``name``."""
@@ -240,10 +301,21 @@ class PoolTable:
         pool = self._pools.get(ident)
         if pool is None:
             pool = self._pools[ident] = _Pool(ident, self._settings[ident[0]])
+            self._created += 1
         return pool
 
+    def _sweep(self, now: float) -> None:
+        # Rate pools used last by a request that was granted at once are forgotten only
+        # by a sweep: one per as many new pools as there are pools, so pools nothing
+        # uses cost amortized O(1) and never outnumber the live ones twice.
+        self._created = 0
+        for pool in list(self._pools.values()):
+            self._forget(pool, now)
+
     def _forget(self, pool: _Pool, now: float) -> None:
-        if pool is self._permit or pool.held or pool.waiters or pool.tat > now:
+        # Only a keyed pool is forgotten (keys are often tenants: unbounded); a bare
+        # limit's pool is one per name.
+        if pool.ident[1] is None or pool.held or pool.waiters or pool.tat > now:
             return
         # A granted request keeps its rate pools after they were forgotten; a new pool of
         # the same identity may have been made since.
@@ -252,7 +324,7 @@ class PoolTable:
 
     def _settle(self, changed: list[_Pool], now: float) -> None:
         """Grant what ``changed`` pools and the clock's allowed starts make fit."""
-        due = [pool for pool in self._rate_waiting if pool.allowed_at() <= now]
+        due = [pool for pool in self.rate_waiting if pool.allowed_at() <= now]
         if due:
             changed = changed + [pool for pool in due if pool not in changed]
         if changed:
@@ -273,7 +345,7 @@ class PoolTable:
                     pool.take(now)
                     del pool.waiters[request.seq]
                     if pool.rate and not pool.waiters:
-                        self._rate_waiting.discard(pool)
+                        self.rate_waiting.discard(pool)
                 request.granted = True
                 self.granted.append(request)
         for pool in changed:

@@ -81,7 +81,6 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -95,6 +94,7 @@ from ._config import SupervisorConfig
 from ._events import EventKind
 from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUseError
 from ._inbox import Inbox, Reply
+from ._limits import LimitView, Pool, PoolId, limit_view, pool_label
 from ._outcome import (
     FORCE_ABORTED,
     PANICKED,
@@ -105,6 +105,7 @@ from ._outcome import (
     TaskOutcome,
     rejected_outcome,
 )
+from ._pools import PoolTable, Request
 from ._record import TaskRecord, TaskState
 from ._waiter import TaskWaiter
 
@@ -153,72 +154,225 @@ _WAKE: Final = _Wake()
 _Command = _Add | _Stop | _Shutdown | _Wake
 
 
-class _Permits:
-    """``max_concurrent``: one FIFO of records waiting for an attempt's permit.
+_BLOCK: Final = "a limited block"  # the payload of a block's request
+_CLOSED: Final = "a block the shutdown ended"  # ... once the shutdown refused it
 
-    An entry is a record whose first attempt has no actor yet (``task`` is ``None``: it
-    is spawned with the permit), or one whose actor is parked for a later attempt.
+
+class _Units:
+    """What attempts take before they start: the ``max_concurrent`` permit and limit pools.
+
+    A driver of the pure ``PoolTable`` (``_pools``). A record waits in it for its first
+    attempt with no actor yet (it is spawned with its units), or with its actor parked
+    for a later attempt; a ``limited`` block waits with its task parked. Grants come back
+    in the table's ``granted``, oldest first, and are delivered at once: a record with no
+    actor is spawned, a parked task rescheduled.
     """
 
-    __slots__ = ("_queue", "_spawn", "in_use", "total", "watch")
+    __slots__ = (
+        "_bus",
+        "_held",
+        "_limit_waits",
+        "_parked",
+        "_spawn",
+        "table",
+        "tasks_waiting",
+        "wake_at",
+        "watch",
+    )
 
-    def __init__(self, total: int, spawn: Callable[[TaskRecord], None]) -> None:
-        self.total = total
-        self.in_use = 0
-        self._queue: deque[tuple[TaskRecord, trio.lowlevel.Task | None]] = deque()
+    def __init__(
+        self,
+        max_concurrent: int | None,
+        bus: EventBus,
+        spawn: Callable[[TaskRecord], None],
+        wake_at: Callable[[float], None],
+    ) -> None:
+        self.table = PoolTable(max_concurrent)
+        self._bus = bus
+        # Requests of attempts that waited for a limit pool (LIMIT_ACQUIRED when granted).
+        self._limit_waits: set[Request] = set()
         self._spawn = spawn
+        self.wake_at = wake_at
+        # The requests of records waiting or holding through the table (a record that
+        # took the permit alone on the fast path has none).
+        self._held: dict[TaskRecord, Request] = {}
+        self._parked: dict[Request, trio.lowlevel.Task] = {}
+        self.tasks_waiting = 0  # records waiting (``statistics().waiting_for_permit``)
         # Told of each record that starts waiting here (wait-for cycles), when set.
         self.watch: Callable[[TaskRecord], None] | None = None
 
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)
-
     def first(self, rec: TaskRecord) -> bool:
-        """Take the permit of ``rec``'s first attempt now, or queue ``rec``; whether taken."""
-        if self.in_use < self.total and not self._queue:
-            self.in_use += 1
+        """Take the units of ``rec``'s first attempt now, or queue ``rec``; whether taken."""
+        if not rec.policy.limits and self.table.take_permit():
             return True
-        self._queue.append((rec, None))
-        if self.watch is not None:
-            self.watch(rec)
-        return False
+        return self._take(rec, None)
 
     async def acquire(self, rec: TaskRecord) -> None:
-        """Wait in the FIFO for a permit (the actor's task, before a later attempt)."""
-        if self.in_use < self.total and not self._queue:
-            self.in_use += 1
-            return  # the backoff sleep before it was the checkpoint
-        entry = (rec, trio.lowlevel.current_task())
-        self._queue.append(entry)
-        if self.watch is not None:
-            self.watch(rec)
+        """Wait for a later attempt's units (the actor's task, after its backoff)."""
+        # The backoff sleep before it was the checkpoint.
+        # PoolTable.take_permit, inlined on the path of every later attempt (1% of an
+        # attempt: benchmark row "restarts"); first() calls it.
+        table = self.table
+        permit = table.permit
+        if (
+            permit is not None
+            and permit.held < permit.capacity
+            and not table.rate_waiting
+            and not rec.policy.limits
+        ):
+            permit.held += 1
+            return
+        if self._take(rec, trio.lowlevel.current_task()):
+            return
+        request = self._held[rec]
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            self._queue.remove(entry)
+            self._withdraw(rec, request)
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
 
+    def _take(self, rec: TaskRecord, task: trio.lowlevel.Task | None) -> bool:
+        """Ask the table, with the time, for what the permit's fast path could not give."""
+        table = self.table
+        limits = rec.policy.limits
+        now = trio.current_time()
+        request = table.acquire(limits, now, rec, permit=True)
+        self._held[rec] = request
+        if request.granted:
+            return True
+        if task is not None:
+            self._parked[request] = task
+        self.tasks_waiting += 1
+        if limits:
+            blocked = table.without_room(request, now)
+            if blocked:
+                self._limit_waits.add(request)
+                if self._bus.active:
+                    self._bus.publish(
+                        EventKind.LIMIT_WAITING,
+                        rec.id,
+                        rec.name,
+                        rec.slot,
+                        reason="waiting for " + ", ".join(blocked),
+                    )
+        if table.rate_waiting:
+            self.wake_at(table.next_wakeup(now))
+        if self.watch is not None:
+            self.watch(rec)
+        return False
+
     def withdraw(self, rec: TaskRecord) -> bool:
-        """Take a record that has no actor yet out of the FIFO; whether it was there."""
-        try:
-            self._queue.remove((rec, None))
-        except ValueError:
+        """Take a record that has no actor yet out of the wait; whether it was waiting."""
+        request = self._held.get(rec)
+        if request is None or request.granted or request in self._parked:
             return False
+        self._withdraw(rec, request)
         return True
 
-    def release(self) -> None:
-        """An attempt's permit is free: hand it on, first come first served."""
-        self.in_use -= 1
-        queue = self._queue
-        while queue and self.in_use < self.total:
-            rec, task = queue.popleft()
-            self.in_use += 1
-            if task is None:
-                self._spawn(rec)
-            else:
+    def _acquired(self, request: Request) -> None:
+        rec = request.payload
+        assert isinstance(rec, TaskRecord)
+        if self._bus.active:
+            labels = [pool_label(ident) for ident in rec.policy.limits]
+            self._bus.publish(
+                EventKind.LIMIT_ACQUIRED, rec.id, rec.name, rec.slot, reason=", ".join(labels)
+            )
+
+    def _withdraw(self, rec: TaskRecord, request: Request) -> None:
+        del self._held[rec]
+        self._limit_waits.discard(request)
+        self._parked.pop(request, None)
+        self.tasks_waiting -= 1
+        self.table.cancel(request, trio.current_time())
+
+    def release(self, rec: TaskRecord) -> None:
+        """An attempt ended: give back its units and start what then fits."""
+        table = self.table
+        request = self._held.pop(rec, None)
+        if request is None:
+            # PoolTable.release_permit, inlined as take_permit is in acquire().
+            permit = table.permit
+            assert permit is not None
+            permit.held -= 1
+            if permit.waiters or table.rate_waiting:
+                table.settle_permit(trio.current_time())
+        else:
+            table.release(request, trio.current_time())
+        if table.granted:
+            self.deliver()
+
+    # -- ``limited`` blocks (their own tasks) -----------------------------------------------
+
+    async def hold(self, idents: tuple[PoolId, ...]) -> Request:
+        """Take one unit of each pool for a block, all at once; a checkpoint.
+
+        Raises ``SupervisorClosedError`` if the shutdown begins while it waits.
+        Cancelled while waiting, it holds nothing.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        request = self.table.acquire(idents, trio.current_time(), _BLOCK)
+        if request.granted:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return request
+        self._parked[request] = trio.lowlevel.current_task()
+        if self.table.rate_waiting:
+            self.wake_at(self.table.next_wakeup(trio.current_time()))
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            del self._parked[request]
+            self.table.cancel(request, trio.current_time())
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        if request.payload is _CLOSED:
+            raise SupervisorClosedError
+        return request
+
+    def unhold(self, request: Request) -> None:
+        """A block exits: give back its concurrency units and start what then fits."""
+        self.table.release(request, trio.current_time())
+        if self.table.granted:
+            self.deliver()
+
+    def close_blocks(self) -> None:
+        """The shutdown began: blocks still waiting raise ``SupervisorClosedError``."""
+        now = trio.current_time()
+        for request, task in list(self._parked.items()):
+            if request.payload is _BLOCK:
+                del self._parked[request]
+                self.table.cancel(request, now)
+                request.payload = _CLOSED
                 trio.lowlevel.reschedule(task)
+
+    def poll(self) -> float:
+        """Start what rate pools allow by now; when they may allow more (``inf``: never)."""
+        table = self.table
+        if not table.rate_waiting:
+            return math.inf
+        now = trio.current_time()
+        table.poll(now)
+        if table.granted:
+            self.deliver()
+        return table.next_wakeup(now)
+
+    def deliver(self) -> None:
+        """Start the requests the table granted, oldest first."""
+        granted = self.table.granted
+        while granted:
+            request = granted.pop(0)
+            task = self._parked.pop(request, None)
+            if request.payload is not _BLOCK:
+                self.tasks_waiting -= 1
+                if request in self._limit_waits:
+                    self._limit_waits.discard(request)
+                    self._acquired(request)
+            if task is not None:
+                trio.lowlevel.reschedule(task)
+            else:
+                rec = request.payload
+                assert isinstance(rec, TaskRecord)
+                self._spawn(rec)
 
 
 class Registry:
@@ -243,11 +397,12 @@ class Registry:
         self.failures: list[tuple[TaskRecord, list[TaskWaiter[Any]]]] | None = None
         self._grace = config.grace
         self._limit = config.max_registered_tasks
+        self._max_concurrent = config.max_concurrent
         self._on_crash = on_crash
-        self._permits = (
+        self._units = (
             None
             if config.max_concurrent is None
-            else _Permits(config.max_concurrent, self._spawn_with_permit)
+            else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._wake_at)
         )
         self._inbox: Inbox[_Command] = Inbox(config.command_capacity)
         self._intake_closed = False
@@ -298,25 +453,41 @@ class Registry:
 
     @property
     def waiting_for_permit(self) -> int:
-        return 0 if self._permits is None else self._permits.waiting
+        return 0 if self._units is None else self._units.tasks_waiting
 
     # -- permits, for wait-for cycles (``_waits``) ---------------------------------------------
 
     def permits_exhausted(self) -> int | None:
         """``max_concurrent`` when every permit is in use, else ``None``."""
-        permits = self._permits
-        if permits is None or permits.in_use < permits.total:
+        permits = self._units
+        total = self._max_concurrent
+        if permits is None or total is None:
             return None
-        return permits.total
+        return total if permits.table.permit_in_use >= total else None
 
     def permit_waiters(self) -> list[TaskRecord]:
         """The records waiting for a permit, first come first."""
-        return [] if self._permits is None else [rec for rec, _ in self._permits._queue]  # pyright: ignore[reportPrivateUsage]
+        if self._units is None:
+            return []
+        return [rec for rec in self._units.table.permit_waiters() if isinstance(rec, TaskRecord)]
 
     def watch_permits(self, watch: Callable[[TaskRecord], None] | None) -> None:
         """Report each record that starts waiting for a permit to ``watch`` (``None``: stop)."""
-        if self._permits is not None:
-            self._permits.watch = watch
+        if self._units is not None:
+            self._units.watch = watch
+
+    def limit_views(self) -> tuple[LimitView, ...]:
+        """The limit pools with holders or waiters, sorted by name and key."""
+        units = self._units
+        if units is None:
+            return ()
+        table = units.table
+        views: list[LimitView] = []
+        for (name, key), held, waiting in table.usage():
+            limit = table.settings(name)
+            assert limit is not None
+            views.append(limit_view(limit, key, held, waiting))
+        return tuple(views)
 
     @property
     def forced_alive(self) -> int:
@@ -331,8 +502,10 @@ class Registry:
             raise SupervisorClosedError
 
     def close_intake(self) -> None:
-        """The shutdown began: refuse intake from now on."""
+        """The shutdown began: refuse intake from now on (``limited`` blocks included)."""
         self._intake_closed = True
+        if self._units is not None:
+            self._units.close_blocks()
 
     def add_nowait(self, rec: TaskRecord) -> None:
         """Queue the admission of ``rec``; a rejection resolves it ``REJECTED``.
@@ -467,8 +640,10 @@ class Registry:
         while True:
             if heap or self._overstaying:
                 self._force_due()
-            if heap or self._overstaying:
-                wake = min(heap[0][0] if heap else math.inf, self._overstay_deadline)
+            units = self._units  # made on the first use of a limit
+            pools_wake = math.inf if units is None else units.poll()
+            if heap or self._overstaying or pools_wake != math.inf:
+                wake = min(heap[0][0] if heap else math.inf, self._overstay_deadline, pools_wake)
                 with trio.move_on_at(wake) as self._wait_scope:
                     handle(await get())
                 self._wait_scope = None
@@ -605,10 +780,22 @@ class Registry:
                 EventKind.TASK_ADDED, rec.id, rec.name, rec.slot, fence_token=rec.fence_token
             )
 
+    def pool_ids(self, pools: tuple[Pool, ...]) -> tuple[PoolId, ...]:
+        """Learn ``pools``' settings; ``ConfigError`` if a known name has other settings."""
+        return self.units().table.check(pools)
+
+    def units(self) -> _Units:
+        """The units' driver, made on first use when there is no ``max_concurrent``."""
+        units = self._units
+        if units is None:
+            units = self._units = _Units(None, self.bus, self._spawn_with_permit, self._wake_at)
+        return units
+
     def _spawn(self, rec: TaskRecord) -> None:
-        if self._permits is None:
+        units = self._units
+        if units is None or (not rec.policy.limits and self._max_concurrent is None):
             self._start_actor(rec, None)
-        elif self._permits.first(rec):
+        elif units.first(rec):
             self._start_actor(rec, True)
         # else: it waits in the permits' FIFO, with no actor yet.
 
@@ -632,12 +819,12 @@ class Registry:
     # -- the actors' host (their tasks) -------------------------------------------------------
 
     async def acquire_permit(self, rec: TaskRecord) -> None:
-        assert self._permits is not None
-        await self._permits.acquire(rec)
+        assert self._units is not None
+        await self._units.acquire(rec)
 
     def release_permit(self, rec: TaskRecord) -> None:
-        assert self._permits is not None
-        self._permits.release()
+        assert self._units is not None
+        self._units.release(rec)
 
     def actor_exited(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """Free the name, then commit ``outcome`` unless the force committed one."""
@@ -705,7 +892,7 @@ class Registry:
                 fence_token=rec.fence_token,
             )
         rec.request_stop("stop requested")
-        if self._permits is not None and self._permits.withdraw(rec):
+        if self._units is not None and self._units.withdraw(rec):
             # It had no actor yet: spawn one, which sees the stop and ends at once,
             # needing no permit (its exit is reported as every actor's is).
             self._start_actor(rec, None)
@@ -717,14 +904,20 @@ class Registry:
             self._force(rec)
         elif not math.isinf(deadline):
             heapq.heappush(self._heap, (deadline, int(rec.id), rec))
-            # Called from another task (the controller's REPLACE, a caller's stop)
-            # while the loop waits: bring its wake-up forward.
-            scope = self._wait_scope
-            if scope is not None and deadline < scope.deadline:
-                scope.deadline = deadline
-            elif self._parked:
-                self._parked = False
-                self._inbox.put_nowait(_WAKE, force=True)
+            self._wake_at(deadline)
+
+    def _wake_at(self, deadline: float) -> None:
+        """Have the loop look at its deadlines by ``deadline``.
+
+        Called from another task (the controller's REPLACE, a caller's stop, a rate
+        pool's new waiter) while the loop waits: bring its wake-up forward.
+        """
+        scope = self._wait_scope
+        if scope is not None and deadline < scope.deadline:
+            scope.deadline = deadline
+        elif self._parked:
+            self._parked = False
+            self._inbox.put_nowait(_WAKE, force=True)
 
     def _force_due(self) -> None:
         heap = self._heap

@@ -46,7 +46,8 @@ import functools
 import inspect
 import types
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Final, Generic, TypeAlias, TypeVar, TypeVarTuple
+from operator import attrgetter
+from typing import Any, Final, Generic, TypeAlias, TypedDict, TypeVar, TypeVarTuple, Unpack
 
 import attrs
 
@@ -64,6 +65,7 @@ from ._config import (
 )
 from ._exceptions import ConfigError
 from ._frozen import trusted_constructor
+from ._limits import Pool, PoolId, check_limits
 from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
 
 T = TypeVar("T")
@@ -153,6 +155,10 @@ def _critical(value: bool | _Inherit) -> bool | _Inherit:
     return value if value is INHERIT else check_critical(value)
 
 
+def _limits(value: tuple[Pool, ...] | _Inherit) -> tuple[Pool, ...] | _Inherit:
+    return value if value is INHERIT else check_limits(value)
+
+
 def _name(value: str | None) -> str | None:
     if value is None:
         return None
@@ -200,6 +206,31 @@ def _args(value: Iterable[Any]) -> tuple[Any, ...]:
         except TypeError:  # not iterable
             pass
     raise TypeError(f"args must be a tuple of arguments, got {value!r}")
+
+
+class TaskOptions(TypedDict, total=False):
+    """The keyword options of ``TaskSpec``'s named constructors (and of ``run_in_slot``).
+
+    Each is a ``TaskSpec`` field of the same name; one left out is ``INHERIT``. A new
+    option is declared here, as a ``TaskSpec`` field, and in ``TaskDefaults`` and
+    ``ResolvedSpec``: ``OPTIONS`` and the constructors follow.
+    """
+
+    backoff: BackoffPolicy | _Inherit
+    timeout: float | _Inherit | None
+    max_retries: int | _Inherit | None
+    healthy_after: float | _Inherit | None
+    restart_limit: RestartLimit | _Inherit | None
+    retry_on: tuple[type[BaseException], ...] | _Inherit | None
+    retry_budget: float | _Inherit | None
+    critical: bool | _Inherit
+    limits: tuple[Pool, ...] | _Inherit
+
+
+OPTIONS: Final = ("restart", *TaskOptions.__annotations__)
+"""Every option of a ``TaskSpec`` that ``TaskDefaults`` resolves, in declaration order."""
+_OTHER_OPTIONS: Final = attrgetter(*TaskOptions.__annotations__)
+_N_OTHER: Final = len(TaskOptions.__annotations__)
 
 
 @attrs.frozen(weakref_slot=False)
@@ -277,6 +308,16 @@ class TaskSpec(Generic[T_co]):
     The supervisor then cancels the body of its ``open_supervisor`` block, shuts down,
     and raises ``CriticalTaskError``; other outcomes escalate nothing.
     """
+    limits: tuple[Pool, ...] | _Inherit = attrs.field(
+        default=INHERIT, kw_only=True, converter=_limits
+    )
+    """The limit pools every attempt takes one unit of, all at once, before it starts.
+
+    A ``ConcurrencyLimit`` (or one key's pool of it) caps how many attempts hold a unit
+    at once; a ``RateLimit`` how many start per period. An attempt that holds a unit and
+    awaits work waiting for the same pool can wait for ever: keep such waits out of
+    limited attempts.
+    """
 
     @classmethod
     def once(
@@ -284,40 +325,17 @@ class TaskSpec(Generic[T_co]):
         name: str | None,
         fn: Callable[[*Ts], Awaitable[T]],
         *args: *Ts,
-        backoff: BackoffPolicy | _Inherit = INHERIT,
-        timeout: float | _Inherit | None = INHERIT,
-        max_retries: int | _Inherit | None = INHERIT,
-        healthy_after: float | _Inherit | None = INHERIT,
-        restart_limit: RestartLimit | _Inherit | None = INHERIT,
-        retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
-        retry_budget: float | _Inherit | None = INHERIT,
-        critical: bool | _Inherit = INHERIT,
+        **options: Unpack[TaskOptions],
     ) -> TaskSpec[T]:
         """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``)."""
-        if (
-            backoff is INHERIT
-            and timeout is INHERIT
-            and max_retries is INHERIT
-            and healthy_after is INHERIT
-            and restart_limit is INHERIT
-            and retry_on is INHERIT
-            and retry_budget is INHERIT
-            and critical is INHERIT
-        ):
+        if not options:
             return _trusted(name, fn, args, RestartPolicy.NEVER)
         return TaskSpec(
             name,
             fn,
             args,
             restart=RestartPolicy.NEVER,
-            backoff=backoff,
-            timeout=timeout,
-            max_retries=max_retries,
-            healthy_after=healthy_after,
-            restart_limit=restart_limit,
-            retry_on=retry_on,
-            retry_budget=retry_budget,
-            critical=critical,
+            **options,
         )
 
     @classmethod
@@ -326,40 +344,17 @@ class TaskSpec(Generic[T_co]):
         name: str | None,
         fn: Callable[[*Ts], Awaitable[T]],
         *args: *Ts,
-        backoff: BackoffPolicy | _Inherit = INHERIT,
-        timeout: float | _Inherit | None = INHERIT,
-        max_retries: int | _Inherit | None = INHERIT,
-        healthy_after: float | _Inherit | None = INHERIT,
-        restart_limit: RestartLimit | _Inherit | None = INHERIT,
-        retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
-        retry_budget: float | _Inherit | None = INHERIT,
-        critical: bool | _Inherit = INHERIT,
+        **options: Unpack[TaskOptions],
     ) -> TaskSpec[T]:
         """Retry retryable failures with backoff; stop after a success."""
-        if (
-            backoff is INHERIT
-            and timeout is INHERIT
-            and max_retries is INHERIT
-            and healthy_after is INHERIT
-            and restart_limit is INHERIT
-            and retry_on is INHERIT
-            and retry_budget is INHERIT
-            and critical is INHERIT
-        ):
+        if not options:
             return _trusted(name, fn, args, RestartPolicy.ON_FAILURE)
         return TaskSpec(
             name,
             fn,
             args,
             restart=RestartPolicy.ON_FAILURE,
-            backoff=backoff,
-            timeout=timeout,
-            max_retries=max_retries,
-            healthy_after=healthy_after,
-            restart_limit=restart_limit,
-            retry_on=retry_on,
-            retry_budget=retry_budget,
-            critical=critical,
+            **options,
         )
 
     @classmethod
@@ -369,41 +364,18 @@ class TaskSpec(Generic[T_co]):
         every: float | None,
         fn: Callable[[*Ts], Awaitable[T]],
         *args: *Ts,
-        backoff: BackoffPolicy | _Inherit = INHERIT,
-        timeout: float | _Inherit | None = INHERIT,
-        max_retries: int | _Inherit | None = INHERIT,
-        healthy_after: float | _Inherit | None = INHERIT,
-        restart_limit: RestartLimit | _Inherit | None = INHERIT,
-        retry_on: tuple[type[BaseException], ...] | _Inherit | None = INHERIT,
-        retry_budget: float | _Inherit | None = INHERIT,
-        critical: bool | _Inherit = INHERIT,
+        **options: Unpack[TaskOptions],
     ) -> TaskSpec[T]:
         """Run again ``every`` seconds after each success; failures use backoff."""
         restart = RestartPolicy.always(every)
-        if (
-            backoff is INHERIT
-            and timeout is INHERIT
-            and max_retries is INHERIT
-            and healthy_after is INHERIT
-            and restart_limit is INHERIT
-            and retry_on is INHERIT
-            and retry_budget is INHERIT
-            and critical is INHERIT
-        ):
+        if not options:
             return _trusted(name, fn, args, restart)
         return TaskSpec(
             name,
             fn,
             args,
             restart=restart,
-            backoff=backoff,
-            timeout=timeout,
-            max_retries=max_retries,
-            healthy_after=healthy_after,
-            restart_limit=restart_limit,
-            retry_on=retry_on,
-            retry_budget=retry_budget,
-            critical=critical,
+            **options,
         )
 
 
@@ -585,6 +557,8 @@ class ResolvedSpec:
     retry_on: tuple[type[BaseException], ...] | None = None
     retry_budget: float | None = None
     critical: bool = False
+    limits: tuple[PoolId, ...] = ()
+    """The limit pools every attempt takes a unit of, as the supervisor's table knows them."""
     needs_clock: bool = attrs.field(init=False)
     streak_rules: bool = attrs.field(init=False)
     repeats: bool = attrs.field(init=False)
@@ -607,23 +581,18 @@ class ResolvedSpec:
         )
 
 
-def _pick(value: Any, default: Any) -> Any:
-    return default if value is INHERIT else value
+PoolIds: TypeAlias = Callable[[tuple[Pool, ...]], tuple[PoolId, ...]]
+"""Learn pools' settings (``ConfigError`` if a known name has others); their identities."""
 
 
-def resolve(spec: TaskSpec[Any], defaults: TaskDefaults) -> ResolvedSpec:
+def resolve(spec: TaskSpec[Any], defaults: TaskDefaults, pool_ids: PoolIds) -> ResolvedSpec:
     """Resolve the ``INHERIT`` options of ``spec`` against ``defaults``."""
-    return ResolvedSpec(
-        _pick(spec.restart, defaults.restart),
-        _pick(spec.backoff, defaults.backoff),
-        _pick(spec.timeout, defaults.timeout),
-        _pick(spec.max_retries, defaults.max_retries),
-        _pick(spec.healthy_after, defaults.healthy_after),
-        _pick(spec.restart_limit, defaults.restart_limit),
-        _pick(spec.retry_on, defaults.retry_on),
-        _pick(spec.retry_budget, defaults.retry_budget),
-        _pick(spec.critical, defaults.critical),
-    )
+    values: dict[str, Any] = {}
+    for name in OPTIONS:
+        value = getattr(spec, name)
+        values[name] = getattr(defaults, name) if value is INHERIT else value
+    values["limits"] = pool_ids(values["limits"]) if values["limits"] else ()
+    return ResolvedSpec(**values)
 
 
 class Resolver:
@@ -632,64 +601,41 @@ class Resolver:
     Most tasks of a supervisor share a handful of policy objects (``RestartPolicy.NEVER``,
     ``INHERIT``, one ``BackoffPolicy``), so a small cache keyed by the options' identities
     saves an object per task and hashes nothing but ints. Each entry keeps its option
-    objects alive, so their ids cannot be reused while cached.
+    objects alive, so their ids cannot be reused while cached. ``pool_ids`` learns the
+    settings of a spec's limits when its ``ResolvedSpec`` is made (a cached one's pools
+    are known already).
     """
 
-    __slots__ = ("_cache", "_defaults", "_plain")
+    __slots__ = ("_cache", "_defaults", "_plain", "_pool_ids")
 
     _MAX_ENTRIES = 256
 
-    def __init__(self, defaults: TaskDefaults) -> None:
+    def __init__(self, defaults: TaskDefaults, pool_ids: PoolIds) -> None:
         self._defaults = defaults
+        self._pool_ids = pool_ids
         # Specs that set nothing but their restart policy (the named constructors without
         # options, keyed calls), keyed by the policy's id; each entry keeps it alive.
         self._plain: dict[int, tuple[ResolvedSpec, object]] = {}
-        # Keyed by the options' ids: four, or nine when a section 12 option or
-        # ``critical`` is set.
+        # Keyed by the ids of every option.
         self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
 
     def __call__(self, spec: TaskSpec[Any]) -> ResolvedSpec:
-        if (
-            spec.backoff is INHERIT
-            and spec.timeout is INHERIT
-            and spec.max_retries is INHERIT
-            and spec.healthy_after is INHERIT
-            and spec.restart_limit is INHERIT
-            and spec.retry_on is INHERIT
-            and spec.retry_budget is INHERIT
-            and spec.critical is INHERIT
-        ):
+        others = _OTHER_OPTIONS(spec)
+        if others.count(INHERIT) == _N_OTHER:
             restart = spec.restart
             plain = self._plain.get(id(restart))
             if plain is not None:
                 return plain[0]
-            resolved = resolve(spec, self._defaults)
+            resolved = resolve(spec, self._defaults, self._pool_ids)
             if len(self._plain) < self._MAX_ENTRIES:
                 self._plain[id(restart)] = (resolved, restart)
             return resolved
-        options: tuple[object, ...] = (spec.restart, spec.backoff, spec.timeout, spec.max_retries)
-        key: tuple[int, ...] = (id(options[0]), id(options[1]), id(options[2]), id(options[3]))
-        if not (
-            spec.healthy_after is INHERIT
-            and spec.restart_limit is INHERIT
-            and spec.retry_on is INHERIT
-            and spec.retry_budget is INHERIT
-            and spec.critical is INHERIT
-        ):
-            # A section 12 option or ``critical`` is set (rare): key by all nine.
-            streak = (
-                spec.healthy_after,
-                spec.restart_limit,
-                spec.retry_on,
-                spec.retry_budget,
-                spec.critical,
-            )
-            options += streak
-            key += tuple(id(option) for option in streak)
+        options = (spec.restart, *others)
+        key = tuple(map(id, options))
         cached = self._cache.get(key)
         if cached is not None:
             return cached[0]
-        resolved = resolve(spec, self._defaults)
+        resolved = resolve(spec, self._defaults, self._pool_ids)
         if len(self._cache) < self._MAX_ENTRIES:
             self._cache[key] = (resolved, options)
         return resolved

@@ -66,6 +66,7 @@ import math
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, Generic, TypeVar, TypeVarTuple, cast
 
 import attrs
@@ -76,14 +77,17 @@ from ._config import SupervisorConfig, check_capacity
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
 from ._exceptions import (
+    ConfigError,
     CriticalTaskError,
+    DeadlockError,
     NoControllerError,
     SlotStoreUnavailableError,
     split_cancelled,
 )
+from ._limits import LimitView, Pool, PoolId, check_limits, is_concurrency, pool_label
 from ._logging import LoggingSubscriber
 from ._outcome import OutcomeError, OutcomeKind, TaskId, TaskOutcome, allocate_id
-from ._record import TaskRecord
+from ._record import TaskRecord, current_task_context
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
@@ -93,6 +97,8 @@ from ._waiter import Readiness, TaskWaiter
 from ._waits import WaitChecker
 
 logger = logging.getLogger("trio_taskvisor")
+# The concurrency pools held by the enclosing ``limited`` blocks of this task.
+_held_pools: ContextVar[frozenset[PoolId]] = ContextVar("_held_pools", default=frozenset())
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 Ts = TypeVarTuple("Ts")
@@ -146,7 +152,6 @@ class Supervisor:
     def __init__(self, config: SupervisorConfig, subscribers: tuple[Subscriber, ...]) -> None:
         self._config = config
         self._bus = EventBus(config.bus_capacity, subscribers, self._on_crash)
-        self._resolve = Resolver(config.task_defaults)
         log_failures = config.log_failures and not any(
             isinstance(subscriber, LoggingSubscriber) for subscriber in subscribers
         )
@@ -157,6 +162,7 @@ class Supervisor:
             log_failures=log_failures,
             on_critical=self._on_critical,
         )
+        self._resolve = Resolver(config.task_defaults, self._pool_ids)
         self._instance_id = new_instance_id()
         self._waits = WaitChecker(self._registry, self)
         controller = config.controller
@@ -651,6 +657,63 @@ class Supervisor:
             subscriber_dropped=self._bus.subscriber_dropped(),
             forced_alive=registry.forced_alive,
         )
+
+    # -- limits ------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def limited(self, *pools: Pool) -> AsyncGenerator[None]:
+        """Run a block of code holding one unit of every pool in ``pools``, all at once.
+
+        Waits until every pool has room (oldest waiter first, as attempts do), then
+        enters the block: a concurrency unit is held until the block exits, a rate
+        pool's start is spent on entry. It is a checkpoint; cancelled while it waits, it
+        holds nothing. Works inside and outside supervised work.
+
+        Raises ``DeadlockError`` at once when it asks for a concurrency pool that the
+        current attempt (or an enclosing ``limited`` block) of this supervisor already
+        holds, ``ConfigError`` for a limit whose name this supervisor knows with other
+        settings or a pool named twice, and ``SupervisorClosedError`` once the shutdown
+        has begun (a block still waiting then raises it at once).
+        """
+        self._check_open()
+        if not pools:
+            raise TypeError("limited() takes at least one pool")
+        idents = self._pool_ids(check_limits(pools))
+        units = self._registry.units()
+        held = _held_pools.get()
+        rec = current_task_context.get(None)
+        if rec is not None and rec.owner is self:
+            held = held | frozenset(rec.policy.limits)
+        concurrency = frozenset(
+            ident for ident, pool in zip(idents, pools, strict=True) if is_concurrency(pool)
+        )
+        again = sorted(pool_label(ident) for ident in concurrency & held)
+        if again:
+            raise DeadlockError(
+                f"limited() asks for {', '.join(again)}, which this task already holds: "
+                "it would wait for itself"
+            )
+        request = await units.hold(idents)
+        token = _held_pools.set(held | concurrency)
+        try:
+            yield
+        finally:
+            _held_pools.reset(token)
+            units.unhold(request)
+
+    def _pool_ids(self, pools: tuple[Pool, ...]) -> tuple[PoolId, ...]:
+        """Learn ``pools``' settings (``ConfigError`` for other settings of a known name)."""
+        controller = self._config.controller
+        if controller is not None and controller.slot_store is not None:
+            raise ConfigError(
+                "limits are not supported with a slot store yet: they would hold per "
+                "process, not cluster-wide"
+            )
+        return self._registry.pool_ids(pools)
+
+    def limit_snapshot(self) -> tuple[LimitView, ...]:
+        """The limit pools with holders or waiters in this process, sorted by name and key."""
+        return self._registry.limit_views()
 
     async def wait_idle(self) -> None:
         """Wait until no task is registered or alive and no add or submission is in flight."""

@@ -42,6 +42,10 @@ metric                                                from
                                                       ``idle``: held work only)
 ``taskvisor_queued_submissions``                      bound: ``controller_snapshot().total_queued``
 ``taskvisor_held_submissions``                        bound: held wait-mode submissions
+``taskvisor_limit_held{limit}``                       bound: ``limit_snapshot()``'s ``held``,
+                                                      summed over the keys of each limit
+``taskvisor_limit_waiting{limit}``                    bound: ``limit_snapshot()``'s ``waiting``,
+                                                      summed over the keys of each limit
 ====================================================  ========================================
 
 Every label value of every kind is exported from the start (at 0), so rates and
@@ -121,6 +125,8 @@ class _Sample:
     slots: dict[tuple[str, ...], int]
     queued: dict[tuple[str, ...], int]
     held: dict[tuple[str, ...], int]
+    limit_held: dict[tuple[str, ...], int]
+    limit_waiting: dict[tuple[str, ...], int]
 
 
 class PrometheusSubscriber:
@@ -321,6 +327,12 @@ class PrometheusSubscriber:
                 slots[key] = slots.get(key, 0) + 1
                 queued[labels] = queued.get(labels, 0) + view.queue_depth
                 held[labels] = held.get(labels, 0) + view.waiting
+        limit_held: dict[tuple[str, ...], int] = {}
+        limit_waiting: dict[tuple[str, ...], int] = {}
+        for pool in supervisor.limit_snapshot():  # summed over keys: keys are often tenants
+            limit = (pool.name,)
+            limit_held[limit] = limit_held.get(limit, 0) + pool.held
+            limit_waiting[limit] = limit_waiting.get(limit, 0) + pool.waiting
         return _Sample(
             registered=stats.registered,
             alive=stats.alive,
@@ -332,6 +344,8 @@ class PrometheusSubscriber:
             slots=slots,
             queued=queued,
             held=held,
+            limit_held=limit_held,
+            limit_waiting=limit_waiting,
         )
 
     def _sample(self) -> _Sample | None:
@@ -399,6 +413,13 @@ class _GaugeCollector:
             ("slots", "Live controller slots, by status.", (*slot, "status"), "slots"),
             ("queued_submissions", "Submissions queued behind slot owners.", slot, "queued"),
             ("held_submissions", "Wait-mode submissions held for capacity.", slot, "held"),
+            ("limit_held", "Limit units held in this process, by limit.", ("limit",), "limit_held"),
+            (
+                "limit_waiting",
+                "Attempts and limited blocks waiting for a limit, by limit.",
+                ("limit",),
+                "limit_waiting",
+            ),
         ):
             family = GaugeMetricFamily(f"{ns}_{metric}", doc, labels=labels)
             if sample is not None:

@@ -1,0 +1,397 @@
+"""Limits in one process: ``Supervisor.limited`` blocks and ``limit_snapshot`` (virtual time)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import trio
+import trio.testing
+
+from trio_taskvisor import (
+    ConcurrencyLimit,
+    ConfigError,
+    ControllerConfig,
+    ControllerSpec,
+    DeadlockError,
+    EventKind,
+    FatalError,
+    LimitView,
+    OutcomeKind,
+    Placement,
+    RateLimit,
+    Supervisor,
+    SupervisorClosedError,
+    SupervisorConfig,
+    TaskDefaults,
+    TaskSpec,
+    TaskState,
+    open_supervisor,
+)
+from trio_taskvisor.testing import EventRecorder
+
+EXPORTS = ConcurrencyLimit("exports", 2)
+PARTNER = RateLimit("partner", 2, per=1.0)  # one start every 0.5 s
+
+
+async def _hold(
+    sup: Supervisor,
+    log: list[tuple[str, float]],
+    name: str,
+    *pools: ConcurrencyLimit | RateLimit,
+    for_: float = 1.0,
+) -> None:
+    async with sup.limited(*pools):
+        log.append((name, trio.current_time()))
+        await trio.sleep(for_)
+
+
+async def test_a_concurrency_pool_admits_capacity_blocks_at_once(autojump_clock: object) -> None:
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        for name in "abc":
+            nursery.start_soon(_hold, sup, log, name, EXPORTS)
+            await trio.testing.wait_all_tasks_blocked()
+    assert log == [("a", 0.0), ("b", 0.0), ("c", 1.0)]
+
+
+async def test_a_rate_pool_spaces_starts_by_its_interval(autojump_clock: object) -> None:
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        for name in "abcd":
+            nursery.start_soon(_hold, sup, log, name, PARTNER)
+            await trio.testing.wait_all_tasks_blocked()
+    assert log == [("a", 0.0), ("b", 0.5), ("c", 1.0), ("d", 1.5)]
+
+
+async def test_a_burst_starts_at_once_after_an_idle_stretch(autojump_clock: object) -> None:
+    burst = RateLimit("burst", 1, per=1.0, burst=3)
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        for name in "abcd":
+            nursery.start_soon(_hold, sup, log, name, burst)
+        await trio.testing.wait_all_tasks_blocked()
+    assert [t for _, t in log] == [0.0, 0.0, 0.0, 1.0]
+
+
+async def test_all_at_once_a_waiter_holds_nothing_meanwhile(autojump_clock: object) -> None:
+    """The block for a and b waits for b without holding a: a block for a enters."""
+    a, b = ConcurrencyLimit("a", 1), ConcurrencyLimit("b", 1)
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        nursery.start_soon(_hold, sup, log, "b-holder", b)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(_hold, sup, log, "a-and-b", a, b)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(_hold, sup, log, "a-only", a)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sup.limit_snapshot() == (
+            LimitView("a", None, "concurrency", 1, 1, capacity=1),
+            LimitView("b", None, "concurrency", 1, 1, capacity=1),
+        )
+    # a-only leaves a at 1.0, when b frees too: a-and-b then takes both.
+    assert log == [("b-holder", 0.0), ("a-only", 0.0), ("a-and-b", 1.0)]
+
+
+async def test_oldest_waiter_that_fits_goes_first(autojump_clock: object) -> None:
+    one = ConcurrencyLimit("one", 1)
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        for name in ("first", "second", "third"):
+            nursery.start_soon(_hold, sup, log, name, one)
+            await trio.testing.wait_all_tasks_blocked()
+    assert log == [("first", 0.0), ("second", 1.0), ("third", 2.0)]
+
+
+@pytest.mark.parametrize(("conc_for", "expected"), [(3.0, 3.0), (1.0, 2.0)])
+async def test_a_block_waiting_for_a_rate_and_a_full_pool_starts_when_both_allow(
+    autojump_clock: object, conc_for: float, expected: float
+) -> None:
+    """Its wake-up follows both pools' changes, whichever comes last (a prototype hung)."""
+    rate, conc = RateLimit("r", 1, per=2.0), ConcurrencyLimit("c", 1)
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        nursery.start_soon(_hold, sup, log, "rate", rate)  # next start allowed at 2.0
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(functools.partial(_hold, sup, log, "conc", conc, for_=conc_for))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(_hold, sup, log, "both", rate, conc)
+    assert log == [("rate", 0.0), ("conc", 0.0), ("both", expected)]
+
+
+async def test_cancelled_while_waiting_holds_nothing(autojump_clock: object) -> None:
+    one = ConcurrencyLimit("one", 1)
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        nursery.start_soon(_hold, sup, log, "holder", one)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.move_on_after(0.5):
+            async with sup.limited(one):
+                pytest.fail("entered a full pool")
+        assert sup.limit_snapshot() == (LimitView("one", None, "concurrency", 1, 0, capacity=1),)
+        nursery.start_soon(_hold, sup, log, "next", one)
+    assert log == [("holder", 0.0), ("next", 1.0)]
+    assert sup.limit_snapshot() == ()
+
+
+async def test_a_rate_start_is_spent_on_entry_and_holds_nothing(autojump_clock: object) -> None:
+    async with open_supervisor() as sup:
+        async with sup.limited(PARTNER):
+            assert sup.limit_snapshot() == ()  # a rate pool holds nothing
+        async with sup.limited(PARTNER):
+            assert trio.current_time() == 0.5
+
+
+async def test_limited_is_a_checkpoint_when_it_does_not_wait() -> None:
+    async with open_supervisor() as sup:
+        with trio.testing.assert_checkpoints():
+            async with sup.limited(EXPORTS):
+                pass
+
+
+async def test_asking_again_for_a_held_concurrency_pool_is_a_deadlock() -> None:
+    async with open_supervisor() as sup, sup.limited(EXPORTS.key("acme")):
+        with pytest.raises(DeadlockError, match=r"exports\[acme\], which this task already"):
+            async with sup.limited(EXPORTS.key("acme")):
+                pass
+        # Another key's pool, and a rate pool, are fine.
+        async with sup.limited(EXPORTS.key("other"), PARTNER), sup.limited(PARTNER):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("pools", "error", "message"),
+    [
+        ((), TypeError, r"limited\(\) takes at least one pool"),
+        ((EXPORTS, EXPORTS), ConfigError, "each pool once, got exports twice"),
+        (("exports",), TypeError, "a limit must be a ConcurrencyLimit"),
+        ((ConcurrencyLimit("exports", 3),), ConfigError, "already known with other settings"),
+    ],
+)
+async def test_bad_pools_raise_at_the_call(
+    pools: tuple[object, ...], error: type[Exception], message: str
+) -> None:
+    async with open_supervisor() as sup:
+        async with sup.limited(EXPORTS):
+            pass
+        with pytest.raises(error, match=message):
+            async with sup.limited(*pools):  # type: ignore[arg-type]
+                pass
+
+
+async def test_limited_after_shutdown_began_raises_closed() -> None:
+    async with open_supervisor() as sup:
+        await sup.shutdown()
+        with pytest.raises(SupervisorClosedError):
+            async with sup.limited(EXPORTS):
+                pass
+
+
+async def test_a_block_waiting_when_shutdown_begins_raises_closed(autojump_clock: object) -> None:
+    one = ConcurrencyLimit("one", 1)
+    raised: list[BaseException] = []
+
+    async def waiter(sup: Supervisor) -> None:
+        try:
+            async with sup.limited(one):
+                pytest.fail("entered after the shutdown began")
+        except SupervisorClosedError as exc:
+            raised.append(exc)
+            assert trio.current_time() == 0.0
+
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        nursery.start_soon(_hold, sup, [], "holder", one)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(waiter, sup)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(sup.shutdown)
+    assert len(raised) == 1
+
+
+async def test_known_pools_keep_their_first_settings_for_the_supervisor_life() -> None:
+    async with open_supervisor() as sup:
+        async with sup.limited(EXPORTS.key("a")):
+            pass
+        assert sup.limit_snapshot() == ()  # unused pools are forgotten, their settings not
+        with pytest.raises(ConfigError, match="'exports' is already known"):
+            async with sup.limited(RateLimit("exports", 1)):
+                pass
+
+
+# -- attempts -----------------------------------------------------------------------------------
+
+
+async def _work(log: list[tuple[str, float]], name: str, seconds: float = 1.0) -> None:
+    log.append((name, trio.current_time()))
+    await trio.sleep(seconds)
+
+
+async def test_every_attempt_takes_its_limits_before_it_starts(autojump_clock: object) -> None:
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup:
+        for name in "abc":
+            await sup.add(TaskSpec.once(name, _work, log, name, limits=(EXPORTS,)))
+        await sup.wait_idle()
+    assert log == [("a", 0.0), ("b", 0.0), ("c", 1.0)]
+
+
+async def test_a_waiting_task_is_waiting_not_alive_and_its_timeout_not_begun(
+    autojump_clock: object,
+) -> None:
+    one = ConcurrencyLimit("one", 1)
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup:
+        await sup.add(TaskSpec.once("a", _work, log, "a", 5.0, limits=(one,)))
+        waiter = await sup.add(TaskSpec.once("b", _work, log, "b", limits=(one,), timeout=2.0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert [info.state for info in sup.list()] == [TaskState.RUNNING, TaskState.WAITING]
+        assert sup.statistics().waiting_for_permit == 1
+        assert not sup.is_alive("b")
+        assert sup.limit_snapshot() == (LimitView("one", None, "concurrency", 1, 1, capacity=1),)
+        outcome = await waiter.wait()
+    assert outcome.kind is OutcomeKind.COMPLETED  # its 2 s timeout began at 5.0
+    assert log == [("a", 0.0), ("b", 5.0)]
+
+
+async def test_retries_and_periodic_runs_take_their_limits_each_time(
+    autojump_clock: object,
+) -> None:
+    starts: list[float] = []
+
+    async def tick() -> None:
+        starts.append(trio.current_time())
+        if len(starts) == 4:
+            raise FatalError("enough")
+
+    async with open_supervisor() as sup:
+        waiter = await sup.add(TaskSpec.periodic("tick", 0.0, tick, limits=(PARTNER,)))
+        await waiter.wait()
+    assert starts == [0.0, 0.5, 1.0, 1.5]
+
+
+async def test_a_stop_while_waiting_ends_cancelled_holding_nothing(autojump_clock: object) -> None:
+    one = ConcurrencyLimit("one", 1)
+    log: list[tuple[str, float]] = []
+    async with open_supervisor() as sup:
+        await sup.add(TaskSpec.once("a", _work, log, "a", limits=(one,)))
+        waiter = await sup.add(TaskSpec.once("b", _work, log, "b", limits=(one,)))
+        assert await sup.remove("b")
+        assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+        assert sup.limit_snapshot() == (LimitView("one", None, "concurrency", 1, 0, capacity=1),)
+        await sup.wait_idle()
+    assert log == [("a", 0.0)]
+
+
+async def test_waiting_attempts_end_cancelled_at_shutdown(autojump_clock: object) -> None:
+    one = ConcurrencyLimit("one", 1)
+    async with open_supervisor(SupervisorConfig(grace=1.0)) as sup:
+        await sup.add(TaskSpec.once("a", trio.sleep_forever, limits=(one,)))
+        waiter = await sup.add(TaskSpec.once("b", trio.sleep_forever, limits=(one,)))
+    assert waiter.outcome_nowait().kind is OutcomeKind.CANCELLED
+
+
+async def test_a_forced_attempt_keeps_its_unit_until_it_exits(autojump_clock: object) -> None:
+    one = ConcurrencyLimit("one", 1)
+    log: list[tuple[str, float]] = []
+
+    async def stubborn() -> None:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(10.0)
+
+    async with open_supervisor(SupervisorConfig(grace=1.0)) as sup:
+        await sup.add(TaskSpec.once("stubborn", stubborn, limits=(one,)))
+        await sup.add(TaskSpec.once("next", _work, log, "next", limits=(one,)))
+        await sup.remove("stubborn")  # forced at 1.0, exits at 10.0
+        await sup.wait_idle()
+    assert log == [("next", 10.0)]
+
+
+async def test_limits_inherit_from_the_defaults_and_bad_settings_raise_at_add() -> None:
+    defaults = TaskDefaults(limits=(EXPORTS,))
+    async with open_supervisor(SupervisorConfig(task_defaults=defaults)) as sup:
+        await sup.add(TaskSpec.once("a", trio.sleep_forever))
+        assert sup.limit_snapshot()[0].held == 1
+        with pytest.raises(ConfigError, match="'exports' is already known"):
+            await sup.add(TaskSpec.once("b", trio.sleep_forever, limits=(RateLimit("exports", 1),)))
+        assert [info.name for info in sup.list()] == ["a"]
+        await sup.cancel("a")
+
+
+@pytest.mark.parametrize(
+    ("limits", "error", "message"),
+    [
+        ([EXPORTS], TypeError, "limits must be a tuple"),
+        ((EXPORTS, EXPORTS), ConfigError, "each pool once"),
+        (("exports",), TypeError, "a limit must be a ConcurrencyLimit"),
+    ],
+)
+def test_bad_limits_options_raise_at_construction(
+    limits: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        TaskSpec.once("x", trio.sleep_forever, limits=limits)  # type: ignore[arg-type]
+    with pytest.raises(error, match=message):
+        TaskDefaults(limits=limits)  # type: ignore[arg-type]
+
+
+async def test_limit_events_only_for_attempts_that_waited_for_a_pool(
+    autojump_clock: object,
+) -> None:
+    one = ConcurrencyLimit("one", 1)
+    recorder = EventRecorder()
+    config = SupervisorConfig(max_concurrent=1)
+    async with open_supervisor(config, subscribers=[recorder]) as sup:
+        await sup.add(TaskSpec.once("a", trio.sleep, 1.0, limits=(one,)))
+        await sup.add(TaskSpec.once("b", trio.sleep, 1.0, limits=(one, PARTNER.key("k"))))
+        await sup.add(TaskSpec.once("permit-only", trio.sleep, 1.0))
+        await sup.wait_idle()
+    waiting = recorder.of(EventKind.LIMIT_WAITING)
+    assert [(e.name, e.reason) for e in waiting] == [("b", "waiting for one")]
+    acquired = recorder.of(EventKind.LIMIT_ACQUIRED)
+    assert [(e.name, e.reason, e.time) for e in acquired] == [("b", "one, partner[k]", 1.0)]
+
+
+async def test_a_slot_owner_waiting_for_its_limits_keeps_the_slot(autojump_clock: object) -> None:
+    one = ConcurrencyLimit("one", 1)
+    log: list[tuple[str, float]] = []
+    config = SupervisorConfig(controller=ControllerConfig())
+    async with open_supervisor(config) as sup:
+        await sup.add(TaskSpec.once("holder", _work, log, "holder", 3.0, limits=(one,)))
+        first = ControllerSpec.queue(
+            TaskSpec.once("first", _work, log, "first", limits=(one,)), slot="s"
+        )
+        await sup.submit(first)
+        second = ControllerSpec.queue(TaskSpec.once("second", _work, log, "second"), slot="s")
+        waiter = await sup.submit(second)
+        assert waiter.placement is Placement.QUEUED
+        await sup.wait_idle()
+    assert log == [("holder", 0.0), ("first", 3.0), ("second", 4.0)]
+
+
+async def test_run_in_slot_takes_limits_as_a_task_option(autojump_clock: object) -> None:
+    config = SupervisorConfig(controller=ControllerConfig())
+    async with open_supervisor(config) as sup:
+        starts = []
+
+        async def call(i: int) -> int:
+            starts.append(trio.current_time())
+            return i
+
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(
+                    functools.partial(sup.run_in_slot, f"s{i}", call, i, limits=(PARTNER,))
+                )
+    assert starts == [0.0, 0.5, 1.0]
+
+
+async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock() -> None:
+    async def body(sup: Supervisor) -> None:
+        async with sup.limited(EXPORTS):
+            pass
+
+    async with open_supervisor() as sup:
+        waiter = await sup.add(TaskSpec.once("x", body, sup, limits=(EXPORTS,)))
+        outcome = await waiter.wait()
+    assert outcome.kind is OutcomeKind.FAILED
+    assert isinstance(outcome.error, DeadlockError)
