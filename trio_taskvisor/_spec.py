@@ -28,7 +28,7 @@ Decisions the design leaves open:
   a user task named like one must never make a keyed call fail. The qualname is the
   function's ``__qualname__``; of a ``functools.partial``, the wrapped function's (through
   nested partials); of a callable object, its type's.
-* The section 12 options (``healthy_after``, ``restart_limit``, ``retry_on``,
+* The failure-streak options (``healthy_after``, ``restart_limit``, ``retry_on``,
   ``retry_budget``) are accepted by every named constructor, ``once`` included, where
   they have no effect (a task that never retries has no failure streak), as
   ``max_retries`` and ``backoff`` are.
@@ -543,7 +543,7 @@ class ResolvedSpec:
     """A ``TaskSpec`` with every option resolved against ``TaskDefaults``.
 
     ``needs_clock``: an attempt's start time is needed even without events (a deadline,
-    a repeat gap, the healthy mark). ``streak_rules``: a section 12 rule applies to its
+    a repeat gap, the healthy mark). ``streak_rules``: a failure-streak rule applies to its
     failures, so the actor takes its fuller failure path; without one, it pays nothing
     for them.
     """
