@@ -348,14 +348,20 @@ async def test_periodic_runs_count_as_runs_not_attempts() -> None:
 
 
 def test_idle_state_is_shown_for_a_periodic_wait() -> None:
-    """``TaskState.BACKOFF`` after a periodic success shows as idle, after a failure not."""
+    """``TaskState.BACKOFF`` after a periodic success shows as idle, after a failure not.
+
+    Until the wait's ``BACKOFF_SCHEDULED`` event has arrived (the state is read live,
+    events come later), the wait shows as idle: its note is still the attempt's."""
     pytest.importorskip("rich", reason="needs the demo extra")
     board = Board(20.0)
     board.idle.add("poll")
+    board.retrying.add("other")
     info = TaskInfo(id=TaskId(1), name="poll", slot=None, state=TaskState.BACKOFF, attempt=7)
     assert _state(board, info).plain == "idle"
     retry = attrs.evolve(info, name="other")
     assert _state(board, retry).plain == "backoff"
+    not_yet_told = attrs.evolve(info, name="unseen")
+    assert _state(board, not_yet_told).plain == "idle"
 
 
 @pytest.mark.parametrize("elapsed", [3.0, 19.9, 999.9])

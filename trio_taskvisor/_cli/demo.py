@@ -709,10 +709,15 @@ def _header_line(board: Board) -> RenderableType:
 
 
 def _state(board: Board, info: TaskInfo) -> Text:
-    """The state column: a periodic task waiting for its next run is ``idle``."""
+    """The state column: a periodic task waiting for its next run is ``idle``.
+
+    ``backoff`` is a retry's wait, once its ``BACKOFF_SCHEDULED`` event has arrived (the
+    state is read live, events come through the bus a little later): until then the row's
+    note is still the attempt's, so the wait shows as ``idle``, as a periodic one does.
+    """
     from rich.text import Text
 
-    if info.state is TaskState.BACKOFF and info.name in board.idle:
+    if info.state is TaskState.BACKOFF and info.name not in board.retrying:
         return Text("idle", style="dim")
     return Text(info.state.value, style=_STATE_STYLES[info.state])
 
