@@ -105,7 +105,7 @@ def _supervisor_config(store: Any) -> Any:
 
 
 async def _store_handover(
-    url: str, control: Connection, peer: Connection, namespace: str, side: int, turns: int
+    url: str, control: Connection, peer: Connection, side: int, namespace: str, turns: int
 ) -> tuple[dict[int, float], dict[int, float]]:
     """This process's turns (``side``, ``side + 2``, ...) of the ping-pong: start and
     end times per turn."""
@@ -151,8 +151,8 @@ async def _lock_handover(
     url: str,
     control: Connection,
     peer: Connection,
-    key: str,
     side: int,
+    key: str,
     turns: int,
     sleep: float,
 ) -> tuple[dict[int, float], dict[int, float]]:
@@ -241,7 +241,7 @@ def lock_contended(url: str, control: Connection, peer: Connection | None, *args
 
 
 async def _slots_throughput(
-    url: str, control: Connection, namespace: str | None, processes: list[int], items: int
+    url: str, control: Connection, processes: list[int], namespace: str | None, items: int
 ) -> tuple[float, float, int]:
     """``CALLERS`` callers per entry of ``processes`` (their keys), each ``run_in_slot``
     of a trivial body per key; with a slot store unless ``namespace`` is ``None``."""
@@ -276,7 +276,7 @@ def slots_throughput(url: str, control: Connection, peer: Connection | None, *ar
 
 
 async def _lock_throughput(
-    url: str, control: Connection, prefix: str, process: int, items: int, sleep: float
+    url: str, control: Connection, process: int, prefix: str, items: int, sleep: float
 ) -> tuple[float, float, int]:
     import redis.asyncio as aioredis
 
@@ -294,7 +294,8 @@ async def _lock_throughput(
             done += 1
 
     try:
-        await client.ping()
+        # One connection per caller, opened before the clock starts (as the store's is).
+        await asyncio.gather(*(client.ping() for _ in range(CALLERS)))
         work = [_keys(process, c, items) for c in range(CALLERS)]
         await _asyncio_barrier(control)
         start = time.monotonic()
@@ -321,14 +322,20 @@ JOBS: dict[str, Callable[..., Any]] = {
 }
 
 
+def _run_job(
+    name: str, url: str, control: Connection, peer: Connection | None, args: tuple[Any, ...]
+) -> Any:
+    if peer is not None and peer.poll():
+        raise RuntimeError(f"{name}: a message of an earlier job is left")
+    return JOBS[name](url, control, peer, *args)
+
+
 def _worker(url: str, control: Connection, peer: Connection | None) -> None:
     """A worker process: run jobs until told to stop (``None``)."""
     while (job := control.recv()) is not None:
         name, args = job
         try:
-            if peer is not None and peer.poll():
-                raise RuntimeError(f"{name}: a message of an earlier job is left")
-            result = JOBS[name](url, control, peer, *args)
+            result = _run_job(name, url, control, peer, args)
         except BaseException:
             control.send(("error", traceback.format_exc()))
         else:
@@ -372,6 +379,10 @@ class Pool:
             self.controls[index].send("go")
         return {index: self._answer(index, "result") for index in jobs}
 
+    def run_all(self, job: str, own: Mapping[int, tuple[Any, ...]], *shared: Any) -> dict[int, Any]:
+        """Run ``job`` on the workers ``own`` names, with their own arguments first."""
+        return self.run({index: (job, (*mine, *shared)) for index, mine in own.items()})
+
     def close(self) -> None:
         """Stop the workers (at once if they do not leave on their own)."""
         for control in self.controls:
@@ -395,8 +406,8 @@ def _fresh(prefix: str) -> str:
     return f"{prefix}-{next(_runs)}"
 
 
-def _handover(pool: Pool, job: str, first: tuple[Any, ...], turns: int, *rest: Any) -> list[float]:
-    results = pool.run({side: (job, (*first, side, turns, *rest)) for side in (0, 1)})
+def _handover(pool: Pool, job: str, turns: int, *shared: Any) -> list[float]:
+    results = pool.run_all(job, {0: (0,), 1: (1,)}, shared[0], turns, *shared[1:])
     starts = {**results[0][0], **results[1][0]}
     ends = {**results[0][1], **results[1][1]}
     samples = [starts[turn] - ends[turn - 1] for turn in range(1, turns)]
@@ -435,46 +446,43 @@ def measure(
     rounds, warmup = (1, 0) if plan.quick else (5, 1)
     pool = Pool(url)
     try:
-        store = _handover(pool, "store_handover", (_fresh("bench-ho"),), handovers)
+        store = _handover(pool, "store_handover", handovers, _fresh("bench-ho"))
+        pair = {0: (), 1: ()}
         crossing = {
             "slot store": _crossing(
-                pool.run({i: ("store_contended", (_fresh("bench-ct"), contended)) for i in (0, 1)})
+                pool.run_all("store_contended", pair, _fresh("bench-ct"), contended)
             )
         }
         locks: dict[float, list[float]] = {}
         if peer:
-            locks[FAST_POLL] = _handover(
-                pool, "lock_handover", (_fresh("bench-lock-ho"),), handovers, FAST_POLL
-            )
-            locks[DEFAULT_POLL] = _handover(
-                pool, "lock_handover", (_fresh("bench-lock-ho"),), default_handovers, DEFAULT_POLL
-            )
+            for sleep, turns in ((FAST_POLL, handovers), (DEFAULT_POLL, default_handovers)):
+                locks[sleep] = _handover(
+                    pool, "lock_handover", turns, _fresh("bench-lock-ho"), sleep
+                )
             for name, sleep in (("Lock 1 ms", FAST_POLL), ("Lock default", DEFAULT_POLL)):
-                jobs = {
-                    i: ("lock_contended", (_fresh("bench-lock-ct"), contended, sleep))
-                    for i in (0, 1)
-                }
-                crossing[name] = _crossing(pool.run(jobs))
+                runs = pool.run_all(
+                    "lock_contended", pair, _fresh("bench-lock-ct"), contended, sleep
+                )
+                crossing[name] = _crossing(runs)
         total = WORKERS * CALLERS * items
         every = list(range(WORKERS))
+        alone = {i: ([i],) for i in every}
         contenders: dict[str, Callable[[], float]] = {
             "store": lambda: _throughput(
-                pool.run(
-                    {i: ("slots_throughput", (_fresh("bench-tp"), [i], items)) for i in every}
-                ),
-                total,
+                pool.run_all("slots_throughput", alone, _fresh("bench-tp"), items), total
             ),
             "local": lambda: _throughput(
-                pool.run({0: ("slots_throughput", (None, every, items))}), total
+                pool.run_all("slots_throughput", {0: (every,)}, None, items), total
             ),
         }
         if peer:
             contenders["lock"] = lambda: _throughput(
-                pool.run(
-                    {
-                        i: ("lock_throughput", (_fresh("bench-lock-tp"), i, items, FAST_POLL))
-                        for i in every
-                    }
+                pool.run_all(
+                    "lock_throughput",
+                    {i: (i,) for i in every},
+                    _fresh("bench-lock-tp"),
+                    items,
+                    FAST_POLL,
                 ),
                 total,
             )
@@ -504,7 +512,7 @@ def _rows(
     p50, p99 = _ms(store, 50), _ms(store, 99)
     hand = {"unit": "ms", "scale": 1e3}
     rows: list[Result] = []
-    skipped = "redis-py is not installed (pip install -e '.[bench]')"
+    skipped = "redis-py is not installed: pip install -e '.[bench]'"
     if locks:
         for sleep, lock in locks.items():
             fast = sleep == FAST_POLL
