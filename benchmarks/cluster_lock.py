@@ -242,12 +242,13 @@ def lock_contended(url: str, control: Connection, peer: Connection | None, *args
 
 async def _slots_throughput(
     url: str, control: Connection, processes: list[int], namespace: str | None, items: int
-) -> tuple[float, float, int]:
+) -> tuple[float, float, list[float]]:
     """``CALLERS`` callers per entry of ``processes`` (their keys), each ``run_in_slot``
-    of a trivial body per key; with a slot store unless ``namespace`` is ``None``."""
+    of a trivial body per key; with a slot store unless ``namespace`` is ``None``.
+    The start and end of the run, and how long each call took."""
     from trio_taskvisor import ControllerConfig, SupervisorConfig, open_supervisor
 
-    done = 0
+    calls: list[float] = []
     if namespace is None:
         config = SupervisorConfig(controller=ControllerConfig())
     else:
@@ -256,10 +257,10 @@ async def _slots_throughput(
     async with open_supervisor(config) as sup:
 
         async def caller(keys: list[int]) -> None:
-            nonlocal done
             for key in keys:
+                called = time.monotonic()
                 await sup.run_in_slot(f"k{key}", _noop)
-                done += 1
+                calls.append(time.monotonic() - called)
 
         work = [_keys(p, c, items) for p in processes for c in range(CALLERS)]
         await _trio_barrier(control)
@@ -268,7 +269,7 @@ async def _slots_throughput(
             for keys in work:
                 nursery.start_soon(caller, keys)
         end = time.monotonic()
-    return start, end, done
+    return start, end, calls
 
 
 def slots_throughput(url: str, control: Connection, peer: Connection | None, *args: Any) -> Any:
@@ -277,21 +278,21 @@ def slots_throughput(url: str, control: Connection, peer: Connection | None, *ar
 
 async def _lock_throughput(
     url: str, control: Connection, process: int, prefix: str, items: int, sleep: float
-) -> tuple[float, float, int]:
+) -> tuple[float, float, list[float]]:
     import redis.asyncio as aioredis
 
-    done = 0
+    calls: list[float] = []
     client = aioredis.Redis.from_url(url)
 
     async def caller(keys: list[int]) -> None:
-        nonlocal done
         for key in keys:
+            called = time.monotonic()
             lock = client.lock(
                 f"{prefix}:k{key}", timeout=LEASE_TTL, sleep=sleep, thread_local=False
             )
             async with lock:
                 pass
-            done += 1
+            calls.append(time.monotonic() - called)
 
     try:
         # One connection per caller, opened before the clock starts (as the store's is).
@@ -305,7 +306,7 @@ async def _lock_throughput(
         end = time.monotonic()
     finally:
         await client.aclose()
-    return start, end, done
+    return start, end, calls
 
 
 def lock_throughput(url: str, control: Connection, peer: Connection | None, *args: Any) -> Any:
@@ -421,11 +422,18 @@ def _crossing(results: Mapping[int, list[tuple[float, float]]]) -> float:
     return crossings / max(1, len(turns) - 1)
 
 
-def _throughput(results: Mapping[int, tuple[float, float, int]], expected: int) -> float:
-    """Seconds from the common start to the last end; checks that every item ran."""
-    done = sum(count for _, _, count in results.values())
-    if done != expected:
-        raise RuntimeError(f"{done} items done, expected {expected}")
+Calls = dict[str, list[float]]
+
+
+def _throughput(
+    name: str, results: Mapping[int, tuple[float, float, list[float]]], expected: int, calls: Calls
+) -> float:
+    """Seconds from the common start to the last end; checks that every item ran, and
+    adds the time of each call to ``calls[name]``."""
+    mine = [call for _, _, durations in results.values() for call in durations]
+    if len(mine) != expected:
+        raise RuntimeError(f"{name}: {len(mine)} items done, expected {expected}")
+    calls.setdefault(name, []).extend(mine)
     return max(end for _, end, _ in results.values()) - min(s for s, _, _ in results.values())
 
 
@@ -467,16 +475,24 @@ def measure(
         total = WORKERS * CALLERS * items
         every = list(range(WORKERS))
         alone = {i: ([i],) for i in every}
+        calls: Calls = {}
         contenders: dict[str, Callable[[], float]] = {
             "store": lambda: _throughput(
-                pool.run_all("slots_throughput", alone, _fresh("bench-tp"), items), total
+                "store",
+                pool.run_all("slots_throughput", alone, _fresh("bench-tp"), items),
+                total,
+                calls,
             ),
             "local": lambda: _throughput(
-                pool.run_all("slots_throughput", {0: (every,)}, None, items), total
+                "local",
+                pool.run_all("slots_throughput", {0: (every,)}, None, items),
+                total,
+                calls,
             ),
         }
         if peer:
             contenders["lock"] = lambda: _throughput(
+                "lock",
                 pool.run_all(
                     "lock_throughput",
                     {i: (i,) for i in every},
@@ -485,16 +501,19 @@ def measure(
                     FAST_POLL,
                 ),
                 total,
+                calls,
             )
         seconds: dict[str, list[float]] = {name: [] for name in contenders}
         for index in range(warmup + rounds):  # interleaved, round by round
+            if index == warmup:
+                calls.clear()  # the calls of the warm-up rounds are not reported
             for name, contender in contenders.items():
                 cost = contender()
                 if index >= warmup:
                     seconds[name].append(cost)
     finally:
         pool.close()
-    return _rows(store, locks, pings, crossing, seconds, total), {
+    return _rows(store, locks, pings, crossing, seconds, calls, total), {
         "hand-over, 2 supervisors": store,
         **{f"hand-over, Lock sleep={s:g}": lat for s, lat in locks.items()},
     }
@@ -506,6 +525,7 @@ def _rows(
     pings: list[float],
     crossing: Mapping[str, float],
     seconds: Mapping[str, list[float]],
+    calls: Calls,
     total: int,
 ) -> list[Result]:
     shares = ", ".join(f"{name} {share:.0%}" for name, share in crossing.items())
@@ -569,7 +589,12 @@ def _rows(
     ]
 
     def rate(name: str) -> str:
-        return f"{total / statistics.median(seconds[name]):,.0f} items/s"
+        durations = calls[name]
+        return (
+            f"{total / statistics.median(seconds[name]):,.0f} items/s "
+            f"(a call p50 {_ms(durations, 50):.2f}, p99 {_ms(durations, 99):.1f}, "
+            f"max {max(durations) * 1e3:,.0f} ms)"
+        )
 
     label = f"{WORKERS}x{CALLERS} callers, {KEYS // 1000}k keys"
     per_item = {"unit": "us/item", "per": total, "scale": 1e6}
