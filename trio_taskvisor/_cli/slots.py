@@ -36,13 +36,14 @@ is built by pure functions (``render``), so both are tested without a server.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import ssl
 import sys
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -58,9 +59,7 @@ if TYPE_CHECKING:
 
 REFRESH: Final = 0.5  # seconds between two reads of --watch
 SCAN_COUNT: Final = 1000
-REDIS_EXTRA: Final = (
-    "the slots command needs the redis extra: pip install 'trio_taskvisor[redis]'"
-)
+REDIS_EXTRA: Final = "the slots command needs the redis extra: pip install 'trio_taskvisor[redis]'"
 
 # -- the snapshot -------------------------------------------------------------------------------
 
@@ -104,7 +103,7 @@ class InstanceRow:
     heartbeat_remaining: float | None
     """Seconds until its heartbeat expires unless renewed (``None``: it never expires)."""
     slots_owned: tuple[str, ...]
-    """The slots whose lease it holds, sorted."""
+    """The slots whose lease it holds, sorted (numbers in names by value)."""
     queued: int
     """Its entries in cluster queues."""
     units_held: int
@@ -132,13 +131,24 @@ class ClusterView:
     """What one namespace of a store held at one moment."""
 
     slots: tuple[SlotRow, ...]
+    """Slots with a lease or a queue, sorted by name (numbers in names by value)."""
     instances: tuple[InstanceRow, ...]
+    """Live instances, sorted by id (numbers in ids by value)."""
     pools: tuple[PoolRow, ...] = ()
+    """Limit pools, sorted by name and key (none yet)."""
 
 
 def _seconds(pttl_ms: int) -> float | None:
     """A ``PTTL`` reply (milliseconds; -1: no expiry) as seconds."""
     return None if pttl_ms < 0 else pttl_ms / 1000
+
+
+def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that orders the numbers in names by value ("t:2" before "t:10")."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text))
+
+
+_DIGITS: Final = re.compile(r"(\d+)")
 
 
 def instance_of(entry: str) -> str:
@@ -157,7 +167,7 @@ def assemble(
     """
     held = {slot: lease for slot, lease in leases.items() if lease[0] is not None}
     slots: list[SlotRow] = []
-    for slot in sorted(held.keys() | {slot for slot, q in queues.items() if q}):
+    for slot in sorted(held.keys() | {slot for slot, q in queues.items() if q}, key=_natural):
         entry, token, stop, pttl = held.get(slot, (None, None, None, -2))
         queue = tuple(
             QueuedEntry(e, instance_of(e), instance_of(e) in heartbeats)
@@ -182,7 +192,7 @@ def assemble(
             queued=sum(q.instance == instance for s in slots for q in s.queue),
             units_held=0,
         )
-        for instance, pttl in sorted(heartbeats.items())
+        for instance, pttl in sorted(heartbeats.items(), key=lambda item: _natural(item[0]))
     )
     return ClusterView(tuple(slots), instances, ())
 
@@ -250,6 +260,15 @@ def _cut(text: str, width: int) -> str:
     return text[: max(0, width - 1)] + "…"
 
 
+def _cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` columns, its middle replaced by ``…`` if cut: names
+    often differ only at their end ("tenant:12", "host:pid:8f3a...")."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
 def _time(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
 
@@ -262,7 +281,7 @@ def _labels(view: ClusterView) -> dict[str, int]:
         if s.holder is not None:
             named.add(s.holder)
         named.update(q.instance for q in s.queue)
-    for instance in sorted(named - labels.keys()):
+    for instance in sorted(named - labels.keys(), key=_natural):
         labels[instance] = len(labels) + 1
     return labels
 
@@ -307,6 +326,11 @@ def _row(*cells: tuple[str, int]) -> str:
     return "  ".join(text if w == 0 else _cut(text, w).ljust(w) for text, w in cells).rstrip()
 
 
+def _name(text: str, width: int) -> tuple[str, int]:
+    """A name's cell: cut in the middle to ``width``."""
+    return _cut_middle(text, width), width
+
+
 def render(
     view: ClusterView,
     *,
@@ -326,14 +350,12 @@ def render(
 
     # Slots: SLOT  HOLDER  FENCE TOKEN  LEASE  QUEUE (the queue takes what is left).
     holders = ["-" if s.entry is None else _entry_label(s.entry, labels) for s in view.slots]
-    queues = [
-        f"{len(s.queue)}: {_queue_text(s, labels)}" if s.queue else "-" for s in view.slots
-    ]
+    queues = [f"{len(s.queue)}: {_queue_text(s, labels)}" if s.queue else "-" for s in view.slots]
     leases = [_time(s.lease_remaining) + ("!" if s.stop_requested_by else "") for s in view.slots]
     slot_w = max([4, *(len(s.slot) for s in view.slots)])
     holder_w = max([6, *map(len, holders)])
     if width is not None:
-        slot_w = min(slot_w, max(8, width // 4))
+        slot_w = min(slot_w, 20 + max(0, width - 80) // 2)
     fixed_w = slot_w + holder_w + _TOKEN_W + _LEASE_W + 8
     queue_w = 0 if width is None else max(8, width - fixed_w)
     slot_head = _row(
@@ -347,7 +369,7 @@ def render(
         (
             "row",
             _row(
-                (s.slot, slot_w),
+                _name(s.slot, slot_w),
                 (holder, holder_w),
                 ("-" if s.fence_token is None else str(s.fence_token), _TOKEN_W),
                 (lease, _LEASE_W),
@@ -366,10 +388,10 @@ def render(
     def instance_row(name: str, n: int) -> str:
         i = live.get(name)
         if i is None:
-            return _row((str(n), number_w), (name, instance_w), ("gone", 9))
+            return _row((str(n), number_w), _name(name, instance_w), ("gone", 9))
         return _row(
             (str(n), number_w),
-            (name, instance_w),
+            _name(name, instance_w),
             (_time(i.heartbeat_remaining), 9),
             (str(len(i.slots_owned)), 5),
             (str(i.queued), 6),
@@ -398,7 +420,7 @@ def render(
         (
             "row",
             _row(
-                (name, pool_w),
+                _name(name, pool_w),
                 (p.kind, 11),
                 (str(p.held), 5),
                 (str(p.waiting), 7),
@@ -414,16 +436,29 @@ def render(
         budgets = _budgets(max(3, height - 7), *budgets)
     held = sum(s.holder is not None for s in view.slots)
     queued = sum(len(s.queue) for s in view.slots)
-    marks = []
+    slot_rule = f"slots: {len(view.slots)}, {held} held, {queued} queued"
+    # The legend: the marks shown first, then how entries are named, as far as they fit.
+    legend: list[str] = []
     if any(s.stop_requested_by for s in view.slots):
-        marks.append("!: stop requested")
+        legend.append("! = stop asked")
     if any(not q.live for s in view.slots for q in s.queue):
-        marks.append("†: instance gone")
-    legend = f"   ({', '.join(marks)})" if marks else ""
+        legend.append("† = instance gone")
+    if view.slots:
+        legend.append("n/t = instance n, task t")
+    shown: list[str] = []
+    for part in legend:
+        if width is None or len(slot_rule) + 3 + len("; ".join([*shown, part])) <= width:
+            shown.append(part)
+    if shown:
+        slot_rule += "   " + "; ".join(shown)
+    gone = len(labels) - len(view.instances)
+    instance_rule = f"instances: {len(view.instances)} live" + (
+        f", {gone} gone (named by slots)" if gone else ""
+    )
     lines: list[Line] = [("title", title)]
     sections = (
-        (f"slots: {len(view.slots)}, {held} held, {queued} queued{legend}", slot_head, slot_rows),
-        (f"instances: {len(view.instances)} live", instance_head, instance_rows),
+        (slot_rule, slot_head, slot_rows),
+        (instance_rule, instance_head, instance_rows),
         (f"limit pools: {len(view.pools)}", pool_head, pool_rows),
     )
     for (rule, head, rows), budget, what in zip(
@@ -546,7 +581,7 @@ async def read_cluster(store: RedisSlotStore) -> ClusterView:
 def _first_leaf(exc: Exception) -> Exception:
     """The first exception of a group that is not itself a group (or ``exc``)."""
     while isinstance(exc, ExceptionGroup):
-        exc = exc.exceptions[0]
+        exc = cast("ExceptionGroup[Exception]", exc).exceptions[0]
     return exc
 
 
@@ -646,7 +681,7 @@ async def _watch_rich(store: RedisSlotStore) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    from .demo import _no_echo
+    from .demo import _no_echo  # pyright: ignore[reportPrivateUsage]
 
     console = Console()
     view: ClusterView | None = None
@@ -655,7 +690,8 @@ async def _watch_rich(store: RedisSlotStore) -> None:
         size = console.size
         title = _title(store, watching=True, error=error)
         shown = view or ClusterView((), ())
-        return _rich_frame(render(shown, title=title, width=size.width, height=size.height))
+        # One line short of the terminal: the last frame stays whole above the prompt.
+        return _rich_frame(render(shown, title=title, width=size.width, height=size.height - 1))
 
     with _no_echo(), Live(console=console, auto_refresh=False, transient=False) as live:
         while True:
@@ -716,7 +752,9 @@ def _live_available() -> bool:
     return True
 
 
-def main(url: str, *, namespace: str = "taskvisor", watch: bool = False, as_json: bool = False) -> int:
+def main(
+    url: str, *, namespace: str = "taskvisor", watch: bool = False, as_json: bool = False
+) -> int:
     """Run the command; the exit status: 0, or 2 after a one-line error on stderr.
 
     Ctrl+C ends ``--watch`` with status 0 (watching ends no other way).
@@ -740,4 +778,8 @@ def main(url: str, *, namespace: str = "taskvisor", watch: bool = False, as_json
     except KeyboardInterrupt:
         if not watch:
             raise
+    except BrokenPipeError:
+        # The reader of stdout went away (as ``| head`` does): stop quietly, and keep
+        # the interpreter's final flush from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
