@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-from helpers import ROOT
 from trio_taskvisor._cli.slots import (
     ClusterView,
     InstanceRow,
@@ -24,6 +23,8 @@ from trio_taskvisor._cli.slots import (
     render,
     to_json,
 )
+
+from helpers import ROOT
 
 A, B, C = "host-a:11:aaaaaaaa", "host-b:22:bbbbbbbb", "host-c:33:cccccccc"
 
