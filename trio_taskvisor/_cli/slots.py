@@ -247,7 +247,7 @@ def to_json(view: ClusterView) -> dict[str, Any]:
 # numbered after the live ones and listed with the heartbeat "gone".
 
 Line = tuple[str, str]
-"""One line of text and its kind: ``title``, ``rule``, ``head``, ``row`` or ``note``."""
+"""One line of text and its kind: ``title``, ``error``, ``rule``, ``head``, ``row``, ``note``."""
 
 _LEASE_W: Final = 7
 _TOKEN_W: Final = 16
@@ -335,11 +335,14 @@ def render(
     view: ClusterView,
     *,
     title: str,
+    hint: str = "",
+    error: str | None = None,
     width: int | None = None,
     height: int | None = None,
 ) -> list[Line]:
     """The view as lines of text under ``title``, fitted to ``width`` x ``height``
-    (``None``: unbounded, nothing is cut).
+    (``None``: unbounded, nothing is cut). ``hint`` ends the title line, never cut (the
+    title is); ``error``, if any, is the next line.
 
     Slot names, instances and queues are cut with ``…`` to the width (the numbers and
     times never are); when the rows do not fit the height, each section shows its first
@@ -432,8 +435,8 @@ def render(
 
     budgets = (len(slot_rows), len(instance_rows), len(pool_rows))
     if height is not None:
-        # The title, three rules and three heads (or "none" lines) are always shown.
-        budgets = _budgets(max(3, height - 7), *budgets)
+        # The title, the error, three rules and three heads (or "none") are always shown.
+        budgets = _budgets(max(3, height - 7 - (error is not None)), *budgets)
     held = sum(s.holder is not None for s in view.slots)
     queued = sum(len(s.queue) for s in view.slots)
     slot_rule = f"slots: {len(view.slots)}, {held} held, {queued} queued"
@@ -455,7 +458,12 @@ def render(
     instance_rule = f"instances: {len(view.instances)} live" + (
         f", {gone} gone (named by slots)" if gone else ""
     )
+    if hint:
+        room = None if width is None else max(0, width - len(hint) - 2)
+        title = (title if room is None else _cut(title, room)).ljust(room or 0) + "  " + hint
     lines: list[Line] = [("title", title)]
+    if error is not None:
+        lines.append(("error", error))
     sections = (
         (slot_rule, slot_head, slot_rows),
         (instance_rule, instance_head, instance_rows),
@@ -651,19 +659,29 @@ def _secrets_of(url: str) -> tuple[str, ...]:
 # -- showing ---------------------------------------------------------------------------------------
 
 
-def _title(store: RedisSlotStore, *, watching: bool, error: str | None = None) -> str:
-    stamp = time.strftime("%H:%M:%S")
-    title = f"slots of {store.namespace!r} at {store.safe_url}  {stamp}"
-    if error is not None:
-        title += f"  UNAVAILABLE: {error}"
-    return title + ("  Ctrl+C: quit" if watching else "")
+def _title(store: RedisSlotStore, read_at: float) -> str:
+    """What is shown, and when it was read (wall clock, local time)."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(read_at))
+    return f"slots of {store.namespace!r} at {store.safe_url}  read at {stamp}"
+
+
+def _unavailable(exc: SlotStoreUnavailableError) -> str:
+    return f"UNAVAILABLE at {time.strftime('%H:%M:%S')}, trying again: {exc}"
 
 
 def _text_of(lines: Iterable[Line]) -> str:
     return "\n".join(text for _, text in lines)
 
 
-_STYLES: Final = {"title": "bold", "rule": "bold cyan", "head": "dim", "row": "", "note": "dim"}
+_STYLES: Final = {
+    "title": "bold",
+    "error": "bold red",
+    "rule": "bold cyan",
+    "head": "dim",
+    "row": "",
+    "note": "dim",
+}
+_HINT: Final = "Ctrl+C: quit"
 
 
 def _rich_frame(lines: Iterable[Line]) -> RenderableType:
@@ -677,55 +695,62 @@ def _rich_frame(lines: Iterable[Line]) -> RenderableType:
     return frame
 
 
-async def _watch_rich(store: RedisSlotStore) -> None:
+class _Watch:
+    """The last successful read of a watch, and the error of the last read if it failed
+    (the frame then shows the last view, read at the time its title says)."""
+
+    def __init__(self, store: RedisSlotStore, view: ClusterView, read_at: float) -> None:
+        self.store = store
+        self.view = view
+        self.read_at = read_at
+        self.error: str | None = None
+
+    async def read(self) -> None:
+        try:
+            self.view = await read_cluster(self.store)
+        except SlotStoreUnavailableError as exc:
+            self.error = _unavailable(exc)
+        else:
+            self.read_at, self.error = time.time(), None
+
+    def lines(self, width: int | None, height: int | None) -> list[Line]:
+        title = _title(self.store, self.read_at)
+        return render(
+            self.view, title=title, hint=_HINT, error=self.error, width=width, height=height
+        )
+
+
+async def _watch_rich(watch: _Watch) -> None:
     from rich.console import Console
     from rich.live import Live
 
     from .demo import _no_echo  # pyright: ignore[reportPrivateUsage]
 
     console = Console()
-    view: ClusterView | None = None
-
-    def frame(error: str | None) -> RenderableType:
-        size = console.size
-        title = _title(store, watching=True, error=error)
-        shown = view or ClusterView((), ())
-        # One line short of the terminal: the last frame stays whole above the prompt.
-        return _rich_frame(render(shown, title=title, width=size.width, height=size.height - 1))
-
     with _no_echo(), Live(console=console, auto_refresh=False, transient=False) as live:
         while True:
-            error = None
-            try:
-                view = await read_cluster(store)
-            except SlotStoreUnavailableError as exc:
-                error = str(exc)
-            live.update(frame(error), refresh=True)
+            size = console.size
+            # One line short of the terminal: the last frame stays whole above the prompt.
+            live.update(_rich_frame(watch.lines(size.width, size.height - 1)), refresh=True)
             await trio.sleep(REFRESH)
+            await watch.read()
 
 
-async def _watch_plain(store: RedisSlotStore) -> None:
-    view: ClusterView | None = None
+async def _watch_plain(watch: _Watch) -> None:
+    from .demo import _no_echo  # pyright: ignore[reportPrivateUsage]
+
     terminal = sys.stdout.isatty()
-    while True:
-        error = None
-        try:
-            view = await read_cluster(store)
-        except SlotStoreUnavailableError as exc:
-            error = str(exc)
-        size = shutil.get_terminal_size()
-        title = _title(store, watching=True, error=error)
-        lines = render(
-            view or ClusterView((), ()),
-            title=title,
-            width=size.columns if terminal else None,
-            height=size.lines - 1 if terminal else None,
-        )
-        # Home and clear the screen, then the frame: a plain redraw.
-        print(("\x1b[H\x1b[2J" if terminal else "") + _text_of(lines), flush=True)
-        if not terminal:
-            print(flush=True)
-        await trio.sleep(REFRESH)
+    with _no_echo():
+        while True:
+            if terminal:
+                size = shutil.get_terminal_size()
+                # Home and clear the screen, then the frame: a plain redraw.
+                text = _text_of(watch.lines(size.columns, size.lines - 1))
+                print("\x1b[H\x1b[2J" + text, flush=True)
+            else:
+                print(_text_of(watch.lines(None, None)) + "\n", flush=True)
+            await trio.sleep(REFRESH)
+            await watch.read()
 
 
 async def run(store: RedisSlotStore, *, watch: bool, as_json: bool, live: bool) -> None:
@@ -734,14 +759,15 @@ async def run(store: RedisSlotStore, *, watch: bool, as_json: bool, live: bool) 
     The first read's ``SlotStoreUnavailableError`` propagates, watching or not.
     """
     view = await read_cluster(store)
+    read_at = time.time()
     if as_json:
         print(json.dumps(to_json(view), indent=2))
     elif not watch:
-        print(_text_of(render(view, title=_title(store, watching=False))))
+        print(_text_of(render(view, title=_title(store, read_at))))
     elif live:
-        await _watch_rich(store)
+        await _watch_rich(_Watch(store, view, read_at))
     else:
-        await _watch_plain(store)
+        await _watch_plain(_Watch(store, view, read_at))
 
 
 def _live_available() -> bool:
