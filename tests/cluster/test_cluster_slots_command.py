@@ -233,6 +233,23 @@ async def test_a_user_who_may_only_read_can_run_it(
     assert without_times(as_reader[1]) == without_times(as_default[1])
 
 
+async def test_a_namespace_with_pattern_characters_reads_only_its_own_keys(
+    redis_server: RedisServer, client: coredis.Redis[str], namespace: str
+) -> None:
+    """``*``, ``?``, ``[`` are valid in a namespace: keys of a namespace they would
+    match as a pattern ("aXb" for "a*b") are not read."""
+    ours, other = f"{namespace}-a*?[b]", f"{namespace}-aXY[b]"
+    for name, instance in ((ours, A), (other, B)):
+        scripts = Scripts(client, RedisSlotStore(redis_server.url, namespace=name, lease_ttl=60.0))
+        await scripts.heartbeat(instance)
+        await scripts.submit(f"s-{instance}", entry(instance, 1))
+    status, out, err = await slots_command(redis_server.url, "--namespace", ours, "--json")
+    assert (status, err) == (0, ""), err
+    document = json.loads(out)
+    assert [row["slot"] for row in document["slots"]] == [f"s-{A}"]
+    assert list(instances_by_id(document)) == [A]
+
+
 # -- when the store cannot be read ----------------------------------------------------------------
 
 
