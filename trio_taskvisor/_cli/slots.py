@@ -10,8 +10,9 @@ the server, so the section is empty, and ``units_held`` is 0).
   (``to_json``: top-level keys ``slots``, ``instances``, ``pools``); ``--watch`` redraws
   it every ``REFRESH`` seconds until Ctrl+C (exit status 0), live with ``rich`` when it
   is installed and stdout is a terminal (fitted to the terminal: 80x24 and up), else
-  by clearing the screen and printing again. While watching, a failed read shows its
-  error in the header and the next refresh tries again.
+  by clearing the screen and printing again (into a pipe: frame after frame, whole).
+  While watching, a failed read leaves the last view (its title says when it was read)
+  with the cause under the title, and the next refresh tries again.
 * It reads with plain commands only: ``SCAN`` for the namespace's keys, then one
   ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL`` and ``LRANGE`` (one consistent snapshot of
   the leases, queues and heartbeats it found), and ``PTTL`` of the heartbeats of
@@ -665,10 +666,6 @@ def _title(store: RedisSlotStore, read_at: float) -> str:
     return f"slots of {store.namespace!r} at {store.safe_url}  read at {stamp}"
 
 
-def _unavailable(exc: SlotStoreUnavailableError) -> str:
-    return f"UNAVAILABLE at {time.strftime('%H:%M:%S')}, trying again: {exc}"
-
-
 def _text_of(lines: Iterable[Line]) -> str:
     return "\n".join(text for _, text in lines)
 
@@ -704,14 +701,20 @@ class _Watch:
         self.view = view
         self.read_at = read_at
         self.error: str | None = None
+        self._failing_since: float | None = None
 
     async def read(self) -> None:
         try:
             self.view = await read_cluster(self.store)
         except SlotStoreUnavailableError as exc:
-            self.error = _unavailable(exc)
+            if self._failing_since is None:
+                self._failing_since = time.time()
+            since = time.strftime("%H:%M:%S", time.localtime(self._failing_since))
+            # The title shows the URL: the cause is what fits next to it.
+            cause = str(exc).removeprefix(f"slot store {self.store.safe_url} ")
+            self.error = f"UNAVAILABLE since {since}: {cause}"
         else:
-            self.read_at, self.error = time.time(), None
+            self.read_at, self.error, self._failing_since = time.time(), None, None
 
     def lines(self, width: int | None, height: int | None) -> list[Line]:
         title = _title(self.store, self.read_at)
