@@ -219,6 +219,24 @@ def test_watch_and_json_exclude_each_other(capsys: pytest.CaptureFixture[str]) -
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("watch", [True, False])
+def test_ctrl_c_inside_the_clients_task_group(monkeypatch: pytest.MonkeyPatch, watch: bool) -> None:
+    """Ctrl+C that arrives during a read comes out of trio in a group: it still ends
+    ``--watch`` with status 0, and a single read as a ``KeyboardInterrupt`` (130)."""
+    from trio_taskvisor._cli import slots
+
+    async def interrupted(*args: object, **kwargs: object) -> None:
+        raise BaseExceptionGroup("the client's task group", [KeyboardInterrupt()])
+
+    monkeypatch.setattr(slots, "run", interrupted)
+    if watch:
+        assert slots.main("redis://localhost/0", watch=True) == 0
+    else:
+        from trio_taskvisor.__main__ import main
+
+        assert main(["slots", "redis://localhost/0"]) == 130
+
+
 def test_without_coredis_exits_2_naming_the_extra() -> None:
     """Without the redis extra: one line naming it, status 2."""
     code = (

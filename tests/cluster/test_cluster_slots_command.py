@@ -15,6 +15,7 @@ fail and say so, rather than passing without having looked.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -260,6 +261,24 @@ async def test_a_server_that_is_down_exits_2() -> None:
     assert (status, out) == (2, "")
     assert err.count("\n") == 1
     assert err.startswith(f"error: slot store {url} could not be reached: ConnectionError: ")
+
+
+async def test_a_silent_server_exits_2_after_connect_timeout() -> None:
+    """A server that accepts connections and never answers: "did not answer within
+    5.0 s" (the store's default ``connect_timeout``), status 2."""
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), silent, 0
+        )
+        url = f"redis://127.0.0.1:{listeners[0].socket.getsockname()[1]}/0"
+        status, out, err = await slots_command(url)
+        nursery.cancel_scope.cancel(reason="the silent server is no longer needed")
+    assert (status, out) == (2, "")
+    assert err == f"error: slot store {url} did not answer within 5.0 s\n"
 
 
 async def test_wrong_credentials_exit_2(

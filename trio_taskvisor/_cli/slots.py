@@ -566,12 +566,17 @@ async def read_cluster(store: RedisSlotStore) -> ClusterView:
     the cause when the server cannot be read.
     """
     error: Exception | None = None
-    with trio.move_on_after(store.connect_timeout):
-        try:
+    bound = trio.move_on_after(store.connect_timeout)
+    try:
+        # Outside the bound: what is left of the client's errors once the bound took
+        # back its own cancellation (a group) is caught too.
+        with bound:
             async with _client(store) as client:
                 return await _read(client, store.key_prefix)
-        except Exception as exc:
-            error = _first_leaf(exc)
+    except Exception as exc:
+        error = _first_leaf(exc)
+    if bound.cancel_called:
+        error = None  # the client's error, if any, is its view of the bound's cancellation
     url = store.safe_url
     if error is None:
         raise SlotStoreUnavailableError(
@@ -800,7 +805,13 @@ def main(
         return 2
     live = watch and not as_json and sys.stdout.isatty() and _live_available()
     try:
-        trio.run(lambda: run(store, watch=watch, as_json=as_json, live=live))
+        try:
+            trio.run(lambda: run(store, watch=watch, as_json=as_json, live=live))
+        except BaseExceptionGroup as group:
+            if group.split(KeyboardInterrupt)[1] is None:
+                # Ctrl+C during a read: it arrived inside the client's task group.
+                raise KeyboardInterrupt from None
+            raise
     except SlotStoreUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
