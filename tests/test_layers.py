@@ -59,6 +59,7 @@ ORDER = [
     "",  # the package itself: trio_taskvisor/__init__.py
     "_cli",
     "_cli.demo",
+    "_cli.slots",
     "_cli.tour",
     "__main__",
 ]

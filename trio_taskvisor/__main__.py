@@ -1,9 +1,10 @@
-"""``python -m trio_taskvisor``: the demo, and a short tour.
+"""``python -m trio_taskvisor``: the demo, a short tour, and a look into a cluster.
 
 Usage::
 
     python -m trio_taskvisor demo [--duration SECONDS] [--plain | --live] [--seed N]
     python -m trio_taskvisor tour
+    python -m trio_taskvisor slots URL [--namespace NS] [--watch | --json]
 
 ``demo`` (also what runs with no subcommand, with its defaults) is the README's demo:
 about 20 s of a supervised service, shown live with ``rich`` (``pip install
@@ -18,11 +19,17 @@ summary is printed. See ``trio_taskvisor._cli.demo``.
 periodic heartbeat, a fatal failure and a task that overstays the grace window, logged
 event by event. See ``trio_taskvisor._cli.tour``.
 
+``slots`` shows what a slot store holds, read only: every cluster slot (lease holder,
+fence token, lease time left, cluster queue), every live instance and every limit pool,
+once as text, as one JSON document (``--json``), or redrawn live until Ctrl+C
+(``--watch``). It needs the ``redis`` extra. See ``trio_taskvisor._cli.slots``.
+
 The exit status is 0 when the run ends as designed (the demo's and the tour's stubborn
 task overrunning the grace window is part of the design), and ``128 + signal`` when a
 signal ended it, as services do: 130 after a Ctrl+C (a first, graceful one in the demo,
 or a second that forced its shutdown, or one that interrupted the tour), 143 after a
-SIGTERM to the demo.
+SIGTERM to the demo. ``slots`` exits with 0 (Ctrl+C ends ``--watch`` with 0 too), or
+with 2 and a one-line error on stderr when the store cannot be read.
 """
 
 from __future__ import annotations
@@ -45,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m trio_taskvisor",
-        description="trio_taskvisor demo and tour.",
+        description="trio_taskvisor demo and tour, and a look into a cluster's slot store.",
         epilog="python -m trio_taskvisor demo --help: the demo's options and views.",
     )
     parser.set_defaults(command="demo", duration=20.0, plain=None, seed=None)
-    commands = parser.add_subparsers(title="commands", metavar="{demo,tour}")
+    commands = parser.add_subparsers(title="commands", metavar="{demo,tour,slots}")
     demo = commands.add_parser(
         "demo",
         help="a supervised service for about 20 s, shown live (the default)",
@@ -88,8 +95,49 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, help="seed the demo's randomness")
     tour = commands.add_parser("tour", help="a 2 s walk-through, logged event by event")
     tour.set_defaults(command="tour")
+    slots = commands.add_parser(
+        "slots",
+        help="what a cluster's slot store holds (slots, instances, limit pools), read only",
+        description=(
+            "What a slot store holds, read only: every cluster slot (its lease holder's "
+            "instance, fence token, lease time left, cluster queue head first), every live "
+            "instance (heartbeat time left, slots owned, entries queued, limit units held) "
+            "and every limit pool. It writes nothing. Needs the redis extra: pip install "
+            "'trio_taskvisor[redis]'. Exit status 0, or 2 with a one-line error when the "
+            "store cannot be read."
+        ),
+    )
+    slots.set_defaults(command="slots")
+    slots.add_argument(
+        "url",
+        metavar="URL",
+        help="the store's redis:// or rediss:// URL, as given to RedisSlotStore",
+    )
+    slots.add_argument(
+        "--namespace",
+        default="taskvisor",
+        metavar="NS",
+        help="the slot namespace, as given to RedisSlotStore (default: taskvisor)",
+    )
+    output = slots.add_mutually_exclusive_group()
+    output.add_argument(
+        "--watch",
+        action="store_true",
+        help="redraw it live until Ctrl+C (with rich when installed, fitted to the terminal)",
+    )
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document with the keys slots, instances and pools",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.command == "slots":
+            from ._cli.slots import main as slots_main
+
+            return slots_main(
+                args.url, namespace=args.namespace, watch=args.watch, as_json=args.json
+            )
         if args.command == "tour":
             from ._cli.tour import main as tour_main
 

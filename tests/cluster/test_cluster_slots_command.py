@@ -1,0 +1,454 @@
+"""``python -m trio_taskvisor slots URL`` against real servers (real clock).
+
+The command runs as a child process, as an operator runs it: against two supervisors
+holding and queueing work in one namespace (``--json``, checked field by field);
+against a namespace the scripts filled with long-lived keys (a stop asked, an entry of a
+dead instance), on a server of its own, where every key and value, and the server's
+count of changes, are compared before and after it ran (it writes nothing), also as a
+user that may only read; against a server that is down and with a wrong password (exit
+status 2, one line on stderr naming the cause); and with ``--watch`` in tmux panes of
+80x24 and 120x40 (with ``rich``) and 80x24 (without it), ended by Ctrl+C.
+
+tmux is part of the project's machines (``/usr/bin/tmux``); without it the watch tests
+fail and say so, rather than passing without having looked.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import coredis
+import pytest
+import trio
+from cluster_helpers import Scripts, entry, gated, replica
+from redis_server import RedisServer, free_port, running_server
+
+from trio_taskvisor import ControllerSpec, EventKind
+from trio_taskvisor.redis import RedisSlotStore
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+RUN = 30.0  # seconds: the bound of one run of the command (it takes well under 2 s)
+A, B, C = "host-a:11:aaaaaaaa", "host-b:22:bbbbbbbb", "host-c:33:cccccccc"
+USER, PASSWORD = "tv-reader", "reader-pw"
+
+
+async def slots_command(*args: str) -> tuple[int, str, str]:
+    """Run ``python -m trio_taskvisor slots ARGS``: its status, stdout and stderr."""
+    with trio.fail_after(RUN):
+        result = await trio.run_process(
+            [sys.executable, "-m", "trio_taskvisor", "slots", *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=ENV,
+            cwd=ROOT,
+        )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def instances_by_id(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["instance"]: row for row in document["instances"]}
+
+
+def without_times(out: str) -> dict[str, Any]:
+    """The JSON document without the times left (they change from one read to the next)."""
+    document = json.loads(out)
+    for row in document["slots"]:
+        del row["lease_remaining"]
+    for row in document["instances"]:
+        del row["heartbeat_remaining"]
+    return document
+
+
+# -- a live cluster ------------------------------------------------------------------------------
+
+
+async def test_json_shows_two_supervisors_holding_and_queueing(store: RedisSlotStore) -> None:
+    """A holds s:1 (B, then A, queued behind it), B holds s:2: every slot, entry,
+    instance and count as the supervisors and ``cluster_slot`` know them."""
+    gate = trio.Event()
+    async with replica(store) as (a, rec_a), replica(store) as (b, rec_b):
+        a_owner = await a.submit(ControllerSpec.queue(gated(gate), slot="s:1"))
+        await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=a_owner.id)
+        b_owner = await b.submit(ControllerSpec.queue(gated(gate), slot="s:2"))
+        await rec_b.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=b_owner.id)
+        b_queued = await b.submit(ControllerSpec.queue(gated(gate), slot="s:1"))
+        await rec_b.wait_for(
+            EventKind.CONTROLLER_SUBMITTED, task_id=b_queued.id, reason="queued in the cluster"
+        )
+        a_queued = await a.submit(ControllerSpec.queue(gated(gate), slot="s:1"))
+        await rec_a.wait_for(
+            EventKind.CONTROLLER_SUBMITTED, task_id=a_queued.id, reason="queued in the cluster"
+        )
+        s1, s2 = await a.cluster_slot("s:1"), await a.cluster_slot("s:2")
+        status, out, err = await slots_command(store.url, "--namespace", store.namespace, "--json")
+        gate.set()
+    assert (status, err) == (0, ""), err
+    assert s1 is not None
+    assert s2 is not None
+    document = json.loads(out)
+    assert list(document) == ["slots", "instances", "pools"]
+    ia, ib = a.instance_id, b.instance_id
+    first, second = document["slots"]
+    assert first.pop("lease_remaining") <= store.lease_ttl
+    assert first == {
+        "slot": "s:1",
+        "holder": ia,
+        "entry": entry(ia, int(a_owner.id)),
+        "fence_token": s1.fence_token,
+        "stop_requested_by": None,
+        "queue": [
+            {"entry": entry(ib, int(b_queued.id)), "instance": ib, "live": True},
+            {"entry": entry(ia, int(a_queued.id)), "instance": ia, "live": True},
+        ],
+    }
+    assert 0 < second.pop("lease_remaining") <= store.lease_ttl
+    assert second == {
+        "slot": "s:2",
+        "holder": ib,
+        "entry": entry(ib, int(b_owner.id)),
+        "fence_token": s2.fence_token,
+        "stop_requested_by": None,
+        "queue": [],
+    }
+    instances = instances_by_id(document)
+    assert sorted(instances) == sorted([ia, ib])
+    for instance, owned, queued in ((ia, ["s:1"], 1), (ib, ["s:2"], 1)):
+        row = instances[instance]
+        assert 0 < row.pop("heartbeat_remaining") <= store.lease_ttl
+        assert row == {
+            "instance": instance,
+            "slots_owned": owned,
+            "queued": queued,
+            "units_held": 0,
+        }
+    assert document["pools"] == []
+
+
+# -- it writes nothing -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quiet_server() -> Iterator[RedisServer]:
+    """A server of this module's own: nothing else writes to it (its change count is ours)."""
+    with running_server() as server:
+        yield server
+
+
+async def fill(client: coredis.Redis[str], store: RedisSlotStore) -> None:
+    """Through the scripts: A holds s:1, with B and then C (dead) queued; B holds s:2,
+    which A asked to stop (a REPLACE: A heads its queue). Everything lives a minute."""
+    scripts = Scripts(client, store)
+    await scripts.heartbeat(A, B, C)
+    await scripts.submit("s:1", entry(A, 1))
+    await scripts.submit("s:1", entry(B, 2))
+    await scripts.submit("s:1", entry(C, 3))
+    await scripts.submit("s:2", entry(B, 4))
+    await scripts.submit("s:2", entry(A, 5), "replace")
+    await scripts.kill(C)
+
+
+async def dump(client: coredis.Redis[str]) -> dict[str, tuple[str, object, bool]]:
+    """Every key of the server: its type, value, and whether it expires."""
+    keys: list[str] = []
+    cursor = 0
+    while True:
+        cursor, batch = await client.scan(cursor, count=1000)
+        keys.extend(batch)
+        if cursor == 0:
+            break
+    found: dict[str, tuple[str, object, bool]] = {}
+    for key in sorted(keys):
+        kind = await client.type(key)
+        value: object
+        if kind == "string":
+            value = await client.get(key)
+        elif kind == "hash":
+            value = dict(await client.hgetall(key))
+        elif kind == "list":
+            value = list(await client.lrange(key, 0, -1))
+        elif kind == "set":
+            value = sorted(await client.smembers(key))
+        else:
+            value = kind
+        found[key] = (kind, value, await client.pttl(key) >= 0)
+    return found
+
+
+async def changes(client: coredis.Redis[str]) -> int:
+    """The server's count of changes to its data since its start (no save is made)."""
+    return int((await client.info("persistence"))["rdb_changes_since_last_save"])
+
+
+async def test_it_writes_nothing(quiet_server: RedisServer, namespace: str) -> None:
+    """Every key, type, value and expiry of the server, and its count of changes, are
+    the same after the command ran; it read the stop marker and the dead entry."""
+    store = RedisSlotStore(quiet_server.url, namespace=namespace, lease_ttl=60.0)
+    async with coredis.Redis.from_url(quiet_server.url, decode_responses=True) as client:
+        await fill(client, store)
+        before, changed = await dump(client), await changes(client)
+        status, out, err = await slots_command(quiet_server.url, "--namespace", namespace)
+        status_json, out_json, _ = await slots_command(
+            quiet_server.url, "--namespace", namespace, "--json"
+        )
+        assert await dump(client) == before
+        assert await changes(client) == changed
+    assert (status, status_json, err) == (0, 0, "")
+    assert "slots: 2, 2 held, 3 queued" in out
+    assert re.search(r"^s:2 +2/4 +\d{16} +\d+\.\d s!", out, re.MULTILINE), out
+    slots = {row["slot"]: row for row in json.loads(out_json)["slots"]}
+    assert slots["s:2"]["stop_requested_by"] == A
+    assert [q["entry"] for q in slots["s:2"]["queue"]] == [entry(A, 5)]
+    assert [(q["instance"], q["live"]) for q in slots["s:1"]["queue"]] == [(B, True), (C, False)]
+    assert sorted(instances_by_id(json.loads(out_json))) == [A, B]
+
+
+async def test_a_user_who_may_only_read_can_run_it(
+    quiet_server: RedisServer, namespace: str
+) -> None:
+    """An ACL user with read commands (and MULTI/EXEC) only: the same document."""
+    store = RedisSlotStore(quiet_server.url, namespace=namespace, lease_ttl=60.0)
+    async with coredis.Redis.from_url(quiet_server.url, decode_responses=True) as client:
+        await fill(client, store)
+        rules = ("on", f">{PASSWORD}", "~*", "&*", "-@all", "+@read", "+@connection")
+        await client.acl_setuser(USER, *rules, "+multi", "+exec")
+        reader = f"redis://{USER}:{PASSWORD}@127.0.0.1:{quiet_server.port}/0"
+        as_reader = await slots_command(reader, "--namespace", namespace, "--json")
+        as_default = await slots_command(quiet_server.url, "--namespace", namespace, "--json")
+    assert as_reader[0] == 0, as_reader[2]
+    assert without_times(as_reader[1]) == without_times(as_default[1])
+
+
+async def test_a_namespace_with_pattern_characters_reads_only_its_own_keys(
+    redis_server: RedisServer, client: coredis.Redis[str], namespace: str
+) -> None:
+    """``*``, ``?``, ``[`` are valid in a namespace: keys of a namespace they would
+    match as a pattern ("aXb" for "a*b") are not read."""
+    ours, other = f"{namespace}-a*?[b]", f"{namespace}-aXY[b]"
+    for name, instance in ((ours, A), (other, B)):
+        scripts = Scripts(client, RedisSlotStore(redis_server.url, namespace=name, lease_ttl=60.0))
+        await scripts.heartbeat(instance)
+        await scripts.submit(f"s-{instance}", entry(instance, 1))
+    status, out, err = await slots_command(redis_server.url, "--namespace", ours, "--json")
+    assert (status, err) == (0, ""), err
+    document = json.loads(out)
+    assert [row["slot"] for row in document["slots"]] == [f"s-{A}"]
+    assert list(instances_by_id(document)) == [A]
+
+
+# -- when the store cannot be read ----------------------------------------------------------------
+
+
+async def test_a_server_that_is_down_exits_2() -> None:
+    """Nothing listens on the port: one line on stderr, naming it, status 2."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    status, out, err = await slots_command(url)
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: slot store {url} could not be reached: ConnectionError: ")
+
+
+async def test_a_silent_server_exits_2_after_connect_timeout() -> None:
+    """A server that accepts connections and never answers: "did not answer within
+    5.0 s" (the store's default ``connect_timeout``), status 2."""
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), silent, 0
+        )
+        url = f"redis://127.0.0.1:{listeners[0].socket.getsockname()[1]}/0"
+        status, out, err = await slots_command(url)
+        nursery.cancel_scope.cancel(reason="the silent server is no longer needed")
+    assert (status, out) == (2, "")
+    assert err == f"error: slot store {url} did not answer within 5.0 s\n"
+
+
+async def test_wrong_credentials_exit_2(
+    redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """A wrong password: "refused the credentials", the password never shown."""
+    await client.acl_setuser(USER, "on", f">{PASSWORD}", "~*", "&*", "+@all")
+    url = f"redis://{USER}:not-{PASSWORD}@127.0.0.1:{redis_server.port}/0"
+    status, out, err = await slots_command(url)
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    masked = f"redis://{USER}:***@127.0.0.1:{redis_server.port}/0"
+    assert err.startswith(f"error: slot store {masked} refused the credentials: ")
+    assert PASSWORD not in err
+
+
+async def test_watch_shows_an_outage_and_goes_on(
+    redis_server: RedisServer, store: RedisSlotStore
+) -> None:
+    """Watching (stdout a pipe: frame after frame), a server that stops is named under
+    the title (the last view stays), and the frames go on without it once the server is
+    back; SIGINT ends the watch with status 0."""
+    args = ["-m", "trio_taskvisor", "slots", store.url, "--namespace", store.namespace]
+    with trio.fail_after(RUN):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, *args, "--watch"], stdout=subprocess.PIPE, env=ENV, cwd=ROOT
+        )
+        stdout = process.stdout
+        assert stdout is not None
+        seen = ""
+
+        async def wait_for(pattern: str) -> None:
+            """Read until ``pattern`` shows; forget what was read up to its end."""
+            nonlocal seen
+            while (found := re.search(pattern, seen, re.MULTILINE)) is None:
+                chunk = await stdout.receive_some()
+                assert chunk, f"the watch ended early:\n{seen}"
+                seen += chunk.decode()
+            seen = seen[found.end() :]
+
+        try:
+            await wait_for(r"Ctrl\+C: quit\nslots: 0, 0 held, 0 queued")
+            redis_server.stop()
+            await wait_for(
+                r"^UNAVAILABLE since \d\d:\d\d:\d\d: could not be reached: ConnectionError: "
+            )
+            redis_server.start()
+            await wait_for(r"Ctrl\+C: quit\nslots: 0")
+            process.send_signal(signal.SIGINT)
+            assert await process.wait() == 0
+        finally:
+            process.kill()
+            await process.wait()
+            await stdout.aclose()
+
+
+# -- --watch in terminals -------------------------------------------------------------------------
+
+EXIT = re.compile(r"^EXIT=(\d+)$", re.MULTILINE)
+WATCH_TIMEOUT = 30.0
+
+
+@attrs.define
+class Pane:
+    """One tmux pane running ``slots --watch``: a screen it drew, and how it ended."""
+
+    name: str
+    width: int
+    height: int
+    rich: bool = True
+    drawn: str = ""  # a screen that showed both slots and both live instances
+    final: str = ""  # the screen once the command had exited
+    status: int | None = None
+
+
+def _tmux(socket: str, *args: str) -> str:
+    result = subprocess.run(
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=True, timeout=10
+    )
+    return result.stdout
+
+
+def _lines(screen: str) -> list[str]:
+    return screen.rstrip("\n").split("\n")
+
+
+@pytest.fixture(scope="module")
+def panes(redis_server_session: RedisServer) -> Iterator[dict[str, Pane]]:
+    """Fill a namespace, watch it in three panes until both slots and both live
+    instances show, then Ctrl+C each and wait for its exit status."""
+    if shutil.which("tmux") is None:
+        pytest.fail(
+            "tmux is not installed: this test watches the slots in tmux panes "
+            "(install it: apt-get install tmux)"
+        )
+    url, namespace = redis_server_session.url, f"watch-{uuid.uuid4().hex[:8]}"
+
+    async def setup() -> None:
+        store = RedisSlotStore(url, namespace=namespace, lease_ttl=60.0)
+        async with coredis.Redis.from_url(url, decode_responses=True) as client:
+            await fill(client, store)
+
+    trio.run(setup)
+    wanted = [Pane("narrow", 80, 24), Pane("mid", 120, 40), Pane("plain", 80, 24, rich=False)]
+    socket = f"taskvisor-slots-{uuid.uuid4().hex[:8]}"
+    watch = [sys.executable, "-m", "trio_taskvisor", "slots", url, "--namespace", namespace]
+    try:
+        for pane in wanted:
+            args = [*watch, "--watch"]
+            if not pane.rich:
+                code = (
+                    "import sys; sys.modules['rich'] = None; "
+                    "from trio_taskvisor.__main__ import main; sys.exit(main(sys.argv[1:]))"
+                )
+                args = [sys.executable, "-c", code, *args[3:]]
+            command = f"{shlex.join(args)}; echo EXIT=$?; sleep 120"
+            size = ("-x", str(pane.width), "-y", str(pane.height), "-s", pane.name)
+            subprocess.run(
+                ("tmux", "-L", socket, "-f", os.devnull, "new-session", "-d", *size, command),
+                check=True,
+                env=ENV,
+                cwd=ROOT,
+                timeout=10,
+            )
+        deadline = time.monotonic() + WATCH_TIMEOUT
+        while any(p.status is None for p in wanted) and time.monotonic() < deadline:
+            for pane in wanted:
+                if pane.status is not None:
+                    continue
+                screen = _tmux(socket, "capture-pane", "-p", "-J", "-t", pane.name)
+                exited = EXIT.search(screen)
+                if exited is not None:
+                    pane.final, pane.status = screen, int(exited.group(1))
+                elif not pane.drawn and all(text in screen for text in ("s:1 ", "s:2 ", A, B)):
+                    pane.drawn = screen
+                    _tmux(socket, "send-keys", "-t", pane.name, "C-c")
+            time.sleep(0.1)  # polling another process's terminal, not a settle wait
+        for pane in wanted:
+            if pane.status is None:  # what it showed instead, for the failure
+                pane.final = _tmux(socket, "capture-pane", "-p", "-J", "-t", pane.name)
+        yield {pane.name: pane for pane in wanted}
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("name", ["narrow", "mid", "plain"])
+def test_watch_shows_the_slots_within_the_terminal(panes: dict[str, Pane], name: str) -> None:
+    """Title, every section, both slots and the instances, no line wider than the pane
+    and no frame taller (one line spare)."""
+    pane = panes[name]
+    assert pane.drawn, f"{name}: never showed the slots\n{pane.final}"
+    lines = _lines(pane.drawn)
+    assert len(lines) < pane.height, f"{name}: {len(lines)} lines\n{pane.drawn}"
+    for line in lines:
+        assert len(line) <= pane.width, f"{name}: {len(line)} columns: {line!r}"
+    assert lines[0].startswith("slots of 'watch-"), pane.drawn
+    assert lines[0].endswith("Ctrl+C: quit"), pane.drawn
+    assert lines[1].startswith("slots: 2, 2 held, 3 queued   ! = stop asked; † = instance gone")
+    assert re.search(r"^s:1 +1/1 +\d{16} +\d+\.\d s +2: 2/2 3/3†$", pane.drawn, re.MULTILINE)
+    assert re.search(r"^s:2 +2/4 +\d{16} +\d+\.\d s! +1: 1/5$", pane.drawn, re.MULTILINE)
+    assert "instances: 2 live, 1 gone (named by slots)" in pane.drawn
+    assert re.search(rf"^3 +{C} +gone$", pane.drawn, re.MULTILINE)
+    assert "limit pools: 0" in pane.drawn
+
+
+@pytest.mark.parametrize("name", ["narrow", "mid", "plain"])
+def test_ctrl_c_ends_the_watch_with_0(panes: dict[str, Pane], name: str) -> None:
+    """Ctrl+C: status 0, no traceback, no echoed ^C, the last frame left on screen."""
+    pane = panes[name]
+    assert pane.status == 0, f"{name}: exit status {pane.status}\n{pane.final}"
+    assert "Traceback" not in pane.final, pane.final
+    assert "^C" not in pane.final, pane.final
+    assert "limit pools: 0" in pane.final

@@ -1,0 +1,259 @@
+"""``python -m trio_taskvisor slots``, without a server: the snapshot built from what
+the server holds, its JSON document, its text fitted to a terminal, and the errors that
+need no server (a bad URL, coredis missing). The reading itself, ``--watch`` in
+terminals and the errors of real servers are in ``tests/cluster/test_cluster_slots_command.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trio_taskvisor._cli.slots import (
+    ClusterView,
+    InstanceRow,
+    PoolRow,
+    QueuedEntry,
+    SlotRow,
+    assemble,
+    render,
+    to_json,
+)
+
+from helpers import ROOT
+
+A, B, C = "host-a:11:aaaaaaaa", "host-b:22:bbbbbbbb", "host-c:33:cccccccc"
+
+
+def sample() -> ClusterView:
+    """A holds t:2 (B queued behind it), B holds t:10 with a stop asked by A (C, whose
+    heartbeat is gone, queued behind it), nobody holds t:1 (a hand-over: A's entry heads
+    the queue)."""
+    return assemble(
+        leases={
+            "t:2": (f"{A}/1", "1700000000000001", None, 900),
+            "t:10": (f"{B}/4", "1700000000000002", A, 450),
+            "t:gone": (None, None, None, -2),  # expired between the scan and the read
+        },
+        queues={"t:2": [f"{B}/5"], "t:10": [f"{C}/9"], "t:1": [f"{A}/3"], "t:empty": []},
+        heartbeats={A: 950, B: 1000},
+    )
+
+
+def test_assemble_reads_leases_queues_and_heartbeats() -> None:
+    """Slots with a lease or a queue, numbers in names sorted by value; live instances
+    with what they own and queue; an entry is live while its instance's heartbeat is."""
+    view = sample()
+    assert [s.slot for s in view.slots] == ["t:1", "t:2", "t:10"]
+    t1, t2, t10 = view.slots
+    assert t1 == SlotRow("t:1", None, None, None, None, None, (QueuedEntry(f"{A}/3", A, True),))
+    assert t2 == SlotRow(
+        "t:2", A, f"{A}/1", 1700000000000001, 0.9, None, (QueuedEntry(f"{B}/5", B, True),)
+    )
+    assert t10 == SlotRow(
+        "t:10", B, f"{B}/4", 1700000000000002, 0.45, A, (QueuedEntry(f"{C}/9", C, False),)
+    )
+    assert view.instances == (
+        InstanceRow(A, 0.95, ("t:2",), 1, 0),
+        InstanceRow(B, 1.0, ("t:10",), 1, 0),
+    )
+    assert view.pools == ()
+
+
+def test_an_instance_id_with_a_slash_is_kept_whole() -> None:
+    """A task id never has a "/": the instance is everything before the last one."""
+    view = assemble({}, {"s": ["a/b:1:ff/7"]}, {"a/b:1:ff": 500})
+    assert view.slots[0].queue == (QueuedEntry("a/b:1:ff/7", "a/b:1:ff", True),)
+
+
+def test_json_document_has_the_three_lists() -> None:
+    """``--json``: exactly ``slots``, ``instances`` and ``pools``, with every field."""
+    document = json.loads(json.dumps(to_json(sample())))
+    assert list(document) == ["slots", "instances", "pools"]
+    assert document["slots"][2] == {
+        "slot": "t:10",
+        "holder": B,
+        "entry": f"{B}/4",
+        "fence_token": 1700000000000002,
+        "lease_remaining": 0.45,
+        "stop_requested_by": A,
+        "queue": [{"entry": f"{C}/9", "instance": C, "live": False}],
+    }
+    assert document["instances"][0] == {
+        "instance": A,
+        "heartbeat_remaining": 0.95,
+        "slots_owned": ["t:2"],
+        "queued": 1,
+        "units_held": 0,
+    }
+    assert document["pools"] == []
+
+
+def test_json_pools_have_their_fields() -> None:
+    """The pools section's shape, for when limits are kept on the server."""
+    pool = PoolRow("partner-api", "acme", "rate", 0, (), 2, 0.25)
+    document = to_json(ClusterView((), (), (pool,)))
+    assert document["pools"] == [
+        {
+            "name": "partner-api",
+            "key": "acme",
+            "kind": "rate",
+            "held": 0,
+            "holders": {},
+            "waiting": 2,
+            "next_start_in": 0.25,
+        }
+    ]
+
+
+def text(view: ClusterView, width: int | None = None, height: int | None = None) -> list[str]:
+    return [line for _, line in render(view, title="TITLE", width=width, height=height)]
+
+
+def test_text_names_entries_by_instance_number() -> None:
+    """Slot rows name entries "n/t" (instance n, task t); the instances section lists
+    each number, a dead instance that a queue names as "gone"; marks are explained."""
+    lines = text(sample())
+    assert lines[0] == "TITLE"
+    assert lines[1] == (
+        "slots: 3, 2 held, 3 queued   ! = stop asked; † = instance gone; n/t = instance n, task t"
+    )
+    rows = {line.split()[0]: line.split() for line in lines[3:6]}
+    assert rows["t:1"] == ["t:1", "-", "-", "-", "1:", "1/3"]
+    assert rows["t:2"] == ["t:2", "1/1", "1700000000000001", "0.9", "s", "1:", "2/5"]
+    assert rows["t:10"] == ["t:10", "2/4", "1700000000000002", "0.5", "s!", "1:", "3/9†"]
+    assert lines[6] == "instances: 2 live, 1 gone (named by slots)"
+    assert lines[7].split() == ["#", "INSTANCE", "HEARTBEAT", "OWNS", "QUEUED", "UNITS"]
+    assert lines[8].split() == ["1", A, "0.9", "s", "1", "1", "0"]  # 0.95 s, rounded
+    assert lines[9].split() == ["2", B, "1.0", "s", "1", "1", "0"]
+    assert lines[10].split() == ["3", C, "gone"]
+    assert lines[11:] == ["limit pools: 0", "  none on the server"]
+
+
+def test_text_of_an_empty_namespace() -> None:
+    assert text(ClusterView((), ())) == [
+        "TITLE",
+        "slots: 0, 0 held, 0 queued",
+        "  none",
+        "instances: 0 live",
+        "  none",
+        "limit pools: 0",
+        "  none on the server",
+    ]
+
+
+def many(slots: int, instances: int) -> ClusterView:
+    names = [f"host-{i}.example.internal:{1000 + i}:{i:08x}" for i in range(instances)]
+    leases = {
+        f"tenant-with-a-long-name:{n}": (f"{names[n % instances]}/{n}", str(10**15 + n), None, 999)
+        for n in range(slots)
+    }
+    queues = {slot: [f"{name}/{n}" for n, name in enumerate(names * 3)] for slot in leases}
+    return assemble(leases, queues, dict.fromkeys(names, 1000))
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40), (200, 60)])
+@pytest.mark.parametrize(("slots", "instances"), [(0, 0), (3, 2), (60, 4), (5, 40), (60, 60)])
+def test_text_fits_the_terminal(width: int, height: int, slots: int, instances: int) -> None:
+    """No line wider than the terminal, no more lines than it has; rows that do not fit
+    are counted, never dropped silently; the numbers are never cut."""
+    lines = text(many(slots, instances), width, height)
+    assert len(lines) <= height
+    assert all(len(line) <= width for line in lines), lines
+    assert "limit pools: 0" in lines  # every section keeps its rule
+
+    def hidden(section: str) -> int:
+        more = [line.split()[1] for line in lines if line.endswith(f" more {section}")]
+        return int(more[0]) if more else 0
+
+    slot_rows = [line for line in lines if line.startswith("tenant")]
+    instance_rows = [line for line in lines if line[:1].isdigit()]
+    assert len(slot_rows) + hidden("slots") == slots, lines
+    assert len(instance_rows) + hidden("instances") == instances, lines
+    for line in slot_rows:
+        assert line.split()[2].startswith("10000000000000")  # the whole fence token
+
+
+def test_unbounded_text_cuts_nothing() -> None:
+    """Printed once (no ``--watch``), names and queues are shown whole."""
+    view = many(2, 30)
+    joined = "\n".join(text(view))
+    assert "…" not in joined
+    assert all(row.instance in joined for row in view.instances)
+
+
+# -- errors that need no server ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["http://localhost"], "error: url scheme must be 'redis' or 'rediss', got 'http'\n"),
+        (
+            ["redis://localhost/0", "--namespace", "a{b}"],
+            "error: namespace must be non-empty, without '{' or '}', got 'a{b}'\n",
+        ),
+    ],
+)
+def test_an_invalid_url_or_namespace_exits_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """The URL and namespace are checked as ``RedisSlotStore`` checks them: one line, 2."""
+    from trio_taskvisor.__main__ import main
+
+    assert main(["slots", *args]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", message)
+
+
+def test_watch_and_json_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    from trio_taskvisor.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["slots", "redis://localhost/0", "--watch", "--json"])
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("watch", [True, False])
+def test_ctrl_c_inside_the_clients_task_group(monkeypatch: pytest.MonkeyPatch, watch: bool) -> None:
+    """Ctrl+C that arrives during a read comes out of trio in a group: it still ends
+    ``--watch`` with status 0, and a single read as a ``KeyboardInterrupt`` (130)."""
+    from trio_taskvisor._cli import slots
+
+    async def interrupted(*args: object, **kwargs: object) -> None:
+        raise BaseExceptionGroup("the client's task group", [KeyboardInterrupt()])
+
+    monkeypatch.setattr(slots, "run", interrupted)
+    if watch:
+        assert slots.main("redis://localhost/0", watch=True) == 0
+    else:
+        from trio_taskvisor.__main__ import main
+
+        assert main(["slots", "redis://localhost/0"]) == 130
+
+
+def test_without_coredis_exits_2_naming_the_extra() -> None:
+    """Without the redis extra: one line naming it, status 2."""
+    code = (
+        "import sys; sys.modules['coredis'] = None; from trio_taskvisor.__main__ import main; "
+        "sys.exit(main(['slots', 'redis://127.0.0.1:6379/0']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "error: the slots command needs the redis extra: pip install 'trio_taskvisor[redis]'\n"
+    )

@@ -1,0 +1,825 @@
+"""``python -m trio_taskvisor slots URL``: what a slot store holds, read only.
+
+For operators of a service whose replicas share cluster slots: every slot with its
+lease holder's instance, fence token, lease time left and cluster queue (entries in
+order, each with its instance); every live instance (heartbeat time left, slots owned,
+entries queued, limit units held); every limit pool (none yet: limits are not kept on
+the server, so the section is empty, and ``units_held`` is 0).
+
+* By default one snapshot is printed as text; ``--json`` prints it as one JSON document
+  (``to_json``: top-level keys ``slots``, ``instances``, ``pools``); ``--watch`` redraws
+  it every ``REFRESH`` seconds until Ctrl+C (exit status 0), live with ``rich`` when it
+  is installed and stdout is a terminal (fitted to the terminal: 80x24 and up), else
+  by clearing the screen and printing again (into a pipe: frame after frame, whole).
+  While watching, a failed read leaves the last view (its title says when it was read)
+  with the cause under the title, and the next refresh tries again.
+* It reads with plain commands only: ``SCAN`` for the namespace's keys, then one
+  ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL`` and ``LRANGE`` (one consistent snapshot of
+  the leases, queues and heartbeats it found), and ``PTTL`` of the heartbeats of
+  instances that the queues name but the scan did not find. It never writes, loads no
+  script and sets no client name: a user with read permissions (and ``MULTI``/``EXEC``)
+  is enough.
+* The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
+  store is built from them), and only its redacted form (``safe_url``) is ever shown.
+  When the store cannot be read (a bad URL, a server that is down or silent, refused
+  credentials, ...) it prints one line on stderr naming the cause, as
+  ``SlotStoreUnavailableError`` does, and exits with status 2; also without coredis
+  (the ``redis`` extra).
+
+The keys it reads (prefix ``tv:{<namespace>}:``): ``lease:<slot>`` (a hash: ``entry``,
+``token``, ``stop``; its expiry is the lease's), ``q:<slot>`` (a list of entries, head
+first), ``hb:<instance>`` (a process's heartbeat; its expiry is the heartbeat's). An
+entry is ``"<instance>/<task id>"``; a queued entry is live while its instance's
+heartbeat exists. The snapshot's parts are plain values (``ClusterView``) and the text
+is built by pure functions (``render``), so both are tested without a server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import ssl
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
+from urllib.parse import unquote, urlsplit
+
+import attrs
+import trio
+
+from .. import ConfigError, SlotStoreUnavailableError
+
+if TYPE_CHECKING:
+    import coredis
+    from rich.console import RenderableType
+
+    from ..redis import RedisSlotStore
+
+REFRESH: Final = 0.5  # seconds between two reads of --watch
+SCAN_COUNT: Final = 1000
+REDIS_EXTRA: Final = "the slots command needs the redis extra: pip install 'trio_taskvisor[redis]'"
+
+# -- the snapshot -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class QueuedEntry:
+    """One entry of a slot's cluster queue."""
+
+    entry: str
+    """The server's entry id, ``"<instance>/<task id>"``."""
+    instance: str
+    """The instance that queued it."""
+    live: bool
+    """Whether its instance's heartbeat exists (a dead one's entries are skipped)."""
+
+
+@attrs.frozen
+class SlotRow:
+    """One cluster slot: its lease (if any) and its cluster queue."""
+
+    slot: str
+    holder: str | None
+    """The lease holder's instance; ``None`` while nobody holds the lease."""
+    entry: str | None
+    """The lease holder's entry id; ``None`` while nobody holds the lease."""
+    fence_token: int | None
+    """The lease's fence token; ``None`` while nobody holds the lease."""
+    lease_remaining: float | None
+    """Seconds until the lease expires unless renewed; ``None`` while nobody holds it."""
+    stop_requested_by: str | None
+    """The instance that asked the holder to stop (a REPLACE), if one did."""
+    queue: tuple[QueuedEntry, ...]
+    """The cluster queue, head first."""
+
+
+@attrs.frozen
+class InstanceRow:
+    """One live instance (a process whose heartbeat exists)."""
+
+    instance: str
+    heartbeat_remaining: float | None
+    """Seconds until its heartbeat expires unless renewed (``None``: it never expires)."""
+    slots_owned: tuple[str, ...]
+    """The slots whose lease it holds, sorted (numbers in names by value)."""
+    queued: int
+    """Its entries in cluster queues."""
+    units_held: int
+    """Units of limit pools it holds (0 while limits are not kept on the server)."""
+
+
+@attrs.frozen
+class PoolRow:
+    """One limit pool on the server (none yet: limits are not kept on the server)."""
+
+    name: str
+    key: str | None
+    kind: str
+    """``"concurrency"`` or ``"rate"``."""
+    held: int
+    holders: tuple[tuple[str, int], ...]
+    """``(instance, units)`` pairs, sorted by instance."""
+    waiting: int
+    next_start_in: float | None
+    """A rate pool's seconds until a start is allowed (0.0 if now); ``None`` otherwise."""
+
+
+@attrs.frozen
+class ClusterView:
+    """What one namespace of a store held at one moment."""
+
+    slots: tuple[SlotRow, ...]
+    """Slots with a lease or a queue, sorted by name (numbers in names by value)."""
+    instances: tuple[InstanceRow, ...]
+    """Live instances, sorted by id (numbers in ids by value)."""
+    pools: tuple[PoolRow, ...] = ()
+    """Limit pools, sorted by name and key (none yet)."""
+
+
+def _seconds(pttl_ms: int) -> float | None:
+    """A ``PTTL`` reply (milliseconds; -1: no expiry) as seconds."""
+    return None if pttl_ms < 0 else pttl_ms / 1000
+
+
+def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that orders the numbers in names by value ("t:2" before "t:10")."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text))
+
+
+_DIGITS: Final = re.compile(r"(\d+)")
+
+
+def instance_of(entry: str) -> str:
+    """The instance id of an entry id (an instance id may contain ``/``; a task id not)."""
+    return entry.rpartition("/")[0]
+
+
+def assemble(
+    leases: Mapping[str, tuple[str | None, str | None, str | None, int]],
+    queues: Mapping[str, Sequence[str]],
+    heartbeats: Mapping[str, int],
+) -> ClusterView:
+    """Build the view from what the server held: ``leases`` (slot: entry, token, stop,
+    ``PTTL``), ``queues`` (slot: entries, head first) and ``heartbeats`` (live instance:
+    ``PTTL``). A lease without an entry (gone between the scan and the read) is no lease.
+    """
+    held = {slot: lease for slot, lease in leases.items() if lease[0] is not None}
+    slots: list[SlotRow] = []
+    for slot in sorted(held.keys() | {slot for slot, q in queues.items() if q}, key=_natural):
+        entry, token, stop, pttl = held.get(slot, (None, None, None, -2))
+        queue = tuple(
+            QueuedEntry(e, instance_of(e), instance_of(e) in heartbeats)
+            for e in queues.get(slot, ())
+        )
+        slots.append(
+            SlotRow(
+                slot=slot,
+                holder=None if entry is None else instance_of(entry),
+                entry=entry,
+                fence_token=None if token is None else int(token),
+                lease_remaining=None if entry is None else _seconds(pttl),
+                stop_requested_by=stop,
+                queue=queue,
+            )
+        )
+    instances = tuple(
+        InstanceRow(
+            instance=instance,
+            heartbeat_remaining=_seconds(pttl),
+            slots_owned=tuple(s.slot for s in slots if s.holder == instance),
+            queued=sum(q.instance == instance for s in slots for q in s.queue),
+            units_held=0,
+        )
+        for instance, pttl in sorted(heartbeats.items(), key=lambda item: _natural(item[0]))
+    )
+    return ClusterView(tuple(slots), instances, ())
+
+
+def to_json(view: ClusterView) -> dict[str, Any]:
+    """The view as one JSON-ready document: ``slots``, ``instances``, ``pools``."""
+    return {
+        "slots": [
+            {
+                "slot": s.slot,
+                "holder": s.holder,
+                "entry": s.entry,
+                "fence_token": s.fence_token,
+                "lease_remaining": s.lease_remaining,
+                "stop_requested_by": s.stop_requested_by,
+                "queue": [
+                    {"entry": q.entry, "instance": q.instance, "live": q.live} for q in s.queue
+                ],
+            }
+            for s in view.slots
+        ],
+        "instances": [
+            {
+                "instance": i.instance,
+                "heartbeat_remaining": i.heartbeat_remaining,
+                "slots_owned": list(i.slots_owned),
+                "queued": i.queued,
+                "units_held": i.units_held,
+            }
+            for i in view.instances
+        ],
+        "pools": [
+            {
+                "name": p.name,
+                "key": p.key,
+                "kind": p.kind,
+                "held": p.held,
+                "holders": dict(p.holders),
+                "waiting": p.waiting,
+                "next_start_in": p.next_start_in,
+            }
+            for p in view.pools
+        ],
+    }
+
+
+# -- the text ----------------------------------------------------------------------------------
+#
+# Instances are long ("host:pid:hex"): the slot rows name them by a number ("2/17": the
+# second instance of the instances section, its task #17), and the instances section lists
+# each number's instance. Instances that a slot names but whose heartbeat is gone are
+# numbered after the live ones and listed with the heartbeat "gone".
+
+Line = tuple[str, str]
+"""One line of text and its kind: ``title``, ``error``, ``rule``, ``head``, ``row``, ``note``."""
+
+_LEASE_W: Final = 7
+_TOKEN_W: Final = 16
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` columns, its end replaced by ``…`` if cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "…"
+
+
+def _cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` columns, its middle replaced by ``…`` if cut: names
+    often differ only at their end ("tenant:12", "host:pid:8f3a...")."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def _time(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
+def _labels(view: ClusterView) -> dict[str, int]:
+    """Each instance's number: live instances first (sorted), then dead ones named."""
+    labels = {row.instance: n for n, row in enumerate(view.instances, 1)}
+    named: set[str] = set()
+    for s in view.slots:
+        if s.holder is not None:
+            named.add(s.holder)
+        named.update(q.instance for q in s.queue)
+    for instance in sorted(named - labels.keys(), key=_natural):
+        labels[instance] = len(labels) + 1
+    return labels
+
+
+def _entry_label(entry: str, labels: Mapping[str, int]) -> str:
+    instance, _, task = entry.rpartition("/")
+    return f"{labels[instance]}/{task}"
+
+
+def _queue_text(s: SlotRow, labels: Mapping[str, int]) -> str:
+    if not s.queue:
+        return "-"
+    return " ".join(_entry_label(q.entry, labels) + ("" if q.live else "†") for q in s.queue)
+
+
+def _fit(rows: list[Line], budget: int, what: str) -> list[Line]:
+    """At most ``budget`` rows: the first ones, and a last that counts the rest."""
+    if len(rows) <= budget:
+        return rows
+    shown = max(0, budget - 1)
+    return [*rows[:shown], ("note", f"  … {len(rows) - shown} more {what}")]
+
+
+def _budgets(room: int, slots: int, instances: int, pools: int) -> tuple[int, int, int]:
+    """Rows for each section out of ``room``: all when they fit; else pools take at most
+    a sixth, instances at most a third of the rest (but what the slots leave), slots the
+    rest (each section at least one row)."""
+    if slots + instances + pools <= room:
+        return slots, instances, pools
+    pool_rows = min(pools, max(1, room // 6))
+    rest = room - pool_rows
+    instance_rows = min(instances, max(1, rest // 3))
+    slot_rows = max(1, rest - instance_rows)
+    if slots < slot_rows:
+        slot_rows = slots
+        instance_rows = min(instances, max(1, rest - slots))
+    return slot_rows, instance_rows, pool_rows
+
+
+def _row(*cells: tuple[str, int]) -> str:
+    """Cells cut to their widths, two spaces apart (a width of 0: the cell as it is)."""
+    return "  ".join(text if w == 0 else _cut(text, w).ljust(w) for text, w in cells).rstrip()
+
+
+def _name(text: str, width: int) -> tuple[str, int]:
+    """A name's cell: cut in the middle to ``width``."""
+    return _cut_middle(text, width), width
+
+
+def render(
+    view: ClusterView,
+    *,
+    title: str,
+    hint: str = "",
+    error: str | None = None,
+    width: int | None = None,
+    height: int | None = None,
+) -> list[Line]:
+    """The view as lines of text under ``title``, fitted to ``width`` x ``height``
+    (``None``: unbounded, nothing is cut). ``hint`` ends the title line, never cut (the
+    title is); ``error``, if any, is the next line.
+
+    Slot names, instances and queues are cut with ``…`` to the width (the numbers and
+    times never are); when the rows do not fit the height, each section shows its first
+    rows and counts the others.
+    """
+    labels = _labels(view)
+    live = {i.instance: i for i in view.instances}
+
+    # Slots: SLOT  HOLDER  FENCE TOKEN  LEASE  QUEUE (the queue takes what is left).
+    holders = ["-" if s.entry is None else _entry_label(s.entry, labels) for s in view.slots]
+    queues = [f"{len(s.queue)}: {_queue_text(s, labels)}" if s.queue else "-" for s in view.slots]
+    leases = [_time(s.lease_remaining) + ("!" if s.stop_requested_by else "") for s in view.slots]
+    slot_w = max([4, *(len(s.slot) for s in view.slots)])
+    holder_w = max([6, *map(len, holders)])
+    if width is not None:
+        slot_w = min(slot_w, 20 + max(0, width - 80) // 2)
+    fixed_w = slot_w + holder_w + _TOKEN_W + _LEASE_W + 8
+    queue_w = 0 if width is None else max(8, width - fixed_w)
+    slot_head = _row(
+        ("SLOT", slot_w),
+        ("HOLDER", holder_w),
+        ("FENCE TOKEN", _TOKEN_W),
+        ("LEASE", _LEASE_W),
+        ("QUEUE (head first)", 0),
+    )
+    slot_rows: list[Line] = [
+        (
+            "row",
+            _row(
+                _name(s.slot, slot_w),
+                (holder, holder_w),
+                ("-" if s.fence_token is None else str(s.fence_token), _TOKEN_W),
+                (lease, _LEASE_W),
+                (queue, queue_w),
+            ),
+        )
+        for s, holder, lease, queue in zip(view.slots, holders, leases, queues, strict=True)
+    ]
+
+    # Instances: #  INSTANCE  HEARTBEAT  OWNS  QUEUED  UNITS, numbered as the slots name them.
+    number_w = len(str(len(labels))) if labels else 1
+    instance_w = max([8, *map(len, labels)])
+    if width is not None:
+        instance_w = min(instance_w, max(12, width - (number_w + 9 + 5 + 6 + 5 + 10)))
+
+    def instance_row(name: str, n: int) -> str:
+        i = live.get(name)
+        if i is None:
+            return _row((str(n), number_w), _name(name, instance_w), ("gone", 9))
+        return _row(
+            (str(n), number_w),
+            _name(name, instance_w),
+            (_time(i.heartbeat_remaining), 9),
+            (str(len(i.slots_owned)), 5),
+            (str(i.queued), 6),
+            (str(i.units_held), 5),
+        )
+
+    instance_head = _row(
+        ("#", number_w),
+        ("INSTANCE", instance_w),
+        ("HEARTBEAT", 9),
+        ("OWNS", 5),
+        ("QUEUED", 6),
+        ("UNITS", 5),
+    )
+    instance_rows: list[Line] = [
+        ("row", instance_row(name, n)) for name, n in sorted(labels.items(), key=_second)
+    ]
+
+    # Limit pools: POOL  KIND  HELD  WAITING  NEXT START.
+    names = [p.name if p.key is None else f"{p.name}[{p.key}]" for p in view.pools]
+    pool_w = max([4, *map(len, names)])
+    if width is not None:
+        pool_w = min(pool_w, max(8, width - (11 + 5 + 7 + 10 + 8)))
+    pool_head = _row(("POOL", pool_w), ("KIND", 11), ("HELD", 5), ("WAITING", 7), ("NEXT START", 0))
+    pool_rows: list[Line] = [
+        (
+            "row",
+            _row(
+                _name(name, pool_w),
+                (p.kind, 11),
+                (str(p.held), 5),
+                (str(p.waiting), 7),
+                (_time(p.next_start_in), 0),
+            ),
+        )
+        for p, name in zip(view.pools, names, strict=True)
+    ]
+
+    budgets = (len(slot_rows), len(instance_rows), len(pool_rows))
+    if height is not None:
+        # The title, the error, three rules and three heads (or "none") are always shown.
+        budgets = _budgets(max(3, height - 7 - (error is not None)), *budgets)
+    held = sum(s.holder is not None for s in view.slots)
+    queued = sum(len(s.queue) for s in view.slots)
+    slot_rule = f"slots: {len(view.slots)}, {held} held, {queued} queued"
+    # The legend: the marks shown first, then how entries are named, as far as they fit.
+    legend: list[str] = []
+    if any(s.stop_requested_by for s in view.slots):
+        legend.append("! = stop asked")
+    if any(not q.live for s in view.slots for q in s.queue):
+        legend.append("† = instance gone")
+    if view.slots:
+        legend.append("n/t = instance n, task t")
+    shown: list[str] = []
+    for part in legend:
+        if width is None or len(slot_rule) + 3 + len("; ".join([*shown, part])) <= width:
+            shown.append(part)
+    if shown:
+        slot_rule += "   " + "; ".join(shown)
+    gone = len(labels) - len(view.instances)
+    instance_rule = f"instances: {len(view.instances)} live" + (
+        f", {gone} gone (named by slots)" if gone else ""
+    )
+    if hint:
+        room = None if width is None else max(0, width - len(hint) - 2)
+        title = (title if room is None else _cut(title, room)).ljust(room or 0) + "  " + hint
+    lines: list[Line] = [("title", title)]
+    if error is not None:
+        lines.append(("error", error))
+    sections = (
+        (slot_rule, slot_head, slot_rows),
+        (instance_rule, instance_head, instance_rows),
+        (f"limit pools: {len(view.pools)}", pool_head, pool_rows),
+    )
+    for (rule, head, rows), budget, what in zip(
+        sections, budgets, ("slots", "instances", "pools"), strict=True
+    ):
+        lines.append(("rule", rule))
+        if rows:
+            lines.append(("head", head))
+            lines.extend(_fit(rows, budget, what))
+        else:
+            lines.append(("note", "  none on the server" if what == "pools" else "  none"))
+    if width is not None:
+        lines = [(kind, _cut(text, width)) for kind, text in lines]
+    if height is not None:
+        lines = lines[:height]
+    return lines
+
+
+def _second(item: tuple[str, int]) -> int:
+    return item[1]
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _client(store: RedisSlotStore) -> coredis.Redis[str]:
+    """A coredis client of ``store``'s URL, as the lease keeper builds one (no retries:
+    an error is reported, not hidden; connecting bounded by half ``connect_timeout``)."""
+    import coredis
+    from coredis.retry import NoRetryPolicy
+
+    client: coredis.Redis[str] = coredis.Redis.from_url(
+        store.url,
+        decode_responses=True,
+        decode_components=True,
+        retry_policy=NoRetryPolicy(),
+        connect_timeout=store.connect_timeout / 2,
+    )
+    return client
+
+
+async def _scan(client: coredis.Redis[str], prefix: str) -> list[str]:
+    """Every key of the namespace (a key that exists for the whole scan is in it)."""
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+    keys: list[str] = []
+    cursor = 0
+    while True:
+        cursor, batch = await client.scan(cursor, match=pattern, count=SCAN_COUNT)
+        keys.extend(batch)
+        if cursor == 0:
+            return keys
+
+
+async def _read(client: coredis.Redis[str], prefix: str) -> ClusterView:
+    keys = await _scan(client, prefix)
+    lease_slots = sorted({k[len(prefix) + 6 :] for k in keys if k.startswith(prefix + "lease:")})
+    queue_slots = sorted({k[len(prefix) + 2 :] for k in keys if k.startswith(prefix + "q:")})
+    instances = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "hb:")})
+    replies: list[Any] = []
+    if keys:
+        # One transaction: the leases, queues and heartbeats of the same moment.
+        async with client.pipeline(transaction=True) as pipe:
+            for slot in lease_slots:
+                pipe.hmget(f"{prefix}lease:{slot}", ["entry", "token", "stop"])
+                pipe.pttl(f"{prefix}lease:{slot}")
+            for slot in queue_slots:
+                pipe.lrange(f"{prefix}q:{slot}", 0, -1)
+            for instance in instances:
+                pipe.pttl(f"{prefix}hb:{instance}")
+        replies = list(pipe.results or ())
+    at = iter(replies)
+    leases: dict[str, tuple[str | None, str | None, str | None, int]] = {}
+    for slot in lease_slots:
+        entry, token, stop = next(at)
+        leases[slot] = (entry, token, stop, int(next(at)))
+    queues = {slot: [str(e) for e in next(at)] for slot in queue_slots}
+    heartbeats = {i: pttl for i in instances if (pttl := int(next(at))) != -2}
+    named = {instance_of(e) for q in queues.values() for e in q}
+    named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
+    # Instances that started after the scan: their heartbeat, read now.
+    unknown = sorted(named - set(instances))
+    if unknown:
+        async with client.pipeline(transaction=False) as pipe:
+            for instance in unknown:
+                pipe.pttl(f"{prefix}hb:{instance}")
+        for instance, pttl in zip(unknown, pipe.results or (), strict=True):
+            if int(pttl) != -2:
+                heartbeats[instance] = int(pttl)
+    return assemble(leases, queues, heartbeats)
+
+
+async def read_cluster(store: RedisSlotStore) -> ClusterView:
+    """Read what ``store``'s namespace holds, writing nothing (a checkpoint).
+
+    Bounded by ``store.connect_timeout``; raises ``SlotStoreUnavailableError`` naming
+    the cause when the server cannot be read.
+    """
+    error: Exception | None = None
+    bound = trio.move_on_after(store.connect_timeout)
+    try:
+        # Outside the bound: what is left of the client's errors once the bound took
+        # back its own cancellation (a group) is caught too.
+        with bound:
+            async with _client(store) as client:
+                return await _read(client, store.key_prefix)
+    except Exception as exc:
+        error = _first_leaf(exc)
+    if bound.cancel_called:
+        error = None  # the client's error, if any, is its view of the bound's cancellation
+    url = store.safe_url
+    if error is None:
+        raise SlotStoreUnavailableError(
+            f"slot store {url} did not answer within {store.connect_timeout!r} s"
+        )
+    what = _refusal(error, tls=url.startswith("rediss:"))
+    raise SlotStoreUnavailableError(
+        f"slot store {url} {what}: {_describe(error, _secrets_of(store.url))}"
+    ) from error
+
+
+# The cause of a failed read, named as the lease keeper names it (copied: the keeper's
+# helpers are its own).
+
+
+def _first_leaf(exc: Exception) -> Exception:
+    """The first exception of a group that is not itself a group (or ``exc``)."""
+    while isinstance(exc, ExceptionGroup):
+        exc = cast("ExceptionGroup[Exception]", exc).exceptions[0]
+    return exc
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return chain
+
+
+def _refusal(exc: Exception, *, tls: bool) -> str:
+    """What went wrong, from the client's error: what the server refused, why it was
+    not a Redis server, or why it could not be reached."""
+    from coredis.exceptions import (
+        AuthenticationError,
+        AuthorizationError,
+        InvalidResponse,
+        ProtocolError,
+        ResponseError,
+    )
+
+    chain = _chain(exc)
+    if tls and any(isinstance(link, TimeoutError) for link in chain):
+        return "did not complete the TLS handshake in time (does the server speak TLS?)"
+    if any(isinstance(link, ssl.SSLError) for link in chain):
+        return "failed the TLS handshake"
+    if isinstance(exc, AuthenticationError):
+        return "refused the credentials"
+    if isinstance(exc, AuthorizationError):
+        return "refused the read commands to this user (an ACL permission is missing)"
+    if isinstance(exc, ResponseError):
+        if "DB index" in str(exc):
+            return "refused the database number"
+        return "refused the read commands"
+    if isinstance(exc, InvalidResponse | ProtocolError):
+        return "did not answer in the Redis protocol (is it a Redis server?)"
+    return "could not be reached"
+
+
+def _text(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _describe(exc: BaseException, secrets: Iterable[str]) -> str:
+    """``exc``'s text on one line, without credentials."""
+    text = _text(exc)
+    cause = exc.__cause__
+    if cause is not None and not isinstance(cause, BaseExceptionGroup):
+        text += f" ({_text(cause)})"  # coredis wraps the OS's error
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return " ".join(text.split())
+
+
+def _secrets_of(url: str) -> tuple[str, ...]:
+    """The password of ``url``, raw and decoded, to scrub from any text shown."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return ()
+    return tuple({password, unquote(password)}) if password else ()
+
+
+# -- showing ---------------------------------------------------------------------------------------
+
+
+def _title(store: RedisSlotStore, read_at: float) -> str:
+    """What is shown, and when it was read (wall clock, local time)."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(read_at))
+    return f"slots of {store.namespace!r} at {store.safe_url}  read at {stamp}"
+
+
+def _text_of(lines: Iterable[Line]) -> str:
+    return "\n".join(text for _, text in lines)
+
+
+_STYLES: Final = {
+    "title": "bold",
+    "error": "bold red",
+    "rule": "bold cyan",
+    "head": "dim",
+    "row": "",
+    "note": "dim",
+}
+_HINT: Final = "Ctrl+C: quit"
+
+
+def _rich_frame(lines: Iterable[Line]) -> RenderableType:
+    from rich.text import Text
+
+    frame = Text(no_wrap=True, overflow="ellipsis")
+    for n, (kind, text) in enumerate(lines):
+        if n:
+            frame.append("\n")
+        frame.append(text, style=_STYLES[kind])
+    return frame
+
+
+class _Watch:
+    """The last successful read of a watch, and the error of the last read if it failed
+    (the frame then shows the last view, read at the time its title says)."""
+
+    def __init__(self, store: RedisSlotStore, view: ClusterView, read_at: float) -> None:
+        self.store = store
+        self.view = view
+        self.read_at = read_at
+        self.error: str | None = None
+        self._failing_since: float | None = None
+
+    async def read(self) -> None:
+        try:
+            self.view = await read_cluster(self.store)
+        except SlotStoreUnavailableError as exc:
+            if self._failing_since is None:
+                self._failing_since = time.time()
+            since = time.strftime("%H:%M:%S", time.localtime(self._failing_since))
+            # The title shows the URL: the cause is what fits next to it.
+            cause = str(exc).removeprefix(f"slot store {self.store.safe_url} ")
+            self.error = f"UNAVAILABLE since {since}: {cause}"
+        else:
+            self.read_at, self.error, self._failing_since = time.time(), None, None
+
+    def lines(self, width: int | None, height: int | None) -> list[Line]:
+        title = _title(self.store, self.read_at)
+        return render(
+            self.view, title=title, hint=_HINT, error=self.error, width=width, height=height
+        )
+
+
+async def _watch_rich(watch: _Watch) -> None:
+    from rich.console import Console
+    from rich.live import Live
+
+    from .demo import _no_echo  # pyright: ignore[reportPrivateUsage]
+
+    console = Console()
+    with _no_echo(), Live(console=console, auto_refresh=False, transient=False) as live:
+        while True:
+            size = console.size
+            # One line short of the terminal: the last frame stays whole above the prompt.
+            live.update(_rich_frame(watch.lines(size.width, size.height - 1)), refresh=True)
+            await trio.sleep(REFRESH)
+            await watch.read()
+
+
+async def _watch_plain(watch: _Watch) -> None:
+    from .demo import _no_echo  # pyright: ignore[reportPrivateUsage]
+
+    terminal = sys.stdout.isatty()
+    with _no_echo():
+        while True:
+            if terminal:
+                size = shutil.get_terminal_size()
+                # Home and clear the screen, then the frame: a plain redraw.
+                text = _text_of(watch.lines(size.columns, size.lines - 1))
+                print("\x1b[H\x1b[2J" + text, flush=True)
+            else:
+                print(_text_of(watch.lines(None, None)) + "\n", flush=True)
+            await trio.sleep(REFRESH)
+            await watch.read()
+
+
+async def run(store: RedisSlotStore, *, watch: bool, as_json: bool, live: bool) -> None:
+    """Print one snapshot (text or JSON), or watch until cancelled (``live``: with rich).
+
+    The first read's ``SlotStoreUnavailableError`` propagates, watching or not.
+    """
+    view = await read_cluster(store)
+    read_at = time.time()
+    if as_json:
+        print(json.dumps(to_json(view), indent=2))
+    elif not watch:
+        print(_text_of(render(view, title=_title(store, read_at))))
+    elif live:
+        await _watch_rich(_Watch(store, view, read_at))
+    else:
+        await _watch_plain(_Watch(store, view, read_at))
+
+
+def _live_available() -> bool:
+    try:
+        import rich  # noqa: F401  # pyright: ignore[reportUnusedImport]
+    except ImportError:
+        return False
+    return True
+
+
+def main(
+    url: str, *, namespace: str = "taskvisor", watch: bool = False, as_json: bool = False
+) -> int:
+    """Run the command; the exit status: 0, or 2 after a one-line error on stderr.
+
+    Ctrl+C ends ``--watch`` with status 0 (watching ends no other way).
+    """
+    try:
+        from ..redis import RedisSlotStore
+    except ImportError:
+        print(f"error: {REDIS_EXTRA}", file=sys.stderr)
+        return 2
+    try:
+        store = RedisSlotStore(url, namespace=namespace)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    live = watch and not as_json and sys.stdout.isatty() and _live_available()
+    try:
+        try:
+            trio.run(lambda: run(store, watch=watch, as_json=as_json, live=live))
+        except BaseExceptionGroup as group:
+            if group.split(KeyboardInterrupt)[1] is None:
+                # Ctrl+C during a read: it arrived inside the client's task group.
+                raise KeyboardInterrupt from None
+            raise
+    except SlotStoreUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if not watch:
+            raise
+    except BrokenPipeError:
+        # The reader of stdout went away (as ``| head`` does): stop quietly, and keep
+        # the interpreter's final flush from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
