@@ -82,7 +82,8 @@ async def renewal_samples(
     import coredis
 
     from trio_taskvisor import _redis_scripts as scripts
-    from trio_taskvisor._keeper import RUN_ID, _RedisConnection
+    from trio_taskvisor._keeper import RUN_ID
+    from trio_taskvisor._redis_client import _RedisConnection
 
     store = _store(url, "bench-renew")
     me = "bench-renew:1:0000000a"
@@ -157,12 +158,14 @@ async def keeper_pairs(url: str, pairs: int) -> float:
     through one lease keeper."""
     from trio_taskvisor import OutcomeKind, TaskOutcome
     from trio_taskvisor._keeper import LeaseKeeper, Owner, Report
+    from trio_taskvisor._redis_client import RedisClient
     from trio_taskvisor._slotstore import new_instance_id
     from trio_taskvisor._spec import AdmissionPolicy
 
     done = TaskOutcome(OutcomeKind.COMPLETED)
     send, receive = trio.open_memory_channel[Report](math.inf)
-    keeper = LeaseKeeper(_store(url, "bench-pairs"), new_instance_id(), send)
+    store, me = _store(url, "bench-pairs"), new_instance_id()
+    keeper = LeaseKeeper(store, me, send, RedisClient(store, me))
     owners: dict[int, trio.Event] = {}
 
     async def dispatch() -> None:
@@ -310,12 +313,14 @@ async def play_handovers(url: str, first: bool, handovers: int, conn: Connection
     Returns the hand-overs to this process (seconds)."""
     from trio_taskvisor import OutcomeKind, TaskOutcome
     from trio_taskvisor._keeper import LeaseKeeper, Owner, Queued, Report
+    from trio_taskvisor._redis_client import RedisClient
     from trio_taskvisor._slotstore import new_instance_id
     from trio_taskvisor._spec import AdmissionPolicy
 
     done = TaskOutcome(OutcomeKind.COMPLETED)
     send, receive = trio.open_memory_channel[Report](math.inf)
-    keeper = LeaseKeeper(_store(url, "bench-handover"), new_instance_id(), send)
+    store, me = _store(url, "bench-handover"), new_instance_id()
+    keeper = LeaseKeeper(store, me, send, RedisClient(store, me))
     latencies: list[float] = []
 
     async def report_of(kind: type[Owner | Queued], entry: int) -> None:

@@ -71,32 +71,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-import ssl
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
 
-import anyio
-import anyio.abc
 import attrs
-import coredis
 import trio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from coredis.connection import TCPConnection
-from coredis.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
-    InvalidResponse,
-    NoScriptError,
-    ProtocolError,
-    ReadOnlyError,
-    RedisClusterError,
-    ResponseError,
-    UnknownCommandError,
-)
-from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
 from ._exceptions import SlotStoreUnavailableError
@@ -172,113 +154,23 @@ class Connection(Protocol):
         ...
 
 
-Connector: TypeAlias = Callable[[], AbstractAsyncContextManager[Connection]]
-"""Opens one ``Connection``; the keeper opens a fresh one after every outage."""
+class ServerClient(Protocol):
+    """The server's client library, as the keeper uses it (``_redis_client.RedisClient``
+    over coredis; the keeper itself imports no client library)."""
 
+    def connect(self) -> AbstractAsyncContextManager[Connection]:
+        """Open one fresh ``Connection``; the keeper opens one after every outage."""
+        ...
 
-class _RedisConnection:
-    """A ``Connection`` over one coredis client (its own pool and pub/sub connection)."""
+    def refuses_calls(self, error: Exception) -> bool:
+        """Whether an error reply refuses the keeper's calls as such (permissions, a
+        Redis Cluster node, a read-only replica, unknown commands), not one call's data."""
+        ...
 
-    def __init__(self, client: coredis.Redis[str], store: RedisSlotStore) -> None:
-        self._client = client
-        self._store = store
-        self._common = scripts.common_args(store.key_prefix, store.lease_ttl, store.keep)
-        self._by_name = {script.name: script for script in scripts.SCRIPTS}
-
-    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
-        replies = await self._pipeline(calls)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:
-            # The server lost its script cache (a restart): load every script and send
-            # again only the calls that did not run (a NOSCRIPT call changed nothing).
-            async with self._client.pipeline(transaction=False) as pipe:
-                for script in scripts.SCRIPTS:
-                    pipe.script_load(script.source)
-            again = await self._pipeline([calls[i] for i in missing])
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
-        return replies
-
-    async def _pipeline(self, calls: Sequence[Call]) -> list[object]:
-        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
-            for name, args in calls:
-                if name == RUN_ID:
-                    pipe.info("server")
-                elif name == BYE:
-                    pipe.delete([f"{self._store.key_prefix}hb:{args[0]}"])
-                else:
-                    pipe.evalsha(self._by_name[name].sha, [], [*self._common, *args])
-        replies: list[object] = list(pipe.results or ())
-        for i, (name, _) in enumerate(calls):
-            info = replies[i]
-            if name == RUN_ID and isinstance(info, dict):
-                replies[i] = str(cast("dict[str, object]", info).get("run_id"))
-        return replies
-
-    async def subscribe(
-        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
-    ) -> None:
-        # No retry policy: a broken subscription must end (and be re-opened by the
-        # keeper), never reconnect silently to a server that lost the subscription.
-        async with self._client.pubsub(
-            ignore_subscribe_messages=True,
-            retry_policy=NoRetryPolicy(),
-            subscription_timeout=_client_timeout(self._store),
-        ) as pubsub:
-            await pubsub.subscribe(channel)
-            subscribed()
-            while True:
-                message = await pubsub.get_message()
-                if message is not None and message["type"] == "message":
-                    deliver(str(message["data"]))
-
-
-class _TCPConnection(TCPConnection):
-    """coredis's TCP connection, with its buffers closed however its ``run`` ends.
-
-    coredis 6.9 opens its memory streams in the constructor and closes them only if the
-    connection was established: every failed attempt (a server that is down, a refused
-    handshake) left six of them to the garbage collector, one ``ResourceWarning`` each,
-    for every reconnection attempt of an outage (errors under ``-W error``).
-    """
-
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        try:
-            await super().run(task_status=task_status)
-        finally:
-            for value in list(vars(self).values()):
-                if isinstance(value, MemoryObjectSendStream | MemoryObjectReceiveStream):
-                    value.close()
-
-
-def _client_timeout(store: RedisSlotStore) -> float:
-    """The client's own bound on connecting (TCP and TLS) and on a subscription's
-    confirmation: half the keeper's, so that its error (a TLS handshake a plain server
-    never answers, a subscription an ACL refuses) arrives within the keeper's bound and
-    names the cause, instead of the keeper's "did not answer"."""
-    return store.connect_timeout / 2
-
-
-def redis_connector(store: RedisSlotStore, instance_id: str) -> Connector:
-    """Return a ``Connector`` that opens a coredis client of ``store``."""
-
-    @asynccontextmanager
-    async def connect() -> AsyncGenerator[Connection]:
-        client: coredis.Redis[str] = coredis.Redis.from_url(
-            store.url,
-            decode_responses=True,
-            decode_components=True,
-            retry_policy=NoRetryPolicy(),
-            connect_timeout=_client_timeout(store),
-            client_name=f"taskvisor:{instance_id}",
-        )
-        client.connection_pool.connection_class = _TCPConnection
-        async with client:
-            yield _RedisConnection(client, store)
-
-    return connect
+    def refusal(self, error: Exception, asked: str) -> str:
+        """What went wrong, from the client's ``error`` (``asked``: what the server was
+        asked): what the server refused, or why it was not reached."""
+        ...
 
 
 # -- what the keeper tracks ------------------------------------------------------------------
@@ -445,13 +337,12 @@ class LeaseKeeper:
         store: RedisSlotStore,
         instance_id: str,
         reports: ReportSink,
-        *,
-        connector: Connector | None = None,
+        client: ServerClient,
     ) -> None:
         self.store = store
         self.instance_id = instance_id
         self._reports = reports
-        self._connector = connector or redis_connector(store, instance_id)
+        self._client = client
         self._channel = f"{store.key_prefix}ch:{instance_id}"
         self._interval = store.lease_ttl / 3
         # what the server holds for this process, as far as the keeper knows
@@ -683,7 +574,7 @@ class LeaseKeeper:
         if error is None:
             return f"slot store {url} did not answer within {self.store.connect_timeout!r} s", None
         asked, exc = error
-        what = _refusal(exc, asked, tls=url.startswith("rediss:"))
+        what = self._client.refusal(exc, asked)
         return f"slot store {url} {what}: {self._describe(exc)}", exc
 
     async def _io_loop(self) -> None:
@@ -796,7 +687,7 @@ class LeaseKeeper:
         outage; the obligations are sent again), and ``self._error`` names the refusal."""
         for part, reply in zip(batch.parts, replies, strict=True):
             if isinstance(reply, Exception) and (
-                isinstance(part, str | _Renewal) or _refuses_calls(reply)
+                isinstance(part, str | _Renewal) or self._client.refuses_calls(reply)
             ):
                 asked = _asked(part)
                 self._error = (asked, reply)
@@ -1063,7 +954,7 @@ class LeaseKeeper:
         started = False
         with scope:
             try:
-                async with self._connector() as conn:
+                async with self._client.connect() as conn:
                     task_status.started(conn)
                     started = True
                     await trio.sleep_forever()
@@ -1336,23 +1227,6 @@ def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
     return first
 
 
-def _refuses_calls(error: Exception) -> bool:
-    """Whether an error reply refuses the keeper's calls as such (permissions, a Redis
-    Cluster node, a read-only replica, unknown commands), not one call's data."""
-    return _acl_refusal(error) or isinstance(
-        error,
-        AuthenticationError | RedisClusterError | ReadOnlyError | UnknownCommandError,
-    )
-
-
-def _acl_refusal(error: Exception) -> bool:
-    """Whether the server refused a command to this user: ``NOPERM``, or a command a
-    script calls ("ACL failure in script: ... no permissions ...")."""
-    return isinstance(error, AuthorizationError) or (
-        isinstance(error, ResponseError) and "no permissions" in str(error)
-    )
-
-
 def _asked(part: _Part) -> str:
     """What a call of a round trip asked of the server, for error messages."""
     match part:
@@ -1362,48 +1236,6 @@ def _asked(part: _Part) -> str:
             return "the DEL command"
         case _:
             return "the lease scripts"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its causes (or contexts), nearest first."""
-    chain: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in chain:
-        chain.append(link)
-        link = link.__cause__ or link.__context__
-    return chain
-
-
-def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
-    """Say what went wrong from the client's error ``exc`` (``asked``: what the server
-    was asked when it failed): what the server refused, or why it was not a Redis
-    server, or why it could not be reached."""
-    chain = _chain(exc)
-    timed_out = any(isinstance(link, TimeoutError) for link in chain)
-    if tls and timed_out and asked == "the connection":
-        return "did not complete the TLS handshake in time (does the server speak TLS?)"
-    if any(isinstance(link, ssl.SSLError) for link in chain):
-        return "failed the TLS handshake"
-    if timed_out and asked == "the subscription":
-        return (
-            "did not confirm the subscription to this process's channel (may the user "
-            "subscribe to channels, as ACL '&*' allows?)"
-        )
-    if isinstance(exc, AuthenticationError):
-        return "refused the credentials"
-    if _acl_refusal(exc):
-        return f"refused {asked} to this user (an ACL permission is missing)"
-    if isinstance(exc, RedisClusterError):
-        return f"refused {asked}: it is a Redis Cluster node, which the store does not support"
-    if isinstance(exc, ResponseError):
-        if "DB index" in str(exc):
-            return "refused the database number"
-        if isinstance(exc, UnknownCommandError) or "unknown command" in str(exc).lower():
-            return f"refused {asked} as unknown commands"
-        return f"refused {asked}"
-    if isinstance(exc, InvalidResponse | ProtocolError):
-        return "did not answer in the Redis protocol (is it a Redis server?)"
-    return "could not be reached"
 
 
 def _secrets_of(url: str) -> tuple[str, ...]:

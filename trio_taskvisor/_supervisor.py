@@ -241,12 +241,14 @@ class Supervisor:
 
     def _lease_keeper(self, reports: ReportSink) -> LeaseKeeperSeam:
         """The lease keeper of the controller's slot store (the ``redis`` extra)."""
-        from ._keeper import LeaseKeeper  # imports coredis: only with a slot store
+        from ._keeper import LeaseKeeper
+        from ._redis_client import RedisClient  # imports coredis: only with a slot store
 
         controller = self._config.controller
         assert controller is not None
         assert isinstance(controller.slot_store, RedisSlotStore)
-        return LeaseKeeper(controller.slot_store, self._instance_id, reports)
+        store = controller.slot_store
+        return LeaseKeeper(store, self._instance_id, reports, RedisClient(store, self._instance_id))
 
     async def _run_background(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -33,6 +33,7 @@ from trio_taskvisor._keeper import (
     StoreRecovered,
     StoreUnavailable,
 )
+from trio_taskvisor._redis_client import RedisClient
 from trio_taskvisor._slots import AdmissionPolicy
 from trio_taskvisor._slotstore import RedisSlotStore
 
@@ -230,7 +231,8 @@ async def test_start_fails_when_nothing_answers(
     """run() raises SlotStoreUnavailableError within connect_timeout and reports nothing."""
     redis_server.pause()
     send, receive = trio.open_memory_channel[Report](10)
-    keeper = LeaseKeeper(with_ttl(store, 1.0, connect_timeout=0.5), A, send)
+    slow = with_ttl(store, 1.0, connect_timeout=0.5)
+    keeper = LeaseKeeper(slow, A, send, RedisClient(slow, A))
     started = trio.current_time()
     async with trio.open_nursery() as nursery:
         with pytest.raises(SlotStoreUnavailableError):
@@ -365,7 +367,7 @@ async def test_credentials_never_show(
         send, _ = trio.open_memory_channel[Report](10)
         async with trio.open_nursery() as nursery:
             with pytest.raises(SlotStoreUnavailableError) as failure:
-                await nursery.start(LeaseKeeper(wrong, B, send).run)
+                await nursery.start(LeaseKeeper(wrong, B, send, RedisClient(wrong, B)).run)
         texts.append(str(failure.value))
     finally:
         async with coredis.Redis.from_url(url, decode_responses=True) as admin:
