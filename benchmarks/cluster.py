@@ -171,7 +171,7 @@ async def keeper_pairs(url: str, pairs: int) -> float:
     async def dispatch() -> None:
         async for report in receive:
             match report:
-                case Owner(entry=entry):
+                case Owner(task_id=entry):
                     owners[entry].set()
                 case _:
                     raise RuntimeError(f"unexpected report {report!r}")
@@ -326,7 +326,7 @@ async def play_handovers(url: str, first: bool, handovers: int, conn: Connection
     async def report_of(kind: type[Owner | Queued], entry: int) -> None:
         async for report in receive:
             match report:
-                case Owner() | Queued() if isinstance(report, kind) and report.entry == entry:
+                case Owner() | Queued() if isinstance(report, kind) and report.task_id == entry:
                     return
                 case Owner() | Queued():
                     raise RuntimeError(f"unexpected report {report!r}")

@@ -243,12 +243,12 @@ class LeaseKeeperSeam(Protocol):
     instance_id: str
 
     def submit(
-        self, slot: str, entry: int, policy: AdmissionPolicy, max_queue: int, wait: bool, /
+        self, slot: str, task_id: int, policy: AdmissionPolicy, max_queue: int, wait: bool, /
     ) -> None: ...
 
-    def withdraw(self, slot: str, entry: int, reason: RejectionKind, /) -> None: ...
+    def withdraw(self, slot: str, task_id: int, reason: RejectionKind, /) -> None: ...
 
-    def release(self, slot: str, entry: int, outcome: TaskOutcome[Any], /) -> None: ...
+    def release(self, slot: str, task_id: int, outcome: TaskOutcome[Any], /) -> None: ...
 
     def follow(self, joiner: int, slot: str, target: str, /) -> None: ...
 
@@ -256,7 +256,7 @@ class LeaseKeeperSeam(Protocol):
 
     def stop_owner(self, slot: str, /) -> StopRequest: ...
 
-    def lease_lost(self, entry: int, /) -> str | None: ...
+    def lease_lost(self, task_id: int, /) -> str | None: ...
 
     async def query(self, slot: str, /) -> ClusterSlotInfo | None: ...
 
@@ -840,12 +840,7 @@ class Controller:
                         )
             case Queued(_, entry, _):
                 cluster.queued_in_cluster(entry, now)
-            case Joined(_, entry, target):
-                instance, _, number = target.rpartition("/")
-                local = (
-                    int(number.partition(".")[0]) if instance == self.keeper.instance_id else None
-                )
-                label = f"{instance}#{number.partition('.')[0]}"
+            case Joined(_, entry, target, local, label):
                 cluster.joined(entry, local, target, label, now)
             case Rejected(_, entry, kind):
                 cluster.rejected(entry, kind, now)

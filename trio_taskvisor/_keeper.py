@@ -106,6 +106,7 @@ from ._slotstore import (
     encode_outcome,
     entry_id,
     instance_of,
+    parse_entry_id,
 )
 from ._spec import AdmissionPolicy
 
@@ -179,7 +180,7 @@ class ServerClient(Protocol):
 @attrs.define(eq=False)
 class _Lease:
     slot: str
-    entry: int
+    task_id: int
     token: int
     rule: LeaseDeadline
     stop_reported: bool = False
@@ -188,7 +189,7 @@ class _Lease:
 @attrs.define(eq=False)
 class _Submit:
     slot: str
-    entry: int
+    task_id: int
     policy: AdmissionPolicy
     max_queue: int
     wait: bool
@@ -265,13 +266,13 @@ class _Query:
 @attrs.frozen
 class _Claim:
     slot: str
-    entry: int
+    task_id: int
 
 
 @attrs.frozen
 class _Renewal:
     leases: tuple[_Lease, ...]
-    entries: tuple[tuple[str, int], ...]
+    queued: tuple[tuple[str, int], ...]
     follows: tuple[tuple[int, _Follow], ...]
 
 
@@ -327,9 +328,9 @@ def _rejection_kind(reason: str) -> RejectionKind:
 class LeaseKeeper:
     """All server I/O of one supervisor's cluster slots; see the module docstring.
 
-    ``entry`` arguments are the local ``TaskId`` values (the keeper builds the server's
-    entry ids from ``instance_id``). Build it anywhere; run it with
-    ``await nursery.start(keeper.run)``; stop it with ``await keeper.aclose()``.
+    ``task_id`` arguments are the local ``TaskId`` values; the keeper builds the server's
+    entry ids from them and ``instance_id`` (``_slotstore.entry_id``). Build it anywhere;
+    run it with ``await nursery.start(keeper.run)``; stop it with ``await keeper.aclose()``.
     """
 
     def __init__(
@@ -402,44 +403,44 @@ class LeaseKeeper:
     # -- requests (never block) ---------------------------------------------------------------
 
     def submit(
-        self, slot: str, entry: int, policy: AdmissionPolicy, max_queue: int, wait: bool
+        self, slot: str, task_id: int, policy: AdmissionPolicy, max_queue: int, wait: bool
     ) -> None:
         """Ask the server to place ``entry`` in ``slot``: one report answers it
         (``Owner``, ``Queued``, ``Joined``, ``Rejected`` or ``Full``) within
         ``connect_timeout``. While the store is unavailable, at once."""
         if self._closing:
-            self._reject(slot, entry, RejectionKind.SHUTTING_DOWN)
+            self._reject(slot, task_id, RejectionKind.SHUTTING_DOWN)
             return
         if not self._available:
-            self._report(self._failure_report(slot, entry, wait))
+            self._report(self._failure_report(slot, task_id, wait))
             return
         deadline = trio.current_time() + self.store.connect_timeout
-        self._submits[entry] = _Submit(slot, entry, policy, max_queue, wait, deadline)
+        self._submits[task_id] = _Submit(slot, task_id, policy, max_queue, wait, deadline)
         self._timer_wakeup.set()
         self._io_wakeup.set()
 
-    def withdraw(self, slot: str, entry: int, reason: RejectionKind) -> None:
-        """Take ``entry`` out of the cluster (queue entry, or a lease it holds), for
+    def withdraw(self, slot: str, task_id: int, reason: RejectionKind) -> None:
+        """Take ``task_id`` out of the cluster (its queue entry, or a lease it holds), for
         ``reason``; no report. Sent until the server acknowledges it."""
-        submit = self._submits.pop(entry, None)
+        submit = self._submits.pop(task_id, None)
         if submit is not None:
             submit.resolved = True
             if not submit.sent:
                 return  # the server never saw it
-        self._dequeue(entry)
-        self._claims.pop(entry, None)
-        self._leases.pop(entry, None)
-        self._lost.pop(entry, None)
-        self._oblige(_Withdraw(slot, self._eid(entry), reason.value))
-        self._attempts.pop(entry, None)
+        self._dequeue(task_id)
+        self._claims.pop(task_id, None)
+        self._leases.pop(task_id, None)
+        self._lost.pop(task_id, None)
+        self._oblige(_Withdraw(slot, self._eid(task_id), reason.value))
+        self._attempts.pop(task_id, None)
 
-    def release(self, slot: str, entry: int, outcome: TaskOutcome[Any]) -> None:
+    def release(self, slot: str, task_id: int, outcome: TaskOutcome[Any]) -> None:
         """Give back the lease of ``entry`` after its owner physically exited (also after
         ``LeaseLost``); ``outcome`` is encoded only if other processes follow it."""
-        self._leases.pop(entry, None)
-        self._lost.pop(entry, None)
-        self._oblige(_Release(slot, self._eid(entry), outcome))
-        self._attempts.pop(entry, None)
+        self._leases.pop(task_id, None)
+        self._lost.pop(task_id, None)
+        self._oblige(_Release(slot, self._eid(task_id), outcome))
+        self._attempts.pop(task_id, None)
 
     def follow(self, joiner: int, slot: str, target: str) -> None:
         """Report ``FollowedOutcome(joiner, ...)`` once ``target`` (an entry id of another
@@ -452,14 +453,14 @@ class LeaseKeeper:
         """Stop following for ``joiner``; no report."""
         self._follows.pop(joiner, None)
 
-    def lease_lost(self, entry: int) -> str | None:
+    def lease_lost(self, task_id: int) -> str | None:
         """Why the lease of ``entry`` counts as lost now, or ``None`` while it is held (or
         ``entry`` has none). Checks the lease's deadline at the call, so the answer holds
         even before the timer that reports ``LeaseLost`` has run; a loss found here is
         reported too. Never blocks."""
-        lease = self._leases.get(entry)
+        lease = self._leases.get(task_id)
         if lease is None:
-            return self._lost.get(entry)
+            return self._lost.get(task_id)
         reason = lease.rule.check(trio.current_time())
         if reason is not None:
             self._lose(lease, reason)
@@ -508,8 +509,8 @@ class LeaseKeeper:
         for submit in list(self._submits.values()):
             self._resolve_submit(submit)
             if submit.sent:
-                self._oblige(_Withdraw(submit.slot, self._eid(submit.entry), "shutting_down"))
-            self._reject(submit.slot, submit.entry, RejectionKind.SHUTTING_DOWN)
+                self._oblige(_Withdraw(submit.slot, self._eid(submit.task_id), "shutting_down"))
+            self._reject(submit.slot, submit.task_id, RejectionKind.SHUTTING_DOWN)
         self._claims.clear()
         self._retry_at.clear()
         if self._io_scope is not None:
@@ -605,14 +606,14 @@ class LeaseKeeper:
             batch.renews = True
             renewal = _Renewal(
                 tuple(self._leases.values()),
-                tuple((slot, e) for slot, entries in self._queued.items() for e in entries),
+                tuple((slot, e) for slot, task_ids in self._queued.items() for e in task_ids),
                 tuple(self._follows.items()),
             )
             batch.add(RUN_ID, (RUN_ID, ()))
             args = scripts.renew_args(
                 self.instance_id,
-                [(lease.slot, self._eid(lease.entry)) for lease in renewal.leases],
-                [(slot, self._eid(e)) for slot, e in renewal.entries],
+                [(lease.slot, self._eid(lease.task_id)) for lease in renewal.leases],
+                [(slot, self._eid(e)) for slot, e in renewal.queued],
                 [(follow.slot, follow.target) for _, follow in renewal.follows],
             )
             batch.add(renewal, (scripts.RENEW.name, args))
@@ -620,15 +621,15 @@ class LeaseKeeper:
             obligation = self._obligations.popleft()
             batch.add(obligation, self._obligation_call(obligation))
         if not self._closing:
-            for entry, slot in self._claims.items():
-                batch.add(_Claim(slot, entry), (scripts.CLAIM.name, (slot, self._eid(entry))))
+            for task_id, slot in self._claims.items():
+                batch.add(_Claim(slot, task_id), (scripts.CLAIM.name, (slot, self._eid(task_id))))
             self._claims.clear()
             for submit in self._submits.values():
                 if not submit.sent:
                     submit.sent = True
                     args = scripts.submit_args(
                         submit.slot,
-                        self._eid(submit.entry),
+                        self._eid(submit.task_id),
                         submit.policy.value,
                         submit.max_queue,
                         submit.wait,
@@ -714,8 +715,8 @@ class LeaseKeeper:
                     part.done.set()
                 case _Withdraw() | _StoreOutcome() | _Bye():
                     pass
-                case _Claim(slot, entry):
-                    self._claimed(slot, entry, scripts.parse_reply(reply), sent_at)
+                case _Claim(slot, task_id):
+                    self._claimed(slot, task_id, scripts.parse_reply(reply), sent_at)
                 case _Submit():
                     if not part.resolved:
                         self._submitted(part, scripts.parse_reply(reply), sent_at)
@@ -750,7 +751,7 @@ class LeaseKeeper:
     def _renewed(self, renewal: _Renewal, reply: scripts.RenewReply, sent_at: float) -> None:
         self._next_renewal = sent_at + self._interval
         for lease, stop in zip(renewal.leases, reply.leases, strict=True):
-            if self._leases.get(lease.entry) is not lease:
+            if self._leases.get(lease.task_id) is not lease:
                 continue  # released or lost meanwhile
             if stop is None:
                 self._lose(lease, lease.rule.refused())
@@ -758,20 +759,20 @@ class LeaseKeeper:
             lease.rule.renewed(sent_at)
             if stop and not lease.stop_reported:
                 lease.stop_reported = True
-                self._report(RemoteStop(lease.slot, lease.entry, stop))
-        for (slot, entry), item in zip(renewal.entries, reply.entries, strict=True):
-            if self._queued_slot.get(entry) != slot:
+                self._report(RemoteStop(lease.slot, lease.task_id, stop))
+        for (slot, task_id), item in zip(renewal.queued, reply.entries, strict=True):
+            if self._queued_slot.get(task_id) != slot:
                 continue  # withdrawn or granted meanwhile
             match item.kind:
                 case "owner":
-                    self._dequeue(entry)
-                    self._own(slot, entry, item.token, sent_at)
+                    self._dequeue(task_id)
+                    self._own(slot, task_id, item.token, sent_at)
                 case "gone":
-                    self._dequeue(entry)
-                    self._reject(slot, entry, _rejection_kind(str(item.detail)))
+                    self._dequeue(task_id)
+                    self._reject(slot, task_id, _rejection_kind(str(item.detail)))
                 case _:  # queued or resubmitted
                     if item.claimable:
-                        self._claims[entry] = slot
+                        self._claims[task_id] = slot
                         self._io_wakeup.set()
         for (joiner, follow), item in zip(renewal.follows, reply.follows, strict=True):
             if self._follows.get(joiner) is not follow:
@@ -795,39 +796,39 @@ class LeaseKeeper:
 
     def _submitted(self, submit: _Submit, reply: scripts.Reply, sent_at: float) -> None:
         self._resolve_submit(submit)
-        slot, entry = submit.slot, submit.entry
+        slot, task_id = submit.slot, submit.task_id
         match reply.kind:
             case "owner":
-                self._own(slot, entry, reply.token, sent_at)
+                self._own(slot, task_id, reply.token, sent_at)
                 self._displaced(slot, reply.detail)
             case "queued":
-                self._enqueue(slot, entry)
+                self._enqueue(slot, task_id)
                 self._retry(slot, reply.retry)
-                self._report(Queued(slot, entry, reply.detail))
+                self._report(Queued(slot, task_id, reply.detail))
                 self._displaced(slot, reply.detail)
             case "busy":
-                self._reject(slot, entry, RejectionKind.SLOT_BUSY)
+                self._reject(slot, task_id, RejectionKind.SLOT_BUSY)
             case "full":
                 if submit.wait:
                     self._watched.add(slot)
-                    self._report(Full(slot, entry, QUEUE_FULL_REASON))
+                    self._report(Full(slot, task_id, QUEUE_FULL_REASON))
                 else:
-                    self._reject(slot, entry, RejectionKind.QUEUE_FULL)
+                    self._reject(slot, task_id, RejectionKind.QUEUE_FULL)
             case "joined":
-                self._report(Joined(slot, entry, str(reply.detail)))
+                self._report(self._joined(slot, task_id, str(reply.detail)))
             case _:  # gone: a withdrawal of this very entry got there first
-                self._reject(slot, entry, _rejection_kind(str(reply.detail)))
+                self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
 
-    def _claimed(self, slot: str, entry: int, reply: scripts.Reply, sent_at: float) -> None:
-        if self._queued_slot.get(entry) != slot:
+    def _claimed(self, slot: str, task_id: int, reply: scripts.Reply, sent_at: float) -> None:
+        if self._queued_slot.get(task_id) != slot:
             return  # withdrawn meanwhile; the withdrawal gives back what the claim took
         match reply.kind:
             case "owner":
-                self._dequeue(entry)
-                self._own(slot, entry, reply.token, sent_at)
+                self._dequeue(task_id)
+                self._own(slot, task_id, reply.token, sent_at)
             case "gone":
-                self._dequeue(entry)
-                self._reject(slot, entry, _rejection_kind(str(reply.detail)))
+                self._dequeue(task_id)
+                self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
             case "missing":
                 self._renew_now = True  # the renewal puts it back at the tail
             case _:  # wait
@@ -870,17 +871,17 @@ class LeaseKeeper:
         entry is withdrawn in the next successful round trip."""
         self._resolve_submit(submit)
         if submit.sent:
-            self._oblige(_Withdraw(submit.slot, self._eid(submit.entry), "store_unavailable"))
+            self._oblige(_Withdraw(submit.slot, self._eid(submit.task_id), "store_unavailable"))
             if submit.wait:
                 # Held work comes back with the same TaskId: its next attempt needs an
                 # id the withdrawal's marker does not refuse.
-                self._attempts[submit.entry] = self._attempts.get(submit.entry, 0) + 1
-        self._report(self._failure_report(submit.slot, submit.entry, submit.wait))
+                self._attempts[submit.task_id] = self._attempts.get(submit.task_id, 0) + 1
+        self._report(self._failure_report(submit.slot, submit.task_id, submit.wait))
 
-    def _failure_report(self, slot: str, entry: int, wait: bool) -> Report:
+    def _failure_report(self, slot: str, task_id: int, wait: bool) -> Report:
         if wait:
-            return Full(slot, entry, STORE_UNAVAILABLE_REASON)
-        return Rejected(slot, entry, RejectionKind.STORE_UNAVAILABLE)
+            return Full(slot, task_id, STORE_UNAVAILABLE_REASON)
+        return Rejected(slot, task_id, RejectionKind.STORE_UNAVAILABLE)
 
     def _mark_unavailable(self, why: str) -> None:
         if not self._available:
@@ -1079,10 +1080,10 @@ class LeaseKeeper:
                 self._watched.discard(slot)
                 self._report(Room(slot))
             case ["stop", str(slot), str(eid), str(requester)]:
-                lease = self._leases.get(self._own_entry(eid))
+                lease = self._leases.get(self._own_task(eid))
                 if lease is not None and lease.slot == slot and not lease.stop_reported:
                     lease.stop_reported = True
-                    self._report(RemoteStop(slot, lease.entry, requester))
+                    self._report(RemoteStop(slot, lease.task_id, requester))
             case ["superseded", str(slot), str(eid)]:
                 self._displaced(slot, eid)
             case ["done", str(eid)]:
@@ -1094,60 +1095,68 @@ class LeaseKeeper:
 
     # -- bookkeeping -------------------------------------------------------------------------
 
-    def _eid(self, entry: int) -> str:
-        """The server id of the current attempt of ``entry``."""
-        attempt = self._attempts.get(entry)
-        base = entry_id(self.instance_id, entry)
-        return base if attempt is None else f"{base}.{attempt}"
+    def _eid(self, task_id: int) -> str:
+        """The entry id of the current attempt of ``task_id``."""
+        return entry_id(self.instance_id, task_id, self._attempts.get(task_id, 0))
 
-    def _own_entry(self, eid: str) -> int:
-        """The local entry of the current attempt's id of this process, else -1."""
-        instance, _, rest = eid.rpartition("/")
-        number = rest.partition(".")[0]
-        if instance != self.instance_id or not number.isdigit():
+    def _own_task(self, eid: str) -> int:
+        """The task id of ``eid`` if it is the current attempt of this process, else -1."""
+        parsed = parse_entry_id(eid)
+        if parsed is None or parsed.instance != self.instance_id:
             return -1
-        entry = int(number)
-        return entry if self._eid(entry) == eid else -1
+        return parsed.task_id if self._eid(parsed.task_id) == eid else -1
 
-    def _own(self, slot: str, entry: int, token: int | None, sent_at: float) -> None:
+    def _joined(self, slot: str, task_id: int, target: str) -> Joined:
+        """The ``Joined`` report: ``target`` with its task id when it is this process's."""
+        parsed = parse_entry_id(target)
+        local = parsed is not None and parsed.instance == self.instance_id
+        return Joined(
+            slot,
+            task_id,
+            target,
+            parsed.task_id if local and parsed is not None else None,
+            target if parsed is None else parsed.label,
+        )
+
+    def _own(self, slot: str, task_id: int, token: int | None, sent_at: float) -> None:
         assert token is not None
-        self._leases[entry] = _Lease(
-            slot, entry, token, LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
+        self._leases[task_id] = _Lease(
+            slot, task_id, token, LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
         )
         self._timer_wakeup.set()
-        self._report(Owner(slot, entry, token))
+        self._report(Owner(slot, task_id, token))
 
     def _lose(self, lease: _Lease, reason: str) -> None:
-        if self._leases.get(lease.entry) is lease:
-            del self._leases[lease.entry]
-            self._lost[lease.entry] = reason
-            self._report(LeaseLost(lease.slot, lease.entry, lease.token, reason))
+        if self._leases.get(lease.task_id) is lease:
+            del self._leases[lease.task_id]
+            self._lost[lease.task_id] = reason
+            self._report(LeaseLost(lease.slot, lease.task_id, lease.token, reason))
 
     def _displaced(self, slot: str, eid: str | None) -> None:
         if eid is None:
             return
-        entry = self._own_entry(eid)
-        if self._queued_slot.get(entry) == slot:
-            self._dequeue(entry)
-            self._reject(slot, entry, RejectionKind.SUPERSEDED)
+        task_id = self._own_task(eid)
+        if self._queued_slot.get(task_id) == slot:
+            self._dequeue(task_id)
+            self._reject(slot, task_id, RejectionKind.SUPERSEDED)
 
-    def _reject(self, slot: str, entry: int, kind: RejectionKind) -> None:
-        self._attempts.pop(entry, None)  # a rejected entry never comes back
-        self._report(Rejected(slot, entry, kind))
+    def _reject(self, slot: str, task_id: int, kind: RejectionKind) -> None:
+        self._attempts.pop(task_id, None)  # a rejected entry never comes back
+        self._report(Rejected(slot, task_id, kind))
 
     def _followed(self, joiner: int, outcome: TaskOutcome[Any]) -> None:
         del self._follows[joiner]
         self._report(FollowedOutcome(joiner, outcome))
 
-    def _enqueue(self, slot: str, entry: int) -> None:
-        self._queued.setdefault(slot, {})[entry] = None
-        self._queued_slot[entry] = slot
+    def _enqueue(self, slot: str, task_id: int) -> None:
+        self._queued.setdefault(slot, {})[task_id] = None
+        self._queued_slot[task_id] = slot
 
-    def _dequeue(self, entry: int) -> None:
-        slot = self._queued_slot.pop(entry, None)
+    def _dequeue(self, task_id: int) -> None:
+        slot = self._queued_slot.pop(task_id, None)
         if slot is not None:
             entries = self._queued[slot]
-            del entries[entry]
+            del entries[task_id]
             if not entries:
                 del self._queued[slot]
 
@@ -1168,8 +1177,8 @@ class LeaseKeeper:
 
     def _resolve_submit(self, submit: _Submit) -> None:
         submit.resolved = True
-        if self._submits.get(submit.entry) is submit:
-            del self._submits[submit.entry]
+        if self._submits.get(submit.task_id) is submit:
+            del self._submits[submit.task_id]
 
     def _oblige(self, obligation: _Obligation) -> None:
         self._obligations.append(obligation)

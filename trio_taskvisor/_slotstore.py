@@ -65,14 +65,43 @@ def new_instance_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def entry_id(instance_id: str, task_id: int) -> str:
-    """Return the server-side id of one submission: unique per acquisition."""
-    return f"{instance_id}/{int(task_id)}"  # a TaskId's str() is "#7"
+_ENTRY_ID: Final = re.compile(r"(.*)/([0-9]+)(?:\.([0-9]+))?", re.DOTALL)
 
 
-def instance_of(entry: str) -> str:
+@attrs.frozen
+class EntryId:
+    """The parts of a server entry id, ``"<instance_id>/<task_id>"`` or, from a held
+    submission's second attempt on, ``"<instance_id>/<task_id>.<attempt>"``."""
+
+    instance: str
+    task_id: int
+    attempt: int
+
+    @property
+    def label(self) -> str:
+        """``"<instance_id>#<task_id>"``: how events name the work of another process."""
+        return f"{self.instance}#{self.task_id}"
+
+
+def entry_id(instance_id: str, task_id: int, attempt: int = 0) -> str:
+    """Return the server-side id of one submission: unique per acquisition.
+
+    The only place entry ids are built (the Lua scripts only split off the instance)."""
+    base = f"{instance_id}/{int(task_id)}"  # a TaskId's str() is "#7"
+    return f"{base}.{attempt}" if attempt else base
+
+
+def parse_entry_id(text: str) -> EntryId | None:
+    """Return the parts of an entry id, or ``None`` for text that is not one."""
+    match = _ENTRY_ID.fullmatch(text)
+    if match is None:
+        return None
+    return EntryId(match[1], int(match[2]), int(match[3] or 0))
+
+
+def instance_of(text: str) -> str:
     """Return the instance id of a server-side entry id."""
-    return entry.rpartition("/")[0]
+    return text.rpartition("/")[0]
 
 
 # -- configuration --------------------------------------------------------------------------
@@ -270,40 +299,43 @@ class ClusterSlotInfo:
 
 @attrs.frozen
 class Owner:
-    """The lease of ``slot`` was granted to ``entry`` (by its submit, a claim, or seen at
-    a renewal after a lost reply); ``token`` is its fence token."""
+    """The lease of ``slot`` was granted to ``task_id`` (by its submit, a claim, or seen
+    at a renewal after a lost reply); ``token`` is its fence token."""
 
     slot: str
-    entry: int
+    task_id: int
     token: int
 
 
 @attrs.frozen
 class Queued:
-    """``entry`` is in the slot's cluster queue; ``displaced`` is the entry id of the head
-    a REPLACE displaced (rejected ``SUPERSEDED`` in its own process), if any."""
+    """``task_id`` is in the slot's cluster queue; ``displaced`` is the entry id of the
+    head a REPLACE displaced (rejected ``SUPERSEDED`` in its own process), if any."""
 
     slot: str
-    entry: int
+    task_id: int
     displaced: str | None
 
 
 @attrs.frozen
 class Joined:
-    """A JOIN follows ``target`` (an entry id, maybe of this process)."""
+    """A JOIN follows ``target`` (an entry id, maybe of this process: then
+    ``local_target`` is its task id); ``label`` names the target in events."""
 
     slot: str
-    entry: int
+    task_id: int
     target: str
+    local_target: int | None
+    label: str
 
 
 @attrs.frozen
 class Rejected:
-    """``entry`` was rejected: ``SLOT_BUSY``, ``QUEUE_FULL``, ``SUPERSEDED``,
+    """``task_id`` was rejected: ``SLOT_BUSY``, ``QUEUE_FULL``, ``SUPERSEDED``,
     ``STORE_UNAVAILABLE``, ``SHUTTING_DOWN`` (or the reason a server marker names)."""
 
     slot: str
-    entry: int
+    task_id: int
     kind: RejectionKind
 
 
@@ -313,7 +345,7 @@ class Full:
     ``Room(slot)``) or the store is unavailable (submit it again on ``StoreRecovered``)."""
 
     slot: str
-    entry: int
+    task_id: int
     reason: str
 
 
@@ -326,21 +358,21 @@ class Room:
 
 @attrs.frozen
 class RemoteStop:
-    """``requester`` (an instance id) asked to stop the owner ``entry``; once per owner."""
+    """``requester`` (an instance id) asked to stop the owner ``task_id``; once per owner."""
 
     slot: str
-    entry: int
+    task_id: int
     requester: str
 
 
 @attrs.frozen
 class LeaseLost:
-    """The lease of ``entry`` is lost; ``reason`` starts with ``"lease refused"`` or
+    """The lease of ``task_id`` is lost; ``reason`` starts with ``"lease refused"`` or
     ``"lease expired"``. The keeper never renews it again; release it after the owner's
     physical exit all the same."""
 
     slot: str
-    entry: int
+    task_id: int
     token: int
     reason: str
 
