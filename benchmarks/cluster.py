@@ -217,7 +217,7 @@ async def script_pairs(url: str, pairs: int) -> float:
             for j in range(pairs):
                 e = f"{me}/{k * pairs + j + 1}"
                 args = scripts.submit_args(slot, e, "queue", 10, False)
-                reply = scripts.parse_reply(
+                reply = scripts.parse_submit(
                     await client.evalsha(scripts.SUBMIT.sha, [], [*common, *args])
                 )
                 if reply.kind != "owner":

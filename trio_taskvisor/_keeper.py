@@ -74,7 +74,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol, TypeAlias, cast
+from typing import Any, Final, Protocol, TypeAlias, assert_never, cast
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -708,7 +708,7 @@ class LeaseKeeper:
                 case _Renewal():
                     self._renewed(part, scripts.parse_renew(reply), sent_at)
                 case _Release(_, eid, outcome):
-                    if reply == "need_outcome":
+                    if scripts.parse_release(reply) == "need_outcome":
                         self._oblige(_StoreOutcome(eid, encode_outcome(outcome)))
                 case _StopOwner():
                     part.token = scripts.parse_stop_owner(reply)
@@ -716,10 +716,10 @@ class LeaseKeeper:
                 case _Withdraw() | _StoreOutcome() | _Bye():
                     pass
                 case _Claim(slot, task_id):
-                    self._claimed(slot, task_id, scripts.parse_reply(reply), sent_at)
+                    self._claimed(slot, task_id, scripts.parse_claim(reply), sent_at)
                 case _Submit():
                     if not part.resolved:
-                        self._submitted(part, scripts.parse_reply(reply), sent_at)
+                        self._submitted(part, scripts.parse_submit(reply), sent_at)
                 case _Query():
                     if not part.abandoned:
                         part.result = self._slot_info(part.slot, reply)
@@ -763,41 +763,50 @@ class LeaseKeeper:
         for (slot, task_id), item in zip(renewal.queued, reply.entries, strict=True):
             if self._queued_slot.get(task_id) != slot:
                 continue  # withdrawn or granted meanwhile
-            match item.kind:
+            kind = item.kind
+            match kind:
                 case "owner":
                     self._dequeue(task_id)
                     self._own(slot, task_id, item.token, sent_at)
                 case "gone":
                     self._dequeue(task_id)
                     self._reject(slot, task_id, _rejection_kind(str(item.detail)))
-                case _:  # queued or resubmitted
+                case "queued" | "resubmitted":
                     if item.claimable:
                         self._claims[task_id] = slot
                         self._io_wakeup.set()
-        for (joiner, follow), item in zip(renewal.follows, reply.follows, strict=True):
+                case _:
+                    assert_never(kind)
+        for (joiner, follow), answer in zip(renewal.follows, reply.follows, strict=True):
             if self._follows.get(joiner) is not follow:
                 continue
-            match item.kind:
+            follow_kind = answer.kind
+            match follow_kind:
                 case "out":
-                    self._followed(joiner, self._decode(follow, str(item.detail)))
+                    self._followed(joiner, self._decode(follow, str(answer.detail)))
                 case "gone":
-                    self._followed(joiner, rejected_outcome(_rejection_kind(str(item.detail))))
+                    self._followed(joiner, rejected_outcome(_rejection_kind(str(answer.detail))))
                 case "live":
                     follow.lost_since = None
-                case _:  # lost
+                case "lost":
                     if follow.lost_since is None:
                         follow.lost_since = sent_at
                     elif sent_at - follow.lost_since >= self._interval:
                         reason = f"followed work lost: {instance_of(follow.target)}"
                         self._followed(joiner, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+                case _:
+                    assert_never(follow_kind)
         for slot in sorted(self._watched):
             self._report(Room(slot))
         self._watched.clear()
 
-    def _submitted(self, submit: _Submit, reply: scripts.Reply, sent_at: float) -> None:
+    def _submitted(
+        self, submit: _Submit, reply: scripts.Reply[scripts.SubmitKind], sent_at: float
+    ) -> None:
         self._resolve_submit(submit)
         slot, task_id = submit.slot, submit.task_id
-        match reply.kind:
+        kind = reply.kind
+        match kind:
             case "owner":
                 self._own(slot, task_id, reply.token, sent_at)
                 self._displaced(slot, reply.detail)
@@ -816,13 +825,18 @@ class LeaseKeeper:
                     self._reject(slot, task_id, RejectionKind.QUEUE_FULL)
             case "joined":
                 self._report(self._joined(slot, task_id, str(reply.detail)))
-            case _:  # gone: a withdrawal of this very entry got there first
+            case "gone":  # a withdrawal of this very entry got there first
                 self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
+            case _:
+                assert_never(kind)
 
-    def _claimed(self, slot: str, task_id: int, reply: scripts.Reply, sent_at: float) -> None:
+    def _claimed(
+        self, slot: str, task_id: int, reply: scripts.Reply[scripts.ClaimKind], sent_at: float
+    ) -> None:
         if self._queued_slot.get(task_id) != slot:
             return  # withdrawn meanwhile; the withdrawal gives back what the claim took
-        match reply.kind:
+        kind = reply.kind
+        match kind:
             case "owner":
                 self._dequeue(task_id)
                 self._own(slot, task_id, reply.token, sent_at)
@@ -831,8 +845,10 @@ class LeaseKeeper:
                 self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
             case "missing":
                 self._renew_now = True  # the renewal puts it back at the tail
-            case _:  # wait
+            case "wait":
                 self._retry(slot, reply.retry)
+            case _:
+                assert_never(kind)
 
     def _slot_info(self, slot: str, reply: object) -> ClusterSlotInfo | None:
         parsed = scripts.parse_cluster_slot(reply)
@@ -1243,8 +1259,19 @@ def _asked(part: _Part) -> str:
             return "the INFO command"
         case _Bye():
             return "the DEL command"
-        case _:
+        case (
+            _Renewal()
+            | _Withdraw()
+            | _Release()
+            | _StoreOutcome()
+            | _StopOwner()
+            | _Claim()
+            | _Submit()
+            | _Query()
+        ):
             return "the lease scripts"
+        case _:
+            assert_never(part)
 
 
 def _secrets_of(url: str) -> tuple[str, ...]:
