@@ -65,7 +65,7 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def _store(url: str, namespace: str) -> Any:
-    from trio_taskvisor._slotstore import RedisSlotStore
+    from trio_taskvisor._config import RedisSlotStore
 
     return RedisSlotStore(url, namespace=namespace, lease_ttl=LEASE_TTL, connect_timeout=5.0)
 

@@ -81,6 +81,7 @@ import attrs
 import trio
 
 from . import _redis_scripts as scripts
+from ._config import RedisSlotStore
 from ._exceptions import SlotStoreUnavailableError
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
 from ._slotstore import (
@@ -94,7 +95,6 @@ from ._slotstore import (
     LeaseLost,
     Owner,
     Queued,
-    RedisSlotStore,
     Rejected,
     RemoteStop,
     Report,

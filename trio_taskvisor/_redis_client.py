@@ -42,8 +42,8 @@ from coredis.exceptions import (
 from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
+from ._config import RedisSlotStore
 from ._keeper import BYE, RUN_ID, Call, Connection
-from ._slotstore import RedisSlotStore
 
 
 class _RedisConnection:

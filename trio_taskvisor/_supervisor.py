@@ -73,7 +73,7 @@ import attrs
 import trio
 
 from ._bus import EventBus, Subscriber
-from ._config import SupervisorConfig, check_capacity
+from ._config import RedisSlotStore, SupervisorConfig, check_capacity
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
 from ._exceptions import (
@@ -91,7 +91,7 @@ from ._record import TaskRecord, current_task_context
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
-from ._slotstore import ClusterSlotInfo, RedisSlotStore, ReportSink, new_instance_id
+from ._slotstore import ClusterSlotInfo, ReportSink, new_instance_id
 from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name
 from ._waiter import Readiness, TaskWaiter
 from ._waits import WaitChecker

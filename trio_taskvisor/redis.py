@@ -18,7 +18,7 @@ except ImportError as exc:
         "trio_taskvisor.redis needs the redis extra: pip install 'trio_taskvisor[redis]'"
     ) from exc
 
-from ._slotstore import RedisSlotStore as RedisSlotStore
+from ._config import RedisSlotStore as RedisSlotStore
 
 del _redis_client
 

@@ -21,9 +21,9 @@ from trio_taskvisor import (
 )
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._clusterslots import ClusterSlotMachine
+from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._keeper import LeaseKeeper, Report, ServerClient
 from trio_taskvisor._redis_client import RedisClient
-from trio_taskvisor._slotstore import RedisSlotStore
 from trio_taskvisor.testing import EventRecorder
 
 R = TypeVar("R")

@@ -17,6 +17,7 @@ from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
 
 from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
+from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._exceptions import SlotStoreUnavailableError
 from trio_taskvisor._keeper import (
     FollowedOutcome,
@@ -35,7 +36,6 @@ from trio_taskvisor._keeper import (
 )
 from trio_taskvisor._redis_client import RedisClient
 from trio_taskvisor._slots import AdmissionPolicy
-from trio_taskvisor._slotstore import RedisSlotStore
 
 A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
 QUEUE, REPLACE, JOIN = AdmissionPolicy.QUEUE, AdmissionPolicy.REPLACE, AdmissionPolicy.JOIN

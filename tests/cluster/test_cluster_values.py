@@ -27,13 +27,13 @@ from hypothesis import strategies as st
 
 from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._redis_scripts import Reply
 from trio_taskvisor._slotstore import (
     LOST_LEASE_FRACTION,
     MAX_TRANSFER_CHARS,
     EntryId,
     LeaseDeadline,
-    RedisSlotStore,
     decode_outcome,
     encode_outcome,
     entry_id,
