@@ -276,10 +276,6 @@ class _ReportInbox:
     def send_nowait(self, report: Report) -> None:
         self._inbox.put_nowait(report, force=True)
 
-    async def send(self, report: Report) -> None:
-        self.send_nowait(report)
-        await trio.lowlevel.checkpoint()
-
 
 class Controller:
     """The controller loop and the driver of its ``SlotMachine``; a ``RecordListener``."""

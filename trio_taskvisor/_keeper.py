@@ -2,7 +2,7 @@
 
 One ``LeaseKeeper`` per supervisor runs as one trio task (``await nursery.start(keeper.run)``)
 with a nursery of its own: the connection holder, the subscription to this process's
-channel, the timers, the report forwarder and the I/O loop. The controller never awaits
+channel, the timers and the I/O loop. The controller never awaits
 it: its requests (``submit``, ``withdraw``, ``release``, ``follow``, ``unfollow``,
 ``stop_owner``) are synchronous calls that queue the request and wake the I/O loop, and
 the results come back as *reports* (frozen values of ``_slotstore``) on the ``ReportSink``
@@ -62,12 +62,12 @@ Decisions the design leaves open:
   ``LEASE_LOST``, whichever of it and the deadline timer trio runs first.
 * At ``close`` pending submits are rejected ``SHUTTING_DOWN`` and no new lease is taken;
   leases still held are not released (their owners may still run): they expire
-  ``lease_ttl`` after their last renewal. Reports that the controller's channel cannot
-  take at once when the keeper stops are dropped.
+  ``lease_ttl`` after their last renewal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -376,8 +376,6 @@ class LeaseKeeper:
         self._io_scope: trio.CancelScope | None = None
         self._io_wakeup = _Wakeup()
         self._timer_wakeup = _Wakeup()
-        self._backlog: deque[Report] = deque()
-        self._backlog_wakeup = _Wakeup()
         self._round_trips = 0
         self._quiet = False  # failures after the first of an outage log at DEBUG
         # What the server was asked and the client's error, of the last connection
@@ -546,7 +544,6 @@ class LeaseKeeper:
                 if connected:
                     self._available = self._started = True
                     nursery.start_soon(self._timers)
-                    nursery.start_soon(self._forward)
                     task_status.started()
                     with trio.CancelScope() as self._io_scope:
                         if self._closing:  # closed before it started
@@ -558,7 +555,6 @@ class LeaseKeeper:
         finally:
             self._running = False
             self._available = False
-            self._flush_backlog_nowait()
             for obligation in self._obligations:
                 if isinstance(obligation, _StopOwner):  # never sent: its waiter learns it
                     obligation.failed = True
@@ -1203,39 +1199,9 @@ class LeaseKeeper:
     # -- reports ------------------------------------------------------------------------------
 
     def _report(self, report: Report) -> None:
-        """Send a report without blocking; what the channel cannot take now waits, in
-        order, for the forwarder."""
-        if not self._backlog:
-            try:
-                self._reports.send_nowait(report)
-                return
-            except trio.WouldBlock:
-                pass
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # nobody reads reports any more
-        self._backlog.append(report)
-        self._backlog_wakeup.set()
-
-    async def _forward(self) -> None:
-        while True:
-            while self._backlog:
-                try:
-                    await self._reports.send(self._backlog[0])
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self._backlog.clear()
-                    break
-                self._backlog.popleft()
-            await self._backlog_wakeup.wait()
-
-    def _flush_backlog_nowait(self) -> None:
-        while self._backlog:
-            try:
-                self._reports.send_nowait(self._backlog[0])
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                logger.debug("lease keeper dropped %d report(s) at exit", len(self._backlog))
-                self._backlog.clear()
-                return
-            self._backlog.popleft()
+        """Send a report; the sink takes every report at once (the controller's inbox)."""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            self._reports.send_nowait(report)  # raises only once nobody reads reports
 
 
 def _text(exc: BaseException) -> str:

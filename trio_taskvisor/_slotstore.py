@@ -234,12 +234,10 @@ STORE_UNAVAILABLE_REASON: Final = "slot store is unavailable"
 
 
 class ReportSink(Protocol):
-    """Where the keeper sends its reports: the controller's inbox (a memory channel in
-    tests). ``send_nowait`` may raise ``trio.WouldBlock``; ``send`` then waits."""
+    """Where the keeper sends its reports: the controller's inbox, which takes every
+    report at once (an unbounded memory channel in tests)."""
 
     def send_nowait(self, report: Report, /) -> None: ...
-
-    async def send(self, report: Report, /) -> None: ...
 
 
 def encode_outcome(outcome: TaskOutcome[Any]) -> str:

@@ -4,6 +4,7 @@ open supervisors with a slot store (``replica``) and the bodies their tests subm
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -218,7 +219,7 @@ async def open_keeper(
 ) -> AsyncIterator[Running]:
     """Run a keeper, and a fake controller reading its reports, for the block; close
     the keeper at the end (unless killed)."""
-    send, receive = trio.open_memory_channel[Report](1000)
+    send, receive = trio.open_memory_channel[Report](math.inf)
     keeper = LeaseKeeper(store, instance_id, send, client or RedisClient(store, instance_id))
     reports = Reports()
     scope = trio.CancelScope()

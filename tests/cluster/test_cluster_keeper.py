@@ -8,6 +8,7 @@ Waits are for reports or keys, never sleeps.
 from __future__ import annotations
 
 import logging
+import math
 
 import coredis
 import pytest
@@ -230,7 +231,7 @@ async def test_start_fails_when_nothing_answers(
 ) -> None:
     """run() raises SlotStoreUnavailableError within connect_timeout and reports nothing."""
     redis_server.pause()
-    send, receive = trio.open_memory_channel[Report](10)
+    send, receive = trio.open_memory_channel[Report](math.inf)
     slow = with_ttl(store, 1.0, connect_timeout=0.5)
     keeper = LeaseKeeper(slow, A, send, RedisClient(slow, A))
     started = trio.current_time()
@@ -364,7 +365,7 @@ async def test_credentials_never_show(
         wrong = RedisSlotStore(
             url.replace(password, "wrong-" + password), namespace="x", connect_timeout=0.5
         )
-        send, _ = trio.open_memory_channel[Report](10)
+        send, _ = trio.open_memory_channel[Report](math.inf)
         async with trio.open_nursery() as nursery:
             with pytest.raises(SlotStoreUnavailableError) as failure:
                 await nursery.start(LeaseKeeper(wrong, B, send, RedisClient(wrong, B)).run)
