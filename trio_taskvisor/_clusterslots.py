@@ -274,7 +274,8 @@ class ClusterSlotMachine(SlotMachine[P]):
         elif entry.policy in _RESERVES and self._budget_full():
             if entry.wait:
                 self._hold(slot, entry)
-                self._local_holds.add(entry.id)
+                if self.held.get(entry.id) is entry:  # not rejected for max_waiters
+                    self._local_holds.add(entry.id)
             else:
                 self._reject(entry, RESOURCE_LIMIT)
         else:
