@@ -171,6 +171,17 @@ class ClusterMachineModel(RuleBasedStateMachine):
                 pass  # events and fence tokens
         self.drain()
 
+    def grantable(self, key: str) -> bool:
+        """Whether the server may give ``key``'s lease to this process's work now.
+
+        Known gap, left out of the model: a next owner that was granted while a lost
+        owner still runs (``Slot.granted``) and then lost its own lease too. A third
+        grant would replace it in ``Slot.granted``, and it would never end; the model
+        grants nothing in that slot until the running owner exits.
+        """
+        slot = self.machine.slots.get(key)
+        return key not in self.lease and (slot is None or slot.granted is None)
+
     def grant(self, entry: Entry[None]) -> None:
         self.lease[entry.key] = entry.id
         self.report(Owner(entry.key, entry.id, 100 + entry.id))
@@ -243,7 +254,7 @@ class ClusterMachineModel(RuleBasedStateMachine):
             return
         key, task_id = entry.key, entry.id
         answers = ["rejected"]
-        if key not in self.lease and not self.queued_in(key):
+        if self.grantable(key) and not self.queued_in(key):
             answers += ["owner", "owner"]
         if entry.policy in QUEUING:
             answers += ["queued", "queued"]
@@ -278,7 +289,7 @@ class ClusterMachineModel(RuleBasedStateMachine):
     def grant_queued(self, index: int) -> None:
         """The head of a slot's cluster queue takes the free lease (a claim)."""
         entry = self.pick(self.queued, index)
-        if entry is None or entry.key in self.lease:
+        if entry is None or not self.grantable(entry.key):
             return
         head = next(e for e in self.queued.values() if e.key == entry.key)
         del self.queued[head.id]
