@@ -58,7 +58,7 @@ LEASE_TTL = 10.0
 
 
 def _store(url: str, namespace: str) -> Any:
-    from trio_taskvisor._slotstore import RedisSlotStore
+    from trio_taskvisor._config import RedisSlotStore
 
     return RedisSlotStore(url, namespace=namespace, lease_ttl=LEASE_TTL, connect_timeout=5.0)
 
@@ -75,7 +75,8 @@ async def renewal_samples(
     import coredis
 
     from trio_taskvisor import _redis_scripts as scripts
-    from trio_taskvisor._keeper import RUN_ID, _RedisConnection
+    from trio_taskvisor._keeper import RUN_ID
+    from trio_taskvisor._redis_client import _RedisConnection
 
     store = _store(url, "bench-renew")
     me = "bench-renew:1:0000000a"
@@ -153,18 +154,20 @@ async def keeper_pairs(url: str, pairs: int) -> float:
     through one lease keeper."""
     from trio_taskvisor import OutcomeKind, TaskOutcome
     from trio_taskvisor._keeper import LeaseKeeper, Owner, Report
+    from trio_taskvisor._redis_client import RedisClient
     from trio_taskvisor._slotstore import new_instance_id
     from trio_taskvisor._spec import AdmissionPolicy
 
     done = TaskOutcome(OutcomeKind.COMPLETED)
     send, receive = trio.open_memory_channel[Report](math.inf)
-    keeper = LeaseKeeper(_store(url, "bench-pairs"), new_instance_id(), send)
+    store, me = _store(url, "bench-pairs"), new_instance_id()
+    keeper = LeaseKeeper(store, me, send, RedisClient(store, me))
     owners: dict[int, trio.Event] = {}
 
     async def dispatch() -> None:
         async for report in receive:
             match report:
-                case Owner(entry=entry):
+                case Owner(task_id=entry):
                     owners[entry].set()
                 case _:
                     raise RuntimeError(f"unexpected report {report!r}")
@@ -210,7 +213,7 @@ async def script_pairs(url: str, pairs: int) -> float:
             for j in range(pairs):
                 e = f"{me}/{k * pairs + j + 1}"
                 args = scripts.submit_args(slot, e, "queue", 10, False)
-                reply = scripts.parse_reply(
+                reply = scripts.parse_submit(
                     await client.evalsha(scripts.SUBMIT.sha, [], [*common, *args])
                 )
                 if reply.kind != "owner":
@@ -306,18 +309,20 @@ async def play_handovers(url: str, first: bool, handovers: int, conn: Connection
     Returns the hand-overs to this process (seconds)."""
     from trio_taskvisor import OutcomeKind, TaskOutcome
     from trio_taskvisor._keeper import LeaseKeeper, Owner, Queued, Report
+    from trio_taskvisor._redis_client import RedisClient
     from trio_taskvisor._slotstore import new_instance_id
     from trio_taskvisor._spec import AdmissionPolicy
 
     done = TaskOutcome(OutcomeKind.COMPLETED)
     send, receive = trio.open_memory_channel[Report](math.inf)
-    keeper = LeaseKeeper(_store(url, "bench-handover"), new_instance_id(), send)
+    store, me = _store(url, "bench-handover"), new_instance_id()
+    keeper = LeaseKeeper(store, me, send, RedisClient(store, me))
     latencies: list[float] = []
 
     async def report_of(kind: type[Owner | Queued], entry: int) -> None:
         async for report in receive:
             match report:
-                case Owner() | Queued() if isinstance(report, kind) and report.entry == entry:
+                case Owner() | Queued() if isinstance(report, kind) and report.task_id == entry:
                     return
                 case Owner() | Queued():
                     raise RuntimeError(f"unexpected report {report!r}")

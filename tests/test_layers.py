@@ -44,6 +44,7 @@ ORDER = [
     "_actor",
     "_registry",
     "_keeper",
+    "_redis_client",
     "_waits",
     "_controller",
     "_shutdown",
@@ -124,3 +125,49 @@ def test_imports_point_down(path: object) -> None:
         if ORDER.index(target) >= rank and (name, target) not in ALLOWED_UPWARD
     )
     assert upward == [], f"{name or 'trio_taskvisor'} imports {upward}, which are above it"
+
+
+CLIENT_LIBRARIES = ("coredis", "anyio")
+
+
+def imported_top_level(path: object) -> set[str]:
+    """The top-level names of every absolute import in ``path`` (any depth)."""
+    tree = ast.parse(path.read_text())  # type: ignore[attr-defined]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.partition(".")[0])
+    return found
+
+
+def test_only_the_redis_adapter_imports_the_client_library() -> None:
+    """coredis and anyio are imported by ``_redis_client`` alone."""
+    importers = sorted(
+        module_name(path) for path in MODULES if imported_top_level(path) & set(CLIENT_LIBRARIES)
+    )
+    assert importers == ["_redis_client"]
+
+
+def test_the_keeper_imports_without_the_redis_extra() -> None:
+    """The lease keeper's logic (and the cluster slot machine) import with coredis and
+    anyio unimportable: only the adapter needs the ``redis`` extra."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['coredis'] = None\n"
+        "sys.modules['anyio'] = None\n"
+        "import trio_taskvisor._keeper, trio_taskvisor._clusterslots\n"
+        "try:\n"
+        "    import trio_taskvisor._redis_client\n"
+        "except ImportError:\n"
+        "    print('adapter needs coredis')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "adapter needs coredis\n"

@@ -1,14 +1,22 @@
 """The slot machine of a controller with a slot store: pure, synchronous logic.
 
 No trio here. ``ClusterSlotMachine`` is a ``SlotMachine`` whose placement decisions are
-the slot store's: a submission is *asked* (``Ask``) and placed when
-the lease keeper's answer comes back (``granted``, ``queued``, ``joined``, ``rejected``,
-``full``); an owner's exit gives its lease back (``Release``) instead of starting the
-next local entry, which waits for its own grant (the cluster queue is FIFO across
-processes); a REPLACE is carried out by the store (it asks the owner's process to stop
-its owner: ``remote_stop``). What stays local, as in ``SlotMachine``: one owner per slot
-in this process, held work (FIFO per slot), joiners of local work, the budgets
-``max_total_pending``, ``max_slots`` and ``max_waiters``, and the shutdown.
+the slot store's: a submission is *asked* (``Ask``) and placed when the lease keeper's
+answer comes back. The driver feeds every keeper report to ``report``, which places the
+work (``granted``, ``queued_in_cluster``, ``joined``, ``rejected``, ``full``, ...) and
+returns the one thing the driver must do about the report itself (a ``Notice``: set a
+fence token, give back a lease, publish an event, resolve a joiner), before the
+machine's ``effects`` and ``extra``. An owner's exit gives its lease back (``Release``)
+instead of starting the next local entry, which waits for its own grant (the cluster
+queue is FIFO across processes); a REPLACE is carried out by the store (it asks the
+owner's process to stop its owner: ``remote_stop``). What stays local, as in
+``SlotMachine``: one owner per slot in this process, held work (FIFO per slot), joiners
+of local work, the budgets ``max_total_pending``, ``max_slots`` and ``max_waiters``, and
+the shutdown.
+
+Words: an *entry* is one submission (``Entry``; on the server, its queue entry); its
+``id`` is the local ``TaskId`` (``task_id`` in the reports); an *entry id* is only ever
+the server's string ``"<instance_id>/<task_id>[.<attempt>]"`` (``_slotstore.entry_id``).
 
 Decisions the design leaves open:
 
@@ -52,9 +60,9 @@ Placement, queue deadlines and slot-wide operations in cluster slots:
 from __future__ import annotations
 
 import heapq
-from typing import Generic, NamedTuple, TypeAlias, Union
+from typing import Any, Generic, NamedTuple, TypeAlias, Union, assert_never
 
-from ._outcome import RejectionKind
+from ._outcome import RejectionKind, TaskOutcome
 from ._slots import (
     JOINED,
     QUEUE_TIMEOUT,
@@ -73,6 +81,20 @@ from ._slots import (
     SlotStatus,
     Stop,
     Submitted,
+)
+from ._slotstore import (
+    FollowedOutcome,
+    Full,
+    Joined,
+    LeaseLost,
+    Owner,
+    Queued,
+    Rejected,
+    RemoteStop,
+    Report,
+    Room,
+    StoreRecovered,
+    StoreUnavailable,
 )
 from ._spec import AdmissionPolicy
 
@@ -122,6 +144,58 @@ ClusterEffect: TypeAlias = Union[  # noqa: UP007 - a generic alias: ClusterEffec
     Ask[P], Withdraw[P], Release[P], LoseLease[P], Follow[P], Unfollow[P]
 ]
 
+# -- what a keeper's report asks of the driver, before the machine's effects ----------------
+
+
+class SetFence(NamedTuple, Generic[P]):
+    """``entry`` holds its slot's lease now, with fence ``token`` (``LEASE_ACQUIRED``)."""
+
+    entry: Entry[P]
+    token: int
+
+
+class GiveBack(NamedTuple):
+    """A lease was granted to work that left meanwhile (its withdrawal is on its way):
+    withdraw ``task_id`` again, which frees the lease and keeps the first reason it left."""
+
+    slot: str
+    task_id: int
+
+
+class StopAsked(NamedTuple, Generic[P]):
+    """``requester`` (an instance id) asked to stop the owner ``entry`` (``REMOTE_STOP``,
+    unless the requester is this process)."""
+
+    entry: Entry[P]
+    requester: str
+
+
+class LeaseLostNotice(NamedTuple, Generic[P]):
+    """The owner ``entry`` lost the lease of fence ``token`` (``LEASE_LOST``)."""
+
+    entry: Entry[P]
+    token: int
+    reason: str
+
+
+class FollowerDone(NamedTuple, Generic[P]):
+    """The joiner ``entry`` of remote work ends with ``outcome``."""
+
+    entry: Entry[P]
+    outcome: TaskOutcome[Any]
+
+
+class StoreState(NamedTuple):
+    """The store became unavailable, or answers again (once per outage each)."""
+
+    available: bool
+
+
+Notice: TypeAlias = Union[  # noqa: UP007 - a generic alias: Notice[P]
+    SetFence[P], GiveBack, StopAsked[P], LeaseLostNotice[P], FollowerDone[P], StoreState
+]
+
+
 _RESERVES = (AdmissionPolicy.QUEUE, AdmissionPolicy.REPLACE)
 
 
@@ -169,13 +243,13 @@ class ClusterSlotMachine(SlotMachine[P]):
             return None if owner is None else (owner, "queued")
         return super().waits_for(entry)
 
-    def find(self, entry_id: int) -> Entry[P] | None:
-        """The local entry ``entry_id``: an owner, queued, asked or held work."""
+    def find(self, task_id: int) -> Entry[P] | None:
+        """The local entry ``task_id``: an owner, queued, asked or held work."""
         return (
-            self.owners.get(entry_id)
-            or self.queued.get(entry_id)
-            or self.asking.get(entry_id)
-            or self.held.get(entry_id)
+            self.owners.get(task_id)
+            or self.queued.get(task_id)
+            or self.asking.get(task_id)
+            or self.held.get(task_id)
         )
 
     # -- intake ---------------------------------------------------------------------------
@@ -200,23 +274,61 @@ class ClusterSlotMachine(SlotMachine[P]):
         elif entry.policy in _RESERVES and self._budget_full():
             if entry.wait:
                 self._hold(slot, entry)
-                self._local_holds.add(entry.id)
+                if self.held.get(entry.id) is entry:  # not rejected for max_waiters
+                    self._local_holds.add(entry.id)
             else:
                 self._reject(entry, RESOURCE_LIMIT)
         else:
             self._ask(slot, entry, now)
         self._drop_if_empty(slot)
 
+    # -- the keeper's reports ---------------------------------------------------------------
+
+    def report(self, report: Report, now: float) -> Notice[P] | None:
+        """Take in one report of the lease keeper; return what the driver must do about
+        it before it carries out ``effects`` and ``extra`` (``None``: nothing)."""
+        match report:
+            case Owner(slot, task_id, token):
+                owner = self.granted(task_id, now)
+                return GiveBack(slot, task_id) if owner is None else SetFence(owner, token)
+            case Queued(_, task_id, _):
+                self.queued_in_cluster(task_id, now)
+            case Joined(_, task_id, target, local_target, label):
+                self.joined(task_id, local_target, target, label, now)
+            case Rejected(_, task_id, kind):
+                self.rejected(task_id, kind, now)
+            case Full(_, task_id, _):
+                self.full(task_id, now)
+            case Room(slot):
+                self.room(slot, now)
+            case RemoteStop(_, task_id, requester):
+                owner = self.remote_stop(task_id, now)
+                return None if owner is None else StopAsked(owner, requester)
+            case LeaseLost(_, task_id, token, reason):
+                owner = self.lease_lost(task_id, reason)
+                return None if owner is None else LeaseLostNotice(owner, token, reason)
+            case FollowedOutcome(joiner, outcome):
+                follower = self.followed_ended(joiner)
+                return None if follower is None else FollowerDone(follower, outcome)
+            case StoreUnavailable():
+                return StoreState(available=False)
+            case StoreRecovered():
+                self.recovered(now)
+                return StoreState(available=True)
+            case _:
+                assert_never(report)
+        return None
+
     # -- the store's answers (each returns the entry concerned, or None if gone) ----------
 
-    def granted(self, entry_id: int, now: float) -> Entry[P] | None:
-        """``entry_id`` holds the slot's lease now: it becomes (or will be) the owner."""
+    def granted(self, task_id: int, now: float) -> Entry[P] | None:
+        """``task_id`` holds the slot's lease now: it becomes (or will be) the owner."""
         self._due(now)
-        again = entry_id in self._reasked
-        entry = self._take_asking(entry_id, now)
+        again = task_id in self._reasked
+        entry = self._take_asking(task_id, now)
         reason = "admitting: lease acquired"
         if entry is None:
-            entry = self._take_queued(entry_id, now)
+            entry = self._take_queued(task_id, now)
             if entry is None:
                 return None
             reason = "admitting: next in the cluster queue"
@@ -230,14 +342,14 @@ class ClusterSlotMachine(SlotMachine[P]):
             self.room(slot.key, now)
         return entry
 
-    def queued_in_cluster(self, entry_id: int, now: float) -> Entry[P] | None:
-        """``entry_id`` is in the slot's cluster queue (its pending unit comes along);
+    def queued_in_cluster(self, task_id: int, now: float) -> Entry[P] | None:
+        """``task_id`` is in the slot's cluster queue (its pending unit comes along);
         withdrawn at once if its queue deadline has come meanwhile."""
         self._due(now)
-        entry = self.asking.get(entry_id)
+        entry = self.asking.get(task_id)
         if entry is None:
             return None
-        again = entry_id in self._reasked
+        again = task_id in self._reasked
         self._unask(entry, now)
         slot = self.slots[entry.key]
         slot.queue.append(entry)
@@ -255,11 +367,11 @@ class ClusterSlotMachine(SlotMachine[P]):
         return entry
 
     def joined(
-        self, entry_id: int, local_target: int | None, target: str, label: str, now: float
+        self, task_id: int, local_target: int | None, target: str, label: str, now: float
     ) -> Entry[P] | None:
-        """The JOIN ``entry_id`` follows ``target`` (``local_target``: its local id)."""
+        """The JOIN ``task_id`` follows ``target`` (``local_target``: its local id)."""
         self._due(now)
-        entry = self._take_asking(entry_id, now)
+        entry = self._take_asking(task_id, now)
         if entry is None:
             return None
         slot = self.slots[entry.key]
@@ -281,22 +393,22 @@ class ClusterSlotMachine(SlotMachine[P]):
         self._drop_if_empty(slot)
         return entry
 
-    def rejected(self, entry_id: int, kind: RejectionKind, now: float) -> Entry[P] | None:
-        """The store rejected ``entry_id`` (asked or queued work)."""
+    def rejected(self, task_id: int, kind: RejectionKind, now: float) -> Entry[P] | None:
+        """The store rejected ``task_id`` (asked or queued work)."""
         self._due(now)
-        entry = self._take_asking(entry_id, now) or self._take_queued(entry_id, now)
+        entry = self._take_asking(task_id, now) or self._take_queued(task_id, now)
         if entry is None:
             return None
         self._reject(entry, kind)
         self._drop_if_empty(self.slots[entry.key])
         return entry
 
-    def full(self, entry_id: int, now: float) -> Entry[P] | None:
+    def full(self, task_id: int, now: float) -> Entry[P] | None:
         """Wait-mode work the store cannot take now: held until room or recovery;
         rejected at once if its queue deadline has come meanwhile."""
         self._due(now)
-        again = entry_id in self._reasked
-        entry = self._take_asking(entry_id, now)
+        again = task_id in self._reasked
+        entry = self._take_asking(task_id, now)
         if entry is None:
             return None
         slot = self.slots[entry.key]
@@ -328,9 +440,9 @@ class ClusterSlotMachine(SlotMachine[P]):
         for slot in list(self._held_slots.values()):
             self.room(slot.key, now)
 
-    def remote_stop(self, entry_id: int, now: float) -> Entry[P] | None:
-        """The store asks to stop the local owner ``entry_id`` (another's REPLACE)."""
-        entry = self.owners.get(entry_id)
+    def remote_stop(self, task_id: int, now: float) -> Entry[P] | None:
+        """The store asks to stop the local owner ``task_id`` (another's REPLACE)."""
+        entry = self.owners.get(task_id)
         if entry is None:
             return None
         slot = self.slots[entry.key]
@@ -343,9 +455,9 @@ class ClusterSlotMachine(SlotMachine[P]):
             self._set_status(slot, SlotStatus.TERMINATING, now, "admitting->terminating")
         return entry
 
-    def lease_lost(self, entry_id: int, reason: str) -> Entry[P] | None:
-        """The owner ``entry_id`` lost its lease: force it (once the registry has it)."""
-        entry = self.owners.get(entry_id)
+    def lease_lost(self, task_id: int, reason: str) -> Entry[P] | None:
+        """The owner ``task_id`` lost its lease: force it (once the registry has it)."""
+        entry = self.owners.get(task_id)
         if entry is None:
             return None
         slot = self.slots[entry.key]
@@ -355,12 +467,12 @@ class ClusterSlotMachine(SlotMachine[P]):
             self._lost[entry.id] = reason  # not admitted yet: forced once it is
         return entry
 
-    def followed_ended(self, entry_id: int) -> Entry[P] | None:
-        """The remote work the joiner ``entry_id`` follows has an outcome: it leaves."""
-        joiner = self.joiners.get(entry_id)
+    def followed_ended(self, task_id: int) -> Entry[P] | None:
+        """The remote work the joiner ``task_id`` follows has an outcome: it leaves."""
+        joiner = self.joiners.get(task_id)
         if joiner is None or joiner.target is not None:
             return None
-        del self.joiners[entry_id]
+        del self.joiners[task_id]
         return joiner
 
     # -- the registry and the owners --------------------------------------------------------
@@ -395,24 +507,24 @@ class ClusterSlotMachine(SlotMachine[P]):
         self._ended(entry)
         self._owner_left(slot, entry, now)
 
-    def remove(self, entry_id: int, now: float) -> Entry[P] | None:
+    def remove(self, task_id: int, now: float) -> Entry[P] | None:
         """Take queued, asked or held work, or a joiner, out at once; return it if found."""
         self._due(now)
-        entry = self.queued.get(entry_id) or self.asking.get(entry_id)
+        entry = self.queued.get(task_id) or self.asking.get(task_id)
         if entry is not None:
             self.effects.append(RemoveRequested(entry))
             self.extra.append(Withdraw(entry, REMOVED_FROM_QUEUE))
-            self.rejected(entry_id, REMOVED_FROM_QUEUE, now)
+            self.rejected(task_id, REMOVED_FROM_QUEUE, now)
             return entry
-        joiner = self.joiners.get(entry_id)
+        joiner = self.joiners.get(task_id)
         if joiner is not None and joiner.target is None:
-            del self.joiners[entry_id]
+            del self.joiners[task_id]
             self.extra.append(Unfollow(joiner))
             self.effects.append(RemoveRequested(joiner))
             self.effects.append(Detach(joiner, REMOVED_FROM_QUEUE))
             return joiner
-        self._local_holds.discard(entry_id)
-        return super().remove(entry_id, now)
+        self._local_holds.discard(task_id)
+        return super().remove(task_id, now)
 
     def withdraw_slot(self, key: str, now: float) -> tuple[int, Entry[P] | None]:
         """``cancel_slot``: withdraw this process's line of ``key`` (see the module
@@ -503,9 +615,9 @@ class ClusterSlotMachine(SlotMachine[P]):
             slot.since = now
         self.extra.append(Ask(entry))
 
-    def _take_asking(self, entry_id: int, now: float) -> Entry[P] | None:
-        """The asked entry ``entry_id`` has its answer; its reserved unit is free."""
-        entry = self.asking.get(entry_id)
+    def _take_asking(self, task_id: int, now: float) -> Entry[P] | None:
+        """The asked entry ``task_id`` has its answer; its reserved unit is free."""
+        entry = self.asking.get(task_id)
         if entry is None:
             return None
         self._unask(entry, now)
@@ -573,8 +685,8 @@ class ClusterSlotMachine(SlotMachine[P]):
         self._local_holds.discard(entry.id)
         super()._withdraw(entry, kind, now, offer=offer)
 
-    def _take_queued(self, entry_id: int, now: float) -> Entry[P] | None:
-        entry = self.queued.pop(entry_id, None)
+    def _take_queued(self, task_id: int, now: float) -> Entry[P] | None:
+        entry = self.queued.pop(task_id, None)
         if entry is None:
             return None
         self.slots[entry.key].queue.remove(entry)
@@ -617,7 +729,7 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def _reasking(self, slot: Slot[P]) -> bool:
         """Whether held work of ``slot`` is being asked again."""
-        return any(entry_id in self._reasked for entry_id in slot.asking or ())
+        return any(task_id in self._reasked for task_id in slot.asking or ())
 
     def _rehold(self, slot: Slot[P], entry: Entry[P]) -> None:
         """Hold again work that was asked again and still does not fit: in its place

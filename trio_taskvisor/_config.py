@@ -1,5 +1,6 @@
 """Configuration values and every validator: ``SupervisorConfig``, ``ControllerConfig``,
-``TaskDefaults``.
+``TaskDefaults``, and the slot store's ``RedisSlotStore`` (built and validated where no
+event loop runs, without the ``redis`` extra).
 
 Values are attrs frozen classes validated at construction, so bad input fails at the call
 that gave it. One message style everywhere: ``"<what> must be <rule>, got <value!r>"``;
@@ -14,6 +15,20 @@ Decisions the design leaves open:
 * ``timeout=math.inf`` is normalised to ``None`` like ``timeout=0``.
 * ``healthy_after=math.inf`` and ``retry_budget=math.inf`` are normalised to ``None``
   (never healthy, no budget); ``0`` is a ``ConfigError`` for both (they must be > 0).
+* ``RedisSlotStore.url`` is checked when the store is built: scheme ``redis`` or
+  ``rediss``, a host, an optional port (1 to 65535) and an optional database path
+  (``/0``). The query options ``db``, ``username`` and ``password``, and with
+  ``rediss`` the ``ssl_*`` options, are passed on to coredis as it documents them; any
+  other option is a ``ConfigError`` naming it. Percent-escapes in the user name and
+  password are decoded, so a password may contain ``@``, ``:`` or ``/`` as ``%40``,
+  ``%3A``, ``%2F``.
+* Credentials never show: ``repr()``/``str()`` print the URL with the password (and a
+  ``password=`` query parameter, in any case and with any percent-escapes in its name,
+  as coredis decodes them) as ``***``. A user part without a ``:`` is masked whole,
+  because some clients read ``redis://secret@host`` as a password. Error messages never
+  quote the URL: they name the part that is wrong.
+* ``RedisSlotStore``'s durations may be ``int`` or ``float`` (stored as ``float``) and
+  must be finite and > 0; ``bool`` and other types are a ``TypeError``.
 * ``retry_on`` takes exception classes (``BaseException`` subclasses) in a ``tuple``;
   anything else, a bare class or a list included, is a ``TypeError``.
 """
@@ -22,15 +37,180 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
+from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 import attrs
 
 from ._exceptions import ConfigError
 from ._limits import Pool, check_limits
 from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
-from ._slotstore import SlotStore
+
+_SCHEMES: Final = ("redis", "rediss")
+_MASK: Final = "***"
+# -- the slot store --------------------------------------------------------------------------
+
+_USERINFO: Final = re.compile(r"^(?P<head>[^:/?#]*://)(?P<user>[^/?#]*@)")
+_PARAM: Final = re.compile(r"(?P<key>[?&][^=&#]*=)[^&#]*")
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its password (user part and ``password=`` parameter) masked."""
+
+    def mask_user(match: re.Match[str]) -> str:
+        name, colon, _ = match["user"][:-1].partition(":")
+        # A user part without ":" may be a password to some clients: mask it whole.
+        return match["head"] + (f"{name}:{_MASK}@" if colon else f"{_MASK}@")
+
+    def mask_param(match: re.Match[str]) -> str:
+        # coredis reads query keys percent-decoded: "pass%77ord=" is a password too.
+        key = match["key"]
+        return key + _MASK if unquote_plus(key[1:-1]).lower() == "password" else match[0]
+
+    # The user part goes first: it may contain "&" and "=" of its own.
+    return _PARAM.sub(mask_param, _USERINFO.sub(mask_user, url, count=1))
+
+
+_TLS_OPTIONS: Final = frozenset(
+    {"ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_check_hostname", "ssl_keyfile"}
+)
+_URL_OPTIONS: Final = frozenset({"db", "password", "username"}) | _TLS_OPTIONS
+
+
+def _check_url(url: object) -> str:
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ConfigError("url must be a valid redis:// or rediss:// url") from None
+    if parts.scheme not in _SCHEMES:
+        raise ConfigError(f"url scheme must be 'redis' or 'rediss', got {parts.scheme!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0  # not a number, or out of range
+    # The text after the host's last ":" (an IPv6 host is in brackets): what was written.
+    written = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if written and port == 0:  # coredis would connect to 6379 for port 0
+        raise ConfigError(f"url port must be a number from 1 to 65535, got {written!r}")
+    if not parts.hostname:
+        raise ConfigError("url must name a host, as in redis://host:6379/0")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ConfigError("url path must be a database number, as in redis://host:6379/0")
+    _check_options(parts.query, tls=parts.scheme == "rediss")
+    return url
+
+
+def _check_options(query: str, *, tls: bool) -> None:
+    """Refuse query options the store does not support: coredis would ignore unknown
+    names silently, and the others (``connect_timeout``, ``client_name``, ``noreply``,
+    ...) change settings the lease keeper relies on. Names are decoded as coredis
+    decodes them; values are never quoted (one may be a password)."""
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name == "cluster":
+            raise ConfigError(
+                "url option 'cluster' is not supported: the store runs on one server "
+                "(or a managed primary), not on a Redis Cluster"
+            )
+        if name not in _URL_OPTIONS:
+            supported = ", ".join(sorted(_URL_OPTIONS))
+            raise ConfigError(f"url option {name!r} is not supported (supported: {supported})")
+        if name in _TLS_OPTIONS and not tls:
+            raise ConfigError(f"url option {name!r} needs a rediss:// (TLS) url")
+        if name == "db" and not value.isdigit():
+            raise ConfigError("url option 'db' must be a database number")
+
+
+def _check_namespace(namespace: object) -> str:
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a str, got {namespace!r}")
+    if not namespace or "{" in namespace or "}" in namespace:
+        raise ConfigError(f"namespace must be non-empty, without '{{' or '}}', got {namespace!r}")
+    if any(char.isspace() for char in namespace):
+        raise ConfigError(f"namespace must not contain whitespace, got {namespace!r}")
+    return namespace
+
+
+def _check_duration(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise ConfigError(f"{what} must be finite and > 0, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{what} must be finite and > 0, got {value!r}")
+    return seconds
+
+
+def _lease_ttl(value: object) -> float:
+    return _check_duration("lease_ttl", value)
+
+
+def _connect_timeout(value: object) -> float:
+    return _check_duration("connect_timeout", value)
+
+
+class SlotStore:
+    """A shared server that makes a controller's slots cluster-wide.
+
+    A slot store is a plain configuration value; the supervisor opens the connection.
+    """
+
+    __slots__ = ()
+
+
+@attrs.frozen(repr=False)
+class RedisSlotStore(SlotStore):
+    """Cluster slots on one Redis (>= 6.2) or Valkey (>= 7.2) server.
+
+    ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS),
+    with the query options ``db``, ``username``, ``password``, and with ``rediss`` the
+    ``ssl_*`` options (any other option is a ``ConfigError``); ``namespace`` isolates
+    one application's slots from another's on the same server; ``lease_ttl`` and
+    ``connect_timeout`` are seconds of real time. Building it opens nothing. Its
+    ``repr()`` never shows the password (``url`` itself holds it).
+    """
+
+    url: str = attrs.field(converter=_check_url)
+    """The server's ``redis://`` or ``rediss://`` URL, credentials included; show ``safe_url``."""
+    namespace: str = attrs.field(default="taskvisor", kw_only=True, converter=_check_namespace)
+    """The application's slot namespace on the server: non-empty, no whitespace, ``{`` or ``}``."""
+    lease_ttl: float = attrs.field(default=10.0, kw_only=True, converter=_lease_ttl)
+    """Seconds a lease lives on the server without renewal; renewed every ``lease_ttl / 3``."""
+    connect_timeout: float = attrs.field(default=5.0, kw_only=True, converter=_connect_timeout)
+    """Seconds to reach the server at start (``SlotStoreUnavailableError`` past it).
+
+    Also how long ``cluster_slot``, a request in flight, and shutdown's withdrawals wait for it.
+    """
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisSlotStore({self.safe_url!r}, namespace={self.namespace!r}, "
+            f"lease_ttl={self.lease_ttl!r}, connect_timeout={self.connect_timeout!r})"
+        )
+
+    __str__ = __repr__
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password masked: the only form of it that may be shown."""
+        return redact_url(self.url)
+
+    @property
+    def key_prefix(self) -> str:
+        """The prefix of every key and channel of this namespace."""
+        return "tv:{" + self.namespace + "}:"
+
+    @property
+    def keep(self) -> float:
+        """How long the server keeps outcomes and markers for other processes (seconds)."""
+        return max(60.0, 10.0 * self.lease_ttl)
+
 
 # -- validators ---------------------------------------------------------------------------
 

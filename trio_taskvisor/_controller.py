@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Final, NamedTuple, Protocol, cast
+from typing import Any, Final, NamedTuple, Protocol, assert_never, cast
 
 import attrs
 import trio
@@ -91,8 +91,15 @@ from ._clusterslots import (
     ClusterEffect,
     ClusterSlotMachine,
     Follow,
+    FollowerDone,
+    GiveBack,
+    LeaseLostNotice,
     LoseLease,
+    Notice,
     Release,
+    SetFence,
+    StopAsked,
+    StoreState,
     Unfollow,
     Withdraw,
 )
@@ -243,12 +250,12 @@ class LeaseKeeperSeam(Protocol):
     instance_id: str
 
     def submit(
-        self, slot: str, entry: int, policy: AdmissionPolicy, max_queue: int, wait: bool, /
+        self, slot: str, task_id: int, policy: AdmissionPolicy, max_queue: int, wait: bool, /
     ) -> None: ...
 
-    def withdraw(self, slot: str, entry: int, reason: RejectionKind, /) -> None: ...
+    def withdraw(self, slot: str, task_id: int, reason: RejectionKind, /) -> None: ...
 
-    def release(self, slot: str, entry: int, outcome: TaskOutcome[Any], /) -> None: ...
+    def release(self, slot: str, task_id: int, outcome: TaskOutcome[Any], /) -> None: ...
 
     def follow(self, joiner: int, slot: str, target: str, /) -> None: ...
 
@@ -256,7 +263,7 @@ class LeaseKeeperSeam(Protocol):
 
     def stop_owner(self, slot: str, /) -> StopRequest: ...
 
-    def lease_lost(self, entry: int, /) -> str | None: ...
+    def lease_lost(self, task_id: int, /) -> str | None: ...
 
     async def query(self, slot: str, /) -> ClusterSlotInfo | None: ...
 
@@ -275,10 +282,6 @@ class _ReportInbox:
 
     def send_nowait(self, report: Report) -> None:
         self._inbox.put_nowait(report, force=True)
-
-    async def send(self, report: Report) -> None:
-        self.send_nowait(report)
-        await trio.lowlevel.checkpoint()
 
 
 class Controller:
@@ -814,81 +817,67 @@ class Controller:
     # -- cluster slots: the lease keeper's reports and the requests to it ---------------------
 
     def _report(self, report: Report) -> None:
-        """Carry a lease keeper's report into the cluster machine."""
+        """Feed a lease keeper's report to the cluster machine; carry out its notice, then
+        its effects."""
         cluster = self._cluster
         assert cluster is not None
-        assert self.keeper is not None
-        now = trio.current_time()
+        notice = cluster.report(report, trio.current_time())
+        if notice is not None:
+            self._notice(notice)
+        self._apply()
+
+    def _notice(self, notice: Notice[TaskRecord]) -> None:
+        """Carry out what a keeper's report asks beyond the machine's effects."""
         bus = self._bus
-        match report:
-            case Owner(slot, entry, token):
-                owner = cluster.granted(entry, now)
-                if owner is None:
-                    # It left meanwhile (its withdrawal was sent): withdrawn again, the
-                    # lease is given back and the first reason it left is kept.
-                    self.keeper.withdraw(slot, entry, RejectionKind.REMOVED_FROM_QUEUE)
-                else:
-                    rec = owner.payload
-                    rec.fence_token = token
-                    if bus.active:
-                        bus.publish(
-                            EventKind.CONTROLLER_LEASE_ACQUIRED,
-                            rec.id,
-                            rec.name,
-                            slot,
-                            fence_token=token,
-                        )
-            case Queued(_, entry, _):
-                cluster.queued_in_cluster(entry, now)
-            case Joined(_, entry, target):
-                instance, _, number = target.rpartition("/")
-                local = (
-                    int(number.partition(".")[0]) if instance == self.keeper.instance_id else None
-                )
-                label = f"{instance}#{number.partition('.')[0]}"
-                cluster.joined(entry, local, target, label, now)
-            case Rejected(_, entry, kind):
-                cluster.rejected(entry, kind, now)
-            case Full(_, entry, _):
-                cluster.full(entry, now)
-            case Room(slot):
-                cluster.room(slot, now)
-            case RemoteStop(slot, entry, requester):
-                owner = cluster.remote_stop(entry, now)
-                if owner is not None and requester != self.keeper.instance_id and bus.active:
+        match notice:
+            case SetFence(owner, token):
+                rec = owner.payload
+                rec.fence_token = token
+                if bus.active:
+                    bus.publish(
+                        EventKind.CONTROLLER_LEASE_ACQUIRED,
+                        rec.id,
+                        rec.name,
+                        owner.key,
+                        fence_token=token,
+                    )
+            case GiveBack(slot, task_id):
+                assert self.keeper is not None
+                self.keeper.withdraw(slot, task_id, RejectionKind.REMOVED_FROM_QUEUE)
+            case StopAsked(owner, requester):
+                assert self.keeper is not None
+                if requester != self.keeper.instance_id and bus.active:
                     rec = owner.payload
                     bus.publish(
                         EventKind.CONTROLLER_REMOTE_STOP,
                         rec.id,
                         rec.name,
-                        slot,
+                        owner.key,
                         reason=f"stop requested by {requester}",
                         fence_token=rec.fence_token,
                     )
-            case LeaseLost(slot, entry, token, reason):
-                owner = cluster.lease_lost(entry, reason)
-                if owner is not None and bus.active:
+            case LeaseLostNotice(owner, token, reason):
+                if bus.active:
                     rec = owner.payload
                     bus.publish(
                         EventKind.CONTROLLER_LEASE_LOST,
                         rec.id,
                         rec.name,
-                        slot,
+                        owner.key,
                         reason=reason,
                         fence_token=token,
                     )
-            case FollowedOutcome(joiner, outcome):
-                follower = cluster.followed_ended(joiner)
-                if follower is not None:
-                    follower.payload._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
-            case StoreUnavailable():
+            case FollowerDone(follower, outcome):
+                follower.payload._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+            case StoreState(available):
                 if bus.active:
-                    bus.publish(EventKind.CONTROLLER_STORE_UNAVAILABLE)
-            case StoreRecovered():
-                if bus.active:
-                    bus.publish(EventKind.CONTROLLER_STORE_RECOVERED)
-                cluster.recovered(now)
-        self._apply()
+                    bus.publish(
+                        EventKind.CONTROLLER_STORE_RECOVERED
+                        if available
+                        else EventKind.CONTROLLER_STORE_UNAVAILABLE
+                    )
+            case _:
+                assert_never(notice)
 
     def _request(self, request: ClusterEffect[TaskRecord]) -> None:
         """Carry out a cluster machine's request: to the lease keeper, or a lost lease."""

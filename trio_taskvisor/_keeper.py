@@ -2,7 +2,7 @@
 
 One ``LeaseKeeper`` per supervisor runs as one trio task (``await nursery.start(keeper.run)``)
 with a nursery of its own: the connection holder, the subscription to this process's
-channel, the timers, the report forwarder and the I/O loop. The controller never awaits
+channel, the timers and the I/O loop. The controller never awaits
 it: its requests (``submit``, ``withdraw``, ``release``, ``follow``, ``unfollow``,
 ``stop_owner``) are synchronous calls that queue the request and wake the I/O loop, and
 the results come back as *reports* (frozen values of ``_slotstore``) on the ``ReportSink``
@@ -62,43 +62,26 @@ Decisions the design leaves open:
   ``LEASE_LOST``, whichever of it and the deadline timer trio runs first.
 * At ``close`` pending submits are rejected ``SHUTTING_DOWN`` and no new lease is taken;
   leases still held are not released (their owners may still run): they expire
-  ``lease_ttl`` after their last renewal. Reports that the controller's channel cannot
-  take at once when the keeper stops are dropped.
+  ``lease_ttl`` after their last renewal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
-import ssl
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Final, Protocol, TypeAlias, cast
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, Protocol, TypeAlias, assert_never, cast
 from urllib.parse import unquote, urlsplit
 
-import anyio
-import anyio.abc
 import attrs
-import coredis
 import trio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from coredis.connection import TCPConnection
-from coredis.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
-    InvalidResponse,
-    NoScriptError,
-    ProtocolError,
-    ReadOnlyError,
-    RedisClusterError,
-    ResponseError,
-    UnknownCommandError,
-)
-from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
+from ._config import RedisSlotStore
 from ._exceptions import SlotStoreUnavailableError
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
 from ._slotstore import (
@@ -112,7 +95,6 @@ from ._slotstore import (
     LeaseLost,
     Owner,
     Queued,
-    RedisSlotStore,
     Rejected,
     RemoteStop,
     Report,
@@ -124,6 +106,7 @@ from ._slotstore import (
     encode_outcome,
     entry_id,
     instance_of,
+    parse_entry_id,
 )
 from ._spec import AdmissionPolicy
 
@@ -172,113 +155,23 @@ class Connection(Protocol):
         ...
 
 
-Connector: TypeAlias = Callable[[], AbstractAsyncContextManager[Connection]]
-"""Opens one ``Connection``; the keeper opens a fresh one after every outage."""
+class ServerClient(Protocol):
+    """The server's client library, as the keeper uses it (``_redis_client.RedisClient``
+    over coredis; the keeper itself imports no client library)."""
 
+    def connect(self) -> AbstractAsyncContextManager[Connection]:
+        """Open one fresh ``Connection``; the keeper opens one after every outage."""
+        ...
 
-class _RedisConnection:
-    """A ``Connection`` over one coredis client (its own pool and pub/sub connection)."""
+    def refuses_calls(self, error: Exception) -> bool:
+        """Whether an error reply refuses the keeper's calls as such (permissions, a
+        Redis Cluster node, a read-only replica, unknown commands), not one call's data."""
+        ...
 
-    def __init__(self, client: coredis.Redis[str], store: RedisSlotStore) -> None:
-        self._client = client
-        self._store = store
-        self._common = scripts.common_args(store.key_prefix, store.lease_ttl, store.keep)
-        self._by_name = {script.name: script for script in scripts.SCRIPTS}
-
-    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
-        replies = await self._pipeline(calls)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:
-            # The server lost its script cache (a restart): load every script and send
-            # again only the calls that did not run (a NOSCRIPT call changed nothing).
-            async with self._client.pipeline(transaction=False) as pipe:
-                for script in scripts.SCRIPTS:
-                    pipe.script_load(script.source)
-            again = await self._pipeline([calls[i] for i in missing])
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
-        return replies
-
-    async def _pipeline(self, calls: Sequence[Call]) -> list[object]:
-        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
-            for name, args in calls:
-                if name == RUN_ID:
-                    pipe.info("server")
-                elif name == BYE:
-                    pipe.delete([f"{self._store.key_prefix}hb:{args[0]}"])
-                else:
-                    pipe.evalsha(self._by_name[name].sha, [], [*self._common, *args])
-        replies: list[object] = list(pipe.results or ())
-        for i, (name, _) in enumerate(calls):
-            info = replies[i]
-            if name == RUN_ID and isinstance(info, dict):
-                replies[i] = str(cast("dict[str, object]", info).get("run_id"))
-        return replies
-
-    async def subscribe(
-        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
-    ) -> None:
-        # No retry policy: a broken subscription must end (and be re-opened by the
-        # keeper), never reconnect silently to a server that lost the subscription.
-        async with self._client.pubsub(
-            ignore_subscribe_messages=True,
-            retry_policy=NoRetryPolicy(),
-            subscription_timeout=_client_timeout(self._store),
-        ) as pubsub:
-            await pubsub.subscribe(channel)
-            subscribed()
-            while True:
-                message = await pubsub.get_message()
-                if message is not None and message["type"] == "message":
-                    deliver(str(message["data"]))
-
-
-class _TCPConnection(TCPConnection):
-    """coredis's TCP connection, with its buffers closed however its ``run`` ends.
-
-    coredis 6.9 opens its memory streams in the constructor and closes them only if the
-    connection was established: every failed attempt (a server that is down, a refused
-    handshake) left six of them to the garbage collector, one ``ResourceWarning`` each,
-    for every reconnection attempt of an outage (errors under ``-W error``).
-    """
-
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        try:
-            await super().run(task_status=task_status)
-        finally:
-            for value in list(vars(self).values()):
-                if isinstance(value, MemoryObjectSendStream | MemoryObjectReceiveStream):
-                    value.close()
-
-
-def _client_timeout(store: RedisSlotStore) -> float:
-    """The client's own bound on connecting (TCP and TLS) and on a subscription's
-    confirmation: half the keeper's, so that its error (a TLS handshake a plain server
-    never answers, a subscription an ACL refuses) arrives within the keeper's bound and
-    names the cause, instead of the keeper's "did not answer"."""
-    return store.connect_timeout / 2
-
-
-def redis_connector(store: RedisSlotStore, instance_id: str) -> Connector:
-    """Return a ``Connector`` that opens a coredis client of ``store``."""
-
-    @asynccontextmanager
-    async def connect() -> AsyncGenerator[Connection]:
-        client: coredis.Redis[str] = coredis.Redis.from_url(
-            store.url,
-            decode_responses=True,
-            decode_components=True,
-            retry_policy=NoRetryPolicy(),
-            connect_timeout=_client_timeout(store),
-            client_name=f"taskvisor:{instance_id}",
-        )
-        client.connection_pool.connection_class = _TCPConnection
-        async with client:
-            yield _RedisConnection(client, store)
-
-    return connect
+    def refusal(self, error: Exception, asked: str) -> str:
+        """What went wrong, from the client's ``error`` (``asked``: what the server was
+        asked): what the server refused, or why it was not reached."""
+        ...
 
 
 # -- what the keeper tracks ------------------------------------------------------------------
@@ -287,7 +180,7 @@ def redis_connector(store: RedisSlotStore, instance_id: str) -> Connector:
 @attrs.define(eq=False)
 class _Lease:
     slot: str
-    entry: int
+    task_id: int
     token: int
     rule: LeaseDeadline
     stop_reported: bool = False
@@ -296,7 +189,7 @@ class _Lease:
 @attrs.define(eq=False)
 class _Submit:
     slot: str
-    entry: int
+    task_id: int
     policy: AdmissionPolicy
     max_queue: int
     wait: bool
@@ -373,13 +266,13 @@ class _Query:
 @attrs.frozen
 class _Claim:
     slot: str
-    entry: int
+    task_id: int
 
 
 @attrs.frozen
 class _Renewal:
     leases: tuple[_Lease, ...]
-    entries: tuple[tuple[str, int], ...]
+    queued: tuple[tuple[str, int], ...]
     follows: tuple[tuple[int, _Follow], ...]
 
 
@@ -435,9 +328,9 @@ def _rejection_kind(reason: str) -> RejectionKind:
 class LeaseKeeper:
     """All server I/O of one supervisor's cluster slots; see the module docstring.
 
-    ``entry`` arguments are the local ``TaskId`` values (the keeper builds the server's
-    entry ids from ``instance_id``). Build it anywhere; run it with
-    ``await nursery.start(keeper.run)``; stop it with ``await keeper.aclose()``.
+    ``task_id`` arguments are the local ``TaskId`` values; the keeper builds the server's
+    entry ids from them and ``instance_id`` (``_slotstore.entry_id``). Build it anywhere;
+    run it with ``await nursery.start(keeper.run)``; stop it with ``await keeper.aclose()``.
     """
 
     def __init__(
@@ -445,13 +338,12 @@ class LeaseKeeper:
         store: RedisSlotStore,
         instance_id: str,
         reports: ReportSink,
-        *,
-        connector: Connector | None = None,
+        client: ServerClient,
     ) -> None:
         self.store = store
         self.instance_id = instance_id
         self._reports = reports
-        self._connector = connector or redis_connector(store, instance_id)
+        self._client = client
         self._channel = f"{store.key_prefix}ch:{instance_id}"
         self._interval = store.lease_ttl / 3
         # what the server holds for this process, as far as the keeper knows
@@ -484,8 +376,6 @@ class LeaseKeeper:
         self._io_scope: trio.CancelScope | None = None
         self._io_wakeup = _Wakeup()
         self._timer_wakeup = _Wakeup()
-        self._backlog: deque[Report] = deque()
-        self._backlog_wakeup = _Wakeup()
         self._round_trips = 0
         self._quiet = False  # failures after the first of an outage log at DEBUG
         # What the server was asked and the client's error, of the last connection
@@ -511,44 +401,44 @@ class LeaseKeeper:
     # -- requests (never block) ---------------------------------------------------------------
 
     def submit(
-        self, slot: str, entry: int, policy: AdmissionPolicy, max_queue: int, wait: bool
+        self, slot: str, task_id: int, policy: AdmissionPolicy, max_queue: int, wait: bool
     ) -> None:
         """Ask the server to place ``entry`` in ``slot``: one report answers it
         (``Owner``, ``Queued``, ``Joined``, ``Rejected`` or ``Full``) within
         ``connect_timeout``. While the store is unavailable, at once."""
         if self._closing:
-            self._reject(slot, entry, RejectionKind.SHUTTING_DOWN)
+            self._reject(slot, task_id, RejectionKind.SHUTTING_DOWN)
             return
         if not self._available:
-            self._report(self._failure_report(slot, entry, wait))
+            self._report(self._failure_report(slot, task_id, wait))
             return
         deadline = trio.current_time() + self.store.connect_timeout
-        self._submits[entry] = _Submit(slot, entry, policy, max_queue, wait, deadline)
+        self._submits[task_id] = _Submit(slot, task_id, policy, max_queue, wait, deadline)
         self._timer_wakeup.set()
         self._io_wakeup.set()
 
-    def withdraw(self, slot: str, entry: int, reason: RejectionKind) -> None:
-        """Take ``entry`` out of the cluster (queue entry, or a lease it holds), for
+    def withdraw(self, slot: str, task_id: int, reason: RejectionKind) -> None:
+        """Take ``task_id`` out of the cluster (its queue entry, or a lease it holds), for
         ``reason``; no report. Sent until the server acknowledges it."""
-        submit = self._submits.pop(entry, None)
+        submit = self._submits.pop(task_id, None)
         if submit is not None:
             submit.resolved = True
             if not submit.sent:
                 return  # the server never saw it
-        self._dequeue(entry)
-        self._claims.pop(entry, None)
-        self._leases.pop(entry, None)
-        self._lost.pop(entry, None)
-        self._oblige(_Withdraw(slot, self._eid(entry), reason.value))
-        self._attempts.pop(entry, None)
+        self._dequeue(task_id)
+        self._claims.pop(task_id, None)
+        self._leases.pop(task_id, None)
+        self._lost.pop(task_id, None)
+        self._oblige(_Withdraw(slot, self._eid(task_id), reason.value))
+        self._attempts.pop(task_id, None)
 
-    def release(self, slot: str, entry: int, outcome: TaskOutcome[Any]) -> None:
+    def release(self, slot: str, task_id: int, outcome: TaskOutcome[Any]) -> None:
         """Give back the lease of ``entry`` after its owner physically exited (also after
         ``LeaseLost``); ``outcome`` is encoded only if other processes follow it."""
-        self._leases.pop(entry, None)
-        self._lost.pop(entry, None)
-        self._oblige(_Release(slot, self._eid(entry), outcome))
-        self._attempts.pop(entry, None)
+        self._leases.pop(task_id, None)
+        self._lost.pop(task_id, None)
+        self._oblige(_Release(slot, self._eid(task_id), outcome))
+        self._attempts.pop(task_id, None)
 
     def follow(self, joiner: int, slot: str, target: str) -> None:
         """Report ``FollowedOutcome(joiner, ...)`` once ``target`` (an entry id of another
@@ -561,14 +451,14 @@ class LeaseKeeper:
         """Stop following for ``joiner``; no report."""
         self._follows.pop(joiner, None)
 
-    def lease_lost(self, entry: int) -> str | None:
+    def lease_lost(self, task_id: int) -> str | None:
         """Why the lease of ``entry`` counts as lost now, or ``None`` while it is held (or
         ``entry`` has none). Checks the lease's deadline at the call, so the answer holds
         even before the timer that reports ``LeaseLost`` has run; a loss found here is
         reported too. Never blocks."""
-        lease = self._leases.get(entry)
+        lease = self._leases.get(task_id)
         if lease is None:
-            return self._lost.get(entry)
+            return self._lost.get(task_id)
         reason = lease.rule.check(trio.current_time())
         if reason is not None:
             self._lose(lease, reason)
@@ -617,8 +507,8 @@ class LeaseKeeper:
         for submit in list(self._submits.values()):
             self._resolve_submit(submit)
             if submit.sent:
-                self._oblige(_Withdraw(submit.slot, self._eid(submit.entry), "shutting_down"))
-            self._reject(submit.slot, submit.entry, RejectionKind.SHUTTING_DOWN)
+                self._oblige(_Withdraw(submit.slot, self._eid(submit.task_id), "shutting_down"))
+            self._reject(submit.slot, submit.task_id, RejectionKind.SHUTTING_DOWN)
         self._claims.clear()
         self._retry_at.clear()
         if self._io_scope is not None:
@@ -654,7 +544,6 @@ class LeaseKeeper:
                 if connected:
                     self._available = self._started = True
                     nursery.start_soon(self._timers)
-                    nursery.start_soon(self._forward)
                     task_status.started()
                     with trio.CancelScope() as self._io_scope:
                         if self._closing:  # closed before it started
@@ -666,7 +555,6 @@ class LeaseKeeper:
         finally:
             self._running = False
             self._available = False
-            self._flush_backlog_nowait()
             for obligation in self._obligations:
                 if isinstance(obligation, _StopOwner):  # never sent: its waiter learns it
                     obligation.failed = True
@@ -683,7 +571,7 @@ class LeaseKeeper:
         if error is None:
             return f"slot store {url} did not answer within {self.store.connect_timeout!r} s", None
         asked, exc = error
-        what = _refusal(exc, asked, tls=url.startswith("rediss:"))
+        what = self._client.refusal(exc, asked)
         return f"slot store {url} {what}: {self._describe(exc)}", exc
 
     async def _io_loop(self) -> None:
@@ -714,14 +602,14 @@ class LeaseKeeper:
             batch.renews = True
             renewal = _Renewal(
                 tuple(self._leases.values()),
-                tuple((slot, e) for slot, entries in self._queued.items() for e in entries),
+                tuple((slot, e) for slot, task_ids in self._queued.items() for e in task_ids),
                 tuple(self._follows.items()),
             )
             batch.add(RUN_ID, (RUN_ID, ()))
             args = scripts.renew_args(
                 self.instance_id,
-                [(lease.slot, self._eid(lease.entry)) for lease in renewal.leases],
-                [(slot, self._eid(e)) for slot, e in renewal.entries],
+                [(lease.slot, self._eid(lease.task_id)) for lease in renewal.leases],
+                [(slot, self._eid(e)) for slot, e in renewal.queued],
                 [(follow.slot, follow.target) for _, follow in renewal.follows],
             )
             batch.add(renewal, (scripts.RENEW.name, args))
@@ -729,15 +617,15 @@ class LeaseKeeper:
             obligation = self._obligations.popleft()
             batch.add(obligation, self._obligation_call(obligation))
         if not self._closing:
-            for entry, slot in self._claims.items():
-                batch.add(_Claim(slot, entry), (scripts.CLAIM.name, (slot, self._eid(entry))))
+            for task_id, slot in self._claims.items():
+                batch.add(_Claim(slot, task_id), (scripts.CLAIM.name, (slot, self._eid(task_id))))
             self._claims.clear()
             for submit in self._submits.values():
                 if not submit.sent:
                     submit.sent = True
                     args = scripts.submit_args(
                         submit.slot,
-                        self._eid(submit.entry),
+                        self._eid(submit.task_id),
                         submit.policy.value,
                         submit.max_queue,
                         submit.wait,
@@ -796,7 +684,7 @@ class LeaseKeeper:
         outage; the obligations are sent again), and ``self._error`` names the refusal."""
         for part, reply in zip(batch.parts, replies, strict=True):
             if isinstance(reply, Exception) and (
-                isinstance(part, str | _Renewal) or _refuses_calls(reply)
+                isinstance(part, str | _Renewal) or self._client.refuses_calls(reply)
             ):
                 asked = _asked(part)
                 self._error = (asked, reply)
@@ -816,18 +704,18 @@ class LeaseKeeper:
                 case _Renewal():
                     self._renewed(part, scripts.parse_renew(reply), sent_at)
                 case _Release(_, eid, outcome):
-                    if reply == "need_outcome":
+                    if scripts.parse_release(reply) == "need_outcome":
                         self._oblige(_StoreOutcome(eid, encode_outcome(outcome)))
                 case _StopOwner():
                     part.token = scripts.parse_stop_owner(reply)
                     part.done.set()
                 case _Withdraw() | _StoreOutcome() | _Bye():
                     pass
-                case _Claim(slot, entry):
-                    self._claimed(slot, entry, scripts.parse_reply(reply), sent_at)
+                case _Claim(slot, task_id):
+                    self._claimed(slot, task_id, scripts.parse_claim(reply), sent_at)
                 case _Submit():
                     if not part.resolved:
-                        self._submitted(part, scripts.parse_reply(reply), sent_at)
+                        self._submitted(part, scripts.parse_submit(reply), sent_at)
                 case _Query():
                     if not part.abandoned:
                         part.result = self._slot_info(part.slot, reply)
@@ -859,7 +747,7 @@ class LeaseKeeper:
     def _renewed(self, renewal: _Renewal, reply: scripts.RenewReply, sent_at: float) -> None:
         self._next_renewal = sent_at + self._interval
         for lease, stop in zip(renewal.leases, reply.leases, strict=True):
-            if self._leases.get(lease.entry) is not lease:
+            if self._leases.get(lease.task_id) is not lease:
                 continue  # released or lost meanwhile
             if stop is None:
                 self._lose(lease, lease.rule.refused())
@@ -867,80 +755,96 @@ class LeaseKeeper:
             lease.rule.renewed(sent_at)
             if stop and not lease.stop_reported:
                 lease.stop_reported = True
-                self._report(RemoteStop(lease.slot, lease.entry, stop))
-        for (slot, entry), item in zip(renewal.entries, reply.entries, strict=True):
-            if self._queued_slot.get(entry) != slot:
+                self._report(RemoteStop(lease.slot, lease.task_id, stop))
+        for (slot, task_id), item in zip(renewal.queued, reply.entries, strict=True):
+            if self._queued_slot.get(task_id) != slot:
                 continue  # withdrawn or granted meanwhile
-            match item.kind:
+            kind = item.kind
+            match kind:
                 case "owner":
-                    self._dequeue(entry)
-                    self._own(slot, entry, item.token, sent_at)
+                    self._dequeue(task_id)
+                    self._own(slot, task_id, item.token, sent_at)
                 case "gone":
-                    self._dequeue(entry)
-                    self._reject(slot, entry, _rejection_kind(str(item.detail)))
-                case _:  # queued or resubmitted
+                    self._dequeue(task_id)
+                    self._reject(slot, task_id, _rejection_kind(str(item.detail)))
+                case "queued" | "resubmitted":
                     if item.claimable:
-                        self._claims[entry] = slot
+                        self._claims[task_id] = slot
                         self._io_wakeup.set()
-        for (joiner, follow), item in zip(renewal.follows, reply.follows, strict=True):
+                case _:
+                    assert_never(kind)
+        for (joiner, follow), answer in zip(renewal.follows, reply.follows, strict=True):
             if self._follows.get(joiner) is not follow:
                 continue
-            match item.kind:
+            follow_kind = answer.kind
+            match follow_kind:
                 case "out":
-                    self._followed(joiner, self._decode(follow, str(item.detail)))
+                    self._followed(joiner, self._decode(follow, str(answer.detail)))
                 case "gone":
-                    self._followed(joiner, rejected_outcome(_rejection_kind(str(item.detail))))
+                    self._followed(joiner, rejected_outcome(_rejection_kind(str(answer.detail))))
                 case "live":
                     follow.lost_since = None
-                case _:  # lost
+                case "lost":
                     if follow.lost_since is None:
                         follow.lost_since = sent_at
                     elif sent_at - follow.lost_since >= self._interval:
                         reason = f"followed work lost: {instance_of(follow.target)}"
                         self._followed(joiner, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+                case _:
+                    assert_never(follow_kind)
         for slot in sorted(self._watched):
             self._report(Room(slot))
         self._watched.clear()
 
-    def _submitted(self, submit: _Submit, reply: scripts.Reply, sent_at: float) -> None:
+    def _submitted(
+        self, submit: _Submit, reply: scripts.Reply[scripts.SubmitKind], sent_at: float
+    ) -> None:
         self._resolve_submit(submit)
-        slot, entry = submit.slot, submit.entry
-        match reply.kind:
+        slot, task_id = submit.slot, submit.task_id
+        kind = reply.kind
+        match kind:
             case "owner":
-                self._own(slot, entry, reply.token, sent_at)
+                self._own(slot, task_id, reply.token, sent_at)
                 self._displaced(slot, reply.detail)
             case "queued":
-                self._enqueue(slot, entry)
+                self._enqueue(slot, task_id)
                 self._retry(slot, reply.retry)
-                self._report(Queued(slot, entry, reply.detail))
+                self._report(Queued(slot, task_id, reply.detail))
                 self._displaced(slot, reply.detail)
             case "busy":
-                self._reject(slot, entry, RejectionKind.SLOT_BUSY)
+                self._reject(slot, task_id, RejectionKind.SLOT_BUSY)
             case "full":
                 if submit.wait:
                     self._watched.add(slot)
-                    self._report(Full(slot, entry, QUEUE_FULL_REASON))
+                    self._report(Full(slot, task_id, QUEUE_FULL_REASON))
                 else:
-                    self._reject(slot, entry, RejectionKind.QUEUE_FULL)
+                    self._reject(slot, task_id, RejectionKind.QUEUE_FULL)
             case "joined":
-                self._report(Joined(slot, entry, str(reply.detail)))
-            case _:  # gone: a withdrawal of this very entry got there first
-                self._reject(slot, entry, _rejection_kind(str(reply.detail)))
+                self._report(self._joined(slot, task_id, str(reply.detail)))
+            case "gone":  # a withdrawal of this very entry got there first
+                self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
+            case _:
+                assert_never(kind)
 
-    def _claimed(self, slot: str, entry: int, reply: scripts.Reply, sent_at: float) -> None:
-        if self._queued_slot.get(entry) != slot:
+    def _claimed(
+        self, slot: str, task_id: int, reply: scripts.Reply[scripts.ClaimKind], sent_at: float
+    ) -> None:
+        if self._queued_slot.get(task_id) != slot:
             return  # withdrawn meanwhile; the withdrawal gives back what the claim took
-        match reply.kind:
+        kind = reply.kind
+        match kind:
             case "owner":
-                self._dequeue(entry)
-                self._own(slot, entry, reply.token, sent_at)
+                self._dequeue(task_id)
+                self._own(slot, task_id, reply.token, sent_at)
             case "gone":
-                self._dequeue(entry)
-                self._reject(slot, entry, _rejection_kind(str(reply.detail)))
+                self._dequeue(task_id)
+                self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
             case "missing":
                 self._renew_now = True  # the renewal puts it back at the tail
-            case _:  # wait
+            case "wait":
                 self._retry(slot, reply.retry)
+            case _:
+                assert_never(kind)
 
     def _slot_info(self, slot: str, reply: object) -> ClusterSlotInfo | None:
         parsed = scripts.parse_cluster_slot(reply)
@@ -979,17 +883,17 @@ class LeaseKeeper:
         entry is withdrawn in the next successful round trip."""
         self._resolve_submit(submit)
         if submit.sent:
-            self._oblige(_Withdraw(submit.slot, self._eid(submit.entry), "store_unavailable"))
+            self._oblige(_Withdraw(submit.slot, self._eid(submit.task_id), "store_unavailable"))
             if submit.wait:
                 # Held work comes back with the same TaskId: its next attempt needs an
                 # id the withdrawal's marker does not refuse.
-                self._attempts[submit.entry] = self._attempts.get(submit.entry, 0) + 1
-        self._report(self._failure_report(submit.slot, submit.entry, submit.wait))
+                self._attempts[submit.task_id] = self._attempts.get(submit.task_id, 0) + 1
+        self._report(self._failure_report(submit.slot, submit.task_id, submit.wait))
 
-    def _failure_report(self, slot: str, entry: int, wait: bool) -> Report:
+    def _failure_report(self, slot: str, task_id: int, wait: bool) -> Report:
         if wait:
-            return Full(slot, entry, STORE_UNAVAILABLE_REASON)
-        return Rejected(slot, entry, RejectionKind.STORE_UNAVAILABLE)
+            return Full(slot, task_id, STORE_UNAVAILABLE_REASON)
+        return Rejected(slot, task_id, RejectionKind.STORE_UNAVAILABLE)
 
     def _mark_unavailable(self, why: str) -> None:
         if not self._available:
@@ -1063,7 +967,7 @@ class LeaseKeeper:
         started = False
         with scope:
             try:
-                async with self._connector() as conn:
+                async with self._client.connect() as conn:
                     task_status.started(conn)
                     started = True
                     await trio.sleep_forever()
@@ -1188,10 +1092,10 @@ class LeaseKeeper:
                 self._watched.discard(slot)
                 self._report(Room(slot))
             case ["stop", str(slot), str(eid), str(requester)]:
-                lease = self._leases.get(self._own_entry(eid))
+                lease = self._leases.get(self._own_task(eid))
                 if lease is not None and lease.slot == slot and not lease.stop_reported:
                     lease.stop_reported = True
-                    self._report(RemoteStop(slot, lease.entry, requester))
+                    self._report(RemoteStop(slot, lease.task_id, requester))
             case ["superseded", str(slot), str(eid)]:
                 self._displaced(slot, eid)
             case ["done", str(eid)]:
@@ -1203,60 +1107,68 @@ class LeaseKeeper:
 
     # -- bookkeeping -------------------------------------------------------------------------
 
-    def _eid(self, entry: int) -> str:
-        """The server id of the current attempt of ``entry``."""
-        attempt = self._attempts.get(entry)
-        base = entry_id(self.instance_id, entry)
-        return base if attempt is None else f"{base}.{attempt}"
+    def _eid(self, task_id: int) -> str:
+        """The entry id of the current attempt of ``task_id``."""
+        return entry_id(self.instance_id, task_id, self._attempts.get(task_id, 0))
 
-    def _own_entry(self, eid: str) -> int:
-        """The local entry of the current attempt's id of this process, else -1."""
-        instance, _, rest = eid.rpartition("/")
-        number = rest.partition(".")[0]
-        if instance != self.instance_id or not number.isdigit():
+    def _own_task(self, eid: str) -> int:
+        """The task id of ``eid`` if it is the current attempt of this process, else -1."""
+        parsed = parse_entry_id(eid)
+        if parsed is None or parsed.instance != self.instance_id:
             return -1
-        entry = int(number)
-        return entry if self._eid(entry) == eid else -1
+        return parsed.task_id if self._eid(parsed.task_id) == eid else -1
 
-    def _own(self, slot: str, entry: int, token: int | None, sent_at: float) -> None:
+    def _joined(self, slot: str, task_id: int, target: str) -> Joined:
+        """The ``Joined`` report: ``target`` with its task id when it is this process's."""
+        parsed = parse_entry_id(target)
+        local = parsed is not None and parsed.instance == self.instance_id
+        return Joined(
+            slot,
+            task_id,
+            target,
+            parsed.task_id if local and parsed is not None else None,
+            target if parsed is None else parsed.label,
+        )
+
+    def _own(self, slot: str, task_id: int, token: int | None, sent_at: float) -> None:
         assert token is not None
-        self._leases[entry] = _Lease(
-            slot, entry, token, LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
+        self._leases[task_id] = _Lease(
+            slot, task_id, token, LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
         )
         self._timer_wakeup.set()
-        self._report(Owner(slot, entry, token))
+        self._report(Owner(slot, task_id, token))
 
     def _lose(self, lease: _Lease, reason: str) -> None:
-        if self._leases.get(lease.entry) is lease:
-            del self._leases[lease.entry]
-            self._lost[lease.entry] = reason
-            self._report(LeaseLost(lease.slot, lease.entry, lease.token, reason))
+        if self._leases.get(lease.task_id) is lease:
+            del self._leases[lease.task_id]
+            self._lost[lease.task_id] = reason
+            self._report(LeaseLost(lease.slot, lease.task_id, lease.token, reason))
 
     def _displaced(self, slot: str, eid: str | None) -> None:
         if eid is None:
             return
-        entry = self._own_entry(eid)
-        if self._queued_slot.get(entry) == slot:
-            self._dequeue(entry)
-            self._reject(slot, entry, RejectionKind.SUPERSEDED)
+        task_id = self._own_task(eid)
+        if self._queued_slot.get(task_id) == slot:
+            self._dequeue(task_id)
+            self._reject(slot, task_id, RejectionKind.SUPERSEDED)
 
-    def _reject(self, slot: str, entry: int, kind: RejectionKind) -> None:
-        self._attempts.pop(entry, None)  # a rejected entry never comes back
-        self._report(Rejected(slot, entry, kind))
+    def _reject(self, slot: str, task_id: int, kind: RejectionKind) -> None:
+        self._attempts.pop(task_id, None)  # a rejected entry never comes back
+        self._report(Rejected(slot, task_id, kind))
 
     def _followed(self, joiner: int, outcome: TaskOutcome[Any]) -> None:
         del self._follows[joiner]
         self._report(FollowedOutcome(joiner, outcome))
 
-    def _enqueue(self, slot: str, entry: int) -> None:
-        self._queued.setdefault(slot, {})[entry] = None
-        self._queued_slot[entry] = slot
+    def _enqueue(self, slot: str, task_id: int) -> None:
+        self._queued.setdefault(slot, {})[task_id] = None
+        self._queued_slot[task_id] = slot
 
-    def _dequeue(self, entry: int) -> None:
-        slot = self._queued_slot.pop(entry, None)
+    def _dequeue(self, task_id: int) -> None:
+        slot = self._queued_slot.pop(task_id, None)
         if slot is not None:
             entries = self._queued[slot]
-            del entries[entry]
+            del entries[task_id]
             if not entries:
                 del self._queued[slot]
 
@@ -1277,8 +1189,8 @@ class LeaseKeeper:
 
     def _resolve_submit(self, submit: _Submit) -> None:
         submit.resolved = True
-        if self._submits.get(submit.entry) is submit:
-            del self._submits[submit.entry]
+        if self._submits.get(submit.task_id) is submit:
+            del self._submits[submit.task_id]
 
     def _oblige(self, obligation: _Obligation) -> None:
         self._obligations.append(obligation)
@@ -1287,39 +1199,9 @@ class LeaseKeeper:
     # -- reports ------------------------------------------------------------------------------
 
     def _report(self, report: Report) -> None:
-        """Send a report without blocking; what the channel cannot take now waits, in
-        order, for the forwarder."""
-        if not self._backlog:
-            try:
-                self._reports.send_nowait(report)
-                return
-            except trio.WouldBlock:
-                pass
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # nobody reads reports any more
-        self._backlog.append(report)
-        self._backlog_wakeup.set()
-
-    async def _forward(self) -> None:
-        while True:
-            while self._backlog:
-                try:
-                    await self._reports.send(self._backlog[0])
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self._backlog.clear()
-                    break
-                self._backlog.popleft()
-            await self._backlog_wakeup.wait()
-
-    def _flush_backlog_nowait(self) -> None:
-        while self._backlog:
-            try:
-                self._reports.send_nowait(self._backlog[0])
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                logger.debug("lease keeper dropped %d report(s) at exit", len(self._backlog))
-                self._backlog.clear()
-                return
-            self._backlog.popleft()
+        """Send a report; the sink takes every report at once (the controller's inbox)."""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            self._reports.send_nowait(report)  # raises only once nobody reads reports
 
 
 def _text(exc: BaseException) -> str:
@@ -1336,23 +1218,6 @@ def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
     return first
 
 
-def _refuses_calls(error: Exception) -> bool:
-    """Whether an error reply refuses the keeper's calls as such (permissions, a Redis
-    Cluster node, a read-only replica, unknown commands), not one call's data."""
-    return _acl_refusal(error) or isinstance(
-        error,
-        AuthenticationError | RedisClusterError | ReadOnlyError | UnknownCommandError,
-    )
-
-
-def _acl_refusal(error: Exception) -> bool:
-    """Whether the server refused a command to this user: ``NOPERM``, or a command a
-    script calls ("ACL failure in script: ... no permissions ...")."""
-    return isinstance(error, AuthorizationError) or (
-        isinstance(error, ResponseError) and "no permissions" in str(error)
-    )
-
-
 def _asked(part: _Part) -> str:
     """What a call of a round trip asked of the server, for error messages."""
     match part:
@@ -1360,50 +1225,19 @@ def _asked(part: _Part) -> str:
             return "the INFO command"
         case _Bye():
             return "the DEL command"
-        case _:
+        case (
+            _Renewal()
+            | _Withdraw()
+            | _Release()
+            | _StoreOutcome()
+            | _StopOwner()
+            | _Claim()
+            | _Submit()
+            | _Query()
+        ):
             return "the lease scripts"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its causes (or contexts), nearest first."""
-    chain: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in chain:
-        chain.append(link)
-        link = link.__cause__ or link.__context__
-    return chain
-
-
-def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
-    """Say what went wrong from the client's error ``exc`` (``asked``: what the server
-    was asked when it failed): what the server refused, or why it was not a Redis
-    server, or why it could not be reached."""
-    chain = _chain(exc)
-    timed_out = any(isinstance(link, TimeoutError) for link in chain)
-    if tls and timed_out and asked == "the connection":
-        return "did not complete the TLS handshake in time (does the server speak TLS?)"
-    if any(isinstance(link, ssl.SSLError) for link in chain):
-        return "failed the TLS handshake"
-    if timed_out and asked == "the subscription":
-        return (
-            "did not confirm the subscription to this process's channel (may the user "
-            "subscribe to channels, as ACL '&*' allows?)"
-        )
-    if isinstance(exc, AuthenticationError):
-        return "refused the credentials"
-    if _acl_refusal(exc):
-        return f"refused {asked} to this user (an ACL permission is missing)"
-    if isinstance(exc, RedisClusterError):
-        return f"refused {asked}: it is a Redis Cluster node, which the store does not support"
-    if isinstance(exc, ResponseError):
-        if "DB index" in str(exc):
-            return "refused the database number"
-        if isinstance(exc, UnknownCommandError) or "unknown command" in str(exc).lower():
-            return f"refused {asked} as unknown commands"
-        return f"refused {asked}"
-    if isinstance(exc, InvalidResponse | ProtocolError):
-        return "did not answer in the Redis protocol (is it a Redis server?)"
-    return "could not be reached"
+        case _:
+            assert_never(part)
 
 
 def _secrets_of(url: str) -> tuple[str, ...]:

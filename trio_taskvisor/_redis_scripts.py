@@ -42,12 +42,15 @@ decimal strings, because Lua's number-to-string conversion keeps 14 digits; the
 Messages on ``P ch:<instance>`` are JSON arrays: ``["wake", slot]``, ``["room", slot]``,
 ``["stop", slot, entry, requester]``, ``["superseded", slot, entry]``, ``["done", entry]``.
 
-Every script takes ``ARGV[1..3] = P, lease_ttl_ms, keep_ms`` and its own arguments after
-them; none uses ``KEYS`` (a single server, not Redis Cluster; the ``{namespace}`` hash tag
-keeps every key of a namespace in one cluster slot all the same). ``renew``, which carries
-thousands of items, takes its pairs as one JSON argument and answers in JSON: encoding
-that many separate arguments and parsing that many reply items cost the client more than
-the script itself.
+Every script opens with a header naming the keys it touches (relative to ``P``), its
+own arguments and its reply shapes. Every script takes ``ARGV[1..3] = P, lease_ttl_ms,
+keep_ms`` and its own arguments after them; none uses ``KEYS`` (a single server, not
+Redis Cluster; the ``{namespace}`` hash tag keeps every key of a namespace in one cluster
+slot all the same). ``renew``, which carries thousands of items, takes its pairs as one
+JSON argument and answers in JSON: encoding that many separate arguments and parsing
+that many reply items cost the client more than the script itself. The replies are
+typed on the Python side (``SubmitKind``, ``ClaimKind``, ``QueuedKind``, ``FollowKind``,
+``ReleaseReply``): the keeper matches them exhaustively.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import Final, cast
+from typing import Final, Generic, Literal, TypeAlias, TypeVar, cast
 
 import attrs
 
@@ -152,6 +155,15 @@ end
 """
 
 _SUBMIT: Final = r"""
+-- submit: place entry e of this process in the slot.
+-- keys:    lease:<slot> fence:<slot> q:<slot> gone:<e> jn:<target> watch:<slot> (hb:* read)
+-- args:    slot, e, policy (an AdmissionPolicy value), max_queue, watch ('1': tell room)
+-- replies: {'owner', token, displaced|false}      the lease is e's
+--          {'queued', holder|false, retry_ms, displaced|false}
+--          {'busy', holder|false, retry_ms}       drop_if_running on a busy slot
+--          {'full', holder|false, retry_ms}       the queue holds max_queue live entries
+--          {'joined', target, holder|false, retry_ms}
+--          {'gone', reason}                       e was withdrawn before it got here
 local slot, e, policy, max_queue, watch = ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 local me = instance_of(e)
 local lk, qk = P .. 'lease:' .. slot, P .. 'q:' .. slot
@@ -206,6 +218,11 @@ return {'queued', hi, retry_ms(slot, {e}, holder), displaced}
 """
 
 _CLAIM: Final = r"""
+-- claim: the live head e of the slot's queue takes the free lease.
+-- keys:    lease:<slot> fence:<slot> q:<slot> gone:<e> (hb:* read)
+-- args:    slot, e
+-- replies: {'owner', token} | {'gone', reason} | {'missing'} (not in the queue: renew
+--          puts it back) | {'wait', retry_ms} (not the head, or the lease is held)
 local slot, e = ARGV[4], ARGV[5]
 local holder, token = lease_of(slot)
 if holder == e then return {'owner', token} end
@@ -221,6 +238,10 @@ return {'owner', t}
 """
 
 _RELEASE: Final = r"""
+-- release: the owner e exited; give its lease back and wake the next head.
+-- keys:    lease:<slot> out:<e> jn:<e> q:<slot>
+-- args:    slot, e, outcome (JSON, or '' when nobody is known to follow e)
+-- replies: 'ok' | 'need_outcome' (another process follows e: store its outcome)
 local slot, e, outcome = ARGV[4], ARGV[5], ARGV[6]
 local lk = P .. 'lease:' .. slot
 if redis.call('HGET', lk, 'entry') == e then redis.call('DEL', lk) end
@@ -239,6 +260,10 @@ return reply
 """
 
 _STORE_OUTCOME: Final = r"""
+-- store_outcome: keep e's outcome for the joiners of other processes.
+-- keys:    out:<e> jn:<e>
+-- args:    e, outcome (JSON)
+-- replies: 'ok'
 local e, outcome = ARGV[4], ARGV[5]
 redis.call('SET', P .. 'out:' .. e, outcome, 'PX', KEEP)
 done(e)
@@ -246,6 +271,10 @@ return 'ok'
 """
 
 _WITHDRAW: Final = r"""
+-- withdraw: e leaves for good (queue entry or lease); its marker refuses it later.
+-- keys:    gone:<e> q:<slot> lease:<slot> jn:<e> watch:<slot>
+-- args:    slot, e, reason (a RejectionKind value)
+-- replies: 'ok'
 local slot, e, reason = ARGV[4], ARGV[5], ARGV[6]
 local lk = P .. 'lease:' .. slot
 redis.call('SET', P .. 'gone:' .. e, reason, 'NX', 'PX', KEEP)
@@ -261,6 +290,10 @@ return 'ok'
 """
 
 _STOP_OWNER: Final = r"""
+-- stop_owner: ask the lease holder's process to stop its owner (once per lease).
+-- keys:    lease:<slot>
+-- args:    slot, me (the requesting instance)
+-- replies: false (no lease) | {holder instance, token}
 local slot, me = ARGV[4], ARGV[5]
 local holder, token, stop = lease_of(slot)
 if not holder then return false end
@@ -272,6 +305,14 @@ return {instance_of(holder), token}
 """
 
 _RENEW: Final = r"""
+-- renew: this process's heartbeat, its leases, queued and followed entries.
+-- keys:    hb:<me> lease:<slot> q:<slot> gone:<e> out:<e> jn:<e> (per pair)
+-- args:    me, JSON [[slot, e, ...] leases, [slot, e, ...] queued, [slot, e, ...] followed]
+-- replies: JSON [leases, entries, follows], one item per pair sent, in order:
+--          lease:    stop requester ('' for none) | null (refused: lost)
+--          entry:    ['owner', token] | ['gone', reason] | ['queued', 0|1] |
+--                    ['resubmitted', 0|1] (1: claimable now)
+--          follow:   ['out', outcome] | ['gone', reason] | ['live'] | ['lost']
 local me, parts = ARGV[4], cjson.decode(ARGV[5])
 local expired = redis.call('EXISTS', P .. 'hb:' .. me) == 0
 redis.call('SET', P .. 'hb:' .. me, '1', 'PX', TTL)
@@ -382,6 +423,10 @@ return cjson.encode({leases, entries, follows})
 """
 
 _CLUSTER_SLOT: Final = r"""
+-- cluster_slot: what the server holds for one slot.
+-- keys:    lease:<slot> q:<slot> (hb:* read)
+-- args:    slot
+-- replies: {holder|false, token|false, lease_pttl_ms|false, live queue entries}
 local slot = ARGV[4]
 local holder, token = lease_of(slot)
 local n = 0
@@ -450,22 +495,32 @@ def renew_args(
 # -- replies --------------------------------------------------------------------------------
 
 
-@attrs.frozen
-class Reply:
-    """One parsed item of a script reply.
+SubmitKind: TypeAlias = Literal["owner", "queued", "busy", "full", "joined", "gone"]
+"""The kinds of a ``submit`` reply."""
+ClaimKind: TypeAlias = Literal["owner", "gone", "missing", "wait"]
+"""The kinds of a ``claim`` reply."""
+QueuedKind: TypeAlias = Literal["owner", "gone", "queued", "resubmitted"]
+"""The kinds of a ``renew`` item for a queued entry."""
+FollowKind: TypeAlias = Literal["out", "gone", "live", "lost"]
+"""The kinds of a ``renew`` item for a followed entry."""
+ReleaseReply: TypeAlias = Literal["ok", "need_outcome"]
+"""A ``release`` reply: ``need_outcome`` asks for the outcome (another process follows)."""
 
-    ``kind``: for ``submit`` one of ``owner``, ``queued``, ``busy``, ``full``, ``joined``,
-    ``gone``; for ``claim`` one of ``owner``, ``gone``, ``missing``, ``wait``; for a queued
-    entry in ``renew`` one of ``owner``, ``gone``, ``queued``, ``resubmitted``; for a
-    followed entry in ``renew`` one of ``out``, ``gone``, ``live``, ``lost``. ``holder``
-    is the instance holding the lease; ``retry`` the seconds after which a claim may
-    succeed (the lease's or the head's heartbeat's expiry); ``claimable``: the lease is
-    free and the entry is the live head; ``detail`` the displaced entry (``queued``,
-    ``owner``), the followed entry (``joined``), the reason (``gone``) or the outcome JSON
-    (``out``).
+K = TypeVar("K", bound=str, covariant=True)
+
+
+@attrs.frozen
+class Reply(Generic[K]):
+    """One parsed item of a script reply; ``kind`` is one of the script's ``K``.
+
+    ``holder`` is the instance holding the lease; ``retry`` the seconds after which a
+    claim may succeed (the lease's or the head's heartbeat's expiry); ``claimable``: the
+    lease is free and the entry is the live head; ``detail`` the displaced entry
+    (``queued``, ``owner``), the followed entry (``joined``), the reason (``gone``) or the
+    outcome JSON (``out``).
     """
 
-    kind: str
+    kind: K
     token: int | None = None
     holder: str | None = None
     retry: float | None = None
@@ -487,32 +542,56 @@ def _items(raw: object, minimum: int = 1) -> list[object]:
     return list(raw)  # pyright: ignore[reportUnknownArgumentType]
 
 
-def parse_reply(raw: object) -> Reply:
-    """Parse a raw ``submit`` or ``claim`` reply (a list as the server sends it)."""
+def parse_submit(raw: object) -> Reply[SubmitKind]:
+    """Parse a raw ``submit`` reply (a list as the server sends it)."""
     items = _items(raw)
-    kind = str(items[0])
-    match kind:
+    match items[0]:
         case "owner":
             displaced = _text(items[2]) if len(items) > 2 else None
-            return Reply(kind, token=int(str(items[1])), detail=displaced)
+            return Reply("owner", token=int(str(items[1])), detail=displaced)
         case "queued":
-            return Reply(kind, holder=_text(items[1]), retry=_ms(items[2]), detail=_text(items[3]))
-        case "busy" | "full":
-            return Reply(kind, holder=_text(items[1]), retry=_ms(items[2]))
+            holder, retry, displaced = _text(items[1]), _ms(items[2]), _text(items[3])
+            return Reply("queued", holder=holder, retry=retry, detail=displaced)
+        case "busy":
+            return Reply("busy", holder=_text(items[1]), retry=_ms(items[2]))
+        case "full":
+            return Reply("full", holder=_text(items[1]), retry=_ms(items[2]))
         case "joined":
-            return Reply(kind, holder=_text(items[2]), retry=_ms(items[3]), detail=str(items[1]))
+            holder, retry, target = _text(items[2]), _ms(items[3]), str(items[1])
+            return Reply("joined", holder=holder, retry=retry, detail=target)
         case "gone":
-            return Reply(kind, detail=str(items[1]))
-        case "missing":
-            return Reply(kind)
-        case "wait":
-            return Reply(kind, retry=_ms(items[1]))
+            return Reply("gone", detail=str(items[1]))
         case _:
             raise ValueError(f"unexpected script reply {raw!r}")
 
 
-_WAITING: Final[dict[tuple[object, object], Reply]] = {
-    (kind, flag): Reply(kind, claimable=flag == 1)
+def parse_claim(raw: object) -> Reply[ClaimKind]:
+    """Parse a raw ``claim`` reply (a list as the server sends it)."""
+    items = _items(raw)
+    match items[0]:
+        case "owner":
+            return Reply("owner", token=int(str(items[1])))
+        case "gone":
+            return Reply("gone", detail=str(items[1]))
+        case "missing":
+            return Reply("missing")
+        case "wait":
+            return Reply("wait", retry=_ms(items[1]))
+        case _:
+            raise ValueError(f"unexpected script reply {raw!r}")
+
+
+def parse_release(raw: object) -> ReleaseReply:
+    """Parse a raw ``release`` reply."""
+    if raw == "ok":
+        return "ok"
+    if raw == "need_outcome":
+        return "need_outcome"
+    raise ValueError(f"unexpected script reply {raw!r}")
+
+
+_WAITING: Final[dict[tuple[object, object], Reply[QueuedKind]]] = {
+    (kind, flag): Reply[QueuedKind](kind, claimable=flag == 1)
     for kind in ("queued", "resubmitted")
     for flag in (0, 1)
 }
@@ -525,7 +604,7 @@ def _json_list(raw: object) -> list[object] | None:
     return cast("list[object]", raw) if isinstance(raw, list) else None
 
 
-def _parse_entry(raw: object) -> Reply:
+def _parse_queued(raw: object) -> Reply[QueuedKind]:
     match _json_list(raw):
         case [("queued" | "resubmitted") as kind, (0 | 1) as flag]:
             return _WAITING[kind, flag]
@@ -537,14 +616,16 @@ def _parse_entry(raw: object) -> Reply:
             raise ValueError(f"unexpected renew item {raw!r}")
 
 
-def _parse_follow(raw: object) -> Reply:
+def _parse_follow(raw: object) -> Reply[FollowKind]:
     match _json_list(raw):
         case ["out", str(outcome)]:
             return Reply("out", detail=outcome)
         case ["gone", str(reason)]:
             return Reply("gone", detail=reason)
-        case ["live"] | ["lost"] as item:
-            return Reply(str(item[0]))
+        case ["live"]:
+            return Reply("live")
+        case ["lost"]:
+            return Reply("lost")
         case _:
             raise ValueError(f"unexpected renew item {raw!r}")
 
@@ -564,8 +645,8 @@ class RenewReply:
     """
 
     leases: tuple[str | None, ...]
-    entries: tuple[Reply, ...]
-    follows: tuple[Reply, ...]
+    entries: tuple[Reply[QueuedKind], ...]
+    follows: tuple[Reply[FollowKind], ...]
 
 
 def renew_items(raw: object) -> list[list[object]]:
@@ -585,7 +666,7 @@ def parse_renew(raw: object) -> RenewReply:
     leases, entries, follows = renew_items(raw)
     return RenewReply(
         tuple(map(_parse_lease, leases)),
-        tuple(map(_parse_entry, entries)),
+        tuple(map(_parse_queued, entries)),
         tuple(map(_parse_follow, follows)),
     )
 

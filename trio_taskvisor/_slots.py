@@ -262,14 +262,14 @@ class SlotMachine(Generic[P]):
         Queued or held work waits for its slot's owner (``"queued"`` / ``"held"``); a
         joiner for the work it follows (``"joined"``); anything else for nothing here.
         """
-        entry_id = entry.id
-        if self.queued.get(entry_id) is entry:
+        task_id = entry.id
+        if self.queued.get(task_id) is entry:
             owner = self.slots[entry.key].owner
             return None if owner is None else (owner, "queued")
-        if self.held.get(entry_id) is entry:
+        if self.held.get(task_id) is entry:
             owner = self.slots[entry.key].owner
             return None if owner is None else (owner, "held")
-        if self.joiners.get(entry_id) is entry and entry.target is not None:
+        if self.joiners.get(task_id) is entry and entry.target is not None:
             return entry.target, "joined"
         return None
 
@@ -365,21 +365,21 @@ class SlotMachine(Generic[P]):
         self._ended(entry)
         self._advance(slot, now)
 
-    def remove(self, entry_id: int, now: float) -> Entry[P] | None:
+    def remove(self, task_id: int, now: float) -> Entry[P] | None:
         """Take queued or held work, or a joiner, out at once; return it if found."""
         if self._deadlines and self._deadlines[0][0] <= now:
             self.expire(now)
-        entry = self.queued.get(entry_id)
+        entry = self.queued.get(task_id)
         if entry is not None:
             self.effects.append(RemoveRequested(entry))
             self._withdraw(entry, REMOVED_FROM_QUEUE, now)
             return entry
-        entry = self.held.get(entry_id)
+        entry = self.held.get(task_id)
         if entry is not None:
             self.effects.append(RemoveRequested(entry))
             self._withdraw(entry, REMOVED_FROM_QUEUE, now)
             return entry
-        entry = self.joiners.pop(entry_id, None)
+        entry = self.joiners.pop(task_id, None)
         if entry is not None:
             assert entry.target is not None
             assert entry.target.followers is not None

@@ -73,7 +73,7 @@ import attrs
 import trio
 
 from ._bus import EventBus, Subscriber
-from ._config import SupervisorConfig, check_capacity
+from ._config import RedisSlotStore, SupervisorConfig, check_capacity
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
 from ._exceptions import (
@@ -91,7 +91,7 @@ from ._record import TaskRecord, current_task_context
 from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
-from ._slotstore import ClusterSlotInfo, RedisSlotStore, ReportSink, new_instance_id
+from ._slotstore import ClusterSlotInfo, ReportSink, new_instance_id
 from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name
 from ._waiter import Readiness, TaskWaiter
 from ._waits import WaitChecker
@@ -241,12 +241,14 @@ class Supervisor:
 
     def _lease_keeper(self, reports: ReportSink) -> LeaseKeeperSeam:
         """The lease keeper of the controller's slot store (the ``redis`` extra)."""
-        from ._keeper import LeaseKeeper  # imports coredis: only with a slot store
+        from ._keeper import LeaseKeeper
+        from ._redis_client import RedisClient  # imports coredis: only with a slot store
 
         controller = self._config.controller
         assert controller is not None
         assert isinstance(controller.slot_store, RedisSlotStore)
-        return LeaseKeeper(controller.slot_store, self._instance_id, reports)
+        store = controller.slot_store
+        return LeaseKeeper(store, self._instance_id, reports, RedisClient(store, self._instance_id))
 
     async def _run_background(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

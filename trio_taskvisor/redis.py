@@ -12,14 +12,14 @@ brings coredis, a client that runs natively under trio) raises ``ImportError``.
 """
 
 try:
-    import coredis as _coredis
+    from . import _redis_client  # the adapter: the one module that imports coredis
 except ImportError as exc:
     raise ImportError(
         "trio_taskvisor.redis needs the redis extra: pip install 'trio_taskvisor[redis]'"
     ) from exc
 
-from ._slotstore import RedisSlotStore as RedisSlotStore
+from ._config import RedisSlotStore as RedisSlotStore
 
-del _coredis
+del _redis_client
 
 __all__ = ["RedisSlotStore"]

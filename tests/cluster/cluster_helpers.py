@@ -4,6 +4,7 @@ open supervisors with a slot store (``replica``) and the bodies their tests subm
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -21,8 +22,9 @@ from trio_taskvisor import (
 )
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._clusterslots import ClusterSlotMachine
-from trio_taskvisor._keeper import Connector, LeaseKeeper, Report
-from trio_taskvisor._slotstore import RedisSlotStore
+from trio_taskvisor._config import RedisSlotStore
+from trio_taskvisor._keeper import LeaseKeeper, Report, ServerClient
+from trio_taskvisor._redis_client import RedisClient
 from trio_taskvisor.testing import EventRecorder
 
 R = TypeVar("R")
@@ -213,12 +215,12 @@ class Running:
 
 @asynccontextmanager
 async def open_keeper(
-    store: RedisSlotStore, instance_id: str, *, connector: Connector | None = None
+    store: RedisSlotStore, instance_id: str, *, client: ServerClient | None = None
 ) -> AsyncIterator[Running]:
     """Run a keeper, and a fake controller reading its reports, for the block; close
     the keeper at the end (unless killed)."""
-    send, receive = trio.open_memory_channel[Report](1000)
-    keeper = LeaseKeeper(store, instance_id, send, connector=connector)
+    send, receive = trio.open_memory_channel[Report](math.inf)
+    keeper = LeaseKeeper(store, instance_id, send, client or RedisClient(store, instance_id))
     reports = Reports()
     scope = trio.CancelScope()
 

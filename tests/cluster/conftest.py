@@ -20,7 +20,7 @@ import coredis
 import pytest
 from redis_server import RedisServer, find_server_binary, running_server
 
-from trio_taskvisor._slotstore import RedisSlotStore
+from trio_taskvisor._config import RedisSlotStore
 
 
 @pytest.fixture(scope="session")

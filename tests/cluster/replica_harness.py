@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from trio_taskvisor._slotstore import RedisSlotStore
+from trio_taskvisor._config import RedisSlotStore
 
 REPLICA = Path(__file__).with_name("replica.py")
 WAIT = 10.0  # seconds: the bound of one wait, far above any liveness bound of a test

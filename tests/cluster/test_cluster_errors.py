@@ -334,14 +334,14 @@ async def test_keeper_answers_lease_lost_until_the_release(
         reports: Reports = a.reports
         a.keeper.submit("k", 1, AdmissionPolicy.QUEUE, 10, False)
         with trio.fail_after(5):
-            await reports.wait_for(Owner, entry=1)
+            await reports.wait_for(Owner, task_id=1)
         assert a.keeper.lease_lost(1) is None
         jumpable_clock.jump(TTL)
         reason = a.keeper.lease_lost(1)  # before the timer task could run
         assert reason is not None
         assert reason.startswith("lease expired")
         with trio.fail_after(5):
-            lost = await reports.wait_for(LeaseLost, entry=1)
+            lost = await reports.wait_for(LeaseLost, task_id=1)
         assert lost.reason == reason
         assert len(reports.of(LeaseLost)) == 1
         assert a.keeper.lease_lost(1) == reason

@@ -17,6 +17,7 @@ from trio_taskvisor import (
     open_supervisor,
 )
 from trio_taskvisor._clusterslots import Ask, ClusterSlotMachine
+from trio_taskvisor._outcome import RejectionKind
 from trio_taskvisor._slots import Entry, SlotStatus
 from trio_taskvisor._spec import AdmissionPolicy
 from trio_taskvisor.redis import RedisSlotStore
@@ -133,3 +134,17 @@ async def test_failed_connections_leave_no_unclosed_streams() -> None:
                     pytest.fail("the block must not run")
             gc.collect()
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_wait_mode_work_refused_for_max_waiters_is_not_kept_for_the_pending_budget() -> None:
+    """Wait-mode work that the full ``max_total_pending`` budget would hold, but that
+    ``max_waiters`` refuses, is rejected and forgotten: the budget's next room no longer
+    looks it up among the held work (a ``KeyError`` in the controller loop; found by the
+    state machine of ``test_cluster_machine_stateful.py``)."""
+    m = machine(max_slot_queue=1, max_total_pending=1, max_waiters=1)
+    m.submit(Entry(1, "a", QUEUE), 0.0)  # asked: reserves the one pending unit
+    m.submit(Entry(2, "a", QUEUE, wait=True), 0.0)  # held for the budget: the one waiter
+    m.submit(Entry(3, "b", QUEUE, wait=True), 0.0)  # no waiter left: rejected
+    assert [type(e).__name__ for e in m.effects][-1] == "Reject"
+    m.rejected(1, RejectionKind.SLOT_BUSY, 1.0)  # the unit is free: held work is asked
+    assert [e.entry.id for e in m.extra if isinstance(e, Ask)] == [1, 2]

@@ -8,6 +8,7 @@ Waits are for reports or keys, never sleeps.
 from __future__ import annotations
 
 import logging
+import math
 
 import coredis
 import pytest
@@ -17,6 +18,7 @@ from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
 
 from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
+from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._exceptions import SlotStoreUnavailableError
 from trio_taskvisor._keeper import (
     FollowedOutcome,
@@ -33,8 +35,8 @@ from trio_taskvisor._keeper import (
     StoreRecovered,
     StoreUnavailable,
 )
+from trio_taskvisor._redis_client import RedisClient
 from trio_taskvisor._slots import AdmissionPolicy
-from trio_taskvisor._slotstore import RedisSlotStore
 
 A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
 QUEUE, REPLACE, JOIN = AdmissionPolicy.QUEUE, AdmissionPolicy.REPLACE, AdmissionPolicy.JOIN
@@ -54,7 +56,7 @@ async def test_submit_on_an_idle_slot_reports_owner(store: RedisSlotStore) -> No
     async with open_keeper(store, A) as a:
         a.keeper.submit("k", 1, QUEUE, 10, False)
         owner = await a.reports.wait_for(Owner)
-        assert (owner.slot, owner.entry) == ("k", 1)
+        assert (owner.slot, owner.task_id) == ("k", 1)
         info = await a.keeper.query("k")
         assert info is not None
         assert (info.holder, info.fence_token, info.queue_depth) == (A, owner.token, 0)
@@ -70,7 +72,7 @@ async def test_requests_of_one_tick_share_one_round_trip(store: RedisSlotStore) 
         for i in range(100):
             a.keeper.submit(f"s{i}", i, QUEUE, 10, False)
         for i in range(100):
-            await a.reports.wait_for(Owner, entry=i)
+            await a.reports.wait_for(Owner, task_id=i)
         assert a.keeper.statistics().round_trips - before == 1
 
 
@@ -80,12 +82,12 @@ async def test_hand_over_between_keepers_is_pushed(store: RedisSlotStore) -> Non
     slow = with_ttl(store, 6.0)
     async with open_keeper(slow, A) as a, open_keeper(slow, B) as b:
         a.keeper.submit("k", 1, QUEUE, 10, False)
-        await a.reports.wait_for(Owner, entry=1)
+        await a.reports.wait_for(Owner, task_id=1)
         b.keeper.submit("k", 1, QUEUE, 10, False)
-        await b.reports.wait_for(Queued, entry=1)
+        await b.reports.wait_for(Queued, task_id=1)
         released = trio.current_time()
         a.keeper.release("k", 1, DONE)
-        owner = await b.reports.wait_for(Owner, entry=1)
+        owner = await b.reports.wait_for(Owner, task_id=1)
         assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
 
 
@@ -94,15 +96,15 @@ async def test_fifo_across_three_keepers(store: RedisSlotStore) -> None:
     async with open_keeper(store, A) as a, open_keeper(store, B) as b, open_keeper(store, C) as c:
         keepers = {A: a, B: b, C: c}
         a.keeper.submit("k", 0, QUEUE, 10, False)
-        await a.reports.wait_for(Owner, entry=0)
+        await a.reports.wait_for(Owner, task_id=0)
         order = [(B, 1), (C, 1), (A, 1), (C, 2), (B, 2)]
         for instance, n in order:
             keepers[instance].keeper.submit("k", n, QUEUE, 10, False)
-            await keepers[instance].reports.wait_for(Queued, entry=n)
+            await keepers[instance].reports.wait_for(Queued, task_id=n)
         holder = (A, 0)
         for instance, n in order:
             keepers[holder[0]].keeper.release("k", holder[1], DONE)
-            await keepers[instance].reports.wait_for(Owner, entry=n)
+            await keepers[instance].reports.wait_for(Owner, task_id=n)
             holder = (instance, n)
         tokens = [keepers[i].reports.of(Owner) for i in (A, B, C)]
         assert len({o.token for group in tokens for o in group}) == 6
@@ -120,7 +122,7 @@ async def test_takeover_after_the_holder_is_killed(store: RedisSlotStore) -> Non
             await b.reports.wait_for(Queued)
             killed = trio.current_time()
             a.kill()
-        owner = await b.reports.wait_for(Owner, entry=1)
+        owner = await b.reports.wait_for(Owner, task_id=1)
         waited = b.reports.time_of(owner) - killed
         # the last renewal was at most ttl / 3 before the kill; the server expires it
         assert ttl / 2 <= waited < 2 * ttl
@@ -138,7 +140,7 @@ async def test_lease_is_lost_while_the_server_is_paused(
         redis_server.pause()
         paused = trio.current_time()
         lost = await a.reports.wait_for(LeaseLost)
-        assert (lost.entry, lost.token) == (1, owner.token)
+        assert (lost.task_id, lost.token) == (1, owner.token)
         assert lost.reason.startswith("lease expired")
         # the last renewal was sent between ttl / 3 before the pause and the pause
         assert ttl * 0.4 <= a.reports.time_of(lost) - paused <= 2 * 0.8 * ttl
@@ -159,19 +161,19 @@ async def test_restart_refuses_leases_and_resubscribes(
         a.keeper.submit("k", 1, QUEUE, 10, False)
         await a.reports.wait_for(Owner)
         redis_server.restart()
-        lost = await a.reports.wait_for(LeaseLost, entry=1)
+        lost = await a.reports.wait_for(LeaseLost, task_id=1)
         assert lost.reason.startswith("lease refused")
         for running in (a, b):
             await running.reports.wait_for(StoreRecovered)
             assert len(running.reports.of(StoreUnavailable)) == 1
         a.keeper.release("k", 1, DONE)
         a.keeper.submit("k2", 2, QUEUE, 10, False)
-        await a.reports.wait_for(Owner, entry=2)
+        await a.reports.wait_for(Owner, task_id=2)
         b.keeper.submit("k2", 1, QUEUE, 10, False)
-        await b.reports.wait_for(Queued, entry=1)
+        await b.reports.wait_for(Queued, task_id=1)
         released = trio.current_time()
         a.keeper.release("k2", 2, DONE)
-        owner = await b.reports.wait_for(Owner, entry=1)
+        owner = await b.reports.wait_for(Owner, task_id=1)
         assert b.reports.time_of(owner) - released < 1.0  # pushed: renewals are 2 s apart
 
 
@@ -183,7 +185,7 @@ async def test_failed_request_leaves_no_orphan_lease(
     async with open_keeper(store, A) as a:
         redis_server.pause()
         a.keeper.submit("k", 1, QUEUE, 10, False)
-        rejected = await a.reports.wait_for(Rejected, entry=1)
+        rejected = await a.reports.wait_for(Rejected, task_id=1)
         assert rejected.kind is RejectionKind.STORE_UNAVAILABLE
         redis_server.resume()
         await a.reports.wait_for(StoreRecovered)
@@ -198,17 +200,17 @@ async def test_wait_mode_work_is_held_while_the_store_is_down(
     async with open_keeper(store, A) as a:
         redis_server.pause()
         a.keeper.submit("k", 1, QUEUE, 10, True)
-        held = await a.reports.wait_for(Full, entry=1)
+        held = await a.reports.wait_for(Full, task_id=1)
         assert "unavailable" in held.reason
         await a.reports.wait_for(StoreUnavailable)
         a.keeper.submit("k", 2, QUEUE, 10, False)
-        assert (await a.reports.wait_for(Rejected, entry=2)).kind is (
+        assert (await a.reports.wait_for(Rejected, task_id=2)).kind is (
             RejectionKind.STORE_UNAVAILABLE
         )
         redis_server.resume()
         await a.reports.wait_for(StoreRecovered)
         a.keeper.submit("k", 1, QUEUE, 10, True)  # the controller submits it again
-        await a.reports.wait_for(Owner, entry=1)
+        await a.reports.wait_for(Owner, task_id=1)
 
 
 async def test_query_raises_when_the_server_does_not_answer(
@@ -229,8 +231,9 @@ async def test_start_fails_when_nothing_answers(
 ) -> None:
     """run() raises SlotStoreUnavailableError within connect_timeout and reports nothing."""
     redis_server.pause()
-    send, receive = trio.open_memory_channel[Report](10)
-    keeper = LeaseKeeper(with_ttl(store, 1.0, connect_timeout=0.5), A, send)
+    send, receive = trio.open_memory_channel[Report](math.inf)
+    slow = with_ttl(store, 1.0, connect_timeout=0.5)
+    keeper = LeaseKeeper(slow, A, send, RedisClient(slow, A))
     started = trio.current_time()
     async with trio.open_nursery() as nursery:
         with pytest.raises(SlotStoreUnavailableError):
@@ -250,16 +253,16 @@ async def test_replace_stops_the_remote_owner_and_supersedes_the_head(
         a.keeper.submit("k", 1, QUEUE, 10, False)
         await a.reports.wait_for(Owner)
         c.keeper.submit("k", 1, REPLACE, 10, False)
-        await c.reports.wait_for(Queued, entry=1)
-        stop = await a.reports.wait_for(RemoteStop, entry=1)
+        await c.reports.wait_for(Queued, task_id=1)
+        stop = await a.reports.wait_for(RemoteStop, task_id=1)
         assert stop.requester == C
         b.keeper.submit("k", 1, REPLACE, 10, False)
-        queued = await b.reports.wait_for(Queued, entry=1)
+        queued = await b.reports.wait_for(Queued, task_id=1)
         assert queued.displaced == f"{C}/1"
-        rejected = await c.reports.wait_for(Rejected, entry=1)
+        rejected = await c.reports.wait_for(Rejected, task_id=1)
         assert rejected.kind is RejectionKind.SUPERSEDED
         a.keeper.release("k", 1, DONE)
-        await b.reports.wait_for(Owner, entry=1)
+        await b.reports.wait_for(Owner, task_id=1)
         assert len(a.reports.of(RemoteStop)) == 1
 
 
@@ -268,13 +271,13 @@ async def test_full_queue_holds_wait_work_until_room(store: RedisSlotStore) -> N
     async with open_keeper(store, A) as a, open_keeper(store, B) as b:
         a.keeper.submit("k", 1, QUEUE, 1, False)
         a.keeper.submit("k", 2, QUEUE, 1, False)
-        await a.reports.wait_for(Queued, entry=2)
+        await a.reports.wait_for(Queued, task_id=2)
         b.keeper.submit("k", 1, QUEUE, 1, True)
-        assert (await b.reports.wait_for(Full, entry=1)).reason == "cluster queue is full"
+        assert (await b.reports.wait_for(Full, task_id=1)).reason == "cluster queue is full"
         a.keeper.withdraw("k", 2, RejectionKind.REMOVED_FROM_QUEUE)
         await b.reports.wait_for(Room, slot="k")
         b.keeper.submit("k", 1, QUEUE, 1, True)
-        await b.reports.wait_for(Queued, entry=1)
+        await b.reports.wait_for(Queued, task_id=1)
 
 
 async def test_joiner_gets_the_remote_outcome(store: RedisSlotStore) -> None:
@@ -283,7 +286,7 @@ async def test_joiner_gets_the_remote_outcome(store: RedisSlotStore) -> None:
         a.keeper.submit("k", 1, QUEUE, 10, False)
         await a.reports.wait_for(Owner)
         b.keeper.submit("k", 7, JOIN, 10, False)
-        joined = await b.reports.wait_for(Joined, entry=7)
+        joined = await b.reports.wait_for(Joined, task_id=7)
         assert joined.target == f"{A}/1"
         b.keeper.follow(7, "k", joined.target)
         a.keeper.release("k", 1, TaskOutcome(OutcomeKind.COMPLETED, value=(1, {2: 3})))
@@ -298,7 +301,7 @@ async def test_joiner_of_killed_work_resolves_lease_lost(store: RedisSlotStore) 
             a.keeper.submit("k", 1, QUEUE, 10, False)
             await a.reports.wait_for(Owner)
             b.keeper.submit("k", 7, JOIN, 10, False)
-            joined = await b.reports.wait_for(Joined, entry=7)
+            joined = await b.reports.wait_for(Joined, task_id=7)
             b.keeper.follow(7, "k", joined.target)
             a.kill()
         followed = await b.reports.wait_for(FollowedOutcome, joiner=7)
@@ -313,11 +316,11 @@ async def test_withdrawn_work_leaves_the_queue_at_once(store: RedisSlotStore) ->
         await a.reports.wait_for(Owner)
         b.keeper.submit("k", 1, QUEUE, 10, False)
         b.keeper.submit("k", 2, QUEUE, 10, False)
-        await b.reports.wait_for(Queued, entry=2)
+        await b.reports.wait_for(Queued, task_id=2)
         b.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
         a.keeper.release("k", 1, DONE)
-        await b.reports.wait_for(Owner, entry=2)
-        assert b.reports.of(Owner)[0].entry == 2
+        await b.reports.wait_for(Owner, task_id=2)
+        assert b.reports.of(Owner)[0].task_id == 2
 
 
 async def test_close_flushes_and_deletes_the_heartbeat(
@@ -328,7 +331,7 @@ async def test_close_flushes_and_deletes_the_heartbeat(
     async with open_keeper(store, A) as a:
         a.keeper.submit("k", 1, QUEUE, 10, False)
         a.keeper.submit("k", 2, QUEUE, 10, False)
-        await a.reports.wait_for(Queued, entry=2)
+        await a.reports.wait_for(Queued, task_id=2)
         a.keeper.withdraw("k", 2, RejectionKind.SHUTTING_DOWN)
         await a.keeper.aclose()
     runner = Scripts(client, store)
@@ -362,10 +365,10 @@ async def test_credentials_never_show(
         wrong = RedisSlotStore(
             url.replace(password, "wrong-" + password), namespace="x", connect_timeout=0.5
         )
-        send, _ = trio.open_memory_channel[Report](10)
+        send, _ = trio.open_memory_channel[Report](math.inf)
         async with trio.open_nursery() as nursery:
             with pytest.raises(SlotStoreUnavailableError) as failure:
-                await nursery.start(LeaseKeeper(wrong, B, send).run)
+                await nursery.start(LeaseKeeper(wrong, B, send, RedisClient(wrong, B)).run)
         texts.append(str(failure.value))
     finally:
         async with coredis.Redis.from_url(url, decode_responses=True) as admin:
@@ -382,9 +385,9 @@ async def test_stop_owner_answers_with_the_stopped_lease_token(store: RedisSlotS
     async with open_keeper(store, A) as a, open_keeper(store, B) as b:
         assert await b.keeper.stop_owner("k").wait() is None
         a.keeper.submit("k", 1, QUEUE, 10, False)
-        owner = await a.reports.wait_for(Owner, entry=1)
+        owner = await a.reports.wait_for(Owner, task_id=1)
         assert await b.keeper.stop_owner("k").wait() == owner.token
-        stop = await a.reports.wait_for(RemoteStop, entry=1)
+        stop = await a.reports.wait_for(RemoteStop, task_id=1)
         assert stop.requester == B
 
 

@@ -63,7 +63,8 @@ from hypothesis.stateful import (
 )
 
 from trio_taskvisor import _redis_scripts as scripts
-from trio_taskvisor._slotstore import RedisSlotStore, instance_of
+from trio_taskvisor._config import RedisSlotStore
+from trio_taskvisor._slotstore import instance_of
 
 T = TypeVar("T")
 

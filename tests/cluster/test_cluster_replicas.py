@@ -18,7 +18,7 @@ import trio
 from conftest import RedisServer
 from replica_harness import FencedDatabase, Record, ReplicaProcess, close, open_replicas
 
-from trio_taskvisor._slotstore import RedisSlotStore
+from trio_taskvisor._config import RedisSlotStore
 
 TTL = 1.0  # the store fixture's lease_ttl
 

@@ -16,7 +16,7 @@ from cluster_helpers import Inbox, Scripts, entry, open_inboxes
 from conftest import RedisServer
 
 from trio_taskvisor import _redis_scripts as scripts
-from trio_taskvisor._slotstore import RedisSlotStore
+from trio_taskvisor._config import RedisSlotStore
 
 A, B, C = "host-a:101:0000000a", "host-b:202:0000000b", "host-c:303:0000000c"
 

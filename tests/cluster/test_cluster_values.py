@@ -27,14 +27,18 @@ from hypothesis import strategies as st
 
 from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._redis_scripts import Reply
 from trio_taskvisor._slotstore import (
     LOST_LEASE_FRACTION,
     MAX_TRANSFER_CHARS,
+    EntryId,
     LeaseDeadline,
-    RedisSlotStore,
     decode_outcome,
     encode_outcome,
+    entry_id,
+    instance_of,
+    parse_entry_id,
 )
 
 # -- the lost-lease rule ----------------------------------------------------------------------
@@ -612,3 +616,24 @@ def test_renew_reply_parses_every_item_kind() -> None:
 def test_renew_reply_refuses_anything_else(raw: object) -> None:
     with pytest.raises(ValueError, match="unexpected"):
         scripts.parse_renew(raw)
+
+
+@given(
+    st.text(min_size=1, max_size=20).filter(lambda s: "/" not in s),
+    st.integers(min_value=0, max_value=2**40),
+    st.integers(min_value=0, max_value=1000),
+)
+def test_entry_ids_round_trip(instance: str, task_id: int, attempt: int) -> None:
+    """An entry id parses back into the parts it was built from."""
+    parsed = parse_entry_id(entry_id(instance, task_id, attempt))
+    assert parsed == EntryId(instance, task_id, attempt)
+    assert parsed.label == f"{instance}#{task_id}"
+    assert instance_of(entry_id(instance, task_id, attempt)) == instance
+
+
+@pytest.mark.parametrize(
+    "text", ["", "host:1:ab", "a/", "a/x", "a/1.", "a/1.x", "a/-1", "a/\u00b2"]
+)
+def test_text_that_is_no_entry_id_parses_to_none(text: str) -> None:
+    """Text that is not an entry id is refused, not guessed at."""
+    assert parse_entry_id(text) is None

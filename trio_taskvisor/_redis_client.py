@@ -1,0 +1,227 @@
+"""The coredis adapter: the only module that imports ``coredis`` and ``anyio``.
+
+It implements the lease keeper's seam (``_keeper.ServerClient`` and
+``_keeper.Connection``) over one coredis client per connection, and classifies the
+client's errors (what the server refused, or why it could not be reached). The keeper's
+logic imports without the ``redis`` extra; the supervisor builds a ``RedisClient`` and
+hands it to the keeper.
+
+Decisions:
+
+* No retry policy anywhere: a broken connection or subscription must end (the keeper
+  opens a fresh client), never reconnect silently to a server that lost the state.
+* A ``NOSCRIPT`` reply (the server lost its script cache in a restart) loads every
+  script and sends again only the calls that did not run.
+* The client's own bounds (connecting, a subscription's confirmation) are half the
+  keeper's ``connect_timeout``, so its error arrives within the keeper's bound.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import cast
+
+import anyio
+import anyio.abc
+import coredis
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from coredis.connection import TCPConnection
+from coredis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    InvalidResponse,
+    NoScriptError,
+    ProtocolError,
+    ReadOnlyError,
+    RedisClusterError,
+    ResponseError,
+    UnknownCommandError,
+)
+from coredis.retry import NoRetryPolicy
+
+from . import _redis_scripts as scripts
+from ._config import RedisSlotStore
+from ._keeper import BYE, RUN_ID, Call, Connection
+
+
+class _RedisConnection:
+    """A ``Connection`` over one coredis client (its own pool and pub/sub connection)."""
+
+    def __init__(self, client: coredis.Redis[str], store: RedisSlotStore) -> None:
+        self._client = client
+        self._store = store
+        self._common = scripts.common_args(store.key_prefix, store.lease_ttl, store.keep)
+        self._by_name = {script.name: script for script in scripts.SCRIPTS}
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        replies = await self._pipeline(calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            # The server lost its script cache (a restart): load every script and send
+            # again only the calls that did not run (a NOSCRIPT call changed nothing).
+            async with self._client.pipeline(transaction=False) as pipe:
+                for script in scripts.SCRIPTS:
+                    pipe.script_load(script.source)
+            again = await self._pipeline([calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipeline(self, calls: Sequence[Call]) -> list[object]:
+        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
+            for name, args in calls:
+                if name == RUN_ID:
+                    pipe.info("server")
+                elif name == BYE:
+                    pipe.delete([f"{self._store.key_prefix}hb:{args[0]}"])
+                else:
+                    pipe.evalsha(self._by_name[name].sha, [], [*self._common, *args])
+        replies: list[object] = list(pipe.results or ())
+        for i, (name, _) in enumerate(calls):
+            info = replies[i]
+            if name == RUN_ID and isinstance(info, dict):
+                replies[i] = str(cast("dict[str, object]", info).get("run_id"))
+        return replies
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        # No retry policy: a broken subscription must end (and be re-opened by the
+        # keeper), never reconnect silently to a server that lost the subscription.
+        async with self._client.pubsub(
+            ignore_subscribe_messages=True,
+            retry_policy=NoRetryPolicy(),
+            subscription_timeout=_client_timeout(self._store),
+        ) as pubsub:
+            await pubsub.subscribe(channel)
+            subscribed()
+            while True:
+                message = await pubsub.get_message()
+                if message is not None and message["type"] == "message":
+                    deliver(str(message["data"]))
+
+
+class _TCPConnection(TCPConnection):
+    """coredis's TCP connection, with its buffers closed however its ``run`` ends.
+
+    coredis 6.9 opens its memory streams in the constructor and closes them only if the
+    connection was established: every failed attempt (a server that is down, a refused
+    handshake) left six of them to the garbage collector, one ``ResourceWarning`` each,
+    for every reconnection attempt of an outage (errors under ``-W error``).
+    """
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            await super().run(task_status=task_status)
+        finally:
+            for value in list(vars(self).values()):
+                if isinstance(value, MemoryObjectSendStream | MemoryObjectReceiveStream):
+                    value.close()
+
+
+def _client_timeout(store: RedisSlotStore) -> float:
+    """The client's own bound on connecting (TCP and TLS) and on a subscription's
+    confirmation: half the keeper's, so that its error (a TLS handshake a plain server
+    never answers, a subscription an ACL refuses) arrives within the keeper's bound and
+    names the cause, instead of the keeper's "did not answer"."""
+    return store.connect_timeout / 2
+
+
+class RedisClient:
+    """The keeper's ``ServerClient`` over coredis: opens a fresh client of ``store`` per
+    connection, and says what the client's errors mean."""
+
+    __slots__ = ("_instance_id", "_store")
+
+    def __init__(self, store: RedisSlotStore, instance_id: str) -> None:
+        self._store = store
+        self._instance_id = instance_id
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncGenerator[Connection]:
+        """Open one coredis client (its own pool and pub/sub connection); close it after."""
+        store = self._store
+        client: coredis.Redis[str] = coredis.Redis.from_url(
+            store.url,
+            decode_responses=True,
+            decode_components=True,
+            retry_policy=NoRetryPolicy(),
+            connect_timeout=_client_timeout(store),
+            client_name=f"taskvisor:{self._instance_id}",
+        )
+        client.connection_pool.connection_class = _TCPConnection
+        async with client:
+            yield _RedisConnection(client, store)
+
+    def refuses_calls(self, error: Exception) -> bool:
+        """Whether an error reply refuses the keeper's calls as such (permissions, a
+        Redis Cluster node, a read-only replica, unknown commands), not one call's data."""
+        return _refuses_calls(error)
+
+    def refusal(self, error: Exception, asked: str) -> str:
+        """Say what went wrong from the client's ``error`` (``asked``: what the server
+        was asked when it failed)."""
+        return _refusal(error, asked, tls=self._store.url.startswith("rediss:"))
+
+
+def _refuses_calls(error: Exception) -> bool:
+    """Whether an error reply refuses the keeper's calls as such (permissions, a Redis
+    Cluster node, a read-only replica, unknown commands), not one call's data."""
+    return _acl_refusal(error) or isinstance(
+        error,
+        AuthenticationError | RedisClusterError | ReadOnlyError | UnknownCommandError,
+    )
+
+
+def _acl_refusal(error: Exception) -> bool:
+    """Whether the server refused a command to this user: ``NOPERM``, or a command a
+    script calls ("ACL failure in script: ... no permissions ...")."""
+    return isinstance(error, AuthorizationError) or (
+        isinstance(error, ResponseError) and "no permissions" in str(error)
+    )
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (or contexts), nearest first."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return chain
+
+
+def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
+    """Say what went wrong from the client's error ``exc`` (``asked``: what the server
+    was asked when it failed): what the server refused, or why it was not a Redis
+    server, or why it could not be reached."""
+    chain = _chain(exc)
+    timed_out = any(isinstance(link, TimeoutError) for link in chain)
+    if tls and timed_out and asked == "the connection":
+        return "did not complete the TLS handshake in time (does the server speak TLS?)"
+    if any(isinstance(link, ssl.SSLError) for link in chain):
+        return "failed the TLS handshake"
+    if timed_out and asked == "the subscription":
+        return (
+            "did not confirm the subscription to this process's channel (may the user "
+            "subscribe to channels, as ACL '&*' allows?)"
+        )
+    if isinstance(exc, AuthenticationError):
+        return "refused the credentials"
+    if _acl_refusal(exc):
+        return f"refused {asked} to this user (an ACL permission is missing)"
+    if isinstance(exc, RedisClusterError):
+        return f"refused {asked}: it is a Redis Cluster node, which the store does not support"
+    if isinstance(exc, ResponseError):
+        if "DB index" in str(exc):
+            return "refused the database number"
+        if isinstance(exc, UnknownCommandError) or "unknown command" in str(exc).lower():
+            return f"refused {asked} as unknown commands"
+        return f"refused {asked}"
+    if isinstance(exc, InvalidResponse | ProtocolError):
+        return "did not answer in the Redis protocol (is it a Redis server?)"
+    return "could not be reached"
