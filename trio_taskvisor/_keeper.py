@@ -383,7 +383,7 @@ class LeaseKeeper:
         self._error: tuple[str, Exception] | None = None
         self._backoff = 0.0  # the pause before the next reconnection attempt
         self._recovered_at = -math.inf
-        self._secrets = _secrets_of(store.url)
+        self._secrets = secrets_of(store.url)
 
     def __repr__(self) -> str:
         return f"<LeaseKeeper {self.instance_id} {self.store!r}>"
@@ -1011,7 +1011,7 @@ class LeaseKeeper:
             group = cast("BaseExceptionGroup[BaseException]", exc)
             errors, rest = group.split(Exception)
             if errors is not None:
-                self._record(asked, _first_leaf(errors))
+                self._record(asked, first_leaf(errors))
                 self._log_failure(what, errors)
             if rest is not None:
                 raise rest from None
@@ -1036,17 +1036,7 @@ class LeaseKeeper:
 
     def _describe(self, exc: BaseException) -> str:
         """``exc``'s text without credentials (a group: its leaves)."""
-        if isinstance(exc, BaseExceptionGroup):
-            leaves = cast("BaseExceptionGroup[BaseException]", exc).exceptions
-            text = "; ".join(self._describe(leaf) for leaf in leaves)
-        else:
-            text = _text(exc)
-            cause = exc.__cause__
-            if cause is not None and not isinstance(cause, BaseExceptionGroup):
-                text += f" ({_text(cause)})"  # coredis wraps the OS's error
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return describe(exc, self._secrets)
 
     # -- timers and messages ---------------------------------------------------------------------
 
@@ -1204,17 +1194,33 @@ class LeaseKeeper:
             self._reports.send_nowait(report)  # raises only once nobody reads reports
 
 
+def describe(exc: BaseException, secrets: Sequence[str]) -> str:
+    """``exc``'s text without ``secrets`` (a group: its leaves), with the error the client
+    wrapped (coredis wraps the OS's error)."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = cast("BaseExceptionGroup[BaseException]", exc).exceptions
+        text = "; ".join(describe(leaf, secrets) for leaf in leaves)
+    else:
+        text = _text(exc)
+        cause = exc.__cause__
+        if cause is not None and not isinstance(cause, BaseExceptionGroup):
+            text += f" ({_text(cause)})"
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
 def _text(exc: BaseException) -> str:
     """``"Type: message"``, or the type alone for an empty message."""
     message = str(exc)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
+def first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
     """The first exception of a group that is not itself a group."""
     first = group.exceptions[0]
     if isinstance(first, BaseExceptionGroup):
-        return _first_leaf(first)
+        return first_leaf(first)
     return first
 
 
@@ -1240,7 +1246,7 @@ def _asked(part: _Part) -> str:
             assert_never(part)
 
 
-def _secrets_of(url: str) -> tuple[str, ...]:
+def secrets_of(url: str) -> tuple[str, ...]:
     """The password of ``url``, raw and decoded, to scrub from any text we log."""
     try:
         password = urlsplit(url).password

@@ -4,7 +4,8 @@ It implements the lease keeper's seam (``_keeper.ServerClient`` and
 ``_keeper.Connection``) over one coredis client per connection, and classifies the
 client's errors (what the server refused, or why it could not be reached). The keeper's
 logic imports without the ``redis`` extra; the supervisor builds a ``RedisClient`` and
-hands it to the keeper.
+hands it to the keeper. ``read_namespace`` reads what a namespace holds for the
+``slots`` command, with plain read commands only.
 
 Decisions:
 
@@ -21,11 +22,13 @@ from __future__ import annotations
 import ssl
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import anyio.abc
+import attrs
 import coredis
+import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from coredis.connection import TCPConnection
 from coredis.exceptions import (
@@ -43,7 +46,9 @@ from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
 from ._config import RedisSlotStore
-from ._keeper import BYE, RUN_ID, Call, Connection
+from ._exceptions import SlotStoreUnavailableError
+from ._keeper import BYE, RUN_ID, Call, Connection, describe, first_leaf, secrets_of
+from ._slotstore import instance_of
 
 
 class _RedisConnection:
@@ -225,3 +230,114 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
     if isinstance(exc, InvalidResponse | ProtocolError):
         return "did not answer in the Redis protocol (is it a Redis server?)"
     return "could not be reached"
+
+
+# -- reading a namespace (the slots command) -------------------------------------------------
+
+_SCAN_COUNT = 1000
+
+Lease = tuple[str | None, str | None, str | None, int]
+"""A lease hash's ``entry``, ``token`` and ``stop``, and its time left (``PTTL``, ms)."""
+
+
+@attrs.frozen
+class Namespace:
+    """What a namespace holds at one moment, as the server has it (no interpretation)."""
+
+    leases: dict[str, Lease]
+    """Slot -> its lease (entry id, fence token, stop requester, ms left)."""
+    queues: dict[str, list[str]]
+    """Slot -> its cluster queue's entry ids, head first."""
+    heartbeats: dict[str, int]
+    """Instance -> ms left of its heartbeat (live instances only)."""
+
+
+async def read_namespace(store: RedisSlotStore) -> Namespace:
+    """Read the leases, queues and heartbeats of ``store``'s namespace (a checkpoint).
+
+    Plain read commands only (``SCAN``, then one ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL``
+    and ``LRANGE``): no script is loaded, nothing is written, no client name is set.
+    Bounded by ``store.connect_timeout``; raises ``SlotStoreUnavailableError`` naming the
+    cause (chained) when the server cannot be read.
+    """
+    error: Exception | None = None
+    bound = trio.move_on_after(store.connect_timeout)
+    try:
+        # Outside the bound: what is left of the client's errors once the bound took
+        # back its own cancellation (a group) is caught too.
+        with bound:
+            client: coredis.Redis[str] = coredis.Redis.from_url(
+                store.url,
+                decode_responses=True,
+                decode_components=True,
+                retry_policy=NoRetryPolicy(),
+                connect_timeout=_client_timeout(store),
+            )
+            async with client:
+                return await _read(client, store.key_prefix)
+    except Exception as exc:
+        error = (
+            first_leaf(cast("ExceptionGroup[Exception]", exc))
+            if isinstance(exc, ExceptionGroup)
+            else exc
+        )
+    url = store.safe_url
+    if bound.cancel_called or error is None:
+        # The client's error, if any, is its view of the bound's cancellation.
+        raise SlotStoreUnavailableError(
+            f"slot store {url} did not answer within {store.connect_timeout!r} s"
+        )
+    what = _refusal(error, "the read commands", tls=url.startswith("rediss:"))
+    raise SlotStoreUnavailableError(
+        f"slot store {url} {what}: {describe(error, secrets_of(store.url))}"
+    ) from error
+
+
+async def _scan(client: coredis.Redis[str], prefix: str) -> list[str]:
+    """Every key of the namespace (a key that exists for the whole scan is in it)."""
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+    keys: list[str] = []
+    cursor = 0
+    while True:
+        cursor, batch = await client.scan(cursor, match=pattern, count=_SCAN_COUNT)
+        keys.extend(batch)
+        if cursor == 0:
+            return keys
+
+
+async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
+    keys = await _scan(client, prefix)
+    lease_slots = sorted({k[len(prefix) + 6 :] for k in keys if k.startswith(prefix + "lease:")})
+    queue_slots = sorted({k[len(prefix) + 2 :] for k in keys if k.startswith(prefix + "q:")})
+    instances = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "hb:")})
+    replies: list[Any] = []
+    if keys:
+        # One transaction: the leases, queues and heartbeats of the same moment.
+        async with client.pipeline(transaction=True) as pipe:
+            for slot in lease_slots:
+                pipe.hmget(f"{prefix}lease:{slot}", ["entry", "token", "stop"])
+                pipe.pttl(f"{prefix}lease:{slot}")
+            for slot in queue_slots:
+                pipe.lrange(f"{prefix}q:{slot}", 0, -1)
+            for instance in instances:
+                pipe.pttl(f"{prefix}hb:{instance}")
+        replies = list(pipe.results or ())
+    at = iter(replies)
+    leases: dict[str, Lease] = {}
+    for slot in lease_slots:
+        entry, token, stop = next(at)
+        leases[slot] = (entry, token, stop, int(next(at)))
+    queues = {slot: [str(e) for e in next(at)] for slot in queue_slots}
+    heartbeats = {i: pttl for i in instances if (pttl := int(next(at))) != -2}
+    named = {instance_of(e) for q in queues.values() for e in q}
+    named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
+    # Instances that started after the scan: their heartbeat, read now.
+    unknown = sorted(named - set(instances))
+    if unknown:
+        async with client.pipeline(transaction=False) as pipe:
+            for instance in unknown:
+                pipe.pttl(f"{prefix}hb:{instance}")
+        for instance, pttl in zip(unknown, pipe.results or (), strict=True):
+            if int(pttl) != -2:
+                heartbeats[instance] = int(pttl)
+    return Namespace(leases, queues, heartbeats)

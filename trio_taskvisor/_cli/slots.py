@@ -40,26 +40,23 @@ import json
 import os
 import re
 import shutil
-import ssl
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
 from .. import ConfigError, SlotStoreUnavailableError
+from .._slotstore import instance_of
 
 if TYPE_CHECKING:
-    import coredis
     from rich.console import RenderableType
 
     from ..redis import RedisSlotStore
 
 REFRESH: Final = 0.5  # seconds between two reads of --watch
-SCAN_COUNT: Final = 1000
 REDIS_EXTRA: Final = "the slots command needs the redis extra: pip install 'trio_taskvisor[redis]'"
 
 # -- the snapshot -------------------------------------------------------------------------------
@@ -150,11 +147,6 @@ def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
 
 
 _DIGITS: Final = re.compile(r"(\d+)")
-
-
-def instance_of(entry: str) -> str:
-    """The instance id of an entry id (an instance id may contain ``/``; a task id not)."""
-    return entry.rpartition("/")[0]
 
 
 def assemble(
@@ -493,173 +485,16 @@ def _second(item: tuple[str, int]) -> int:
 # -- reading -------------------------------------------------------------------------------------
 
 
-def _client(store: RedisSlotStore) -> coredis.Redis[str]:
-    """A coredis client of ``store``'s URL, as the lease keeper builds one (no retries:
-    an error is reported, not hidden; connecting bounded by half ``connect_timeout``)."""
-    import coredis
-    from coredis.retry import NoRetryPolicy
-
-    client: coredis.Redis[str] = coredis.Redis.from_url(
-        store.url,
-        decode_responses=True,
-        decode_components=True,
-        retry_policy=NoRetryPolicy(),
-        connect_timeout=store.connect_timeout / 2,
-    )
-    return client
-
-
-async def _scan(client: coredis.Redis[str], prefix: str) -> list[str]:
-    """Every key of the namespace (a key that exists for the whole scan is in it)."""
-    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
-    keys: list[str] = []
-    cursor = 0
-    while True:
-        cursor, batch = await client.scan(cursor, match=pattern, count=SCAN_COUNT)
-        keys.extend(batch)
-        if cursor == 0:
-            return keys
-
-
-async def _read(client: coredis.Redis[str], prefix: str) -> ClusterView:
-    keys = await _scan(client, prefix)
-    lease_slots = sorted({k[len(prefix) + 6 :] for k in keys if k.startswith(prefix + "lease:")})
-    queue_slots = sorted({k[len(prefix) + 2 :] for k in keys if k.startswith(prefix + "q:")})
-    instances = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "hb:")})
-    replies: list[Any] = []
-    if keys:
-        # One transaction: the leases, queues and heartbeats of the same moment.
-        async with client.pipeline(transaction=True) as pipe:
-            for slot in lease_slots:
-                pipe.hmget(f"{prefix}lease:{slot}", ["entry", "token", "stop"])
-                pipe.pttl(f"{prefix}lease:{slot}")
-            for slot in queue_slots:
-                pipe.lrange(f"{prefix}q:{slot}", 0, -1)
-            for instance in instances:
-                pipe.pttl(f"{prefix}hb:{instance}")
-        replies = list(pipe.results or ())
-    at = iter(replies)
-    leases: dict[str, tuple[str | None, str | None, str | None, int]] = {}
-    for slot in lease_slots:
-        entry, token, stop = next(at)
-        leases[slot] = (entry, token, stop, int(next(at)))
-    queues = {slot: [str(e) for e in next(at)] for slot in queue_slots}
-    heartbeats = {i: pttl for i in instances if (pttl := int(next(at))) != -2}
-    named = {instance_of(e) for q in queues.values() for e in q}
-    named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
-    # Instances that started after the scan: their heartbeat, read now.
-    unknown = sorted(named - set(instances))
-    if unknown:
-        async with client.pipeline(transaction=False) as pipe:
-            for instance in unknown:
-                pipe.pttl(f"{prefix}hb:{instance}")
-        for instance, pttl in zip(unknown, pipe.results or (), strict=True):
-            if int(pttl) != -2:
-                heartbeats[instance] = int(pttl)
-    return assemble(leases, queues, heartbeats)
-
-
 async def read_cluster(store: RedisSlotStore) -> ClusterView:
     """Read what ``store``'s namespace holds, writing nothing (a checkpoint).
 
     Bounded by ``store.connect_timeout``; raises ``SlotStoreUnavailableError`` naming
-    the cause when the server cannot be read.
+    the cause when the server cannot be read (``_redis_client.read_namespace``).
     """
-    error: Exception | None = None
-    bound = trio.move_on_after(store.connect_timeout)
-    try:
-        # Outside the bound: what is left of the client's errors once the bound took
-        # back its own cancellation (a group) is caught too.
-        with bound:
-            async with _client(store) as client:
-                return await _read(client, store.key_prefix)
-    except Exception as exc:
-        error = _first_leaf(exc)
-    if bound.cancel_called:
-        error = None  # the client's error, if any, is its view of the bound's cancellation
-    url = store.safe_url
-    if error is None:
-        raise SlotStoreUnavailableError(
-            f"slot store {url} did not answer within {store.connect_timeout!r} s"
-        )
-    what = _refusal(error, tls=url.startswith("rediss:"))
-    raise SlotStoreUnavailableError(
-        f"slot store {url} {what}: {_describe(error, _secrets_of(store.url))}"
-    ) from error
+    from .._redis_client import read_namespace  # imports coredis: the redis extra
 
-
-# The cause of a failed read, named as the lease keeper names it (copied: the keeper's
-# helpers are its own).
-
-
-def _first_leaf(exc: Exception) -> Exception:
-    """The first exception of a group that is not itself a group (or ``exc``)."""
-    while isinstance(exc, ExceptionGroup):
-        exc = cast("ExceptionGroup[Exception]", exc).exceptions[0]
-    return exc
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    chain: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in chain:
-        chain.append(link)
-        link = link.__cause__ or link.__context__
-    return chain
-
-
-def _refusal(exc: Exception, *, tls: bool) -> str:
-    """What went wrong, from the client's error: what the server refused, why it was
-    not a Redis server, or why it could not be reached."""
-    from coredis.exceptions import (
-        AuthenticationError,
-        AuthorizationError,
-        InvalidResponse,
-        ProtocolError,
-        ResponseError,
-    )
-
-    chain = _chain(exc)
-    if tls and any(isinstance(link, TimeoutError) for link in chain):
-        return "did not complete the TLS handshake in time (does the server speak TLS?)"
-    if any(isinstance(link, ssl.SSLError) for link in chain):
-        return "failed the TLS handshake"
-    if isinstance(exc, AuthenticationError):
-        return "refused the credentials"
-    if isinstance(exc, AuthorizationError):
-        return "refused the read commands to this user (an ACL permission is missing)"
-    if isinstance(exc, ResponseError):
-        if "DB index" in str(exc):
-            return "refused the database number"
-        return "refused the read commands"
-    if isinstance(exc, InvalidResponse | ProtocolError):
-        return "did not answer in the Redis protocol (is it a Redis server?)"
-    return "could not be reached"
-
-
-def _text(exc: BaseException) -> str:
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-def _describe(exc: BaseException, secrets: Iterable[str]) -> str:
-    """``exc``'s text on one line, without credentials."""
-    text = _text(exc)
-    cause = exc.__cause__
-    if cause is not None and not isinstance(cause, BaseExceptionGroup):
-        text += f" ({_text(cause)})"  # coredis wraps the OS's error
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return " ".join(text.split())
-
-
-def _secrets_of(url: str) -> tuple[str, ...]:
-    """The password of ``url``, raw and decoded, to scrub from any text shown."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return ()
-    return tuple({password, unquote(password)}) if password else ()
+    namespace = await read_namespace(store)
+    return assemble(namespace.leases, namespace.queues, namespace.heartbeats)
 
 
 # -- showing ---------------------------------------------------------------------------------------
