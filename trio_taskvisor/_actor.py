@@ -146,7 +146,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                     result: object = None
                     try:
                         assert rec.fn is not None
-                        if rec._readiness is None:  # pyright: ignore[reportPrivateUsage]
+                        if rec.readiness is None:
                             result = rec.fn(*rec.args)
                         else:
                             result = _call_with_status(rec)
@@ -299,7 +299,7 @@ def _begin_attempt(rec: TaskRecord, host: ActorHost) -> float | None:
 def _call_with_status(rec: TaskRecord) -> Awaitable[Any]:
     """Call the function of ``start``-ed work, with this attempt's ``task_status``."""
     assert rec.fn is not None
-    readiness = rec._readiness  # pyright: ignore[reportPrivateUsage]
+    readiness = rec.readiness
     assert readiness is not None
     return rec.fn(*rec.args, task_status=readiness.status())
 

@@ -770,13 +770,7 @@ class Controller:
         match effect:
             case Submitted(entry, reason, placement):
                 if placement is not None:
-                    # Set once (TaskWaiter._place, inlined on this hot path).
-                    rec = entry.payload
-                    current = rec._placement  # pyright: ignore[reportPrivateUsage]
-                    if current is None:
-                        rec._placement = placement  # pyright: ignore[reportPrivateUsage]
-                    elif type(current) is trio.Event:
-                        rec._place(placement)  # pyright: ignore[reportPrivateUsage]  # wakes waiters
+                    entry.payload.place(placement)
                 if bus.active:
                     rec = entry.payload
                     bus.publish(
@@ -802,7 +796,7 @@ class Controller:
                 entry.payload.release()
             case Join(entry, target):
                 # Not released: the wait guard follows its entry to the followed work.
-                entry.payload._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
+                entry.payload.follow(target.payload)
             case Detach(entry, kind):
                 self._rejected(entry, kind)  # a joiner: out of custody since it joined
             case RemoveRequested(entry):
@@ -880,7 +874,7 @@ class Controller:
             case FollowedOutcome(joiner, outcome):
                 follower = cluster.followed_ended(joiner)
                 if follower is not None:
-                    follower.payload._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+                    follower.payload.resolve(outcome)
             case StoreUnavailable():
                 if bus.active:
                     bus.publish(EventKind.CONTROLLER_STORE_UNAVAILABLE)
@@ -900,7 +894,7 @@ class Controller:
             case Withdraw(entry, kind):
                 keeper.withdraw(entry.key, entry.id, kind)
             case Release(entry):
-                outcome = entry.payload._outcome  # pyright: ignore[reportPrivateUsage]
+                outcome = entry.payload.final_outcome()
                 if outcome is None:  # refused by the registry before its decision was final
                     outcome = rejected_outcome(RejectionKind.SHUTTING_DOWN)
                 keeper.release(entry.key, entry.id, outcome)
@@ -926,8 +920,8 @@ class Controller:
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload
         outcome = rejected_outcome(kind)
-        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not once placed
-        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        rec.place(Placement.REJECTED)  # not once placed
+        rec.resolve(outcome)
         if self._bus.active:
             self._bus.publish(
                 EventKind.CONTROLLER_REJECTED,

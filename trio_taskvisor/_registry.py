@@ -82,7 +82,7 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 import attrs
 import trio
@@ -107,11 +107,9 @@ from ._outcome import (
 )
 from ._pools import PoolTable, Request
 from ._record import TaskRecord, TaskState
-from ._waiter import TaskWaiter
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
-_OWNER: Final = Placement.OWNER
 
 
 @attrs.frozen
@@ -394,7 +392,7 @@ class Registry:
         self.log_failures = log_failures
         # Failed outcomes committed, kept only when the pytest plugin asks (its check).
         # The pytest plugin's check: failed records, with the joiners that followed each.
-        self.failures: list[tuple[TaskRecord, list[TaskWaiter[Any]]]] | None = None
+        self.failures: list[tuple[TaskRecord, list[TaskRecord]]] | None = None
         self._grace = config.grace
         self._limit = config.max_registered_tasks
         self._max_concurrent = config.max_concurrent
@@ -697,8 +695,8 @@ class Registry:
                 outcome=outcome.kind,
                 rejection=rejection,
             )
-        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not controller work's OWNER
-        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        rec.place(Placement.REJECTED)  # not controller work's OWNER: placed once
+        rec.resolve(outcome)
         if rec.listener is None:
             rec.release()  # controller work: its listener releases it after the decision
 
@@ -766,11 +764,7 @@ class Registry:
 
     def _register(self, rec: TaskRecord) -> None:
         self._busy()
-        current = rec._placement  # pyright: ignore[reportPrivateUsage]
-        if current is None:
-            rec._placement = _OWNER  # pyright: ignore[reportPrivateUsage]  # _place, inlined
-        elif type(current) is trio.Event:
-            rec._place(_OWNER)  # pyright: ignore[reportPrivateUsage]  # wakes wait_placed()
+        rec.place(Placement.OWNER)
         self._live[rec.id] = rec
         if rec.reserved:
             self._names[rec.name] = rec
@@ -979,7 +973,7 @@ class Registry:
         failed = outcome.error is not None or outcome is PANICKED  # FAILED, FATAL, PANICKED
         if failed:
             self._failed(rec, outcome)
-        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        rec.resolve(outcome)
         if failed and rec.policy.critical and self._on_critical is not None:
             self._on_critical(rec, outcome)
         if self.shutting_down and not self.registered:
@@ -988,8 +982,7 @@ class Registry:
     def _failed(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """A FAILED, FATAL or PANICKED outcome: log it, keep it for the plugin's check."""
         if self.failures is not None:
-            followers = rec._followers  # pyright: ignore[reportPrivateUsage]
-            self.failures.append((rec, [] if followers is None else list(followers)))
+            self.failures.append((rec, rec.joiners()))
         if self.log_failures:
             logger.error(
                 "task %r (%s) ended %s: %s",
