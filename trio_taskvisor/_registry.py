@@ -10,9 +10,10 @@ callers use these methods:
 
 * ``add`` (the facade) and ``admit`` (the controller) run the loop's own admission core
   (``_admit_one``) in the caller's task when the inbox is idle (nothing queued, the loop
-  parked in ``get()``): nothing is ordered before the call then, and code between two
-  checkpoints is as atomic there as in the loop. ``add`` passes its checkpoint first, so
-  a caller cancelled there leaves no trace and an added task is registered on return.
+  parked in its wait): nothing is ordered before the call then, and code between two
+  checkpoints is as atomic there as in the loop. ``add`` follows trio's idiom: a caller
+  already cancelled leaves no trace, the decision is made in its task, then a shielded
+  checkpoint, so an added task is registered on return.
   Otherwise the command is queued behind the others: ``add`` waits for room and for the
   decision; a controller's admission is never refused, and its decision reaches
   ``rec.listener.admission_decided`` (handed to the controller's own loop).
@@ -143,13 +144,7 @@ class _Shutdown(NamedTuple):
     deadline: float
 
 
-class _Wake(NamedTuple):
-    """A no-op: makes the loop look at its force deadlines again."""
-
-
-_WAKE: Final = _Wake()
-
-_Command = _Add | _Stop | _Shutdown | _Wake
+_Command = _Add | _Stop | _Shutdown
 
 
 _BLOCK: Final = "a limited block"  # the payload of a block's request
@@ -397,12 +392,15 @@ class Registry:
         self._limit = config.max_registered_tasks
         self._max_concurrent = config.max_concurrent
         self._on_crash = on_crash
+        # Its loop waits for the next command only until the earliest force deadline (or
+        # rate pool wake-up); one set from another task (the controller's REPLACE, a
+        # caller's stop, a rate pool's new waiter) brings that wait forward (wake_at).
+        self._inbox: Inbox[_Command] = Inbox(config.command_capacity)
         self._units = (
             None
             if config.max_concurrent is None
-            else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._wake_at)
+            else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._inbox.wake_at)
         )
-        self._inbox: Inbox[_Command] = Inbox(config.command_capacity)
         self._intake_closed = False
         self._live: dict[TaskId, TaskRecord] = {}
         self._names: dict[str, TaskRecord] = {}
@@ -415,10 +413,6 @@ class Registry:
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
-        # The loop's wait for the next command; a stop requested from another task
-        # (the controller's REPLACE) brings its deadline forward, so the force is on time.
-        self._wait_scope: trio.CancelScope | None = None
-        self._parked = False  # waiting for a command with no deadline pending
         self.running_attempts = 0
         self.shutting_down = False
         self._shutdown_deadline = math.inf
@@ -518,15 +512,20 @@ class Registry:
         self._queued(command)
 
     async def add(self, rec: TaskRecord) -> None:
-        """Admit ``rec``: a checkpoint first, then the decision; raise a rejection."""
+        """Admit ``rec``, or raise its rejection; a checkpoint.
+
+        Cancelled before the decision, nothing is admitted; once decided, the admission
+        stands and a cancellation reaches the caller at its next checkpoint.
+        """
         if self._inbox.idle():
-            await trio.lowlevel.checkpoint()
-            self.check_intake()  # the shutdown may have begun meanwhile
-            if self._inbox.idle():  # still nothing queued before it: decide here
-                error = self._admit_one(rec)
-                if error is not None:
-                    raise error
-                return
+            # Nothing queued before it: decide here, in the caller's task, then a
+            # checkpoint that cannot undo the decision (as trio's channel send does).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            error = self._admit_one(rec)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            if error is not None:
+                raise error
+            return
         reply: Reply[BaseException | None] = Reply()
         error = await self._ask(_Add((rec,), reply, False), reply)
         if error is not None:
@@ -617,47 +616,22 @@ class Registry:
                 self._nursery = nursery
                 task_status.started()
                 with self._loop_scope:
-                    await self._serve()
+                    await self._inbox.serve(self._handle, self._due)
         finally:
             # Later callers get SupervisorClosedError; what is still queued gets the
             # shutdown's replies.
             self._inbox.close()
-            while True:
-                try:
-                    command = self._inbox.get_nowait()
-                except trio.WouldBlock:
-                    break
-                self._handle(command)
+            self._inbox.drain(self._handle)
             self.exited.set()
 
-    async def _serve(self) -> None:
-        get = self._inbox.get
-        get_nowait = self._inbox.get_nowait
-        handle = self._handle
+    def _due(self) -> float:
+        """Force what is due, start what rate pools allow; the next deadline (``inf``: none)."""
         heap = self._heap
-        while True:
-            if heap or self._overstaying:
-                self._force_due()
-            units = self._units  # made on the first use of a limit
-            pools_wake = math.inf if units is None else units.poll()
-            if heap or self._overstaying or pools_wake != math.inf:
-                wake = min(heap[0][0] if heap else math.inf, self._overstay_deadline, pools_wake)
-                with trio.move_on_at(wake) as self._wait_scope:
-                    handle(await get())
-                self._wait_scope = None
-            else:
-                # No deadline pending, so no scope; a stop requested meanwhile from
-                # another task wakes this wait with a no-op command instead.
-                self._parked = True
-                handle(await get())
-                self._parked = False
-            # Commands already queued are handled without a scheduler pass each.
-            while True:
-                try:
-                    command = get_nowait()
-                except trio.WouldBlock:
-                    break
-                handle(command)
+        if heap or self._overstaying:
+            self._force_due()
+        units = self._units  # made on the first use of a limit
+        pools_wake = math.inf if units is None else units.poll()
+        return min(heap[0][0] if heap else math.inf, self._overstay_deadline, pools_wake)
 
     def _handle(self, command: _Command) -> None:
         match command:
@@ -678,8 +652,6 @@ class Registry:
                 reply.set(self._stop_now(target))
             case _Shutdown(deadline):
                 self._begin_shutdown(deadline)
-            case _Wake():
-                pass
 
     # -- admission ----------------------------------------------------------------------
 
@@ -782,7 +754,9 @@ class Registry:
         """The units' driver, made on first use when there is no ``max_concurrent``."""
         units = self._units
         if units is None:
-            units = self._units = _Units(None, self.bus, self._spawn_with_permit, self._wake_at)
+            units = self._units = _Units(
+                None, self.bus, self._spawn_with_permit, self._inbox.wake_at
+            )
         return units
 
     def _spawn(self, rec: TaskRecord) -> None:
@@ -898,20 +872,7 @@ class Registry:
             self._force(rec)
         elif not math.isinf(deadline):
             heapq.heappush(self._heap, (deadline, int(rec.id), rec))
-            self._wake_at(deadline)
-
-    def _wake_at(self, deadline: float) -> None:
-        """Have the loop look at its deadlines by ``deadline``.
-
-        Called from another task (the controller's REPLACE, a caller's stop, a rate
-        pool's new waiter) while the loop waits: bring its wake-up forward.
-        """
-        scope = self._wait_scope
-        if scope is not None and deadline < scope.deadline:
-            scope.deadline = deadline
-        elif self._parked:
-            self._parked = False
-            self._inbox.put_nowait(_WAKE, force=True)
+            self._inbox.wake_at(deadline)
 
     def _force_due(self) -> None:
         heap = self._heap
