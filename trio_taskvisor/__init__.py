@@ -115,7 +115,20 @@ __all__ = [
     "run",
 ]
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    # From the installed distribution's metadata, so the version is written in one place
+    # (pyproject.toml); a source tree that was never installed has none to report.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trio_taskvisor")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _installed_version()
+del _installed_version
 
 
 def _fixup_module_metadata() -> None:

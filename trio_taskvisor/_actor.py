@@ -60,6 +60,7 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import random
@@ -142,7 +143,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                         # be committed already; a body must never start after that.
                         break
                     started = _begin_attempt(rec, host)
-                    status: str = _UNCALLABLE  # until fn(*args) returns
+                    status = _Status.UNCALLABLE  # until fn(*args) returns
                     result: object = None
                     try:
                         assert rec.fn is not None
@@ -150,9 +151,9 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                             result = rec.fn(*rec.args)
                         else:
                             result = _call_with_status(rec)
-                        status = _OK
+                        status = _Status.OK
                         if type(result) is not _COROUTINE and not hasattr(result, "__await__"):
-                            status, result = _FATAL, _not_awaitable(rec, result)
+                            status, result = _Status.FATAL, _not_awaitable(rec, result)
                         elif rec.policy.timeout is None:
                             result = await result
                         else:
@@ -163,17 +164,26 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                             # Cancelled at the deadline, or returned after it having
                             # swallowed the cancellation: timed out either way.
                             if trio.current_time() >= rec.hard_deadline:
-                                status, result = _TIMED_OUT, _timed_out(rec)
+                                status, result = _Status.TIMED_OUT, _timed_out(rec)
                     except TaskCancelled as exc:
-                        status, result = _CANCELLED if status is _OK else _UNCALLABLE, exc
+                        status, result = (
+                            _Status.CANCELLED if status is _Status.OK else _Status.UNCALLABLE,
+                            exc,
+                        )
                     except FatalError as exc:
-                        status, result = _FATAL if status is _OK else _UNCALLABLE, exc
+                        status, result = (
+                            _Status.FATAL if status is _Status.OK else _Status.UNCALLABLE,
+                            exc,
+                        )
                     except Exception as exc:
-                        status, result = _FAILED if status is _OK else _UNCALLABLE, exc
+                        status, result = (
+                            _Status.FAILED if status is _Status.OK else _Status.UNCALLABLE,
+                            exc,
+                        )
                     except BaseException as exc:
-                        status, result = _FAILED, _failure_in(rec, host, exc, started)
+                        status, result = _Status.FAILED, _failure_in(rec, host, exc, started)
                     _end_attempt(
-                        rec, host, _END_EVENTS[status], started, None if status is _OK else result
+                        rec, host, status.event, started, None if status is _Status.OK else result
                     )
                 finally:
                     if permit:
@@ -184,7 +194,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                     # CANCELLED (or the force's outcome): no retry, no repeat. (mypy
                     # keeps the narrowing of the check above across the awaits.)
                     break  # type: ignore[unreachable]
-                if status is _OK:
+                if status is _Status.OK:
                     retries = 0
                     if not rec.policy.repeats:
                         outcome = (
@@ -344,32 +354,31 @@ def _timed_out(rec: TaskRecord) -> TimeoutError:
     return TimeoutError(f"attempt timed out after {rec.policy.timeout!r} s")
 
 
-_OK = "ok"
-_FAILED = "failed"
-_TIMED_OUT = "timed out"
-_FATAL = "fatal"
-_CANCELLED = "cancelled"
-_UNCALLABLE = "uncallable"  # calling fn(*args) raised: no awaitable exists, nothing to retry
-_END_EVENTS = {
-    _UNCALLABLE: EventKind.ATTEMPT_FAILED,
-    _OK: EventKind.ATTEMPT_SUCCEEDED,
-    _FAILED: EventKind.ATTEMPT_FAILED,
-    _TIMED_OUT: EventKind.ATTEMPT_TIMED_OUT,
-    _FATAL: EventKind.ATTEMPT_FAILED,
-    _CANCELLED: EventKind.ATTEMPT_CANCELLED,
-}
+class _Status(enum.Enum):
+    """How an attempt's call of its function ended, with the event that ends the attempt."""
+
+    OK = ("ok", EventKind.ATTEMPT_SUCCEEDED)
+    FAILED = ("failed", EventKind.ATTEMPT_FAILED)
+    TIMED_OUT = ("timed out", EventKind.ATTEMPT_TIMED_OUT)
+    FATAL = ("fatal", EventKind.ATTEMPT_FAILED)
+    CANCELLED = ("cancelled", EventKind.ATTEMPT_CANCELLED)
+    # Calling fn(*args) raised: no awaitable exists, nothing to retry.
+    UNCALLABLE = ("uncallable", EventKind.ATTEMPT_FAILED)
+
+    def __init__(self, _label: str, event: EventKind) -> None:
+        self.event = event
 
 
 def _final_outcome(
-    rec: TaskRecord, status: str, error: BaseException, retries: int
+    rec: TaskRecord, status: _Status, error: BaseException, retries: int
 ) -> TaskOutcome[Any] | None:
     """The outcome an unsuccessful attempt ends the task with, or ``None`` to retry."""
-    if status is _CANCELLED:
+    if status is _Status.CANCELLED:
         return CANCELLED
     policy = rec.policy
-    if status is _FATAL:
+    if status is _Status.FATAL:
         kind, prefix = OutcomeKind.FATAL, ""
-    elif status is _UNCALLABLE:
+    elif status is _Status.UNCALLABLE:
         return _uncallable(rec, error)
     elif not policy.restart.restarts_on_failure:
         kind, prefix = OutcomeKind.FAILED, ""
@@ -412,19 +421,19 @@ def _ended(kind: OutcomeKind, error: BaseException, reason: str) -> TaskOutcome[
 def _streak_failure(
     rec: TaskRecord,
     host: ActorHost,
-    status: str,
+    status: _Status,
     error: BaseException,
     retries: int,
     started: float | None,
 ) -> tuple[TaskOutcome[Any] | None, float | None, int]:
     """An unsuccessful attempt of a task with streak rules: (the outcome it ends the
     task with, or ``None`` and when to retry), and the streak's retry count from now."""
-    if status is _CANCELLED:
+    if status is _Status.CANCELLED:
         return CANCELLED, None, retries
     policy = rec.policy
-    if status is _FATAL:
+    if status is _Status.FATAL:
         return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
-    if status is _UNCALLABLE:
+    if status is _Status.UNCALLABLE:
         return _uncallable(rec, error), None, retries
     if not policy.restart.restarts_on_failure:
         return _ended(OutcomeKind.FAILED, error, str(error)), None, retries
