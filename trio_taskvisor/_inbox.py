@@ -182,6 +182,9 @@ class Inbox(Generic[T]):
                         if item is not _WAKE:
                             handle(item)
                     self._wait_scope = None
+                # Keep no handled item alive while waiting for the next one: an add_batch
+                # command holds every record of the batch (idle task memory, row 7).
+                item = None
                 self.drain(handle)
         finally:
             self._parked = False
