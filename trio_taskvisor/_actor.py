@@ -85,7 +85,8 @@ from ._record import TaskRecord, TaskState, current_task_context
 from ._spec import qualname
 
 _MIN_RESTART_GAP = 0.001
-_COROUTINE: type[object] = types.CoroutineType  # what async functions return, checked first
+# What async functions return, checked before the generic awaitable (row 1a: every attempt).
+_COROUTINE: type[object] = types.CoroutineType
 logger = logging.getLogger("trio_taskvisor")
 
 

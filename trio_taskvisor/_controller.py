@@ -319,7 +319,7 @@ class Controller:
         # Nothing in the controller's custody (in the inbox, queued or held: owners are
         # the registry's, joiners follow other work): what wait_idle() waits for.
         # Derived from that state and set only when it changes, so work that passes
-        # straight through (an idle slot) never touches it.
+        # straight through (an idle slot) never touches it (benchmark row 4a).
         self.idle = AsyncBool(True)
         self._idle = True
         # wait_slot_idle: one event per slot waited for, set when the slot is idle.

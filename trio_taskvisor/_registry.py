@@ -204,7 +204,7 @@ class _Units:
         """Wait for a later attempt's units (the actor's task, after its backoff)."""
         # The backoff sleep before it was the checkpoint.
         # PoolTable.take_permit, inlined on the path of every later attempt (1% of an
-        # attempt: benchmark row "restarts"); first() calls it.
+        # attempt: benchmark row 3, restarts); first() calls it.
         table = self.table
         permit = table.permit
         if (
@@ -284,7 +284,7 @@ class _Units:
         table = self.table
         request = self._held.pop(rec, None)
         if request is None:
-            # PoolTable.release_permit, inlined as take_permit is in acquire().
+            # PoolTable.release_permit, inlined as take_permit is in acquire() (row 3).
             permit = table.permit
             assert permit is not None
             permit.held -= 1
@@ -407,7 +407,8 @@ class Registry:
         self.registered = 0  # live records whose outcome is not committed
         self._pending = 0  # records in queued add commands
         # No pending add and no live record: what wait_idle() waits for; set only when
-        # that changes (``_idle`` is its value, read without trio-util's property).
+        # that changes (``_idle`` is its value, read without trio-util's property: rows
+        # 1a and 1b, where every task would otherwise set it twice).
         self.idle = AsyncBool(True)
         self._idle = True
         self._heap: list[tuple[float, int, TaskRecord]] = []
@@ -778,7 +779,8 @@ class Registry:
         context.run(self._start_soon, rec, permit)
         restart = rec.policy.restart
         if not (restart.restarts_on_failure or restart.restarts_on_success):
-            rec.context = None  # one attempt only: the actor's own copy is all it needs
+            # One attempt only: the actor's own copy is all it needs (row 7, idle memory).
+            rec.context = None
 
     def _start_soon(self, rec: TaskRecord, permit: bool | None) -> None:
         assert self._nursery is not None

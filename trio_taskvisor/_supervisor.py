@@ -488,7 +488,7 @@ class Supervisor:
             raise TypeError(f"slot must be a str, got {slot!r}")
         spec = TaskSpec.once(None, fn, *args, **task_opts)
         request: ControllerSpec[T]
-        if policy is AdmissionPolicy.QUEUE:  # through the constructors' fast path
+        if policy is AdmissionPolicy.QUEUE:  # the constructors' fast path (row 5)
             request = ControllerSpec.queue(spec, slot=slot, wait=True, queue_timeout=queue_timeout)
         elif policy is AdmissionPolicy.REPLACE:
             request = ControllerSpec.replace(

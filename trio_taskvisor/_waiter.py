@@ -49,7 +49,7 @@ class WaitGuard(Protocol):
     attempt_context: contextvars.ContextVar[Any]
     """Set (to its record) inside every attempt: ``caller()`` is ``None`` while unset.
     ``wait()`` reads it before calling ``caller()``: most waits are made outside attempts,
-    and this spares them a call."""
+    and this spares them a call (benchmark row 1a awaits every waiter)."""
 
     def caller(self) -> object | None:
         """The attempt making the current call if its waits are checked, else ``None``."""
