@@ -30,6 +30,8 @@ from ._outcome import Placement, TaskId, TaskOutcome
 from ._waiter import Readiness, TaskWaiter, WaitGuard
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from trio_util import AsyncBool
 
     from ._spec import ResolvedSpec, TaskFn
@@ -216,10 +218,15 @@ class TaskRecord(TaskWaiter[Any]):
         """The records following this one (JOINs) while its outcome is pending."""
         return [] if self._followers is None else list(self._followers)
 
-    @property
-    def readiness(self) -> Readiness | None:
-        """The readiness handshake of work started with ``start``; ``None`` otherwise."""
-        return self._readiness
+    def call(self) -> Awaitable[Any]:
+        """Call the function for one attempt: ``fn(*args)``, and for work started with
+        ``start`` a fresh ``task_status`` (the actor's task)."""
+        fn = self.fn
+        assert fn is not None
+        readiness = self._readiness
+        if readiness is None:
+            return fn(*self.args)
+        return fn(*self.args, task_status=readiness.status())
 
     def expect_readiness(self) -> Readiness:
         """Give work started with ``start`` its readiness handshake (before admission)."""

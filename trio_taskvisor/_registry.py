@@ -111,6 +111,9 @@ from ._record import TaskRecord, TaskState
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
+# A module global: an Enum class's attribute lookup is not specialised by the interpreter
+# (its metaclass has a __getattr__), and every registered task is placed (row 1a).
+_OWNER: Final = Placement.OWNER
 
 
 @attrs.frozen
@@ -736,8 +739,10 @@ class Registry:
         return None
 
     def _register(self, rec: TaskRecord) -> None:
-        self._busy()
-        rec.place(Placement.OWNER)
+        if self._idle:  # _busy(), inlined: every registered task passes here (row 1a)
+            self._idle = False
+            self.idle.value = False
+        rec.place(_OWNER)
         self._live[rec.id] = rec
         if rec.reserved:
             self._names[rec.name] = rec
