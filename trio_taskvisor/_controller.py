@@ -366,8 +366,15 @@ class Controller:
             await trio.lowlevel.checkpoint_if_cancelled()
             if entry.timeout is not None:
                 entry.deadline = trio.current_time() + entry.timeout
-            self._take_in(entry)
+            # An owner admitted now starts after the checkpoint: submit returns first.
+            registry = self._registry
+            held = registry.hold_spawns()
+            try:
+                self._take_in(entry)
+            finally:
+                registry.stop_holding()
             await trio.lowlevel.cancel_shielded_checkpoint()
+            registry.spawn_held(held)
             return
         self._in_inbox[entry.id] = entry  # counted from here: the loop may take it in the put
         self._sync_idle()
