@@ -14,7 +14,7 @@ callers use these methods:
   checkpoints is as atomic there as in the loop. ``add`` follows trio's idiom: a caller
   already cancelled leaves no trace, the decision is made in its task, then a shielded
   checkpoint, so an added task is registered on return; its actor is spawned only after
-  that checkpoint (``hold_spawns``), so ``add`` returns before the body starts.
+  that checkpoint, so ``add`` returns before the body starts.
   Otherwise the command is queued behind the others: ``add`` waits for room and for the
   decision; a controller's admission is never refused, and its decision reaches
   ``rec.listener.admission_decided`` (handed to the controller's own loop).
@@ -418,8 +418,8 @@ class Registry:
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
-        # While a caller decides directly (``add``, ``submit``): the actors its decision
-        # admits, spawned only once it has passed its checkpoint (hold_spawns).
+        # While ``add`` decides directly: the actors its decision admits, spawned once
+        # it has passed its checkpoint.
         self._held: list[tuple[TaskRecord, bool | None]] | None = None
         self.running_attempts = 0
         self.shutting_down = False
@@ -529,13 +529,18 @@ class Registry:
             # Nothing queued before it: decide here, in the caller's task, then a
             # checkpoint that cannot undo the decision (as trio's channel send does).
             await trio.lowlevel.checkpoint_if_cancelled()
-            held = self.hold_spawns()
+            # The actor starts only after the checkpoint, so add returns before the body
+            # starts, as when the loop decides; until then the record is registered
+            # with no actor, as one waiting for a permit is.
+            held: list[tuple[TaskRecord, bool | None]] = []
+            self._held = held
             try:
                 error = self._admit_one(rec)
             finally:
-                self.stop_holding()
+                self._held = None
             await trio.lowlevel.cancel_shielded_checkpoint()
-            self.spawn_held(held)
+            for admitted, permit in held:
+                self._start_actor(admitted, permit)
             if error is not None:
                 raise error
             return
@@ -550,27 +555,6 @@ class Registry:
         error = await self._ask(_Add(recs, reply, True), reply)
         if error is not None:
             raise error
-
-    def hold_spawns(self) -> list[tuple[TaskRecord, bool | None]]:
-        """Hold the actors that admissions spawn until ``stop_holding``; the list of them.
-
-        For a caller that decides directly, then passes its shielded checkpoint:
-        ``spawn_held`` after it, so the call returns before the body starts (as when the
-        loop decides), while the decision itself is made before the checkpoint. Until
-        then such a record is registered with no actor, as one waiting for a permit is.
-        """
-        held: list[tuple[TaskRecord, bool | None]] = []
-        self._held = held
-        return held
-
-    def stop_holding(self) -> None:
-        """Spawn the actors of later admissions again at once."""
-        self._held = None
-
-    def spawn_held(self, held: list[tuple[TaskRecord, bool | None]]) -> None:
-        """Spawn the actors ``hold_spawns`` held."""
-        for rec, permit in held:
-            self._start_actor(rec, permit)
 
     def admit(self, rec: TaskRecord) -> bool | None:
         """Admit a controller's owner: whether accepted now, or ``None`` when queued.
