@@ -137,6 +137,19 @@ def test_testing_module_exports_event_recorder() -> None:
     assert inspect.isclass(trio_taskvisor.testing.EventRecorder)
 
 
+def test_version_comes_from_the_package_metadata() -> None:
+    """``__version__`` is the installed distribution's, written only in pyproject.toml."""
+    import importlib.metadata
+
+    assert trio_taskvisor.__version__ == importlib.metadata.version("trio_taskvisor")
+
+
+def test_unknown_module_attribute_raises_attribute_error() -> None:
+    """Looking ``__version__`` up lazily leaves other missing names an AttributeError."""
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        trio_taskvisor.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
 def test_package_ships_py_typed() -> None:
     """The package carries the PEP 561 ``py.typed`` marker."""
     assert importlib.resources.files("trio_taskvisor").joinpath("py.typed").is_file()

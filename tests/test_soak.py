@@ -694,3 +694,28 @@ async def test_resolved_waiter_does_not_keep_its_supervisor_alive(
     gc.collect()
     assert ref() is None
     assert waiter.outcome_nowait().value == 1
+
+
+class _Result:
+    """A body's return value that can be tracked with a weak reference."""
+
+
+async def _returns_result() -> _Result:
+    return _Result()
+
+
+async def test_registry_loop_keeps_no_handled_batch_alive(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Once its waiters are dropped, an ended batch's outcomes are freed while the
+    supervisor still runs: the loop keeps no handled command while it waits.
+
+    Regression: the shared loop skeleton kept the last command it handled (an
+    ``add_batch`` holds every record of the batch) until the next one arrived.
+    """
+    async with open_supervisor() as sup:
+        waiters = await sup.add_batch([TaskSpec.once("a", _returns_result)])
+        ref = weakref.ref((await waiters[0].wait()).value)
+        del waiters
+        gc.collect()
+        assert ref() is None

@@ -17,6 +17,7 @@ from trio_taskvisor import (
     BackoffPolicy,
     EventKind,
     OutcomeKind,
+    Placement,
     RejectionKind,
     ResourceLimitError,
     Supervisor,
@@ -66,6 +67,22 @@ async def test_add_returns_the_waiter_of_a_registered_task(autojump_clock: Any) 
         assert [(i.id, i.name) for i in sup.list()] == [(waiter.id, "t")]
         with pytest.raises(trio.WouldBlock):
             waiter.outcome_nowait()
+
+
+async def test_add_returns_before_the_body_starts_in_any_task_order(autojump_clock: Any) -> None:
+    """The direct add decides before its checkpoint, yet its body starts only after add
+    returned, whatever order trio runs the tasks of one step in (it varies them)."""
+    started: list[str] = []
+
+    async def body(name: str) -> None:
+        started.append(name)
+
+    async with open_supervisor() as sup:
+        for i in range(32):
+            waiter = await sup.add(TaskSpec.once(f"t{i}", body, f"t{i}"))
+            assert f"t{i}" not in started
+            assert waiter.placement is Placement.OWNER
+    assert sorted(started) == sorted(f"t{i}" for i in range(32))
 
 
 async def test_task_ids_strictly_increase_and_are_never_reused(autojump_clock: Any) -> None:

@@ -134,7 +134,8 @@ class EventBus:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the fan-out and the lanes until ``close()`` and the drain end."""
         try:
-            # trio.current_time() is this clock's time; asking it directly is cheaper.
+            # trio.current_time() is this clock's time; asking it directly is cheaper
+            # (benchmark row 2: one read per event).
             self._clock = trio.lowlevel.current_clock()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

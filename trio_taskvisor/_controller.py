@@ -5,8 +5,8 @@ one ``Inbox`` and drives the pure ``SlotMachine`` (``_slots``), carrying out its
 Its callers use these methods:
 
 * ``submit`` (the facade) takes a submission in with the loop's own core (``_take_in``)
-  in the caller's task when the inbox is idle (nothing queued, the loop parked in
-  ``get()``), after the caller's checkpoint: nothing is ordered before it then, and code
+  in the caller's task when the inbox is idle (nothing queued, the loop parked in its
+  wait), after the caller's checkpoint: nothing is ordered before it then, and code
   between two checkpoints is as atomic there as in the loop. Otherwise it is queued.
 * ``submit_nowait``, ``remove`` and ``cancel_slot`` always queue, in call order. A remove
   by ``TaskId`` that the controller does not hold is forwarded to the registry's inbox
@@ -31,8 +31,9 @@ Placement, queue deadlines, slot-wide operations, wait-for cycles:
 * Queue deadlines: a submission's deadline is its intake time plus its ``queue_timeout``,
   stamped when ``submit`` / ``submit_nowait`` hands it over. The loop waits for its next
   command or the machine's ``next_deadline``, whichever comes first, as the registry's
-  loop does for force deadlines; work taken in from another task (``submit``'s direct
-  path) with an earlier deadline brings the wake-up forward.
+  loop does for force deadlines (the skeleton both share: ``Inbox.serve``); work taken
+  in from another task (``submit``'s direct path) with an earlier deadline brings the
+  wake-up forward (``Inbox.wake_at``).
 * The wait guard (``_waits``) learns from ``slot_edge`` / ``slot_owner`` what work waits
   for in the slots, and from ``_take_in`` when taken-in work gains such an edge.
 
@@ -215,13 +216,7 @@ class _SlotCancelled(NamedTuple):
     remote: StopRequest | None
 
 
-class _Wake(NamedTuple):
-    """A no-op: makes the loop look at its queue deadlines again."""
-
-
-_WAKE: Final = _Wake()
-
-_Command = _Submit | _Remove | _Decided | _CancelSlot | _Wake | Report
+_Command = _Submit | _Remove | _Decided | _CancelSlot | Report
 
 _EDGE_LABELS: Final = {
     "queued": "is queued behind",
@@ -326,15 +321,11 @@ class Controller:
         # Nothing in the controller's custody (in the inbox, queued or held: owners are
         # the registry's, joiners follow other work): what wait_idle() waits for.
         # Derived from that state and set only when it changes, so work that passes
-        # straight through (an idle slot) never touches it.
+        # straight through (an idle slot) never touches it (benchmark row 4a).
         self.idle = AsyncBool(True)
         self._idle = True
         # wait_slot_idle: one event per slot waited for, set when the slot is idle.
         self._idle_waits: dict[str, trio.Event] = {}
-        # The loop's wait for the next command; work taken in from another task with an
-        # earlier queue deadline brings it forward (or, parked with none, wakes it).
-        self._wait_scope: trio.CancelScope | None = None
-        self._parked = False
 
     # -- intake (the caller's task) --------------------------------------------------------
 
@@ -371,6 +362,11 @@ class Controller:
     async def submit(self, entry: Entry[TaskRecord]) -> None:
         """Take ``entry`` in: a checkpoint first; cancelled before intake, it is not."""
         if self._inbox.idle():
+            # Checkpoint first, then decide (not trio's decide-then-shielded-checkpoint,
+            # which Registry.add uses): work submitted back to back into one slot would
+            # otherwise be decided before the previous owner ran, and go through the
+            # slot's queue instead of straight to the registry (benchmark rows 4b, +1.4%
+            # of instructions, and 5, +0.5%).
             await trio.lowlevel.checkpoint()
             self._registry.check_intake()  # the shutdown may have begun meanwhile
             if self._inbox.idle():  # still nothing queued before it: take it in here
@@ -438,22 +434,12 @@ class Controller:
         if entry.deadline != NO_DEADLINE:
             machine.track_deadline(entry, now)
             self._apply()
-            self._deadline_added()
+            # From another task the loop may be waiting: have it wake up in time.
+            self._inbox.wake_at(machine.next_deadline)
         else:
             self._apply()
         if self._waits.active:
             self._waits.edges_added(entry.payload)  # queued, held or joined: a later edge
-
-    def _deadline_added(self) -> None:
-        """A queue deadline was added: make the loop wake up for it in time."""
-        deadline = self.machine.next_deadline
-        scope = self._wait_scope
-        if scope is not None:
-            if deadline < scope.deadline:
-                scope.deadline = deadline
-        elif self._parked and deadline != NO_DEADLINE:
-            self._parked = False
-            self._inbox.put_nowait(_WAKE, force=True)
 
     # -- slot-wide operations (the caller's task) ----------------------------------------------
 
@@ -610,46 +596,26 @@ class Controller:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the inbox until the shutdown ends the loop."""
-        get = self._inbox.get
-        get_nowait = self._inbox.get_nowait
-        machine = self.machine
         try:
             with self._loop_scope:
                 task_status.started()
-                while True:
-                    wake = machine.next_deadline
-                    if wake == NO_DEADLINE:
-                        # No deadline, so no scope; one added meanwhile from another task
-                        # wakes this wait with a no-op command instead.
-                        self._parked = True
-                        self._handle(await get())
-                        self._parked = False
-                    else:
-                        with trio.move_on_at(wake) as self._wait_scope:
-                            self._handle(await get())
-                        self._wait_scope = None
-                        now = trio.current_time()
-                        if now >= machine.next_deadline:
-                            self._expire(now)
-                    # Commands already queued: no scheduler pass each.
-                    while True:
-                        try:
-                            command = get_nowait()
-                        except trio.WouldBlock:
-                            break
-                        self._handle(command)
+                await self._inbox.serve(self._handle, self._due)
         finally:
             # The registry has ended: what is still queued gets the shutdown's answers.
-            self._parked = False
-            self._wait_scope = None
             self._inbox.close()
-            while True:
-                try:
-                    command = get_nowait()
-                except trio.WouldBlock:
-                    break
-                self._handle(command)
+            self._inbox.drain(self._handle)
             self.exited.set()
+
+    def _due(self) -> float:
+        """Expire the queue deadlines that came; the next one (``inf``: none)."""
+        machine = self.machine
+        deadline = machine.next_deadline
+        if deadline != NO_DEADLINE:
+            now = trio.current_time()
+            if now >= deadline:
+                self._expire(now)
+                deadline = machine.next_deadline
+        return deadline
 
     def _expire(self, now: float) -> None:
         """Queue deadlines came: withdraw that work (``QUEUE_TIMEOUT``)."""
@@ -698,8 +664,6 @@ class Controller:
                     entry.payload.release()
             case _CancelSlot(key, reply):
                 reply.set(self._cancel_slot_now(key))
-            case _Wake():
-                pass
 
     def _remove(self, target: TaskId) -> tuple[bool, TaskRecord] | None:
         entry = self.machine.remove(target, trio.current_time())
@@ -773,13 +737,7 @@ class Controller:
         match effect:
             case Submitted(entry, reason, placement):
                 if placement is not None:
-                    # Set once (TaskWaiter._place, inlined on this hot path).
-                    rec = entry.payload
-                    current = rec._placement  # pyright: ignore[reportPrivateUsage]
-                    if current is None:
-                        rec._placement = placement  # pyright: ignore[reportPrivateUsage]
-                    elif type(current) is trio.Event:
-                        rec._place(placement)  # pyright: ignore[reportPrivateUsage]  # wakes waiters
+                    entry.payload.place(placement)
                 if bus.active:
                     rec = entry.payload
                     bus.publish(
@@ -805,7 +763,7 @@ class Controller:
                 entry.payload.release()
             case Join(entry, target):
                 # Not released: the wait guard follows its entry to the followed work.
-                entry.payload._follow(target.payload)  # pyright: ignore[reportPrivateUsage]
+                entry.payload.follow(target.payload)
             case Detach(entry, kind):
                 self._rejected(entry, kind)  # a joiner: out of custody since it joined
             case RemoveRequested(entry):
@@ -868,7 +826,7 @@ class Controller:
                         fence_token=token,
                     )
             case FollowerDone(follower, outcome):
-                follower.payload._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+                follower.payload.resolve(outcome)
             case StoreState(available):
                 if bus.active:
                     bus.publish(
@@ -889,7 +847,7 @@ class Controller:
             case Withdraw(entry, kind):
                 keeper.withdraw(entry.key, entry.id, kind)
             case Release(entry):
-                outcome = entry.payload._outcome  # pyright: ignore[reportPrivateUsage]
+                outcome = entry.payload.final_outcome()
                 if outcome is None:  # refused by the registry before its decision was final
                     outcome = rejected_outcome(RejectionKind.SHUTTING_DOWN)
                 keeper.release(entry.key, entry.id, outcome)
@@ -915,8 +873,8 @@ class Controller:
     def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
         rec = entry.payload
         outcome = rejected_outcome(kind)
-        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not once placed
-        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        rec.place(Placement.REJECTED)  # not once placed
+        rec.resolve(outcome)
         if self._bus.active:
             self._bus.publish(
                 EventKind.CONTROLLER_REJECTED,

@@ -2,12 +2,12 @@
 
 attrs' frozen ``__init__`` sets every field through ``object.__setattr__`` and runs the
 converters and validators: about 1.3 us for a 20-field event. Values that the library
-builds itself on hot paths (events, specs whose options are all ``INHERIT``) already have
-checked fields, so they are built by a twin class with the same ``__slots__`` and a plain
-``__init__`` (ordinary slot stores), which then becomes an instance of the real class by
-``__class__`` assignment: CPython allows it between classes of one memory layout. The
-result is indistinguishable from one built by the real ``__init__``: same class, same
-frozen behaviour, same ``==`` and ``hash``.
+builds itself on hot paths (events: benchmark row 2; specs whose options are all
+``INHERIT``: rows 4a and 5) already have checked fields, so they are built by a twin
+class with the same ``__slots__`` and a plain ``__init__`` (ordinary slot stores), which
+then becomes an instance of the real class by ``__class__`` assignment: CPython allows it
+between classes of one memory layout. The result is indistinguishable from one built by
+the real ``__init__``: same class, same frozen behaviour, same ``==`` and ``hash``.
 """
 
 from __future__ import annotations

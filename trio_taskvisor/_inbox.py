@@ -1,4 +1,4 @@
-"""A loop's intake (``Inbox``) and the one-shot answer to a caller (``Reply``).
+"""A loop's intake and skeleton (``Inbox``), and the one-shot answer to a caller (``Reply``).
 
 Each loop (registry, controller) receives on one ``Inbox``: an unbounded trio memory
 channel whose *callers* are bounded by a capacity, exactly as a bounded
@@ -11,16 +11,33 @@ loop ever waits on another. Its own counters tell whether the loop is idle (park
 ``get()`` with nothing queued), which lets a caller run the loop's non-blocking core
 directly in its own task: nothing is ordered before it then, and code between two
 checkpoints is atomic in trio.
+
+Both loops (registry, controller) also share one skeleton, ``Inbox.serve``: wait for the
+next item until the loop's next deadline, handle it, then handle whatever is already
+buffered without a scheduler pass each, and before each wait let the loop do what is due
+and name its next deadline. Another task that adds an earlier deadline calls
+``wake_at``: it brings the pending wait's deadline forward, or wakes a loop parked with
+no deadline with a no-op item that only the skeleton sees.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import trio
 
 T = TypeVar("T")
+
+
+class _Wake:
+    """A no-op item: makes a parked loop look at its deadlines again."""
+
+    __slots__ = ()
+
+
+_WAKE: Final = _Wake()
 
 
 class Reply(Generic[T]):
@@ -55,21 +72,28 @@ class Inbox(Generic[T]):
         "_capacity",
         "_handed",
         "_in_get",
+        "_parked",
         "_recv",
         "_room",
         "_send",
         "_size",
+        "_wait_scope",
         "closed",
     )
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._send, self._recv = trio.open_memory_channel[T](math.inf)
+        # Items of type T, and the skeleton's own _WAKE.
+        self._send, self._recv = trio.open_memory_channel[Any](math.inf)
         self._room = trio.lowlevel.ParkingLot()
         self._size = 0  # items put and not yet taken by the loop
         self._handed = False  # the first of them went to the loop waiting in get()
         self._in_get = False
         self.closed = False
+        # The loop's wait for the next item, while it has a deadline; ``_parked`` while
+        # it waits with none.
+        self._wait_scope: trio.CancelScope | None = None
+        self._parked = False
 
     def idle(self) -> bool:
         """Whether nothing is queued and the loop is parked in ``get()``."""
@@ -80,7 +104,7 @@ class Inbox(Generic[T]):
         """Items put and not yet taken by the loop."""
         return self._size
 
-    def put_nowait(self, item: T, *, force: bool = False) -> None:
+    def put_nowait(self, item: T | _Wake, *, force: bool = False) -> None:
         """Queue ``item``; ``trio.WouldBlock`` when full unless ``force``.
 
         Raises ``trio.BrokenResourceError`` once the loop has closed its inbox.
@@ -115,7 +139,7 @@ class Inbox(Generic[T]):
                 continue
             return
 
-    async def get(self) -> T:
+    async def _get(self) -> Any:
         """Take the next item, waiting for one (the loop only)."""
         self._in_get = True
         try:
@@ -125,17 +149,70 @@ class Inbox(Generic[T]):
         self._taken()
         return item
 
-    def get_nowait(self) -> T:
-        """Take the next item; ``trio.WouldBlock`` if none (the loop only)."""
-        item = self._recv.receive_nowait()
-        self._taken()
-        return item
-
     def _taken(self) -> None:
         self._size -= 1
         self._handed = False
         if self._size < self._capacity and self._room:
             self._room.unpark()
+
+    # -- the loop's skeleton --------------------------------------------------------------
+
+    async def serve(self, handle: Callable[[T], None], due: Callable[[], float]) -> NoReturn:
+        """Run the loop: handle every item in order, until cancelled (the loop's task).
+
+        Before each wait, ``due()`` does what is due by now and returns the loop's next
+        deadline (``inf``: none); the wait for the next item lasts until then at most.
+        After a wake-up, the items already buffered are handled too.
+        """
+        get = self._get
+        try:
+            while True:
+                wake = due()
+                if wake == math.inf:
+                    # No deadline, so no scope; one added meanwhile from another task
+                    # wakes this wait with a no-op item instead (wake_at).
+                    self._parked = True
+                    item = await get()
+                    self._parked = False
+                    if item is not _WAKE:
+                        handle(item)
+                else:
+                    with trio.move_on_at(wake) as self._wait_scope:
+                        item = await get()
+                        if item is not _WAKE:
+                            handle(item)
+                    self._wait_scope = None
+                # Keep no handled item alive while waiting for the next one: an add_batch
+                # command holds every record of the batch (idle task memory, row 7).
+                item = None
+                self.drain(handle)
+        finally:
+            self._parked = False
+            self._wait_scope = None
+
+    def drain(self, handle: Callable[[T], None]) -> None:
+        """Handle the items already buffered, in order, without a scheduler pass each
+        (the loop's task; after ``close()``, the items the loop left)."""
+        receive = self._recv.receive_nowait
+        while self._size:
+            item = receive()
+            self._taken()
+            if item is not _WAKE:
+                handle(item)
+
+    def wake_at(self, deadline: float) -> None:
+        """Have the loop look at its deadlines by ``deadline`` (from another task).
+
+        While the loop waits, bring its wake-up forward; parked with no deadline, wake
+        it. Nothing once it has ended.
+        """
+        scope = self._wait_scope
+        if scope is not None:
+            if deadline < scope.deadline:
+                scope.deadline = deadline
+        elif self._parked and deadline != math.inf:
+            self._parked = False
+            self.put_nowait(_WAKE, force=True)
 
     def close(self) -> None:
         """The loop has ended: later puts raise ``BrokenResourceError``; wake waiters."""

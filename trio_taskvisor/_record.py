@@ -2,7 +2,10 @@
 
 The record *is* the task's ``TaskWaiter`` (one object per task): ``add`` and ``submit``
 return it. It is mutated only by code of its supervisor, between two checkpoints, so
-every change is atomic.
+every change is atomic. The waiter's own state (outcome, placement, followers,
+readiness) is written only by the record's methods (``resolve``, ``follow``, ``place``,
+``expect_readiness``), which the loops call; they never touch the waiter's private
+members.
 
 Lower layers call upward only through the small protocol declared here:
 ``RecordListener``, which the controller implements for the records of its work. A
@@ -23,10 +26,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
-from ._outcome import TaskId
-from ._waiter import TaskWaiter
+from ._outcome import Placement, TaskId, TaskOutcome
+from ._waiter import Readiness, TaskWaiter, WaitGuard
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from trio_util import AsyncBool
 
     from ._spec import ResolvedSpec, TaskFn
@@ -132,10 +137,12 @@ class TaskRecord(TaskWaiter[Any]):
         args: tuple[Any, ...],
         policy: ResolvedSpec,
         owner: object,
+        guard: WaitGuard | None,
         slot: str | None = None,
     ) -> None:
-        # Not super(): its lookup cost 0.7% of a task's instructions.
+        # Not super(): its lookup cost 0.7% of a task's instructions (benchmark row 1a).
         TaskWaiter.__init__(self, id, name)  # pyright: ignore[reportUnknownMemberType]
+        self._guard = guard  # checks waits made inside attempts (DeadlockError)
         self.fn: TaskFn | None = fn
         self.args = args
         self.policy = policy
@@ -159,6 +166,91 @@ class TaskRecord(TaskWaiter[Any]):
         self.entry: object = None
         self.fence_token: int | None = None  # the lease's, for cluster slots
         self._extras: _Extras | None = None
+
+    # -- the waiter's state: written here only ----------------------------------------------
+
+    def resolve(self, outcome: TaskOutcome[Any]) -> bool:
+        """Set the outcome once, wake its waits and followers; whether this call set it."""
+        if self._outcome is not None:
+            return False
+        self._outcome = outcome
+        self._guard = None  # only pending waits check; a kept waiter must not pin the controller
+        if self._event is not None:
+            self._event.set()
+        if self._readiness is not None:
+            self._readiness.event.set()  # start() gives up: the task ended unready
+        followers = self._followers
+        if followers is not None:
+            self._followers = None
+            for follower in followers:
+                follower.resolve(outcome)
+        return True
+
+    def follow(self, target: TaskRecord) -> None:
+        """Resolve to ``target``'s outcome (a JOIN)."""
+        outcome = target._outcome
+        if outcome is not None:
+            self.resolve(outcome)
+        elif target._followers is None:
+            target._followers = [self]
+        else:
+            target._followers.append(self)
+
+    def place(self, placement: Placement) -> None:
+        """Record the admission decision, once; later calls change nothing."""
+        current = self._placement
+        if current is None:
+            self._placement = placement
+        elif type(current) is trio.Event:
+            self._placement = placement
+            current.set()  # wakes wait_placed()
+
+    def final_outcome(self) -> TaskOutcome[Any] | None:
+        """The outcome once it is set; reading it does not observe it (``outcome_nowait``)."""
+        return self._outcome
+
+    def observed(self) -> bool:
+        """Whether ``wait()`` or ``outcome_nowait()`` returned the outcome (the pytest
+        plugin's unobserved-failure check)."""
+        return self._observed
+
+    def joiners(self) -> list[TaskRecord]:
+        """The records following this one (JOINs) while its outcome is pending."""
+        return [] if self._followers is None else list(self._followers)
+
+    def call(self) -> Awaitable[Any]:
+        """Call the function for one attempt: ``fn(*args)``, and for work started with
+        ``start`` a fresh ``task_status`` (the actor's task)."""
+        fn = self.fn
+        assert fn is not None
+        readiness = self._readiness
+        if readiness is None:
+            return fn(*self.args)
+        return fn(*self.args, task_status=readiness.status())
+
+    def expect_readiness(self) -> Readiness:
+        """Give work started with ``start`` its readiness handshake (before admission)."""
+        readiness = self._readiness = Readiness()
+        return readiness
+
+    async def wait_ready(self) -> bool:
+        """Wait until readiness is reached or the outcome is final; whether it was reached.
+
+        Inside a supervised attempt, raises ``DeadlockError`` when the wait closes a
+        wait-for cycle, as ``wait()`` does: readiness needs the work to run.
+        """
+        readiness = self._readiness
+        assert readiness is not None
+        guard = self._guard
+        caller = None if guard is None else guard.caller()
+        if caller is None:
+            await readiness.event.wait()
+        else:
+            assert guard is not None
+            await guard.guarded_wait(caller, self, readiness.event, placement=False)
+        return readiness.reached
+
+    # -- the rest of the record --------------------------------------------------------------
 
     def extras(self) -> _Extras:
         """The rarely used state, created on first use."""

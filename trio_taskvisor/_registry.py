@@ -10,9 +10,11 @@ callers use these methods:
 
 * ``add`` (the facade) and ``admit`` (the controller) run the loop's own admission core
   (``_admit_one``) in the caller's task when the inbox is idle (nothing queued, the loop
-  parked in ``get()``): nothing is ordered before the call then, and code between two
-  checkpoints is as atomic there as in the loop. ``add`` passes its checkpoint first, so
-  a caller cancelled there leaves no trace and an added task is registered on return.
+  parked in its wait): nothing is ordered before the call then, and code between two
+  checkpoints is as atomic there as in the loop. ``add`` follows trio's idiom: a caller
+  already cancelled leaves no trace, the decision is made in its task, then a shielded
+  checkpoint, so an added task is registered on return; its actor is spawned only after
+  that checkpoint, so ``add`` returns before the body starts.
   Otherwise the command is queued behind the others: ``add`` waits for room and for the
   decision; a controller's admission is never refused, and its decision reaches
   ``rec.listener.admission_decided`` (handed to the controller's own loop).
@@ -82,7 +84,7 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 import attrs
 import trio
@@ -107,10 +109,11 @@ from ._outcome import (
 )
 from ._pools import PoolTable, Request
 from ._record import TaskRecord, TaskState
-from ._waiter import TaskWaiter
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
+# A module global: an Enum class's attribute lookup is not specialised by the interpreter
+# (its metaclass has a __getattr__), and every registered task is placed (row 1a).
 _OWNER: Final = Placement.OWNER
 
 
@@ -145,13 +148,7 @@ class _Shutdown(NamedTuple):
     deadline: float
 
 
-class _Wake(NamedTuple):
-    """A no-op: makes the loop look at its force deadlines again."""
-
-
-_WAKE: Final = _Wake()
-
-_Command = _Add | _Stop | _Shutdown | _Wake
+_Command = _Add | _Stop | _Shutdown
 
 
 _BLOCK: Final = "a limited block"  # the payload of a block's request
@@ -211,7 +208,7 @@ class _Units:
         """Wait for a later attempt's units (the actor's task, after its backoff)."""
         # The backoff sleep before it was the checkpoint.
         # PoolTable.take_permit, inlined on the path of every later attempt (1% of an
-        # attempt: benchmark row "restarts"); first() calls it.
+        # attempt: benchmark row 3, restarts); first() calls it.
         table = self.table
         permit = table.permit
         if (
@@ -291,7 +288,7 @@ class _Units:
         table = self.table
         request = self._held.pop(rec, None)
         if request is None:
-            # PoolTable.release_permit, inlined as take_permit is in acquire().
+            # PoolTable.release_permit, inlined as take_permit is in acquire() (row 3).
             permit = table.permit
             assert permit is not None
             permit.held -= 1
@@ -394,33 +391,36 @@ class Registry:
         self.log_failures = log_failures
         # Failed outcomes committed, kept only when the pytest plugin asks (its check).
         # The pytest plugin's check: failed records, with the joiners that followed each.
-        self.failures: list[tuple[TaskRecord, list[TaskWaiter[Any]]]] | None = None
+        self.failures: list[tuple[TaskRecord, list[TaskRecord]]] | None = None
         self._grace = config.grace
         self._limit = config.max_registered_tasks
         self._max_concurrent = config.max_concurrent
         self._on_crash = on_crash
+        # Its loop waits for the next command only until the earliest force deadline (or
+        # rate pool wake-up); one set from another task (the controller's REPLACE, a
+        # caller's stop, a rate pool's new waiter) brings that wait forward (wake_at).
+        self._inbox: Inbox[_Command] = Inbox(config.command_capacity)
         self._units = (
             None
             if config.max_concurrent is None
-            else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._wake_at)
+            else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._inbox.wake_at)
         )
-        self._inbox: Inbox[_Command] = Inbox(config.command_capacity)
         self._intake_closed = False
         self._live: dict[TaskId, TaskRecord] = {}
         self._names: dict[str, TaskRecord] = {}
         self.registered = 0  # live records whose outcome is not committed
         self._pending = 0  # records in queued add commands
         # No pending add and no live record: what wait_idle() waits for; set only when
-        # that changes (``_idle`` is its value, read without trio-util's property).
+        # that changes (``_idle`` is its value, read without trio-util's property: rows
+        # 1a and 1b, where every task would otherwise set it twice).
         self.idle = AsyncBool(True)
         self._idle = True
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
-        # The loop's wait for the next command; a stop requested from another task
-        # (the controller's REPLACE) brings its deadline forward, so the force is on time.
-        self._wait_scope: trio.CancelScope | None = None
-        self._parked = False  # waiting for a command with no deadline pending
+        # While ``add`` decides directly: the actors its decision admits, spawned once
+        # it has passed its checkpoint.
+        self._held: list[tuple[TaskRecord, bool | None]] | None = None
         self.running_attempts = 0
         self.shutting_down = False
         self._shutdown_deadline = math.inf
@@ -520,15 +520,30 @@ class Registry:
         self._queued(command)
 
     async def add(self, rec: TaskRecord) -> None:
-        """Admit ``rec``: a checkpoint first, then the decision; raise a rejection."""
+        """Admit ``rec``, or raise its rejection; a checkpoint.
+
+        Cancelled before the decision, nothing is admitted; once decided, the admission
+        stands and a cancellation reaches the caller at its next checkpoint.
+        """
         if self._inbox.idle():
-            await trio.lowlevel.checkpoint()
-            self.check_intake()  # the shutdown may have begun meanwhile
-            if self._inbox.idle():  # still nothing queued before it: decide here
+            # Nothing queued before it: decide here, in the caller's task, then a
+            # checkpoint that cannot undo the decision (as trio's channel send does).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            # The actor starts only after the checkpoint, so add returns before the body
+            # starts, as when the loop decides; until then the record is registered
+            # with no actor, as one waiting for a permit is.
+            held: list[tuple[TaskRecord, bool | None]] = []
+            self._held = held
+            try:
                 error = self._admit_one(rec)
-                if error is not None:
-                    raise error
-                return
+            finally:
+                self._held = None
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            for admitted, permit in held:
+                self._start_actor(admitted, permit)
+            if error is not None:
+                raise error
+            return
         reply: Reply[BaseException | None] = Reply()
         error = await self._ask(_Add((rec,), reply, False), reply)
         if error is not None:
@@ -619,47 +634,22 @@ class Registry:
                 self._nursery = nursery
                 task_status.started()
                 with self._loop_scope:
-                    await self._serve()
+                    await self._inbox.serve(self._handle, self._due)
         finally:
             # Later callers get SupervisorClosedError; what is still queued gets the
             # shutdown's replies.
             self._inbox.close()
-            while True:
-                try:
-                    command = self._inbox.get_nowait()
-                except trio.WouldBlock:
-                    break
-                self._handle(command)
+            self._inbox.drain(self._handle)
             self.exited.set()
 
-    async def _serve(self) -> None:
-        get = self._inbox.get
-        get_nowait = self._inbox.get_nowait
-        handle = self._handle
+    def _due(self) -> float:
+        """Force what is due, start what rate pools allow; the next deadline (``inf``: none)."""
         heap = self._heap
-        while True:
-            if heap or self._overstaying:
-                self._force_due()
-            units = self._units  # made on the first use of a limit
-            pools_wake = math.inf if units is None else units.poll()
-            if heap or self._overstaying or pools_wake != math.inf:
-                wake = min(heap[0][0] if heap else math.inf, self._overstay_deadline, pools_wake)
-                with trio.move_on_at(wake) as self._wait_scope:
-                    handle(await get())
-                self._wait_scope = None
-            else:
-                # No deadline pending, so no scope; a stop requested meanwhile from
-                # another task wakes this wait with a no-op command instead.
-                self._parked = True
-                handle(await get())
-                self._parked = False
-            # Commands already queued are handled without a scheduler pass each.
-            while True:
-                try:
-                    command = get_nowait()
-                except trio.WouldBlock:
-                    break
-                handle(command)
+        if heap or self._overstaying:
+            self._force_due()
+        units = self._units  # made on the first use of a limit
+        pools_wake = math.inf if units is None else units.poll()
+        return min(heap[0][0] if heap else math.inf, self._overstay_deadline, pools_wake)
 
     def _handle(self, command: _Command) -> None:
         match command:
@@ -680,8 +670,6 @@ class Registry:
                 reply.set(self._stop_now(target))
             case _Shutdown(deadline):
                 self._begin_shutdown(deadline)
-            case _Wake():
-                pass
 
     # -- admission ----------------------------------------------------------------------
 
@@ -697,8 +685,8 @@ class Registry:
                 outcome=outcome.kind,
                 rejection=rejection,
             )
-        rec._place(Placement.REJECTED)  # pyright: ignore[reportPrivateUsage]  # not controller work's OWNER
-        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        rec.place(Placement.REJECTED)  # not controller work's OWNER: placed once
+        rec.resolve(outcome)
         if rec.listener is None:
             rec.release()  # controller work: its listener releases it after the decision
 
@@ -765,12 +753,10 @@ class Registry:
         return None
 
     def _register(self, rec: TaskRecord) -> None:
-        self._busy()
-        current = rec._placement  # pyright: ignore[reportPrivateUsage]
-        if current is None:
-            rec._placement = _OWNER  # pyright: ignore[reportPrivateUsage]  # _place, inlined
-        elif type(current) is trio.Event:
-            rec._place(_OWNER)  # pyright: ignore[reportPrivateUsage]  # wakes wait_placed()
+        if self._idle:  # _busy(), inlined: every registered task passes here (row 1a)
+            self._idle = False
+            self.idle.value = False
+        rec.place(_OWNER)
         self._live[rec.id] = rec
         if rec.reserved:
             self._names[rec.name] = rec
@@ -788,7 +774,9 @@ class Registry:
         """The units' driver, made on first use when there is no ``max_concurrent``."""
         units = self._units
         if units is None:
-            units = self._units = _Units(None, self.bus, self._spawn_with_permit, self._wake_at)
+            units = self._units = _Units(
+                None, self.bus, self._spawn_with_permit, self._inbox.wake_at
+            )
         return units
 
     def _spawn(self, rec: TaskRecord) -> None:
@@ -804,13 +792,17 @@ class Registry:
 
     def _start_actor(self, rec: TaskRecord, permit: bool | None) -> None:
         """Spawn ``rec``'s actor; ``permit`` as ``run_actor`` takes it."""
+        if self._held is not None:
+            self._held.append((rec, permit))
+            return
         context = rec.context
         assert context is not None
         # start_soon copies the current context: call it inside the captured one.
         context.run(self._start_soon, rec, permit)
         restart = rec.policy.restart
         if not (restart.restarts_on_failure or restart.restarts_on_success):
-            rec.context = None  # one attempt only: the actor's own copy is all it needs
+            # One attempt only: the actor's own copy is all it needs (row 7, idle memory).
+            rec.context = None
 
     def _start_soon(self, rec: TaskRecord, permit: bool | None) -> None:
         assert self._nursery is not None
@@ -904,20 +896,7 @@ class Registry:
             self._force(rec)
         elif not math.isinf(deadline):
             heapq.heappush(self._heap, (deadline, int(rec.id), rec))
-            self._wake_at(deadline)
-
-    def _wake_at(self, deadline: float) -> None:
-        """Have the loop look at its deadlines by ``deadline``.
-
-        Called from another task (the controller's REPLACE, a caller's stop, a rate
-        pool's new waiter) while the loop waits: bring its wake-up forward.
-        """
-        scope = self._wait_scope
-        if scope is not None and deadline < scope.deadline:
-            scope.deadline = deadline
-        elif self._parked:
-            self._parked = False
-            self._inbox.put_nowait(_WAKE, force=True)
+            self._inbox.wake_at(deadline)
 
     def _force_due(self) -> None:
         heap = self._heap
@@ -979,7 +958,7 @@ class Registry:
         failed = outcome.error is not None or outcome is PANICKED  # FAILED, FATAL, PANICKED
         if failed:
             self._failed(rec, outcome)
-        rec._resolve(outcome)  # pyright: ignore[reportPrivateUsage]
+        rec.resolve(outcome)
         if failed and rec.policy.critical and self._on_critical is not None:
             self._on_critical(rec, outcome)
         if self.shutting_down and not self.registered:
@@ -988,8 +967,7 @@ class Registry:
     def _failed(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """A FAILED, FATAL or PANICKED outcome: log it, keep it for the plugin's check."""
         if self.failures is not None:
-            followers = rec._followers  # pyright: ignore[reportPrivateUsage]
-            self.failures.append((rec, [] if followers is None else list(followers)))
+            self.failures.append((rec, rec.joiners()))
         if self.log_failures:
             logger.error(
                 "task %r (%s) ended %s: %s",

@@ -175,7 +175,7 @@ def _fn(_instance: object, _attribute: attrs.Attribute[Any], value: Any) -> None
 
 def auto_name(fn: Callable[..., object], task_id: int) -> str:
     """The automatic name of a nameless task: ``f"{qualname}{task_id}"`` (``poll#7``)."""
-    if type(fn) is types.FunctionType:  # the usual case, first: a keyed call's path
+    if type(fn) is types.FunctionType:  # the usual case, first: a keyed call's (row 5)
         return f"{fn.__qualname__}#{int(task_id)}"  # as str(TaskId), without its call
     target: object = fn
     while isinstance(target, functools.partial):
@@ -390,7 +390,8 @@ def _trusted(
     ``args`` is the constructor's own tuple, ``restart`` one of ours.
     """
     # The checks of _name and check_async_callable, their usual cases inlined (this is
-    # every plain spec's path); anything else goes through them, for their errors.
+    # every plain spec's path: benchmark rows 4a and 5 build their specs in the timed
+    # loop); anything else goes through them, for their errors.
     if not (name is None or (type(name) is str and name)):
         _name(name)
     if not (type(fn) is types.FunctionType and fn.__code__.co_flags & inspect.CO_COROUTINE):
@@ -530,7 +531,8 @@ _trusted_request: Final[Callable[..., ControllerSpec[Any]]] = trusted_constructo
 
 def _plain(task: object, slot: object, wait: object) -> bool:
     """Whether ``task``, ``slot`` and ``wait`` need no validation (a ``TaskSpec``; a
-    non-empty ``str`` slot, or none with a named task; a ``bool``)."""
+    non-empty ``str`` slot, or none with a named task; a ``bool``): the named
+    constructors' fast path (benchmark rows 4a and 5)."""
     return (
         type(task) is TaskSpec
         and type(wait) is bool

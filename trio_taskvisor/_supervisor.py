@@ -93,7 +93,7 @@ from ._shutdown import Shutdown
 from ._slots import Entry
 from ._slotstore import ClusterSlotInfo, ReportSink, new_instance_id
 from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name
-from ._waiter import Readiness, TaskWaiter
+from ._waiter import TaskWaiter
 from ._waits import WaitChecker
 
 logger = logging.getLogger("trio_taskvisor")
@@ -335,9 +335,9 @@ class Supervisor:
         name = spec.name
         if name is None:
             name = auto_name(spec.fn, task_id)
-        rec = TaskRecord(task_id, name, spec.fn, spec.args, self._resolve(spec), self, slot)
-        rec._guard = self._waits  # pyright: ignore[reportPrivateUsage]
-        return rec
+        return TaskRecord(
+            task_id, name, spec.fn, spec.args, self._resolve(spec), self, self._waits, slot
+        )
 
     async def add(self, spec: TaskSpec[T]) -> TaskWaiter[T]:
         """Register a task and return its waiter.
@@ -442,7 +442,9 @@ class Supervisor:
     def prepare_submission(self, request: ControllerSpec[T]) -> PreparedSubmission[T]:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
         controller = self._require_controller("prepare_submission")
-        return PreparedSubmission(self, controller, controller.prepare(request), request)
+        return PreparedSubmission(
+            self._registry.check_intake, controller, controller.prepare(request), request
+        )
 
     def controller_snapshot(self) -> ControllerSnapshot:
         """The controller's slots now (atomic; local, even for cluster slots)."""
@@ -488,7 +490,7 @@ class Supervisor:
             raise TypeError(f"slot must be a str, got {slot!r}")
         spec = TaskSpec.once(None, fn, *args, **task_opts)
         request: ControllerSpec[T]
-        if policy is AdmissionPolicy.QUEUE:  # through the constructors' fast path
+        if policy is AdmissionPolicy.QUEUE:  # the constructors' fast path (row 5)
             request = ControllerSpec.queue(spec, slot=slot, wait=True, queue_timeout=queue_timeout)
         elif policy is AdmissionPolicy.REPLACE:
             request = ControllerSpec.replace(
@@ -526,7 +528,7 @@ class Supervisor:
         """
         self._check_open()
         rec = self._new_record(spec)
-        readiness = rec._readiness = Readiness()  # pyright: ignore[reportPrivateUsage]
+        rec.expect_readiness()
         try:
             await self._registry.add(rec)
         except BaseException as exc:
@@ -535,7 +537,7 @@ class Supervisor:
             if not isinstance(exc, Exception):
                 await self._stop_unready(rec)
             raise
-        await self._wait_ready(rec, readiness)
+        await self._wait_ready(rec)
         return rec
 
     async def start_in_slot(self, request: ControllerSpec[T]) -> TaskWaiter[T]:
@@ -556,25 +558,19 @@ class Supervisor:
             raise TypeError("start_in_slot cannot JOIN: a joiner starts no work to wait for")
         entry = controller.prepare(request)
         rec = entry.payload
-        readiness = rec._readiness = Readiness()  # pyright: ignore[reportPrivateUsage]
+        rec.expect_readiness()
         await controller.submit(entry)
-        await self._wait_ready(rec, readiness)
+        await self._wait_ready(rec)
         return rec
 
-    async def _wait_ready(self, rec: TaskRecord, readiness: Readiness) -> None:
+    async def _wait_ready(self, rec: TaskRecord) -> None:
         """Wait for ``rec``'s readiness; raise ``OutcomeError`` if it ended unready."""
         try:
-            guard = rec._guard  # pyright: ignore[reportPrivateUsage]
-            caller = None if guard is None else guard.caller()
-            if caller is None:
-                await readiness.event.wait()
-            else:  # readiness needs the work to run, as its outcome does
-                assert guard is not None
-                await guard.guarded_wait(caller, rec, readiness.event, placement=False)
+            reached = await rec.wait_ready()
         except BaseException:
             await self._stop_unready(rec)
             raise
-        if not readiness.reached:
+        if not reached:
             outcome = rec.outcome_nowait()
             raise OutcomeError(outcome) from outcome.error
 
@@ -750,16 +746,93 @@ class Supervisor:
         self._start_shutdown(explicit=True)
         await self._shutdown.wait()
 
-    def _keep_failures(self) -> builtins.list[tuple[TaskRecord, builtins.list[TaskWaiter[Any]]]]:
-        """Keep the records of FAILED, FATAL and PANICKED outcomes from now on, each with
-        the joiners that followed it (their waiters observe its outcome too).
+    # -- the lifetime ----------------------------------------------------------------------
 
-        For the pytest plugin's unobserved-failure check: a test's supervisor is short
-        lived, while a service's would keep every failure for ever.
+    @classmethod
+    @asynccontextmanager
+    async def _lifetime(
+        cls,
+        config: SupervisorConfig | None,
+        subscribers: Iterable[Subscriber],
+        handle_signals: bool,
+        natural_end: bool,
+        failures: builtins.list[tuple[TaskRecord, builtins.list[TaskRecord]]] | None,
+    ) -> AsyncGenerator[Supervisor]:
+        """Run a supervisor for the duration of the block (``open_supervisor``), as a
+        nursery's manager owns its nursery.
+
+        ``natural_end``: a body that returns (``run``'s batch) begins the shutdown
+        without publishing ``SHUTDOWN_REQUESTED``. ``failures``: keep the failed records
+        there (the pytest plugin's check).
         """
-        if self._registry.failures is None:
-            self._registry.failures = []
-        return self._registry.failures
+        if config is None:
+            config = SupervisorConfig()
+        elif not isinstance(config, SupervisorConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"config must be a SupervisorConfig, got {config!r}")
+        _check_iterable("subscribers", subscribers, "subscribers")
+        sup = cls(config, tuple(subscribers))
+        if failures is not None:
+            sup._registry.failures = failures
+        body_error: BaseException | None = None
+        body_failed_at = math.inf
+        unavailable: SlotStoreUnavailableError | None = None
+        with ExitStack() as stack:
+            # First, before anything starts: outside the main thread trio raises its
+            # RuntimeError here (once the background runs, it would wait for a shutdown
+            # that nothing starts). A signal that comes while the background starts waits
+            # in the receiver for the watcher.
+            signals = (
+                stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+                if handle_signals
+                else None
+            )
+            async with trio.open_nursery() as nursery:
+                try:
+                    await nursery.start(sup._run_background)
+                except SlotStoreUnavailableError as exc:
+                    unavailable = exc  # raised bare below: nothing was started
+                else:
+                    sup._body_scope = nursery.cancel_scope
+                    if signals is not None:
+                        await nursery.start(sup._watch_signals, signals)
+                    try:
+                        yield sup
+                    except BaseException as exc:
+                        body_error = exc
+                        body_failed_at = trio.current_time()
+                        if (
+                            sup._received_signal is not None or sup._critical is not None
+                        ) and split_cancelled(exc)[1] is None:
+                            # Cancelled by the shutdown of a signal or a critical failure (the
+                            # body scope's own cancellation): a normal exit. An outer
+                            # cancellation, if any, is delivered again at the caller's next
+                            # checkpoint.
+                            body_error = None
+                    # A run()'s batch that ended is no request: no SHUTDOWN_REQUESTED.
+                    sup._start_shutdown(explicit=not natural_end or body_error is not None)
+                    with trio.CancelScope(shield=True):
+                        await sup._shutdown.done.wait()
+                    if sup._signal_scope is not None:
+                        sup._signal_scope.cancel(reason="the shutdown is done")
+        if unavailable is not None:
+            raise unavailable
+        crash = sup._crash
+        if crash is not None:
+            raise crash from None if body_error is None else body_error
+        shutdown_error = sup._shutdown.error()
+        critical = sup._critical
+        # The body's own exception wins when it came first or in the same instant (trio does
+        # not order tasks within one); one it raised later, once cancelled, gives way.
+        if critical is not None and (body_error is None or body_failed_at > sup._critical_at):
+            if shutdown_error is not None:
+                logger.error("shutdown after a critical task's failure: %s", shutdown_error)
+            raise critical from body_error
+        if body_error is not None:
+            if shutdown_error is not None:
+                logger.error("shutdown after a failed body: %s", shutdown_error)
+            raise body_error
+        if shutdown_error is not None:
+            raise shutdown_error
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -789,16 +862,16 @@ class Supervisor:
 class PreparedSubmission(Generic[T_co]):
     """A submission whose ``TaskId`` is allocated; submit it once."""
 
-    __slots__ = ("_controller", "_entry", "_supervisor", "_used", "id", "request")
+    __slots__ = ("_check_open", "_controller", "_entry", "_used", "id", "request")
 
     def __init__(
         self,
-        supervisor: Supervisor,
+        check_open: Callable[[], None],
         controller: Controller,
         entry: Entry[TaskRecord],
         request: ControllerSpec[T_co],
     ) -> None:
-        self._supervisor = supervisor
+        self._check_open = check_open  # the supervisor's intake check
         self._controller = controller
         self._entry = entry
         self._used = False
@@ -817,7 +890,7 @@ class PreparedSubmission(Generic[T_co]):
 
     async def submit(self) -> TaskWaiter[T_co]:
         """Submit; waits for controller command capacity (intake only)."""
-        self._supervisor._check_open()  # pyright: ignore[reportPrivateUsage]
+        self._check_open()
         self._claim()
         try:
             await self._controller.submit(self._entry)
@@ -829,7 +902,7 @@ class PreparedSubmission(Generic[T_co]):
 
     def submit_nowait(self) -> TaskWaiter[T_co]:
         """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
-        self._supervisor._check_open()  # pyright: ignore[reportPrivateUsage]
+        self._check_open()
         if self._used:
             self._claim()  # raises: a second use must not send the entry again
         self._controller.submit_nowait(self._entry)
@@ -869,82 +942,40 @@ def open_supervisor(
     checkers see the code after the block as reachable even when the body never ends by
     itself (``await trio.sleep_forever()``).
     """
+    return _lifetime(config, subscribers, handle_signals)
+
+
+def _lifetime(
+    config: SupervisorConfig | None,
+    subscribers: Iterable[Subscriber],
+    handle_signals: bool,
+    *,
+    natural_end: bool = False,
+    failures: builtins.list[tuple[TaskRecord, builtins.list[TaskRecord]]] | None = None,
+) -> AbstractAsyncContextManager[Supervisor, bool]:
+    """``Supervisor.lifetime``, which ``open_supervisor``, ``run`` and the pytest plugin
+    share (``natural_end``, ``failures``: see there)."""
     return cast(
         "AbstractAsyncContextManager[Supervisor, bool]",
-        _open_supervisor(config, subscribers, handle_signals),
+        Supervisor._lifetime(  # pyright: ignore[reportPrivateUsage]
+            config, subscribers, handle_signals, natural_end, failures
+        ),
     )
 
 
-@asynccontextmanager
-async def _open_supervisor(
-    config: SupervisorConfig | None, subscribers: Iterable[Subscriber], handle_signals: bool
-) -> AsyncGenerator[Supervisor]:
-    if config is None:
-        config = SupervisorConfig()
-    elif not isinstance(config, SupervisorConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError(f"config must be a SupervisorConfig, got {config!r}")
-    _check_iterable("subscribers", subscribers, "subscribers")
-    sup = Supervisor(config, tuple(subscribers))
-    body_error: BaseException | None = None
-    body_failed_at = math.inf
-    unavailable: SlotStoreUnavailableError | None = None
-    with ExitStack() as stack:
-        # First, before anything starts: outside the main thread trio raises its
-        # RuntimeError here (once the background runs, it would wait for a shutdown
-        # that nothing starts). A signal that comes while the background starts waits
-        # in the receiver for the watcher.
-        signals = (
-            stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
-            if handle_signals
-            else None
-        )
-        async with trio.open_nursery() as nursery:
-            try:
-                await nursery.start(sup._run_background)  # pyright: ignore[reportPrivateUsage]
-            except SlotStoreUnavailableError as exc:
-                unavailable = exc  # raised bare below: nothing was started
-            else:
-                sup._body_scope = nursery.cancel_scope  # pyright: ignore[reportPrivateUsage]
-                if signals is not None:
-                    await nursery.start(sup._watch_signals, signals)  # pyright: ignore[reportPrivateUsage]
-                try:
-                    yield sup
-                except BaseException as exc:
-                    body_error = exc
-                    body_failed_at = trio.current_time()
-                    if (
-                        sup._received_signal is not None  # pyright: ignore[reportPrivateUsage]
-                        or sup._critical is not None  # pyright: ignore[reportPrivateUsage]
-                    ) and split_cancelled(exc)[1] is None:
-                        # Cancelled by the shutdown of a signal or a critical failure (the
-                        # body scope's own cancellation): a normal exit. An outer
-                        # cancellation, if any, is delivered again at the caller's next
-                        # checkpoint.
-                        body_error = None
-                sup._start_shutdown(explicit=True)  # pyright: ignore[reportPrivateUsage]
-                with trio.CancelScope(shield=True):
-                    await sup._shutdown.done.wait()  # pyright: ignore[reportPrivateUsage]
-                if sup._signal_scope is not None:  # pyright: ignore[reportPrivateUsage]
-                    sup._signal_scope.cancel(reason="the shutdown is done")  # pyright: ignore[reportPrivateUsage]
-    if unavailable is not None:
-        raise unavailable
-    crash = sup._crash  # pyright: ignore[reportPrivateUsage]
-    if crash is not None:
-        raise crash from None if body_error is None else body_error
-    shutdown_error = sup._shutdown.error()  # pyright: ignore[reportPrivateUsage]
-    critical = sup._critical  # pyright: ignore[reportPrivateUsage]
-    # The body's own exception wins when it came first or in the same instant (trio does
-    # not order tasks within one); one it raised later, once cancelled, gives way.
-    if critical is not None and (body_error is None or body_failed_at > sup._critical_at):  # pyright: ignore[reportPrivateUsage]
-        if shutdown_error is not None:
-            logger.error("shutdown after a critical task's failure: %s", shutdown_error)
-        raise critical from body_error
-    if body_error is not None:
-        if shutdown_error is not None:
-            logger.error("shutdown after a failed body: %s", shutdown_error)
-        raise body_error
-    if shutdown_error is not None:
-        raise shutdown_error
+def open_keeping_failures(
+    config: SupervisorConfig | None,
+    subscribers: Iterable[Subscriber],
+    failures: builtins.list[tuple[TaskRecord, builtins.list[TaskRecord]]],
+) -> AbstractAsyncContextManager[Supervisor, bool]:
+    """``open_supervisor`` for the pytest plugin's unobserved-failure check: the records
+    of FAILED, FATAL and PANICKED outcomes go to ``failures``, each with the joiners that
+    followed it (their waiters observe its outcome too).
+
+    Only for a test's supervisor, which is short lived: a service's would keep every
+    failure for ever.
+    """
+    return _lifetime(config, subscribers, False, failures=failures)
 
 
 async def run(
@@ -961,10 +992,7 @@ async def run(
     Raises what ``add_batch`` or the shutdown raise, and ``CriticalTaskError`` when a
     task marked ``critical`` ended ``FAILED``, ``FATAL`` or ``PANICKED``.
     """
-    async with open_supervisor(
-        config, subscribers=subscribers, handle_signals=handle_signals
-    ) as sup:
+    async with _lifetime(config, subscribers, handle_signals, natural_end=True) as sup:
         waiters = await sup.add_batch(specs)
         for waiter in waiters:
             await waiter.wait()
-        sup._start_shutdown(explicit=False)  # pyright: ignore[reportPrivateUsage]

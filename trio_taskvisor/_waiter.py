@@ -1,12 +1,15 @@
 """``TaskWaiter``: the handle to one piece of work's final outcome, and its placement.
 
 Every piece of accepted work ends with exactly one ``TaskOutcome``; its waiter resolves
-once, and never depends on events. The registry's ``TaskRecord`` *is* the waiter of
-registered work (one object per task); joiners, which never register, are plain waiters.
+once, and never depends on events. The waiter's state is written by one class only: its
+subclass ``TaskRecord`` (``_record``), the record every piece of work has (one object per
+task), whose ``resolve``, ``follow`` and ``place`` the loops call. This module reads the
+state for the public methods and writes nothing but the lazily created events and the
+observed mark.
 
 A waiter also learns, once, where the admission decision put its work (``placement``):
-set by the controller (or, for work added with ``add``, by the
-registry) with ``_place``, before the outcome.
+set by the controller (or, for work added with ``add``, by the registry) with
+``TaskRecord.place``, before the outcome.
 
 Decisions the design leaves open:
 
@@ -46,7 +49,7 @@ class WaitGuard(Protocol):
     attempt_context: contextvars.ContextVar[Any]
     """Set (to its record) inside every attempt: ``caller()`` is ``None`` while unset.
     ``wait()`` reads it before calling ``caller()``: most waits are made outside attempts,
-    and this spares them a call."""
+    and this spares them a call (benchmark row 1a awaits every waiter)."""
 
     def caller(self) -> object | None:
         """The attempt making the current call if its waits are checked, else ``None``."""
@@ -133,7 +136,8 @@ class TaskWaiter(Generic[T_co]):
         """The task's name (an automatic one for a nameless task)."""
         self._outcome: TaskOutcome[T_co] | None = None
         self._event: trio.Event | None = None
-        self._followers: list[TaskWaiter[Any]] | None = None
+        # The records of the joiners following this work (``TaskRecord.follow``).
+        self._followers: list[Any] | None = None
         # Set by the supervisor: checks waits made inside attempts (DeadlockError).
         self._guard: WaitGuard | None = None
         # The placement, or the event wait_placed() waits on until it is known.
@@ -194,31 +198,6 @@ class TaskWaiter(Generic[T_co]):
         self._observed = True
         return self._outcome
 
-    def _resolve(self, outcome: TaskOutcome[Any]) -> bool:
-        """Set the outcome once; return whether this call set it."""
-        if self._outcome is not None:
-            return False
-        self._outcome = outcome
-        self._guard = None  # only pending waits check; a kept waiter must not pin the controller
-        if self._event is not None:
-            self._event.set()
-        if self._readiness is not None:
-            self._readiness.event.set()  # start() gives up: the task ended unready
-        if self._followers is not None:
-            for follower in self._followers:
-                follower._resolve(outcome)
-            self._followers = None
-        return True
-
-    def _follow(self, target: TaskWaiter[Any]) -> None:
-        """Resolve to ``target``'s outcome (a JOIN)."""
-        if target._outcome is not None:
-            self._resolve(target._outcome)
-        elif target._followers is None:
-            target._followers = [self]
-        else:
-            target._followers.append(self)
-
     # -- placement ---------------------------------------------------------
 
     @property
@@ -255,12 +234,3 @@ class TaskWaiter(Generic[T_co]):
         placed = self._placement
         assert isinstance(placed, Placement)
         return placed
-
-    def _place(self, placement: Placement) -> None:
-        """Record the admission decision, once; later calls change nothing."""
-        current = self._placement
-        if current is None:
-            self._placement = placement
-        elif isinstance(current, trio.Event):
-            self._placement = placement
-            current.set()

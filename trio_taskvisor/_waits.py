@@ -229,7 +229,7 @@ class WaitChecker:
             return [] if owner is None else [(owner, f"waits for slot {wait.target!r}, owned by")]
         target = wait.target
         assert isinstance(target, TaskRecord)
-        if target._outcome is not None:  # pyright: ignore[reportPrivateUsage]
+        if target.done:
             return []
         if kind is _Kind.PLACEMENT and target.placement is not None:
             return []

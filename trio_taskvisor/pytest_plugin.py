@@ -91,7 +91,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import attrs
 import pytest
@@ -101,8 +100,7 @@ from ._config import SupervisorConfig
 from ._events import EventKind
 from ._exceptions import GraceExceededError
 from ._record import TaskRecord
-from ._supervisor import Supervisor, open_supervisor
-from ._waiter import TaskWaiter
+from ._supervisor import Supervisor, open_keeping_failures
 from .testing import EventRecorder
 
 __all__ = [
@@ -188,10 +186,9 @@ async def supervisor(
     allow_task_failures = node.get_closest_marker(_ALLOW_FAILURES) is not None
     subscribers: list[Subscriber] = [event_recorder, *taskvisor_subscribers]
     problems: list[str] = []
-    failed_tasks: list[tuple[TaskRecord, list[TaskWaiter[Any]]]] = []
+    failed_tasks: list[tuple[TaskRecord, list[TaskRecord]]] = []
     try:
-        async with open_supervisor(taskvisor_config, subscribers=subscribers) as sup:
-            failed_tasks = sup._keep_failures()  # pyright: ignore[reportPrivateUsage]
+        async with open_keeping_failures(taskvisor_config, subscribers, failed_tasks) as sup:
             yield sup
     except GraceExceededError as exc:
         if not allow_force:
@@ -213,20 +210,14 @@ async def supervisor(
         problems.extend(
             _unobserved(rec)
             for rec, joiners in failed_tasks
-            if not _observed(rec) and not any(_observed(joiner) for joiner in joiners)
+            if not rec.observed() and not any(joiner.observed() for joiner in joiners)
         )
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
 
 
-def _observed(waiter: TaskWaiter[Any]) -> bool:
-    """Whether ``wait()`` or ``outcome_nowait()`` returned the waiter's outcome (``start()``
-    raising ``OutcomeError`` calls ``outcome_nowait()``)."""
-    return waiter._observed  # pyright: ignore[reportPrivateUsage]
-
-
 def _unobserved(rec: TaskRecord) -> str:
-    outcome = rec._outcome  # pyright: ignore[reportPrivateUsage]
+    outcome = rec.final_outcome()
     assert outcome is not None
     return (
         f"task {rec.name!r} ({rec.id}) ended {outcome.kind.value}: {outcome.reason}, and "

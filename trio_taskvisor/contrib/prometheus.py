@@ -83,7 +83,7 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final
 
 import attrs
@@ -245,7 +245,7 @@ class PrometheusSubscriber:
             if labels:
                 self._leases.labels(*labels)
                 self._lost_leases.labels(*labels)
-        self._gauges = _GaugeCollector(self)
+        self._gauges = _GaugeCollector(self, self._sample)
         self.registry.register(self._gauges)
 
     def __repr__(self) -> str:
@@ -375,8 +375,9 @@ class PrometheusSubscriber:
 class _GaugeCollector:
     """The gauge families of a ``PrometheusSubscriber``, read at collection time."""
 
-    def __init__(self, owner: PrometheusSubscriber) -> None:
+    def __init__(self, owner: PrometheusSubscriber, sample: Callable[[], _Sample | None]) -> None:
         self._owner = owner
+        self._sample = sample  # the owner's: the supervisor's values at collection time
 
     def _families(self, sample: _Sample | None) -> Iterator[Metric]:
         ns = self._owner.namespace
@@ -434,7 +435,7 @@ class _GaugeCollector:
 
     def collect(self) -> Iterable[Metric]:
         """The families with the bound supervisor's values; none when unbound."""
-        sample = self._owner._sample()  # pyright: ignore[reportPrivateUsage]
+        sample = self._sample()
         if sample is None:
             return []
         return list(self._families(sample))
