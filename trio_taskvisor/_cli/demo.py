@@ -523,7 +523,7 @@ async def _run_live(board: Board, seed: int | None) -> None:
     def frame() -> RenderableType:
         return _frame(board, console.size.width, console.size.height)
 
-    with _no_echo(), Live(frame(), console=console, auto_refresh=False) as live:
+    with no_echo(), Live(frame(), console=console, auto_refresh=False) as live:
         async with trio.open_nursery() as nursery:
 
             async def refresh() -> None:
@@ -541,7 +541,7 @@ async def _run_live(board: Board, seed: int | None) -> None:
 
 
 @contextlib.contextmanager
-def _no_echo() -> Generator[None]:
+def no_echo() -> Generator[None]:
     """Keep the terminal from echoing what is typed while the live view draws.
 
     The live view redraws its frame by moving the cursor up as many lines as it drew.

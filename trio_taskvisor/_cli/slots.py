@@ -567,10 +567,10 @@ async def _watch_rich(watch: _Watch) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    from .demo import _no_echo  # pyright: ignore[reportPrivateUsage]
+    from .demo import no_echo
 
     console = Console()
-    with _no_echo(), Live(console=console, auto_refresh=False, transient=False) as live:
+    with no_echo(), Live(console=console, auto_refresh=False, transient=False) as live:
         while True:
             size = console.size
             # One line short of the terminal: the last frame stays whole above the prompt.
@@ -580,10 +580,10 @@ async def _watch_rich(watch: _Watch) -> None:
 
 
 async def _watch_plain(watch: _Watch) -> None:
-    from .demo import _no_echo  # pyright: ignore[reportPrivateUsage]
+    from .demo import no_echo
 
     terminal = sys.stdout.isatty()
-    with _no_echo():
+    with no_echo():
         while True:
             if terminal:
                 size = shutil.get_terminal_size()
