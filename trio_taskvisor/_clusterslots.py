@@ -127,6 +127,14 @@ class LoseLease(NamedTuple, Generic[P]):
     reason: str
 
 
+class LostUnstarted(NamedTuple, Generic[P]):
+    """``entry``, granted but never admitted, lost its lease: it ends ``LEASE_LOST``
+    without running (its ``Release`` follows, carrying that outcome)."""
+
+    entry: Entry[P]
+    reason: str
+
+
 class Follow(NamedTuple, Generic[P]):
     """The joiner ``entry`` follows ``target``, work of another process (an entry id)."""
 
@@ -141,7 +149,7 @@ class Unfollow(NamedTuple, Generic[P]):
 
 
 ClusterEffect: TypeAlias = Union[  # noqa: UP007 - a generic alias: ClusterEffect[P]
-    Ask[P], Withdraw[P], Release[P], LoseLease[P], Follow[P], Unfollow[P]
+    Ask[P], Withdraw[P], Release[P], LoseLease[P], LostUnstarted[P], Follow[P], Unfollow[P]
 ]
 
 # -- what a keeper's report asks of the driver, before the machine's effects ----------------
@@ -335,7 +343,18 @@ class ClusterSlotMachine(SlotMachine[P]):
         slot = self.slots[entry.key]
         self.owners[entry.id] = entry
         if slot.owner is not None:
-            slot.granted = entry  # the previous owner lost its lease and still runs
+            # The previous owner lost its lease and still runs. A next owner granted
+            # before this one lost its own lease meanwhile (the server has moved the lease
+            # on): it never runs, and ends LEASE_LOST.
+            earlier = slot.granted
+            if earlier is not None:
+                del self.owners[earlier.id]
+                reason = self._lost.pop(earlier.id, "lease expired: it went on to other work")
+                self._stopping.discard(earlier.id)
+                self._ended(earlier)
+                self.extra.append(LostUnstarted(earlier, reason))
+                self.extra.append(Release(earlier))
+            slot.granted = entry
         else:
             self._start(slot, entry, now, reason)
         if again:

@@ -96,6 +96,7 @@ from ._clusterslots import (
     GiveBack,
     LeaseLostNotice,
     LoseLease,
+    LostUnstarted,
     Notice,
     Release,
     SetFence,
@@ -108,7 +109,7 @@ from ._config import ControllerConfig
 from ._events import EventKind
 from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
 from ._inbox import Inbox, Reply
-from ._outcome import Placement, RejectionKind, TaskId, TaskOutcome, rejected_outcome
+from ._outcome import OutcomeKind, Placement, RejectionKind, TaskId, TaskOutcome, rejected_outcome
 from ._record import TaskRecord
 from ._registry import Registry
 from ._slots import (
@@ -853,6 +854,15 @@ class Controller:
                 keeper.release(entry.key, entry.id, outcome)
             case LoseLease(entry, reason):
                 self._registry.lose_lease(entry.payload, reason)
+            case LostUnstarted(entry, reason):
+                rec = entry.payload
+                rec.place(Placement.OWNER)  # it was granted the lease (not once placed)
+                rec.resolve(TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+                if self._bus.active:
+                    self._bus.publish(
+                        EventKind.CONTROLLER_LEASE_LOST, rec.id, rec.name, entry.key, reason=reason
+                    )
+                rec.release()  # never admitted: nothing else lets go of it
             case Follow(entry, target):
                 keeper.follow(entry.id, entry.key, target)
             case Unfollow(entry):

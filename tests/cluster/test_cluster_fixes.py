@@ -148,3 +148,33 @@ def test_wait_mode_work_refused_for_max_waiters_is_not_kept_for_the_pending_budg
     assert [type(e).__name__ for e in m.effects][-1] == "Reject"
     m.rejected(1, RejectionKind.SLOT_BUSY, 1.0)  # the unit is free: held work is asked
     assert [e.entry.id for e in m.extra if isinstance(e, Ask)] == [1, 2]
+
+
+def test_a_next_owner_that_lost_its_lease_before_it_started_ends_lease_lost() -> None:
+    """The owner lost its lease and still runs; the next owner granted behind it lost its
+    own lease too, and the server gave the lease to later work: the earlier next owner
+    never runs and ends ``LEASE_LOST`` (its lease given back, carrying that outcome),
+    and the later one takes its place. It stayed in the slot for ever, its waiter hanging
+    (found by the state machine of ``test_cluster_machine_stateful.py``)."""
+    m = machine()
+    m.submit(Entry(1, "a", QUEUE), 0.0)
+    m.granted(1, 0.0)
+    m.admitted(m.owners[1], True, 0.0)
+    m.lease_lost(1, "lease expired")  # forced; still running
+    m.submit(Entry(2, "a", QUEUE), 1.0)
+    second = m.granted(2, 1.0)  # the next owner, behind the running one
+    assert second is not None
+    assert m.slots["a"].granted is second
+    m.lease_lost(2, "lease expired (paused)")  # before it could start
+    m.submit(Entry(3, "a", QUEUE), 2.0)
+    m.extra.clear()
+    third = m.granted(3, 2.0)
+    assert m.slots["a"].granted is third
+    assert [(type(e).__name__, e.entry.id) for e in m.extra] == [
+        ("LostUnstarted", 2),
+        ("Release", 2),
+    ]
+    assert m.extra[0].reason == "lease expired (paused)"  # type: ignore[union-attr]
+    assert 2 not in m.owners
+    m.exited(m.owners[1], 3.0)  # the lost owner exits: the later next owner starts
+    assert m.slots["a"].owner is third

@@ -32,6 +32,7 @@ from trio_taskvisor._clusterslots import (
     FollowerDone,
     GiveBack,
     LoseLease,
+    LostUnstarted,
     Release,
     Unfollow,
     Withdraw,
@@ -58,7 +59,7 @@ KEYS = ("a", "b", "c")
 QUEUING = (AdmissionPolicy.QUEUE, AdmissionPolicy.REPLACE)  # the store queues only these
 POLICIES = tuple(AdmissionPolicy)
 OTHER = "other:2:0000000b"
-ENDS = ("reject", "admit", "join", "follow")  # the ways a submission is placed or ends
+ENDS = ("reject", "admit", "join", "follow", "lost")  # the ways a submission is placed or ends
 STORE_REJECTIONS = (
     RejectionKind.SLOT_BUSY,
     RejectionKind.QUEUE_FULL,
@@ -147,6 +148,8 @@ class ClusterMachineModel(RuleBasedStateMachine):
                         self.give_back(entry.key, entry.id)
                     case LoseLease(entry, _):
                         self.log[entry.id].append("forced")
+                    case LostUnstarted(entry, _):
+                        self.log[entry.id].append("lost")
                     case Follow(entry, _):
                         self.log[entry.id].append("follow")
                         self.follows[entry.id] = entry
@@ -172,15 +175,11 @@ class ClusterMachineModel(RuleBasedStateMachine):
         self.drain()
 
     def grantable(self, key: str) -> bool:
-        """Whether the server may give ``key``'s lease to this process's work now.
-
-        Known gap, left out of the model: a next owner that was granted while a lost
-        owner still runs (``Slot.granted``) and then lost its own lease too. A third
-        grant would replace it in ``Slot.granted``, and it would never end; the model
-        grants nothing in that slot until the running owner exits.
-        """
-        slot = self.machine.slots.get(key)
-        return key not in self.lease and (slot is None or slot.granted is None)
+        """Whether the server may give ``key``'s lease to this process's work now: when
+        no work of this process holds it (a next owner granted while a lost owner still
+        runs, which lost its own lease too, is replaced by a later grant, and ends
+        ``LEASE_LOST`` without running)."""
+        return key not in self.lease
 
     def grant(self, entry: Entry[None]) -> None:
         self.lease[entry.key] = entry.id
