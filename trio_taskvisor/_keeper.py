@@ -925,6 +925,7 @@ class LeaseKeeper:
             with trio.move_on_after(self.store.connect_timeout):
                 if await self._connect(self._interval):
                     self._available = True
+                    self._error = None
                     self._recovered_at = trio.current_time()
                     logger.info("slot store %s recovered", self.store.safe_url)
                     self._report(StoreRecovered())
@@ -934,9 +935,10 @@ class LeaseKeeper:
 
     async def _connect(self, bound: float) -> bool:
         """Open a fresh connection, renew on it, subscribe; return whether all worked
-        (``self._error`` names the failure when the client reported one)."""
+        (``self._error`` names the failure when the client reported one; it keeps the
+        outage's last named failure until a connection works, so a query that times out
+        during an attempt still names the cause)."""
         self._drop_connection()
-        self._error = None
         assert self._nursery is not None
         scope = trio.CancelScope()
         self._conn_scope = scope
