@@ -23,14 +23,11 @@ import io
 import math
 import os
 import re
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,13 +35,13 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from tmux import EXIT, tmux_server
 
 from trio_taskvisor import BackoffSource, EventKind, TaskEvent, TaskId, TaskInfo, TaskState
 from trio_taskvisor._cli.demo import Board, _header_line, _state, counter_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 60.0  # seconds for every pane to finish, from the moment they were started
-EXIT = re.compile(r"^EXIT=(\d+)$", re.MULTILINE)
 # The rows of the counters panel, which the summary repeats ("rejections" appears only
 # once something was rejected).
 COUNTER_LABELS = ("outcomes", "runs", "pollers", "tenants", "cache", "periodic", "events")
@@ -72,20 +69,8 @@ class Pane:
     status: int | None = None
 
 
-def _tmux(socket: str, *args: str) -> str:
-    result = subprocess.run(
-        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=True, timeout=10
-    )
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def panes() -> Iterator[dict[str, Pane]]:
-    if shutil.which("tmux") is None:
-        pytest.fail(
-            "tmux is not installed: this test runs the demo in tmux panes "
-            "(install it: apt-get install tmux)"
-        )
     demo = (sys.executable, "-m", "trio_taskvisor", "demo")
     run = ("--duration", "3", "--seed", "7")
     wanted = [
@@ -95,43 +80,30 @@ def panes() -> Iterator[dict[str, Pane]]:
         Pane("narrow-ctrl-c", 80, 24, (*demo, "--duration", "60", "--seed", "7"), True),
         Pane("mid-ctrl-c", 120, 40, (*demo, "--duration", "60", "--seed", "7"), True),
     ]
-    socket = f"taskvisor-test-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    try:
+    with tmux_server("the demo in tmux panes") as tmux:
         for pane in wanted:
-            command = f"{shlex.join(pane.args)}; echo EXIT=$?; sleep 120"
-            size = ("-x", str(pane.width), "-y", str(pane.height), "-s", pane.name)
-            subprocess.run(
-                ("tmux", "-L", socket, "-f", os.devnull, "new-session", "-d", *size, command),
-                check=True,
-                env=env,
-                cwd=ROOT,
-                timeout=10,
-            )
+            tmux.start(pane.name, pane.width, pane.height, pane.args, env=env, cwd=ROOT)
         deadline = time.monotonic() + TIMEOUT
         while any(p.status is None for p in wanted) and time.monotonic() < deadline:
             for pane in wanted:
                 if pane.status is not None:
                     continue
-                screen = _tmux(socket, "capture-pane", "-p", "-J", "-t", pane.name)
+                screen = tmux.screen(pane.name)
                 exited = EXIT.search(screen)
                 if exited is not None:
                     pane.final, pane.status = screen, int(exited.group(1))
-                    pane.history = _tmux(
-                        socket, "capture-pane", "-p", "-J", "-S", "-", "-t", pane.name
-                    )
+                    pane.history = tmux.screen(pane.name, history=True)
                 elif re.search(r"\brunning\b", "".join(_lines(screen)[:3])):
                     pane.running = screen  # the header (first line, or in a panel) says so
                     pane.screens.append(screen)
                     if pane.interrupt and not pane.stopping and IDLE.search(screen):
-                        _tmux(socket, "send-keys", "-t", pane.name, "C-c")
+                        tmux.send(pane.name, "C-c")
                         pane.stopping = "sent"
                 elif pane.stopping == "sent" and "shutdown:" in _lines(screen)[0]:
                     pane.stopping = screen
             time.sleep(0.1)
         yield {pane.name: pane for pane in wanted}
-    finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
 
 
 def _row(label: str, screen: str) -> bool:

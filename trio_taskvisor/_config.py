@@ -46,7 +46,7 @@ import attrs
 
 from ._exceptions import ConfigError
 from ._limits import Pool, check_limits
-from ._policies import BackoffPolicy, RestartLimit, RestartPolicy
+from ._policies import BackoffPolicy, RestartLimit, RestartPolicy, positive_seconds
 
 _SCHEMES: Final = ("redis", "rediss")
 _MASK: Final = "***"
@@ -135,24 +135,12 @@ def _check_namespace(namespace: object) -> str:
     return namespace
 
 
-def _check_duration(what: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        raise ConfigError(f"{what} must be finite and > 0, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"{what} must be finite and > 0, got {value!r}")
-    return seconds
-
-
 def _lease_ttl(value: object) -> float:
-    return _check_duration("lease_ttl", value)
+    return positive_seconds("lease_ttl", value)
 
 
 def _connect_timeout(value: object) -> float:
-    return _check_duration("connect_timeout", value)
+    return positive_seconds("connect_timeout", value)
 
 
 class SlotStore:

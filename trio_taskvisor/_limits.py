@@ -27,12 +27,12 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
-import math
 from typing import Literal, TypeAlias
 
 import attrs
 
 from ._exceptions import ConfigError
+from ._policies import positive_seconds
 
 
 def _check_name(value: object) -> str:
@@ -66,15 +66,7 @@ def _positive_int(what: str, value: object) -> int:
 
 
 def _check_per(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"per must be a number of seconds, got {value!r}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        raise ConfigError(f"per must fit in a float, got {value!r}: too large") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"per must be finite and > 0, got {value!r}")
-    return seconds
+    return positive_seconds("per", value)
 
 
 def _check_key(value: object) -> str:

@@ -94,6 +94,20 @@ def _int_to_float(value: float) -> float:
     return value
 
 
+def positive_seconds(what: str, value: object) -> float:
+    """``value`` as a float number of seconds, finite and ``> 0``: ``TypeError`` for a
+    non-number (a ``bool`` included), ``ConfigError`` naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{what} must be finite and > 0, got {value!r}")
+    return seconds
+
+
 def _finite_at_least(low: float) -> Callable[[object, attrs.Attribute[float], float], None]:
     """Build a validator that accepts finite floats ``>= low``."""
     low_text = f"{low:g}"

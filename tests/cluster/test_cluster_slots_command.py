@@ -19,8 +19,6 @@ import functools
 import json
 import os
 import re
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +34,7 @@ import pytest
 import trio
 from cluster_helpers import Scripts, entry, gated, replica
 from redis_server import RedisServer, free_port, running_server
+from tmux import EXIT, tmux_server
 
 from trio_taskvisor import ControllerSpec, EventKind
 from trio_taskvisor.redis import RedisSlotStore
@@ -337,7 +336,6 @@ async def test_watch_shows_an_outage_and_goes_on(
 
 # -- --watch in terminals -------------------------------------------------------------------------
 
-EXIT = re.compile(r"^EXIT=(\d+)$", re.MULTILINE)
 WATCH_TIMEOUT = 30.0
 
 
@@ -354,13 +352,6 @@ class Pane:
     status: int | None = None
 
 
-def _tmux(socket: str, *args: str) -> str:
-    result = subprocess.run(
-        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=True, timeout=10
-    )
-    return result.stdout
-
-
 def _lines(screen: str) -> list[str]:
     return screen.rstrip("\n").split("\n")
 
@@ -369,11 +360,6 @@ def _lines(screen: str) -> list[str]:
 def panes(redis_server_session: RedisServer) -> Iterator[dict[str, Pane]]:
     """Fill a namespace, watch it in three panes until both slots and both live
     instances show, then Ctrl+C each and wait for its exit status."""
-    if shutil.which("tmux") is None:
-        pytest.fail(
-            "tmux is not installed: this test watches the slots in tmux panes "
-            "(install it: apt-get install tmux)"
-        )
     url, namespace = redis_server_session.url, f"watch-{uuid.uuid4().hex[:8]}"
 
     async def setup() -> None:
@@ -383,9 +369,8 @@ def panes(redis_server_session: RedisServer) -> Iterator[dict[str, Pane]]:
 
     trio.run(setup)
     wanted = [Pane("narrow", 80, 24), Pane("mid", 120, 40), Pane("plain", 80, 24, rich=False)]
-    socket = f"taskvisor-slots-{uuid.uuid4().hex[:8]}"
     watch = [sys.executable, "-m", "trio_taskvisor", "slots", url, "--namespace", namespace]
-    try:
+    with tmux_server("the slots command's watch in tmux panes") as tmux:
         for pane in wanted:
             args = [*watch, "--watch"]
             if not pane.rich:
@@ -394,34 +379,24 @@ def panes(redis_server_session: RedisServer) -> Iterator[dict[str, Pane]]:
                     "from trio_taskvisor.__main__ import main; sys.exit(main(sys.argv[1:]))"
                 )
                 args = [sys.executable, "-c", code, *args[3:]]
-            command = f"{shlex.join(args)}; echo EXIT=$?; sleep 120"
-            size = ("-x", str(pane.width), "-y", str(pane.height), "-s", pane.name)
-            subprocess.run(
-                ("tmux", "-L", socket, "-f", os.devnull, "new-session", "-d", *size, command),
-                check=True,
-                env=ENV,
-                cwd=ROOT,
-                timeout=10,
-            )
+            tmux.start(pane.name, pane.width, pane.height, args, env=ENV, cwd=ROOT)
         deadline = time.monotonic() + WATCH_TIMEOUT
         while any(p.status is None for p in wanted) and time.monotonic() < deadline:
             for pane in wanted:
                 if pane.status is not None:
                     continue
-                screen = _tmux(socket, "capture-pane", "-p", "-J", "-t", pane.name)
+                screen = tmux.screen(pane.name)
                 exited = EXIT.search(screen)
                 if exited is not None:
                     pane.final, pane.status = screen, int(exited.group(1))
                 elif not pane.drawn and all(text in screen for text in ("s:1 ", "s:2 ", A, B)):
                     pane.drawn = screen
-                    _tmux(socket, "send-keys", "-t", pane.name, "C-c")
+                    tmux.send(pane.name, "C-c")
             time.sleep(0.1)  # polling another process's terminal, not a settle wait
         for pane in wanted:
             if pane.status is None:  # what it showed instead, for the failure
-                pane.final = _tmux(socket, "capture-pane", "-p", "-J", "-t", pane.name)
+                pane.final = tmux.screen(pane.name)
         yield {pane.name: pane for pane in wanted}
-    finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
 
 
 @pytest.mark.parametrize("name", ["narrow", "mid", "plain"])
