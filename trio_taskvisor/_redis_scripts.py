@@ -707,17 +707,15 @@ local function acquire(me, w, pairs_)
   return {'waiting', g, retry and math.ceil(retry) or false, blocked}
 end
 
--- give back w's units (a concurrency pool's); the freed pools' waiters may fit now
+-- give back w's units (a concurrency pool's); then grant what fits in its pools (also
+-- when sent again, or when w's units had expired: the settle is harmless, and an expiry
+-- may have left room that nobody granted yet)
 local function release(w, pids)
-  local changed = {}
   for _, pid in ipairs(pids) do
-    if redis.call('HDEL', P .. 'lh:' .. pid, w) == 1 then
-      local p = pool(pid)  -- read after the HDEL: w no longer counts
-      p.touched = true
-      changed[#changed + 1] = pid
-    end
+    redis.call('HDEL', P .. 'lh:' .. pid, w)
+    pool(pid).touched = true  -- read after the HDEL: w no longer counts
   end
-  if #changed > 0 then settle(changed) end
+  settle(pids)
 end
 """
 
