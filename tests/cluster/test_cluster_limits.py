@@ -214,3 +214,55 @@ async def test_cluster_limit_raises_during_an_outage(
                 await sup.cluster_limit(ConcurrencyLimit("x", 1))
         finally:
             redis_server.resume()
+
+
+async def test_waiters_wait_through_an_outage(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """While the server does not answer nothing is granted: a block asked for meanwhile
+    waits, and enters once the server answers again; nothing is held afterwards."""
+    pool = ConcurrencyLimit("outage", 1)
+    async with replica(store) as (sup, recorder):
+        entered = trio.Event()
+
+        async def block() -> None:
+            async with sup.limited(pool):
+                entered.set()
+
+        redis_server.pause()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(block)
+                with trio.fail_after(3 * TTL):
+                    await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+                assert not entered.is_set()
+                redis_server.resume()
+                with trio.fail_after(4 * TTL):
+                    await entered.wait()
+        finally:
+            redis_server.resume()
+        info = await sup.cluster_limit(pool)
+        assert (info.held, info.waiting) == (0, 0)
+
+
+async def test_a_stop_while_waiting_withdraws_the_request(store: RedisSlotStore) -> None:
+    """A task removed while it waits for a cluster pool ends ``CANCELLED`` and leaves
+    the pool's line on the server."""
+    pool = ConcurrencyLimit("stops", 1)
+    gate = trio.Event()
+    async with replica(store) as (a, _), replica(store) as (b, recorder_b):
+        started = trio.Event()
+        holder = await a.add(held_by(gate, "a", pool, started))
+        await started.wait()
+        waiter = await b.add(held_by(gate, "b", pool))
+        with trio.fail_after(2 * TTL):
+            await recorder_b.wait_for(EventKind.LIMIT_WAITING)
+        await b.remove("b")
+        assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+        with trio.fail_after(2 * TTL):
+            # the withdrawal rides the keeper's next batch: no event tells it landed
+            while (await a.cluster_limit(pool)).waiting:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        assert b.limit_snapshot() == ()
+        gate.set()
+        assert (await holder.wait()).kind is OutcomeKind.COMPLETED
