@@ -251,7 +251,7 @@ class Namespace:
     """Slot -> its cluster queue's entry ids, head first."""
     heartbeats: dict[str, int]
     """Instance -> ms left of its heartbeat (live instances only)."""
-    pools: dict[str, PoolState] = attrs.field(factory=dict)
+    pools: dict[str, PoolState] = attrs.field(factory=dict[str, "PoolState"])
     """Pool id (``name`` or ``"name key"``) -> what the server holds for the limit pool."""
 
 
@@ -372,35 +372,35 @@ async def _read_pools(
             pipe.hmget(f"{prefix}lp:{pid}", ["spec", "tat"])
             pipe.hgetall(f"{prefix}lh:{pid}")
             pipe.zrange(f"{prefix}lq:{pid}", 0, -1)
-    at = iter(pipe.results or ())
-    now_ms = next(at).timestamp() * 1000  # coredis gives the server's TIME as a datetime
-    raw = [(pid, next(at), dict(next(at)), [str(w) for w in next(at)]) for pid in pool_ids]
-    waiters = [w for _, _, _, line in raw for w in line]
+    results: list[Any] = list(pipe.results or ())
+    now_ms = float(results[0].timestamp()) * 1000  # coredis gives the server's TIME as a datetime
+    raw: list[tuple[str, list[str | None], dict[str, str], list[str]]] = []
+    for k, pid in enumerate(pool_ids):
+        spec_tat, held, line = results[1 + 3 * k : 4 + 3 * k]
+        raw.append((pid, list(spec_tat), {str(h): str(g) for h, g in held.items()}, list(line)))
+    waiters = [str(w) for _, _, _, line in raw for w in line]
     instances = sorted(
-        {instance_of(str(h)) for _, _, held, _ in raw for h in held}
-        | {instance_of(w) for w in waiters}
+        {instance_of(h) for _, _, held, _ in raw for h in held} | {instance_of(w) for w in waiters}
     )
     async with client.pipeline(transaction=False) as pipe:
         for instance in instances:
             pipe.get(f"{prefix}lu:{instance}")
         for w in waiters:
             pipe.hget(f"{prefix}lw:{w}", "gen")
-    replies = list(pipe.results or ())
-    gens = dict(zip(instances, replies[: len(instances)], strict=True))
-    waiter_gens = dict(zip(waiters, replies[len(instances) :], strict=True))
+    replies: list[Any] = list(pipe.results or ())
+    gens: dict[str, str | None] = dict(zip(instances, replies[: len(instances)], strict=True))
+    waiter_gens: dict[str, str | None] = dict(zip(waiters, replies[len(instances) :], strict=True))
     pools: dict[str, PoolState] = {}
     for pid, (spec, tat), held, line in raw:
         if spec is None:
             continue
-        holders = sorted(
-            instance_of(str(h)) for h, g in held.items() if gens.get(instance_of(str(h))) == g
-        )
+        holders = sorted(instance_of(h) for h, g in held.items() if gens.get(instance_of(h)) == g)
         waiting = sum(1 for w in line if gens.get(instance_of(w)) == waiter_gens.get(w))
         next_ms = None
-        if str(spec).startswith("rate "):
-            _, _rate, _, per, _, burst = str(spec).split(" ")
-            interval = float(per) * 1000 / int(_rate)
+        if spec.startswith("rate "):
+            _, rate, _, per, _, burst = spec.split(" ")
+            interval = float(per) * 1000 / int(rate)
             allowed = (float(tat) if tat is not None else -math.inf) - (int(burst) - 1) * interval
             next_ms = max(0.0, allowed - now_ms)
-        pools[pid] = PoolState(str(spec), holders, waiting, next_ms)
+        pools[pid] = PoolState(spec, holders, waiting, next_ms)
     return pools

@@ -18,9 +18,9 @@ whom, live waiters, and a rate pool's time until its next start).
   the leases, queues and heartbeats it found), and ``PTTL`` of the heartbeats of
   instances that the queues name but the scan did not find; for limit pools, one
   ``MULTI``/``EXEC`` of ``TIME``, ``HMGET``, ``HGETALL`` and ``ZRANGE``, then ``GET`` and
-  ``HGET`` of the generations that tell live holders and waiters from dead ones. It never writes, loads no
-  script and sets no client name: a user with read permissions (and ``MULTI``/``EXEC``)
-  is enough.
+  ``HGET`` of the generations that tell live holders and waiters from dead ones. It
+  never writes, loads no script and sets no client name: a user with read permissions
+  (and ``MULTI``/``EXEC``) is enough.
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
