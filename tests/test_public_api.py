@@ -92,7 +92,14 @@ CLUSTER_NAMES = {"ClusterSlotInfo", "SlotStoreUnavailableError"}
 # The service path's second round.
 SERVICE_NAMES = {"CriticalTaskError"}
 # Limits: concurrency and rate pools.
-LIMIT_NAMES = {"ConcurrencyLimit", "RateLimit", "LimitKey", "LimitView"}
+LIMIT_NAMES = {
+    "ConcurrencyLimit",
+    "RateLimit",
+    "LimitKey",
+    "LimitView",
+    "ClusterLimitInfo",
+    "LeaseLostError",
+}
 # Not part of the contract's names, exported on purpose: the Protocol that types ``subscribers=``.
 EXTRA_NAMES = {"Subscriber"}
 

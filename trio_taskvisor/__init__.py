@@ -24,6 +24,7 @@ from ._exceptions import CriticalTaskError as CriticalTaskError
 from ._exceptions import DeadlockError as DeadlockError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GraceExceededError as GraceExceededError
+from ._exceptions import LeaseLostError as LeaseLostError
 from ._exceptions import NoControllerError as NoControllerError
 from ._exceptions import OutcomeError as OutcomeError
 from ._exceptions import ResourceLimitError as ResourceLimitError
@@ -32,6 +33,7 @@ from ._exceptions import SupervisorClosedError as SupervisorClosedError
 from ._exceptions import TaskCancelled as TaskCancelled
 from ._exceptions import TaskFailure as TaskFailure
 from ._exceptions import TaskNameInUseError as TaskNameInUseError
+from ._limits import ClusterLimitInfo as ClusterLimitInfo
 from ._limits import ConcurrencyLimit as ConcurrencyLimit
 from ._limits import LimitKey as LimitKey
 from ._limits import LimitView as LimitView
@@ -65,6 +67,7 @@ __all__ = [
     "AdmissionPolicy",
     "BackoffPolicy",
     "BackoffSource",
+    "ClusterLimitInfo",
     "ClusterSlotInfo",
     "ConcurrencyLimit",
     "ConfigError",
@@ -78,6 +81,7 @@ __all__ = [
     "GraceExceededError",
     "INHERIT",
     "Jitter",
+    "LeaseLostError",
     "LimitKey",
     "LimitView",
     "LoggingSubscriber",

@@ -9,6 +9,7 @@
      ├── NoControllerError(RuntimeError)      submit without a controller
      ├── DeadlockError(RuntimeError)          a wait that closes a wait-for cycle
      ├── SlotStoreUnavailableError(RuntimeError)  slot store silent or refusing
+     ├── LeaseLostError(RuntimeError)         a limited block's cluster units were lost
      ├── CriticalTaskError(RuntimeError)      .outcome, .task_id, .name; open_supervisor, run
      ├── GraceExceededError(Exception)        .grace, .stuck: tuple[str, ...]
      ├── OutcomeError(Exception)              .outcome; from TaskOutcome.unwrap()
@@ -84,6 +85,15 @@ class SlotStoreUnavailableError(RuntimeError):
     the Redis protocol), the message says what was refused and ``__cause__`` is the
     client's error; "did not answer within N s" (no cause) means silence for
     ``connect_timeout``.
+    """
+
+
+class LeaseLostError(RuntimeError):
+    """The cluster units of a ``Supervisor.limited`` block were lost.
+
+    Raised into the block at once (from its next checkpoint) when this process could not
+    renew its units on the slot store's server for ``0.8 * lease_ttl``: another process
+    may hold them now. The message names the pools: ``"limit lease lost: <pools>"``.
     """
 
 

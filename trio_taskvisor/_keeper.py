@@ -83,8 +83,10 @@ import trio
 from . import _redis_scripts as scripts
 from ._config import RedisSlotStore
 from ._exceptions import SlotStoreUnavailableError
+from ._limits import ConcurrencyLimit, Limit, PoolId
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
 from ._slotstore import (
+    LOST_LEASE_FRACTION,
     QUEUE_FULL_REASON,
     STORE_UNAVAILABLE_REASON,
     ClusterSlotInfo,
@@ -250,7 +252,82 @@ class _StopOwner:
         )
 
 
-_Obligation: TypeAlias = _Withdraw | _Release | _StoreOutcome | _StopOwner
+@attrs.frozen
+class _LimitRelease:
+    w: str
+    pools: tuple[str, ...]
+    withdraw: bool  # limit_withdraw (it may not have been granted) rather than release
+
+
+_Obligation: TypeAlias = _Withdraw | _Release | _StoreOutcome | _StopOwner | _LimitRelease
+
+
+@attrs.define(eq=False)
+class _LimitRequest:
+    """One acquisition of limit units (an attempt's or a block's), as the keeper tracks it."""
+
+    rid: int
+    w: str  # the request's id on the server
+    pools: tuple[tuple[str, str], ...]  # (pool id, settings) on the wire
+    sent: bool = False  # an acquisition is in flight or was answered
+    state: str = "new"  # new, waiting, held, lost
+    gen: str | None = None  # the generation it was granted in
+    retry_at: float = math.inf  # when to ask again (a rate pool allows a start)
+    waiting_reported: bool = False
+
+
+@attrs.frozen
+class _LimitAcquire:
+    request: _LimitRequest
+
+
+@attrs.frozen
+class _LimitRenewal:
+    waiters: tuple[_LimitRequest, ...]
+
+
+@attrs.define(eq=False)
+class _LimitQuery:
+    pool: str
+    done: trio.Event = attrs.Factory(trio.Event)
+    result: scripts.PoolReply | None = None
+    failed: bool = False
+    error: tuple[str, Exception] | None = None
+    abandoned: bool = False
+
+
+class LimitSink(Protocol):
+    """Who learns what became of the keeper's limit requests (the registry's units).
+
+    Called from the keeper's tasks, synchronously; never blocks.
+    """
+
+    def limit_granted(self, rid: int) -> None:
+        """The request's units are held now (a concurrency unit until released)."""
+
+    def limit_waiting(self, rid: int, blocked: tuple[PoolId, ...]) -> None:
+        """The request waits on the server; ``blocked``: its pools without room."""
+
+    def limit_refused(self, rid: int, pool: PoolId, known: str, ours: str) -> None:
+        """The server knows ``pool`` with other settings (``known``); nothing is held."""
+
+    def limit_lost(self, rid: int) -> None:
+        """The request's units could not be renewed in time: they count as lost."""
+
+
+def _wire_pool(ident: PoolId) -> str:
+    return scripts.pool_wire_id(*ident)
+
+
+def _pool_of(wire: str) -> PoolId:
+    name, space, key = wire.partition(" ")
+    return (name, key if space else None)
+
+
+def _spec_of(limit: Limit) -> str:
+    if isinstance(limit, ConcurrencyLimit):
+        return scripts.spec_text("concurrency", limit.capacity, 0, 0.0, 0)
+    return scripts.spec_text("rate", 0, limit.rate, limit.per, limit.burst)
 
 
 @attrs.define(eq=False)
@@ -281,7 +358,18 @@ class _Bye:
     pass
 
 
-_Part: TypeAlias = str | _Renewal | _Obligation | _Claim | _Submit | _Query | _Bye
+_Part: TypeAlias = (
+    str
+    | _Renewal
+    | _Obligation
+    | _Claim
+    | _Submit
+    | _Query
+    | _Bye
+    | _LimitAcquire
+    | _LimitRenewal
+    | _LimitQuery
+)
 
 
 class _Batch:
@@ -384,6 +472,17 @@ class LeaseKeeper:
         self._backoff = 0.0  # the pause before the next reconnection attempt
         self._recovered_at = -math.inf
         self._secrets = secrets_of(store.url)
+        # limit pools: requests by their local id, and by their server id
+        self.limit_sink: LimitSink | None = None
+        self._limits: dict[int, _LimitRequest] = {}
+        self._limit_ids: dict[str, int] = {}
+        self._limit_numbers = 0
+        self._limit_queries: list[_LimitQuery] = []
+        # The live generation of this process's units, and the sending time of the last
+        # round trip whose reply showed it: every unit of it is held until
+        # ``0.8 * lease_ttl`` after that sending (the server renewed it no earlier).
+        self._gen: str | None = None
+        self._gen_at = -math.inf
 
     def __repr__(self) -> str:
         return f"<LeaseKeeper {self.instance_id} {self.store!r}>"
@@ -475,6 +574,142 @@ class LeaseKeeper:
         else:
             self._oblige(request)
         return request
+
+    # -- limit pools (the registry's units; never block) ----------------------------------------
+
+    def limit_acquire(self, rid: int, pools: tuple[tuple[PoolId, Limit], ...]) -> None:
+        """Ask for one unit of every pool at once; the ``limit_sink`` learns the answer.
+
+        Sent in the next round trip, and again after an outage (the acquisition is
+        idempotent) until answered; while the store is unavailable, nothing is granted.
+        """
+        self._limit_numbers += 1
+        w = f"{self.instance_id}/l{self._limit_numbers}"
+        wire = tuple((_wire_pool(ident), _spec_of(limit)) for ident, limit in pools)
+        self._limits[rid] = _LimitRequest(rid, w, wire)
+        self._limit_ids[w] = rid
+        self._io_wakeup.set()
+
+    def limit_release(self, rid: int) -> None:
+        """Give back a request's units (or withdraw it while it waits); no report. Sent
+        until the server acknowledges it."""
+        request = self._limits.pop(rid, None)
+        if request is None:
+            return
+        del self._limit_ids[request.w]
+        if request.sent:
+            pools = tuple(pid for pid, _ in request.pools)
+            self._oblige(_LimitRelease(request.w, pools, request.state != "held"))
+
+    async def limit_query(self, ident: PoolId) -> scripts.PoolReply:
+        """Ask the server about one pool; wait for the answer (always a checkpoint).
+
+        Raises ``SlotStoreUnavailableError`` when the server does not answer within
+        ``connect_timeout``.
+        """
+        if self._closing or not self._running:
+            await trio.lowlevel.checkpoint()
+            raise SlotStoreUnavailableError(f"slot store {self.store.safe_url} is closed")
+        query = _LimitQuery(_wire_pool(ident))
+        self._limit_queries.append(query)
+        self._io_wakeup.set()
+        with trio.move_on_after(self.store.connect_timeout):
+            await query.done.wait()
+            if not query.failed and query.result is not None:
+                return query.result
+        query.abandoned = True
+        error = query.error or (None if self._available else self._error)
+        message, cause = self._unavailable(error)
+        raise SlotStoreUnavailableError(message) from cause
+
+    def _limit_batch(self, batch: _Batch, *, renew: bool) -> None:
+        """Add the limit calls: the renewal's (with the slots' renewal), acquisitions."""
+        if renew and self._limits:
+            waiters = tuple(r for r in self._limits.values() if r.state == "waiting")
+            items = [(r.w, r.pools) for r in waiters]
+            batch.add(
+                _LimitRenewal(waiters),
+                (scripts.LIMIT_RENEW.name, scripts.limit_renew_args(self.instance_id, items)),
+            )
+        if not self._closing:
+            now = trio.current_time()
+            for request in self._limits.values():
+                if not request.sent or (request.state == "waiting" and now >= request.retry_at):
+                    request.sent = True
+                    request.retry_at = math.inf
+                    args = scripts.limit_acquire_args(self.instance_id, request.w, request.pools)
+                    batch.add(_LimitAcquire(request), (scripts.LIMIT_ACQUIRE.name, args))
+        for query in self._limit_queries:
+            batch.add(query, (scripts.CLUSTER_LIMIT.name, (query.pool,)))
+        self._limit_queries.clear()
+
+    def _limit_reply(self, request: _LimitRequest, reply: scripts.LimitReply) -> None:
+        if self._limits.get(request.rid) is not request or request.state in ("held", "lost"):
+            return  # released meanwhile, or already granted by a message
+        sink = self.limit_sink
+        match reply.kind:
+            case "granted":
+                if reply.gen != self._gen:
+                    self._renew_now = True  # learn when its generation was renewed
+                    self._io_wakeup.set()
+                    return
+                request.state, request.gen = "held", reply.gen
+                self._timer_wakeup.set()
+                if sink is not None:
+                    sink.limit_granted(request.rid)
+            case "waiting":
+                request.state = "waiting"
+                if reply.retry is not None:
+                    request.retry_at = trio.current_time() + reply.retry + 0.001
+                    self._timer_wakeup.set()
+                if not request.waiting_reported and sink is not None:
+                    request.waiting_reported = True
+                    sink.limit_waiting(request.rid, tuple(map(_pool_of, reply.blocked)))
+            case "conflict":
+                del self._limits[request.rid]
+                del self._limit_ids[request.w]
+                if sink is not None:
+                    pool = str(reply.pool)
+                    ours = next(spec for pid, spec in request.pools if pid == pool)
+                    sink.limit_refused(request.rid, _pool_of(pool), str(reply.known), ours)
+            case "gone":
+                pass  # withdrawn: the registry no longer waits for it
+
+    def _limit_gen(self, gen: str | None, sent_at: float) -> None:
+        """A reply showed the live generation of this process's units (``None``: none)."""
+        if gen is None:
+            return
+        if gen != self._gen:
+            self._gen, self._gen_at = gen, sent_at
+            for request in list(self._limits.values()):
+                if request.state == "held" and request.gen != gen:
+                    self._limit_lose(request)  # its generation expired on the server
+        else:
+            self._gen_at = max(self._gen_at, sent_at)
+        self._timer_wakeup.set()
+
+    def _limit_lose(self, request: _LimitRequest) -> None:
+        request.state = "lost"
+        if self.limit_sink is not None:
+            self.limit_sink.limit_lost(request.rid)
+
+    def _limit_timers(self, now: float) -> float:
+        """Lose units whose generation was not renewed in time; ask again for waiters
+        whose rate pool allows a start. Return the next time to look."""
+        next_at = math.inf
+        deadline = self._gen_at + LOST_LEASE_FRACTION * self.store.lease_ttl
+        for request in list(self._limits.values()):
+            if request.state == "held":
+                if now >= deadline:
+                    self._limit_lose(request)
+                else:
+                    next_at = min(next_at, deadline)
+            elif request.state == "waiting" and request.retry_at < math.inf:
+                if now >= request.retry_at:
+                    self._io_wakeup.set()
+                else:
+                    next_at = min(next_at, request.retry_at)
+        return next_at
 
     async def query(self, slot: str) -> ClusterSlotInfo | None:
         """Ask the server about ``slot``; wait for the answer (always a checkpoint).
@@ -634,6 +869,7 @@ class LeaseKeeper:
         for query in self._queries:
             batch.add(query, (scripts.CLUSTER_SLOT.name, (query.slot,)))
         self._queries.clear()
+        self._limit_batch(batch, renew=renew)
         return batch
 
     def _obligation_call(self, obligation: _Obligation) -> Call:
@@ -646,6 +882,9 @@ class LeaseKeeper:
                 return (scripts.STORE_OUTCOME.name, (eid, text))
             case _StopOwner():
                 return (scripts.STOP_OWNER.name, (obligation.slot, self.instance_id))
+            case _LimitRelease(w, pools, withdraw):
+                script = scripts.LIMIT_WITHDRAW if withdraw else scripts.LIMIT_RELEASE
+                return (script.name, scripts.limit_release_args(w, pools))
 
     def _bound(self, batch: _Batch, now: float) -> float:
         """How long a round trip may take before it counts as failed: ``connect_timeout``
@@ -709,8 +948,21 @@ class LeaseKeeper:
                 case _StopOwner():
                     part.token = scripts.parse_stop_owner(reply)
                     part.done.set()
-                case _Withdraw() | _StoreOutcome() | _Bye():
+                case _Withdraw() | _StoreOutcome() | _Bye() | _LimitRelease():
                     pass
+                case _LimitAcquire(request):
+                    reply_ = scripts.parse_limit(reply)
+                    self._limit_gen(reply_.gen, sent_at)
+                    self._limit_reply(request, reply_)
+                case _LimitRenewal(waiters):
+                    renewed = scripts.parse_limit_renew(reply)
+                    self._limit_gen(renewed.gen, sent_at)
+                    for request, item in zip(waiters, renewed.waiters, strict=True):
+                        self._limit_reply(request, item)
+                case _LimitQuery():
+                    if not part.abandoned:
+                        part.result = scripts.parse_cluster_limit(reply)
+                        part.done.set()
                 case _Claim(slot, task_id):
                     self._claimed(slot, task_id, scripts.parse_claim(reply), sent_at)
                 case _Submit():
@@ -734,10 +986,18 @@ class LeaseKeeper:
         match part:
             case _Submit() if not part.resolved:
                 self._fail_submit(part)
-            case _Query() if not part.abandoned:
+            case _Query() | _LimitQuery() if not part.abandoned:
                 part.failed = True
                 part.error = ("the query", error)
                 part.done.set()
+            case _LimitAcquire(request) if self._limits.get(request.rid) is request:
+                del self._limits[request.rid]
+                del self._limit_ids[request.w]
+                if self.limit_sink is not None:
+                    pool = request.pools[0][0]
+                    self.limit_sink.limit_refused(
+                        request.rid, _pool_of(pool), f"an error: {self._describe(error)}", ""
+                    )
             case _StopOwner():
                 part.failed = True
                 part.done.set()
@@ -869,10 +1129,14 @@ class LeaseKeeper:
             match part:
                 case _Submit() if not part.resolved:
                     self._fail_submit(part)
-                case _Withdraw() | _Release() | _StoreOutcome() | _StopOwner():
+                case _Withdraw() | _Release() | _StoreOutcome() | _StopOwner() | _LimitRelease():
                     requeue.append(part)
                 case _Query() if not part.abandoned:
                     self._queries.append(part)  # it may still be answered after a reconnect
+                case _LimitQuery() if not part.abandoned:
+                    self._limit_queries.append(part)
+                case _LimitAcquire(request) if request.state == "new":
+                    request.sent = False  # asked again once the server answers
                 case _:
                     pass  # renewals and claims are made again; leases run on their timers
         self._obligations.extendleft(reversed(requeue))
@@ -1068,7 +1332,7 @@ class LeaseKeeper:
                 self._claim_oldest(slot)
             else:
                 next_at = min(next_at, at)
-        return next_at
+        return min(next_at, self._limit_timers(now))
 
     def _on_message(self, text: str) -> None:
         try:
@@ -1090,6 +1354,10 @@ class LeaseKeeper:
                     self._report(RemoteStop(slot, lease.task_id, requester))
             case ["superseded", str(slot), str(eid)]:
                 self._displaced(slot, eid)
+            case ["limit", str(w), str(gen)]:
+                request = self._limits.get(self._limit_ids.get(w, -1))
+                if request is not None and request.state in ("new", "waiting"):
+                    self._limit_reply(request, scripts.LimitReply("granted", gen=gen))
             case ["done", str(eid)]:
                 if any(follow.target == eid for follow in self._follows.values()):
                     self._renew_now = True
@@ -1235,6 +1503,7 @@ def _asked(part: _Part) -> str:
             return "the DEL command"
         case (
             _Renewal()
+            | _LimitRelease()
             | _Withdraw()
             | _Release()
             | _StoreOutcome()
@@ -1244,6 +1513,8 @@ def _asked(part: _Part) -> str:
             | _Query()
         ):
             return "the lease scripts"
+        case _LimitAcquire() | _LimitRenewal() | _LimitQuery():
+            return "the limit scripts"
         case _:
             assert_never(part)
 

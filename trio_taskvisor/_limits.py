@@ -222,6 +222,24 @@ class LimitView:
     """A rate pool's burst; ``None`` for a concurrency pool."""
 
 
+@attrs.frozen
+class ClusterLimitInfo:
+    """What the slot store's server holds for one pool (``Supervisor.cluster_limit``).
+
+    Holders and waiters of processes whose units' lease expired are not counted.
+    """
+
+    held: int
+    """Units held cluster-wide (always 0 for a rate pool: it holds nothing)."""
+    holders: dict[str, int]
+    """Units held per process: ``{instance_id: units}`` (empty for a rate pool)."""
+    waiting: int
+    """Attempts and ``limited`` blocks waiting for the pool, cluster-wide."""
+    next_start_in: float | None
+    """A rate pool's seconds until it allows a start (0.0 if now); ``None`` for a
+    concurrency pool."""
+
+
 def limit_view(limit: Limit, key: str | None, held: int, waiting: int) -> LimitView:
     """The ``LimitView`` of one pool of ``limit``."""
     if isinstance(limit, ConcurrencyLimit):

@@ -19,6 +19,7 @@ Decisions:
 
 from __future__ import annotations
 
+import math
 import ssl
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -250,6 +251,19 @@ class Namespace:
     """Slot -> its cluster queue's entry ids, head first."""
     heartbeats: dict[str, int]
     """Instance -> ms left of its heartbeat (live instances only)."""
+    pools: dict[str, PoolState] = attrs.field(factory=dict[str, "PoolState"])
+    """Pool id (``name`` or ``"name key"``) -> what the server holds for the limit pool."""
+
+
+@attrs.frozen
+class PoolState:
+    """One limit pool as the server holds it: its settings, its live holders' instances
+    (one per unit), its live waiters' count and a rate pool's ms until a start."""
+
+    spec: str
+    holders: list[str]
+    waiting: int
+    next_start_ms: float | None
 
 
 async def read_namespace(store: RedisSlotStore) -> Namespace:
@@ -329,6 +343,7 @@ async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
         leases[slot] = (entry, token, stop, int(next(at)))
     queues = {slot: [str(e) for e in next(at)] for slot in queue_slots}
     heartbeats = {i: pttl for i in instances if (pttl := int(next(at))) != -2}
+    pools = await _read_pools(client, prefix, keys)
     named = {instance_of(e) for q in queues.values() for e in q}
     named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
     # Instances that started after the scan: their heartbeat, read now.
@@ -340,4 +355,52 @@ async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
         for instance, pttl in zip(unknown, pipe.results or (), strict=True):
             if int(pttl) != -2:
                 heartbeats[instance] = int(pttl)
-    return Namespace(leases, queues, heartbeats)
+    return Namespace(leases, queues, heartbeats, pools)
+
+
+async def _read_pools(
+    client: coredis.Redis[str], prefix: str, keys: list[str]
+) -> dict[str, PoolState]:
+    """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lw:``, ``lu:``): a holder or a
+    waiter is live while its instance's units' key holds the generation it carries."""
+    pool_ids = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "lp:")})
+    if not pool_ids:
+        return {}
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.time()
+        for pid in pool_ids:
+            pipe.hmget(f"{prefix}lp:{pid}", ["spec", "tat"])
+            pipe.hgetall(f"{prefix}lh:{pid}")
+            pipe.zrange(f"{prefix}lq:{pid}", 0, -1)
+    results: list[Any] = list(pipe.results or ())
+    now_ms = float(results[0].timestamp()) * 1000  # coredis gives the server's TIME as a datetime
+    raw: list[tuple[str, list[str | None], dict[str, str], list[str]]] = []
+    for k, pid in enumerate(pool_ids):
+        spec_tat, held, line = results[1 + 3 * k : 4 + 3 * k]
+        raw.append((pid, list(spec_tat), {str(h): str(g) for h, g in held.items()}, list(line)))
+    waiters = [str(w) for _, _, _, line in raw for w in line]
+    instances = sorted(
+        {instance_of(h) for _, _, held, _ in raw for h in held} | {instance_of(w) for w in waiters}
+    )
+    async with client.pipeline(transaction=False) as pipe:
+        for instance in instances:
+            pipe.get(f"{prefix}lu:{instance}")
+        for w in waiters:
+            pipe.hget(f"{prefix}lw:{w}", "gen")
+    replies: list[Any] = list(pipe.results or ())
+    gens: dict[str, str | None] = dict(zip(instances, replies[: len(instances)], strict=True))
+    waiter_gens: dict[str, str | None] = dict(zip(waiters, replies[len(instances) :], strict=True))
+    pools: dict[str, PoolState] = {}
+    for pid, (spec, tat), held, line in raw:
+        if spec is None:
+            continue
+        holders = sorted(instance_of(h) for h, g in held.items() if gens.get(instance_of(h)) == g)
+        waiting = sum(1 for w in line if gens.get(instance_of(w)) == waiter_gens.get(w))
+        next_ms = None
+        if spec.startswith("rate "):
+            _, rate, _, per, _, burst = spec.split(" ")
+            interval = float(per) * 1000 / int(rate)
+            allowed = (float(tat) if tat is not None else -math.inf) - (int(burst) - 1) * interval
+            next_ms = max(0.0, allowed - now_ms)
+        pools[pid] = PoolState(spec, holders, waiting, next_ms)
+    return pools

@@ -438,6 +438,370 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 """
 
 
+# -- limit pools across the cluster ---------------------------------------------------------
+#
+# Data model (prefix ``P`` as above; a *pool id* is the limit's name, or ``"<name> <key>"``
+# for a keyed pool: a name holds no whitespace; a *request* ``w`` is
+# ``"<instance_id>/<n>"``, one acquisition of one attempt or block, unique per process):
+#
+# ======================  ======  ===========================================  ===========
+# key                     type    content                                      expiry
+# ======================  ======  ===========================================  ===========
+# ``P lp:<pool>``         hash    ``spec`` (settings), ``tat`` (rate, ms)       see below
+# ``P lh:<pool>``         hash    holders: request -> its instance's generation  none
+# ``P lq:<pool>``         zset    waiting requests, scored by acceptance         none
+# ``P lw:<w>``            hash    a waiter: ``pools`` (JSON), ``gen``, ``seq``    none
+# ``P lx:<w>``            string  the generation it was granted in, or ``gone``  keep
+# ``P lu:<instance>``     string  the instance's generation (its units' lease)   lease_ttl
+# ``P lseq``              string  the acceptance counter                         none
+# ======================  ======  ===========================================  ===========
+#
+# Units and waiters are leased with their instance: each carries the *generation* of
+# ``lu:<instance>`` at the time it was accepted, and is live while that key still holds
+# that generation. The key is renewed by ``limit_renew`` (in the renewal's round trip);
+# once it expired, a new one gets a new generation (the server's ``TIME``), so a dead
+# instance's units never come back. Dead holders and waiters are removed when a script
+# reads them. A pool's settings stay while it has a live holder or waiter, and a rate
+# pool's while its ``tat`` is ahead of the server's clock (``lp`` then expires at
+# ``tat``). Every script that frees units, or first reads a pool, grants the oldest
+# waiters of the changed pools that fit (``settle``) and publishes ``["limit", w, gen]``
+# to their instances.
+
+_LIMITS: Final = r"""
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local NOW = now_ms()
+local function num(x) return string.format('%.17g', x) end
+
+local gen_memo = {}
+-- the generation of an instance's units (false: none, its units are dead)
+local function gen_of(i)
+  local g = gen_memo[i]
+  if g == nil then
+    g = redis.call('GET', P .. 'lu:' .. i) or false
+    gen_memo[i] = g
+  end
+  return g
+end
+
+-- this instance's generation, made when it has none; its lease renewed
+local function my_gen(me)
+  local g = gen_of(me)
+  if not g then
+    local t = redis.call('TIME')
+    g = t[1] .. string.format('%06d', tonumber(t[2]))
+    gen_memo[me] = g
+  end
+  redis.call('SET', P .. 'lu:' .. me, g, 'PX', TTL)
+  return g
+end
+
+local pools = {}  -- pool id -> state, read once per script
+local function pool(pid)
+  local p = pools[pid]
+  if p then return p end
+  local v = redis.call('HMGET', P .. 'lp:' .. pid, 'spec', 'tat')
+  p = {pid = pid, spec = v[1], tat = tonumber(v[2]) or -math.huge, held = 0, touched = false}
+  if p.spec then
+    local cap = string.match(p.spec, '^concurrency (%d+)$')
+    if cap then
+      p.cap = tonumber(cap)
+      local hk, flat = P .. 'lh:' .. pid, redis.call('HGETALL', P .. 'lh:' .. pid)
+      for k = 1, #flat, 2 do
+        if gen_of(instance_of(flat[k])) == flat[k + 1] then
+          p.held = p.held + 1
+        else
+          redis.call('HDEL', hk, flat[k])
+        end
+      end
+    end
+  end
+  pools[pid] = p
+  return p
+end
+
+-- set a new pool's settings (spec is as the client sent it)
+local function settle_spec(p, spec)
+  p.spec, p.cap, p.interval, p.tat, p.touched = spec, nil, nil, -math.huge, true
+  redis.call('HDEL', P .. 'lp:' .. p.pid, 'tat')
+  local cap = string.match(spec, '^concurrency (%d+)$')
+  if cap then p.cap = tonumber(cap); return end
+  local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
+  p.interval = tonumber(per) * 1000 / tonumber(rate)
+  p.burst = tonumber(burst)
+end
+
+local function rate_params(p)
+  if p.cap or p.interval then return end
+  local rate, per, burst = string.match(p.spec, '^rate (%d+) per (%S+) burst (%d+)$')
+  p.interval = tonumber(per) * 1000 / tonumber(rate)
+  p.burst = tonumber(burst)
+end
+
+-- milliseconds until the pool has room (0: now; false: only a release can give it)
+local function room_in(p)
+  if p.cap then
+    if p.held < p.cap then return 0 end
+    return false
+  end
+  rate_params(p)
+  local at = p.tat - (p.burst - 1) * p.interval
+  if NOW >= at then return 0 end
+  return at - NOW
+end
+
+local function has_room(p) return room_in(p) == 0 end
+
+local function take(p, w, g)
+  p.touched = true
+  if p.cap then
+    p.held = p.held + 1
+    redis.call('HSET', P .. 'lh:' .. p.pid, w, g)
+  else
+    p.tat = math.max(p.tat, NOW) + p.interval
+    redis.call('HSET', P .. 'lp:' .. p.pid, 'tat', num(p.tat))
+  end
+end
+
+local function drop_waiter(w, pids)
+  for _, pid in ipairs(pids) do redis.call('ZREM', P .. 'lq:' .. pid, w) end
+  redis.call('DEL', P .. 'lw:' .. w)
+end
+
+-- grant w its units in every pool of pids; tell its instance
+local function grant(w, pids, g)
+  for _, pid in ipairs(pids) do take(pool(pid), w, g) end
+  redis.call('SET', P .. 'lx:' .. w, g, 'PX', KEEP)
+  return g
+end
+
+-- grant, oldest first, the live waiters of the changed pools whose every pool has room;
+-- only the waiters of those pools are read, and a pool stops being read once it is full
+local function settle(changed)
+  local min = '-inf'
+  while true do
+    local best, best_seq
+    for _, pid in ipairs(changed) do
+      local p = pool(pid)
+      if p.spec and has_room(p) then
+        local r = redis.call('ZRANGE', P .. 'lq:' .. pid, min, '+inf', 'BYSCORE',
+          'LIMIT', 0, 1, 'WITHSCORES')
+        if r[1] and (not best_seq or tonumber(r[2]) < best_seq) then
+          best, best_seq = r[1], tonumber(r[2])
+        end
+      end
+    end
+    if not best then return end
+    min = '(' .. num(best_seq)
+    local v = redis.call('HMGET', P .. 'lw:' .. best, 'pools', 'gen')
+    local i = instance_of(best)
+    if not v[1] or gen_of(i) ~= v[2] then
+      -- a dead instance's waiter (or a broken one): skipped for good
+      if v[1] then drop_waiter(best, cjson.decode(v[1])) else
+        for _, pid in ipairs(changed) do redis.call('ZREM', P .. 'lq:' .. pid, best) end
+      end
+    else
+      local pids = cjson.decode(v[1])
+      local fits = true
+      for _, pid in ipairs(pids) do
+        if not has_room(pool(pid)) then fits = false; break end
+      end
+      if fits then
+        drop_waiter(best, pids)
+        grant(best, pids, v[2])
+        tell(i, {'limit', best, v[2]})
+      end
+    end
+  end
+end
+
+-- keep a pool's settings while it is in use; forget the pool's keys once it is not
+local function tidy(p)
+  if not p.touched or not p.spec then return end
+  local lk = P .. 'lp:' .. p.pid
+  local waiting = redis.call('ZCARD', P .. 'lq:' .. p.pid) > 0
+  if p.cap then
+    if p.held == 0 and not waiting then
+      redis.call('DEL', lk, P .. 'lh:' .. p.pid)
+    else
+      redis.call('HSET', lk, 'spec', p.spec)
+      redis.call('PERSIST', lk)
+    end
+  else
+    if not waiting and p.tat <= NOW then
+      redis.call('DEL', lk)
+    else
+      redis.call('HSET', lk, 'spec', p.spec)
+      if waiting then redis.call('PERSIST', lk) else
+        redis.call('PEXPIRE', lk, math.ceil(p.tat - NOW) + 1)
+      end
+    end
+  end
+end
+
+-- whether a pool's settings must stay: a live holder or waiter, or a tat ahead
+local function in_use(p)
+  if p.held > 0 or (not p.cap and p.tat > NOW) then return true end
+  for _, w in ipairs(redis.call('ZRANGE', P .. 'lq:' .. p.pid, 0, -1)) do
+    if redis.call('HGET', P .. 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then return true end
+  end
+  return false
+end
+
+local function tidy_all() for _, p in pairs(pools) do tidy(p) end end
+
+-- one request w of instance me for the pools pairs {{pid, spec}, ...}:
+-- {'granted', gen} | {'waiting', gen, retry_ms, blocked pool ids} |
+-- {'conflict', pid, known spec} | {'gone'}
+local function acquire(me, w, pairs_)
+  local x = redis.call('GET', P .. 'lx:' .. w)
+  if x == 'gone' then return {'gone'} end
+  if x then return {'granted', x} end
+  local g = my_gen(me)
+  local pids = {}
+  for k, pair in ipairs(pairs_) do pids[k] = pair[1] end
+  local v = redis.call('HMGET', P .. 'lw:' .. w, 'gen', 'seq')
+  local waiting = v[1] == g
+  if v[1] and not waiting then
+    drop_waiter(w, pids)  -- accepted in a generation that expired: back at the tail
+  end
+  if not waiting then
+    for _, pair in ipairs(pairs_) do
+      local p = pool(pair[1])
+      if p.spec and p.spec ~= pair[2] and in_use(p) then
+        return {'conflict', pair[1], p.spec}
+      end
+    end
+    for _, pair in ipairs(pairs_) do
+      local p = pool(pair[1])
+      if p.spec ~= pair[2] then settle_spec(p, pair[2]) end
+    end
+  end
+  -- older waiters that the clock or an expired holder let fit go first
+  settle(pids)
+  if waiting and redis.call('EXISTS', P .. 'lw:' .. w) == 0 then
+    return {'granted', g}  -- granted by the settle above
+  end
+  local blocked, retry = {}, false
+  for _, pid in ipairs(pids) do
+    local ms = room_in(pool(pid))
+    if ms ~= 0 then
+      blocked[#blocked + 1] = pid
+      if ms and (not retry or ms > retry) then retry = ms end
+    end
+  end
+  if #blocked == 0 then
+    if waiting then drop_waiter(w, pids) end
+    return {'granted', grant(w, pids, g)}
+  end
+  if not waiting then
+    local seq = redis.call('INCR', P .. 'lseq')
+    redis.call('HSET', P .. 'lw:' .. w, 'pools', cjson.encode(pids), 'gen', g, 'seq', seq)
+    for _, pid in ipairs(pids) do
+      pool(pid).touched = true
+      redis.call('ZADD', P .. 'lq:' .. pid, seq, w)
+    end
+  end
+  return {'waiting', g, retry and math.ceil(retry) or false, blocked}
+end
+
+-- give back w's units (a concurrency pool's); then grant what fits in its pools (also
+-- when sent again, or when w's units had expired: the settle is harmless, and an expiry
+-- may have left room that nobody granted yet)
+local function release(w, pids)
+  for _, pid in ipairs(pids) do
+    redis.call('HDEL', P .. 'lh:' .. pid, w)
+    pool(pid).touched = true  -- read after the HDEL: w no longer counts
+  end
+  settle(pids)
+end
+"""
+
+_LIMIT_ACQUIRE: Final = r"""
+-- limit_acquire: take one unit of every pool at once, or wait in each pool's line.
+-- keys:    lp:<pool> lh:<pool> lq:<pool> (per pool) lw:<w> lx:<w> lu:<me> lseq
+--          (lu:* of other instances read); publishes ``limit`` to granted waiters
+-- args:    me, w, JSON [[pool id, spec], ...]
+-- replies: {'granted', gen} | {'waiting', gen, retry_ms|false, {pool id, ...} without
+--          room} | {'conflict', pool id, known spec} | {'gone'} (withdrawn first)
+--          Sent again for a waiting w, it grants w if it fits now, else keeps its place.
+local me, w, pairs_ = ARGV[4], ARGV[5], cjson.decode(ARGV[6])
+local reply = acquire(me, w, pairs_)
+tidy_all()
+return reply
+"""
+
+_LIMIT_RELEASE: Final = r"""
+-- limit_release: w's holder exited: give back its units, grant the waiters that fit.
+-- keys:    lh:<pool> lp:<pool> lq:<pool> (per pool of w, and of the granted waiters)
+-- args:    w, JSON [pool id, ...]
+-- replies: 'ok'
+local w, pids = ARGV[4], cjson.decode(ARGV[5])
+release(w, pids)
+tidy_all()
+return 'ok'
+"""
+
+_LIMIT_WITHDRAW: Final = r"""
+-- limit_withdraw: w leaves for good, waiting or granted; its marker refuses it later.
+-- keys:    lx:<w> lw:<w> lq:<pool> lh:<pool> lp:<pool>
+-- args:    w, JSON [pool id, ...]
+-- replies: 'ok'
+local w, pids = ARGV[4], cjson.decode(ARGV[5])
+local x = redis.call('GET', P .. 'lx:' .. w)
+redis.call('SET', P .. 'lx:' .. w, 'gone', 'PX', KEEP)
+if x and x ~= 'gone' then release(w, pids) end
+if redis.call('EXISTS', P .. 'lw:' .. w) == 1 then
+  drop_waiter(w, pids)
+  for _, pid in ipairs(pids) do pool(pid).touched = true end
+end
+tidy_all()
+return 'ok'
+"""
+
+_LIMIT_RENEW: Final = r"""
+-- limit_renew: this process's units' lease, and its waiting requests.
+-- keys:    lu:<me>, and per waiter those of limit_acquire
+-- args:    me, JSON [[w, [[pool id, spec], ...]], ...] (waiting requests)
+-- replies: JSON [gen, items]: gen is the live generation (units of another one are
+--          lost); one item per waiter, as limit_acquire replies (a waiter of an expired
+--          generation is accepted again, at the tail)
+local me, waiters = ARGV[4], cjson.decode(ARGV[5])
+local g = my_gen(me)
+local items = {}
+for k, pair in ipairs(waiters) do items[k] = acquire(me, pair[1], pair[2]) end
+tidy_all()
+return cjson.encode({g, items})
+"""
+
+_CLUSTER_LIMIT: Final = r"""
+-- cluster_limit: what the server holds for one pool.
+-- keys:    lp:<pool> lh:<pool> lq:<pool> (lu:* and lw:* read)
+-- args:    pool id
+-- replies: {spec|false, {instance, units, ...}, live waiters, next_start_ms|false}
+local pid = ARGV[4]
+local p = pool(pid)
+if not p.spec then return {false, {}, 0, false} end
+local per = {}
+local flat = redis.call('HGETALL', P .. 'lh:' .. pid)
+for k = 1, #flat, 2 do
+  local i = instance_of(flat[k])
+  per[i] = (per[i] or 0) + 1
+end
+local holders = {}
+for i, n in pairs(per) do holders[#holders + 1] = i; holders[#holders + 1] = n end
+local n = 0
+for _, w in ipairs(redis.call('ZRANGE', P .. 'lq:' .. pid, 0, -1)) do
+  if redis.call('HGET', P .. 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then n = n + 1 end
+end
+local next_ms = false
+if not p.cap then next_ms = room_in(p) end
+return {p.spec, holders, n, next_ms and math.ceil(next_ms)}
+"""
+
+
 @attrs.frozen
 class Script:
     """One Lua script: its name, full source and SHA1 (for ``EVALSHA``)."""
@@ -449,6 +813,8 @@ class Script:
 
 def _script(name: str, body: str) -> Script:
     source = _PRELUDE + body
+    if name.startswith("limit_") or name == "cluster_limit":
+        source = _PRELUDE + _LIMITS + body
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
@@ -460,7 +826,26 @@ WITHDRAW: Final = _script("withdraw", _WITHDRAW)
 STOP_OWNER: Final = _script("stop_owner", _STOP_OWNER)
 RENEW: Final = _script("renew", _RENEW)
 CLUSTER_SLOT: Final = _script("cluster_slot", _CLUSTER_SLOT)
-SCRIPTS: Final = (SUBMIT, CLAIM, RELEASE, STORE_OUTCOME, WITHDRAW, STOP_OWNER, RENEW, CLUSTER_SLOT)
+LIMIT_ACQUIRE: Final = _script("limit_acquire", _LIMIT_ACQUIRE)
+LIMIT_RELEASE: Final = _script("limit_release", _LIMIT_RELEASE)
+LIMIT_WITHDRAW: Final = _script("limit_withdraw", _LIMIT_WITHDRAW)
+LIMIT_RENEW: Final = _script("limit_renew", _LIMIT_RENEW)
+CLUSTER_LIMIT: Final = _script("cluster_limit", _CLUSTER_LIMIT)
+SCRIPTS: Final = (
+    SUBMIT,
+    CLAIM,
+    RELEASE,
+    STORE_OUTCOME,
+    WITHDRAW,
+    STOP_OWNER,
+    RENEW,
+    CLUSTER_SLOT,
+    LIMIT_ACQUIRE,
+    LIMIT_RELEASE,
+    LIMIT_WITHDRAW,
+    LIMIT_RENEW,
+    CLUSTER_LIMIT,
+)
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -698,4 +1083,126 @@ def parse_cluster_slot(raw: object) -> SlotReply:
         None if token is None else int(str(token)),
         None if pttl is None else _ms(pttl),
         int(str(count)),
+    )
+
+
+# -- limit pools ----------------------------------------------------------------------------
+
+
+def pool_wire_id(name: str, key: str | None) -> str:
+    """A pool's id on the server: the limit's name, then ``" " + key`` for a keyed pool
+    (a name holds no whitespace, so the first space splits them)."""
+    return name if key is None else f"{name} {key}"
+
+
+def spec_text(kind: str, capacity: int, rate: int, per: float, burst: int) -> str:
+    """A pool's settings as the server keeps and compares them."""
+    if kind == "concurrency":
+        return f"concurrency {capacity}"
+    return f"rate {rate} per {per!r} burst {burst}"
+
+
+def _pairs(pools: Iterable[tuple[str, str]]) -> list[list[str]]:
+    return [[pid, spec] for pid, spec in pools]
+
+
+def limit_acquire_args(instance: str, request: str, pools: Iterable[tuple[str, str]]) -> Args:
+    """``pools`` are ``(pool id, spec)`` pairs."""
+    return (instance, request, json.dumps(_pairs(pools), separators=(",", ":")))
+
+
+def limit_release_args(request: str, pool_ids: Iterable[str]) -> Args:
+    """The same arguments serve ``limit_release`` and ``limit_withdraw``."""
+    return (request, json.dumps(list(pool_ids), separators=(",", ":")))
+
+
+def limit_renew_args(
+    instance: str, waiters: Iterable[tuple[str, Iterable[tuple[str, str]]]]
+) -> Args:
+    """``waiters``: ``(request, pools)`` of every waiting request of the process."""
+    items = [[request, _pairs(pools)] for request, pools in waiters]
+    return (instance, json.dumps(items, separators=(",", ":")))
+
+
+LimitKind: TypeAlias = Literal["granted", "waiting", "conflict", "gone"]
+"""The kinds of a ``limit_acquire`` reply (and of a ``limit_renew`` item)."""
+
+
+@attrs.frozen
+class LimitReply:
+    """A parsed ``limit_acquire`` reply: ``gen`` the generation of the grant (or of the
+    wait); ``retry`` seconds until a rate pool allows a start (``None``: only a
+    release can help); ``blocked`` the pool ids without room; for ``conflict``, ``pool``
+    and the ``known`` settings."""
+
+    kind: LimitKind
+    gen: str | None = None
+    retry: float | None = None
+    blocked: tuple[str, ...] = ()
+    pool: str | None = None
+    known: str | None = None
+
+
+def parse_limit(raw: object) -> LimitReply:
+    """Parse a raw ``limit_acquire`` reply (or one ``limit_renew`` item)."""
+    items = _items(raw)
+    match items[0]:
+        case "granted":
+            return LimitReply("granted", gen=str(items[1]))
+        case "waiting":
+            retry = items[2]
+            blocked = items[3] if isinstance(items[3], list) else []  # pyright: ignore[reportUnknownVariableType]
+            return LimitReply(
+                "waiting",
+                gen=str(items[1]),
+                retry=None if retry is None or retry is False else _ms(retry),
+                blocked=tuple(str(pid) for pid in blocked),  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+            )
+        case "conflict":
+            return LimitReply("conflict", pool=str(items[1]), known=str(items[2]))
+        case "gone":
+            return LimitReply("gone")
+        case _:
+            raise ValueError(f"unexpected script reply {raw!r}")
+
+
+@attrs.frozen
+class LimitRenewReply:
+    """A parsed ``limit_renew`` reply: the live generation, and one item per waiter."""
+
+    gen: str
+    waiters: tuple[LimitReply, ...]
+
+
+def parse_limit_renew(raw: object) -> LimitRenewReply:
+    """Parse a raw ``limit_renew`` reply."""
+    if not isinstance(raw, str):
+        raise ValueError(f"unexpected script reply {raw!r}")  # noqa: TRY004
+    try:
+        gen, items = _items(json.loads(raw), 2)
+    except ValueError:
+        raise ValueError(f"unexpected script reply {raw!r}") from None
+    return LimitRenewReply(str(gen), tuple(map(parse_limit, _items(items or [], 0))))
+
+
+@attrs.frozen
+class PoolReply:
+    """A parsed ``cluster_limit`` reply."""
+
+    spec: str | None
+    holders: dict[str, int]
+    waiting: int
+    next_start: float | None
+
+
+def parse_cluster_limit(raw: object) -> PoolReply:
+    """Parse a raw ``cluster_limit`` reply."""
+    spec, flat, waiting, next_ms = _items(raw, 4)
+    pairs = _items(flat or [], 0)
+    holders = {str(pairs[k]): int(str(pairs[k + 1])) for k in range(0, len(pairs), 2)}
+    return PoolReply(
+        _text(spec),
+        holders,
+        int(str(waiting)),
+        None if next_ms is None else _ms(next_ms),
     )

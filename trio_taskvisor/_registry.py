@@ -84,9 +84,10 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Final, NamedTuple, TypeVar
+from typing import Final, NamedTuple, Protocol, TypeVar
 
 import attrs
+import outcome
 import trio
 from trio_util import AsyncBool
 
@@ -94,9 +95,14 @@ from ._actor import run_actor
 from ._bus import EventBus
 from ._config import SupervisorConfig
 from ._events import EventKind
-from ._exceptions import ResourceLimitError, SupervisorClosedError, TaskNameInUseError
+from ._exceptions import (
+    ConfigError,
+    ResourceLimitError,
+    SupervisorClosedError,
+    TaskNameInUseError,
+)
 from ._inbox import Inbox, Reply
-from ._limits import LimitView, Pool, PoolId, limit_view, pool_label
+from ._limits import Limit, LimitView, Pool, PoolId, RateLimit, limit_view, pool_label
 from ._outcome import (
     FORCE_ABORTED,
     PANICKED,
@@ -155,6 +161,37 @@ _BLOCK: Final = "a limited block"  # the payload of a block's request
 _CLOSED: Final = "a block the shutdown ended"  # ... once the shutdown refused it
 
 
+class PoolBackend(Protocol):
+    """Limit pools kept elsewhere (on the slot store's server: the lease keeper).
+
+    Requests are synchronous and never block; the answers come back to the units'
+    ``limit_granted``, ``limit_waiting``, ``limit_refused`` and ``limit_lost``.
+    """
+
+    def limit_acquire(self, rid: int, pools: tuple[tuple[PoolId, Limit], ...]) -> None:
+        """Ask for one unit of every pool at once."""
+
+    def limit_release(self, rid: int) -> None:
+        """Give back a request's units, or withdraw it while it waits."""
+
+
+class _Remote:
+    """One request to the cluster's pools: an attempt's (``rec``) or a block's."""
+
+    __slots__ = ("error", "granted", "idents", "lost", "rec", "rid", "scope", "task", "waited")
+
+    def __init__(self, rid: int, idents: tuple[PoolId, ...], rec: TaskRecord | None) -> None:
+        self.rid = rid
+        self.idents = idents
+        self.rec = rec
+        self.task: trio.lowlevel.Task | None = None  # parked while it waits
+        self.granted = False
+        self.waited = False  # published LIMIT_WAITING
+        self.lost: str | None = None  # why its units were lost
+        self.error: BaseException | None = None  # raised into a waiting block
+        self.scope: trio.CancelScope | None = None  # a held block's, cancelled on a loss
+
+
 class _Units:
     """What attempts take before they start: the ``max_concurrent`` permit and limit pools.
 
@@ -170,7 +207,13 @@ class _Units:
         "_held",
         "_limit_waits",
         "_parked",
+        "_rids",
         "_spawn",
+        "cluster",
+        "end_wait",
+        "lose",
+        "remote",
+        "remote_of",
         "table",
         "tasks_waiting",
         "wake_at",
@@ -197,6 +240,15 @@ class _Units:
         self.tasks_waiting = 0  # records waiting (``statistics().waiting_for_permit``)
         # Told of each record that starts waiting here (wait-for cycles), when set.
         self.watch: Callable[[TaskRecord], None] | None = None
+        # With a slot store, limit pools are the cluster's: attempts take the permit
+        # here first, then their pools' units from ``cluster``.
+        self.cluster: PoolBackend | None = None
+        self.remote: dict[int, _Remote] = {}
+        self.remote_of: dict[TaskRecord, _Remote] = {}
+        self._rids = 0
+        # The registry's: force a holder whose units were lost; end a waiting record.
+        self.lose: Callable[[TaskRecord, str], None] | None = None
+        self.end_wait: Callable[[TaskRecord, TaskOutcome[object]], None] | None = None
 
     def first(self, rec: TaskRecord) -> bool:
         """Take the units of ``rec``'s first attempt now, or queue ``rec``; whether taken."""
@@ -224,7 +276,11 @@ class _Units:
         request = self._held[rec]
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            self._withdraw(rec, request)
+            remote = self.remote_of.get(rec)
+            if remote is not None:
+                self._withdraw_remote(rec, remote)
+            else:
+                self._withdraw(rec, request)
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
@@ -234,10 +290,19 @@ class _Units:
         table = self.table
         limits = rec.policy.limits
         now = trio.current_time()
-        request = table.acquire(limits, now, rec, permit=True)
+        clustered = self.cluster is not None and bool(limits)
+        request = table.acquire(() if clustered else limits, now, rec, permit=True)
         self._held[rec] = request
         if request.granted:
+            if clustered:
+                self.tasks_waiting += 1
+                self._ask_cluster(rec, task)
+                if self.watch is not None:
+                    self.watch(rec)
+                return False
             return True
+        if clustered:
+            limits = ()  # the pools are asked for once the permit is taken
         if task is not None:
             self._parked[request] = task
         self.tasks_waiting += 1
@@ -261,6 +326,12 @@ class _Units:
 
     def withdraw(self, rec: TaskRecord) -> bool:
         """Take a record that has no actor yet out of the wait; whether it was waiting."""
+        remote = self.remote_of.get(rec)
+        if remote is not None:
+            if remote.granted or remote.task is not None:
+                return False
+            self._withdraw_remote(rec, remote)
+            return True
         request = self._held.get(rec)
         if request is None or request.granted or request in self._parked:
             return False
@@ -285,6 +356,11 @@ class _Units:
 
     def release(self, rec: TaskRecord) -> None:
         """An attempt ended: give back its units and start what then fits."""
+        remote = self.remote_of.pop(rec, None)
+        if remote is not None:
+            del self.remote[remote.rid]
+            assert self.cluster is not None
+            self.cluster.limit_release(remote.rid)
         table = self.table
         request = self._held.pop(rec, None)
         if request is None:
@@ -301,13 +377,18 @@ class _Units:
 
     # -- ``limited`` blocks (their own tasks) -----------------------------------------------
 
-    async def hold(self, idents: tuple[PoolId, ...]) -> Request:
+    async def hold(
+        self, idents: tuple[PoolId, ...], limits: tuple[Limit, ...] = ()
+    ) -> Request | _Remote:
         """Take one unit of each pool for a block, all at once; a checkpoint.
 
         Raises ``SupervisorClosedError`` if the shutdown begins while it waits.
-        Cancelled while waiting, it holds nothing.
+        Cancelled while waiting, it holds nothing. With a cluster backend, ``limits``
+        are the pools' settings, and a conflict with the server's raises ``ConfigError``.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        if self.cluster is not None:
+            return await self._hold_remote(idents, limits)
         request = self.table.acquire(idents, trio.current_time(), _BLOCK)
         if request.granted:
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -326,14 +407,22 @@ class _Units:
             raise SupervisorClosedError
         return request
 
-    def unhold(self, request: Request) -> None:
+    def unhold(self, request: Request | _Remote) -> None:
         """A block exits: give back its concurrency units and start what then fits."""
+        if isinstance(request, _Remote):
+            self.remote.pop(request.rid, None)
+            assert self.cluster is not None
+            self.cluster.limit_release(request.rid)
+            return
         self.table.release(request, trio.current_time())
         if self.table.granted:
             self.deliver()
 
     def close_blocks(self) -> None:
         """The shutdown began: blocks still waiting raise ``SupervisorClosedError``."""
+        for remote in list(self.remote.values()):
+            if remote.rec is None and not remote.granted and remote.task is not None:
+                self._refuse_block(remote, SupervisorClosedError())
         now = trio.current_time()
         for request, task in list(self._parked.items()):
             if request.payload is _BLOCK:
@@ -359,6 +448,10 @@ class _Units:
         while granted:
             request = granted.pop(0)
             task = self._parked.pop(request, None)
+            rec = request.payload
+            if self.cluster is not None and isinstance(rec, TaskRecord) and rec.policy.limits:
+                self._ask_cluster(rec, task)  # the permit is taken: now the pools
+                continue
             if request.payload is not _BLOCK:
                 self.tasks_waiting -= 1
                 if request in self._limit_waits:
@@ -370,6 +463,156 @@ class _Units:
                 rec = request.payload
                 assert isinstance(rec, TaskRecord)
                 self._spawn(rec)
+
+    # -- the cluster's pools (a slot store) -------------------------------------------------
+
+    def _new_remote(
+        self, idents: tuple[PoolId, ...], limits: tuple[Limit, ...], rec: TaskRecord | None
+    ) -> _Remote:
+        assert self.cluster is not None
+        self._rids += 1
+        remote = _Remote(self._rids, idents, rec)
+        self.remote[remote.rid] = remote
+        self.cluster.limit_acquire(remote.rid, tuple(zip(idents, limits, strict=True)))
+        return remote
+
+    def _ask_cluster(self, rec: TaskRecord, task: trio.lowlevel.Task | None) -> None:
+        """``rec`` holds its permit: ask the cluster for its pools' units (it waits)."""
+        idents = rec.policy.limits
+        limits = tuple(self.table.settings(name) for name, _ in idents)
+        assert all(limit is not None for limit in limits)
+        remote = self._new_remote(idents, limits, rec)  # type: ignore[arg-type]
+        remote.task = task
+        self.remote_of[rec] = remote
+
+    def _withdraw_remote(self, rec: TaskRecord, remote: _Remote) -> None:
+        """A waiting record leaves: withdraw its request, give back its permit."""
+        del self.remote_of[rec]
+        self.remote.pop(remote.rid, None)
+        assert self.cluster is not None
+        self.cluster.limit_release(remote.rid)
+        remote.task = None
+        self.tasks_waiting -= 1
+        request = self._held.pop(rec)
+        self.table.release(request, trio.current_time())
+        if self.table.granted:
+            self.deliver()
+
+    async def _hold_remote(self, idents: tuple[PoolId, ...], limits: tuple[Limit, ...]) -> _Remote:
+        remote = self._new_remote(idents, limits, None)
+        remote.task = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            remote.task = None
+            if self.remote.pop(remote.rid, None) is not None:
+                assert self.cluster is not None
+                self.cluster.limit_release(remote.rid)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        return remote
+
+    def guard(self, request: Request | _Remote, scope: trio.CancelScope) -> None:
+        """A held block runs in ``scope``: cancel it when its cluster units are lost."""
+        if isinstance(request, _Remote):
+            request.scope = scope
+            if request.lost is not None:
+                scope.cancel(reason=request.lost)
+
+    @staticmethod
+    def lost(request: Request | _Remote) -> str | None:
+        """Why a block's cluster units were lost, or ``None``."""
+        return request.lost if isinstance(request, _Remote) else None
+
+    def _refuse_block(self, remote: _Remote, error: BaseException) -> None:
+        task = remote.task
+        assert task is not None
+        remote.task = None
+        if self.remote.pop(remote.rid, None) is not None:
+            assert self.cluster is not None
+            self.cluster.limit_release(remote.rid)
+        trio.lowlevel.reschedule(task, outcome.Error(error))
+
+    # the backend's answers (the keeper's ``LimitSink``)
+
+    def limit_granted(self, rid: int) -> None:
+        remote = self.remote.get(rid)
+        if remote is None or remote.granted:
+            return
+        remote.granted = True
+        task, remote.task = remote.task, None
+        rec = remote.rec
+        if rec is not None:
+            self.tasks_waiting -= 1
+            if remote.waited and self._bus.active:
+                labels = [pool_label(ident) for ident in remote.idents]
+                self._bus.publish(
+                    EventKind.LIMIT_ACQUIRED, rec.id, rec.name, rec.slot, reason=", ".join(labels)
+                )
+            if task is None:
+                self._spawn(rec)
+                return
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    def limit_waiting(self, rid: int, blocked: tuple[PoolId, ...]) -> None:
+        remote = self.remote.get(rid)
+        if remote is None or remote.rec is None or not blocked:
+            return
+        remote.waited = True
+        rec = remote.rec
+        if self._bus.active:
+            self._bus.publish(
+                EventKind.LIMIT_WAITING,
+                rec.id,
+                rec.name,
+                rec.slot,
+                reason="waiting for " + ", ".join(map(pool_label, blocked)),
+            )
+
+    def limit_refused(self, rid: int, pool: PoolId, known: str, ours: str) -> None:
+        remote = self.remote.pop(rid, None)
+        if remote is None:
+            return
+        error = ConfigError(
+            f"limit {pool_label(pool)!r} is used across the cluster with other settings: "
+            f"{known}, got {ours or 'these'}"
+        )
+        rec = remote.rec
+        if rec is None:
+            if remote.task is not None:
+                self._refuse_block(remote, error)
+            return
+        self.remote_of.pop(rec, None)
+        self.remote[rid] = remote  # withdrawn below, through the wait's own path
+        self.remote_of[rec] = remote
+        assert self.end_wait is not None
+        self.end_wait(rec, TaskOutcome(OutcomeKind.FATAL, error=error, reason=str(error)))
+
+    def limit_lost(self, rid: int) -> None:
+        remote = self.remote.get(rid)
+        if remote is None or not remote.granted:
+            return
+        labels = ", ".join(map(pool_label, remote.idents))
+        remote.lost = f"limit lease lost: {labels}"
+        if remote.rec is not None:
+            assert self.lose is not None
+            self.lose(remote.rec, remote.lost)
+        elif remote.scope is not None:
+            remote.scope.cancel(reason=remote.lost)
+
+    def remote_usage(self) -> dict[PoolId, list[int]]:
+        """``pool -> [held, waiting]`` of this process's requests to the cluster."""
+        usage: dict[PoolId, list[int]] = {}
+        for remote in self.remote.values():
+            for ident in remote.idents:
+                row = usage.setdefault(ident, [0, 0])
+                limit = self.table.settings(ident[0])
+                if not remote.granted:
+                    row[1] += 1
+                elif remote.lost is None and not isinstance(limit, RateLimit):
+                    row[0] += 1
+        return usage
 
 
 class Registry:
@@ -487,6 +730,11 @@ class Registry:
             limit = table.settings(name)
             assert limit is not None
             views.append(limit_view(limit, key, held, waiting))
+        for (name, key), (held, waiting) in units.remote_usage().items():
+            limit = table.settings(name)
+            assert limit is not None
+            views.append(limit_view(limit, key, held, waiting))
+        views.sort(key=lambda view: (view.name, view.key or ""))
         return tuple(views)
 
     @property
@@ -595,6 +843,27 @@ class Registry:
             rec.request_stop(reason)
         rec.force()
         self._commit(rec, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+
+    def end_wait(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
+        """End a task that waits for its units with ``outcome`` (a conflict of a limit's
+        settings across the cluster: ``FATAL``); nothing is held afterwards."""
+        if rec.committed:
+            return
+        if not rec.stop_requested:
+            rec.request_stop(outcome.reason or "ended")
+        if self._units is not None and self._units.withdraw(rec):
+            self._start_actor(rec, None)  # it sees the stop and ends at once
+        rec.force()
+        self._commit(rec, outcome)
+
+    def use_cluster_pools(self, backend: PoolBackend) -> _Units:
+        """Keep limit pools in ``backend`` (a slot store's server); return the units,
+        which take the backend's answers."""
+        units = self.units()
+        units.cluster = backend
+        units.lose = self.lose_lease
+        units.end_wait = self.end_wait
+        return units
 
     def stop_record(self, rec: TaskRecord) -> None:
         """Stop a registered record (the controller's REPLACE); nothing if already stopping."""

@@ -67,7 +67,7 @@ import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Generic, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, cast
 
 import attrs
 import trio
@@ -80,11 +80,22 @@ from ._exceptions import (
     ConfigError,
     CriticalTaskError,
     DeadlockError,
+    LeaseLostError,
     NoControllerError,
     SlotStoreUnavailableError,
     split_cancelled,
 )
-from ._limits import LimitView, Pool, PoolId, check_limits, is_concurrency, pool_label
+from ._limits import (
+    ClusterLimitInfo,
+    LimitView,
+    Pool,
+    PoolId,
+    RateLimit,
+    check_limits,
+    is_concurrency,
+    pool_label,
+    pool_parts,
+)
 from ._logging import LoggingSubscriber
 from ._outcome import OutcomeError, OutcomeKind, TaskId, TaskOutcome, allocate_id
 from ._record import TaskRecord, current_task_context
@@ -95,6 +106,9 @@ from ._slotstore import ClusterSlotInfo, ReportSink, new_instance_id
 from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name
 from ._waiter import TaskWaiter
 from ._waits import WaitChecker
+
+if TYPE_CHECKING:
+    from ._keeper import LeaseKeeper
 
 logger = logging.getLogger("trio_taskvisor")
 # The concurrency pools held by the enclosing ``limited`` blocks of this task.
@@ -165,6 +179,7 @@ class Supervisor:
         self._resolve = Resolver(config.task_defaults, self._pool_ids)
         self._instance_id = new_instance_id()
         self._waits = WaitChecker(self._registry, self)
+        self._keeper: LeaseKeeper | None = None
         controller = config.controller
         self._controller = (
             None
@@ -248,7 +263,13 @@ class Supervisor:
         assert controller is not None
         assert isinstance(controller.slot_store, RedisSlotStore)
         store = controller.slot_store
-        return LeaseKeeper(store, self._instance_id, reports, RedisClient(store, self._instance_id))
+        keeper = LeaseKeeper(
+            store, self._instance_id, reports, RedisClient(store, self._instance_id)
+        )
+        # Limit pools are the cluster's: the registry's units ask the keeper for them.
+        keeper.limit_sink = self._registry.use_cluster_pools(keeper)
+        self._keeper = keeper
+        return keeper
 
     async def _run_background(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -691,23 +712,54 @@ class Supervisor:
                 f"limited() asks for {', '.join(again)}, which this task already holds: "
                 "it would wait for itself"
             )
-        request = await units.hold(idents)
+        limits = tuple(pool_parts(pool)[0] for pool in pools)
+        request = await units.hold(idents, limits)
         token = _held_pools.set(held | concurrency)
         try:
-            yield
+            with trio.CancelScope() as scope:
+                units.guard(request, scope)
+                yield
         finally:
             _held_pools.reset(token)
             units.unhold(request)
+        lost = units.lost(request)
+        if lost is not None:
+            raise LeaseLostError(lost)
 
     def _pool_ids(self, pools: tuple[Pool, ...]) -> tuple[PoolId, ...]:
-        """Learn ``pools``' settings (``ConfigError`` for other settings of a known name)."""
-        controller = self._config.controller
-        if controller is not None and controller.slot_store is not None:
-            raise ConfigError(
-                "limits are not supported with a slot store yet: they would hold per "
-                "process, not cluster-wide"
-            )
+        """Learn ``pools``' settings (``ConfigError`` for other settings of a known name).
+
+        With a slot store the server checks the settings again at each acquisition."""
         return self._registry.pool_ids(pools)
+
+    async def cluster_limit(self, pool: Pool) -> ClusterLimitInfo:
+        """Ask the slot store's server about one limit pool, cluster-wide. A checkpoint.
+
+        Counts the units held and the waiters of every process (a pool nobody uses:
+        all zero). Raises ``ConfigError`` without a slot store, ``TypeError`` for
+        anything but a limit or a ``LimitKey``, and ``SlotStoreUnavailableError`` when
+        the server does not answer within ``connect_timeout``.
+        """
+        limit, key = pool_parts(pool)
+        keeper = self._keeper
+        if keeper is None:
+            await trio.lowlevel.checkpoint()
+            raise ConfigError(
+                "cluster_limit needs a slot store: "
+                "ControllerConfig(slot_store=...); limit_snapshot() shows this process"
+            )
+        reply = await keeper.limit_query((limit.name, key))
+        rate = isinstance(limit, RateLimit)
+        next_start = reply.next_start if rate else None
+        if rate and next_start is None:
+            next_start = 0.0
+        holders = {} if rate else reply.holders
+        return ClusterLimitInfo(
+            held=sum(holders.values()),
+            holders=holders,
+            waiting=reply.waiting,
+            next_start_in=next_start,
+        )
 
     def limit_snapshot(self) -> tuple[LimitView, ...]:
         """The limit pools with holders or waiters in this process, sorted by name and key."""

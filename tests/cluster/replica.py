@@ -17,6 +17,9 @@ Commands (``op``):
   block), ``thread`` (block in a thread until ``release``), ``hold`` (seconds), ``value``
   (returned; ``"sample"``: ``SAMPLE``), ``db`` (a port: write to the fenced database every
   20 ms while running, and once more as the body ends).
+* ``add``: ``id``, ``limit`` (``{"name", "capacity"}`` or ``{"name", "rate", "per",
+  "burst"}``) and the same body arguments: plain work (no slot) that takes one unit of
+  that limit pool, cluster-wide, for its attempt.
 * ``call``: ``run_in_slot`` with the same body arguments, in a scope ``cancel`` cancels
   (``cancel_in_flight``: the replica cancels it once its acquisition is on the wire).
 * ``release`` / ``cancel``: ``id``.
@@ -46,10 +49,12 @@ import trio.testing
 
 from trio_taskvisor import (
     AdmissionPolicy,
+    ConcurrencyLimit,
     ControllerConfig,
     ControllerSpec,
     GraceExceededError,
     OutcomeError,
+    RateLimit,
     SlotStoreUnavailableError,
     Supervisor,
     SupervisorConfig,
@@ -204,6 +209,19 @@ class Replica:
             t=time.monotonic(),
         )
 
+    async def add(self, command: dict[str, Any]) -> None:
+        wid = command["id"]
+        spec = command["limit"]
+        pool: ConcurrencyLimit | RateLimit
+        if "capacity" in spec:
+            pool = ConcurrencyLimit(spec["name"], spec["capacity"])
+        else:
+            pool = RateLimit(spec["name"], spec["rate"], per=spec["per"], burst=spec["burst"])
+        waiter = await self.sup.add(TaskSpec.once(wid, self.body(command), limits=(pool,)))
+        emit("submitted", id=wid, task=int(waiter.id), t=time.monotonic())
+        outcome = await waiter.wait()
+        emit("outcome", id=wid, kind=outcome.kind.value, reason=outcome.reason, t=time.monotonic())
+
     async def call(self, command: dict[str, Any]) -> None:
         wid = command["id"]
         policy = AdmissionPolicy(command.get("policy", "queue"))
@@ -251,6 +269,8 @@ class Replica:
         match command["op"]:
             case "submit":
                 self.spawn(self.submit, command)
+            case "add":
+                self.spawn(self.add, command)
             case "call":
                 self.callers[command["id"]] = trio.CancelScope()
                 self.spawn(self.call, command)

@@ -36,7 +36,7 @@ from cluster_helpers import Scripts, entry, gated, replica
 from redis_server import RedisServer, free_port, running_server
 from tmux import EXIT, tmux_server
 
-from trio_taskvisor import ControllerSpec, EventKind
+from trio_taskvisor import ConcurrencyLimit, ControllerSpec, EventKind, RateLimit
 from trio_taskvisor.redis import RedisSlotStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -427,3 +427,60 @@ def test_ctrl_c_ends_the_watch_with_0(panes: dict[str, Pane], name: str) -> None
     assert "Traceback" not in pane.final, pane.final
     assert "^C" not in pane.final, pane.final
     assert "limit pools: 0" in pane.final
+
+
+async def test_json_shows_limit_pools_with_their_holders_and_waiters(
+    store: RedisSlotStore,
+) -> None:
+    """A capacity-1 pool held by one supervisor with the other's block waiting, and a
+    spent rate pool: ``pools`` shows each with its holders, waiters and next start, and
+    the holder's ``units_held`` counts its unit."""
+    exports = ConcurrencyLimit("exports", 1).key("acme")
+    partner = RateLimit("partner", 1, per=60.0)
+    async with replica(store) as (a, _), replica(store) as (b, _):
+        async with a.limited(partner):
+            pass
+        held, done = trio.Event(), trio.Event()
+
+        async def hold_in_a() -> None:
+            async with a.limited(exports):
+                held.set()
+                await done.wait()
+
+        async def wait_in_b() -> None:
+            await held.wait()
+            async with b.limited(exports):
+                pass
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold_in_a)
+            nursery.start_soon(wait_in_b)
+            await held.wait()
+            with trio.fail_after(2 * store.lease_ttl):
+                # the server's state: no event tells when b's request reached it
+                while not (await a.cluster_limit(exports)).waiting:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            status, out, err = await slots_command(
+                store.url, "--namespace", store.namespace, "--json"
+            )
+            done.set()
+    assert (status, err) == (0, ""), err
+    document = json.loads(out)
+    first, second = document["pools"]
+    assert first == {
+        "name": "exports",
+        "key": "acme",
+        "kind": "concurrency",
+        "held": 1,
+        "holders": {a.instance_id: 1},
+        "waiting": 1,
+        "next_start_in": None,
+    }
+    assert (second["name"], second["kind"], second["held"], second["waiting"]) == (
+        "partner",
+        "rate",
+        0,
+        0,
+    )
+    assert 50.0 < second["next_start_in"] <= 60.0
+    assert instances_by_id(document)[a.instance_id]["units_held"] == 1

@@ -22,8 +22,6 @@ from conftest import RedisServer
 
 from trio_taskvisor import (
     BackoffPolicy,
-    ConcurrencyLimit,
-    ConfigError,
     ControllerSpec,
     EventKind,
     OutcomeKind,
@@ -331,18 +329,3 @@ async def test_remote_owner_shows_as_remote_and_in_cluster_slot(store: RedisSlot
         assert 0 < info.lease_remaining <= TTL
         gate.set()
         await queued.wait()
-
-
-async def test_limits_with_a_slot_store_are_refused_until_they_hold_cluster_wide(
-    store: RedisSlotStore,
-) -> None:
-    """Per-process pools with a slot store would multiply a limit by the replicas: the
-    calls that bring one raise ``ConfigError`` instead."""
-    exports = ConcurrencyLimit("exports", 4)
-    async with open_supervisor(config(store)) as sup:
-        with pytest.raises(ConfigError, match="not supported with a slot store yet"):
-            await sup.add(TaskSpec.once("x", trio.sleep_forever, limits=(exports,)))
-        with pytest.raises(ConfigError, match="not supported with a slot store yet"):
-            async with sup.limited(exports):
-                pass
-        assert sup.list() == ()

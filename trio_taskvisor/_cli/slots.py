@@ -3,8 +3,8 @@
 For operators of a service whose replicas share cluster slots: every slot with its
 lease holder's instance, fence token, lease time left and cluster queue (entries in
 order, each with its instance); every live instance (heartbeat time left, slots owned,
-entries queued, limit units held); every limit pool (none yet: limits are not kept on
-the server, so the section is empty, and ``units_held`` is 0).
+entries queued, limit units held); every limit pool in use (its kind, units held and by
+whom, live waiters, and a rate pool's time until its next start).
 
 * By default one snapshot is printed as text; ``--json`` prints it as one JSON document
   (``to_json``: top-level keys ``slots``, ``instances``, ``pools``); ``--watch`` redraws
@@ -16,9 +16,11 @@ the server, so the section is empty, and ``units_held`` is 0).
 * It reads with plain commands only: ``SCAN`` for the namespace's keys, then one
   ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL`` and ``LRANGE`` (one consistent snapshot of
   the leases, queues and heartbeats it found), and ``PTTL`` of the heartbeats of
-  instances that the queues name but the scan did not find. It never writes, loads no
-  script and sets no client name: a user with read permissions (and ``MULTI``/``EXEC``)
-  is enough.
+  instances that the queues name but the scan did not find; for limit pools, one
+  ``MULTI``/``EXEC`` of ``TIME``, ``HMGET``, ``HGETALL`` and ``ZRANGE``, then ``GET`` and
+  ``HGET`` of the generations that tell live holders and waiters from dead ones. It
+  never writes, loads no script and sets no client name: a user with read permissions
+  (and ``MULTI``/``EXEC``) is enough.
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
@@ -105,12 +107,12 @@ class InstanceRow:
     queued: int
     """Its entries in cluster queues."""
     units_held: int
-    """Units of limit pools it holds (0 while limits are not kept on the server)."""
+    """Units of limit pools it holds."""
 
 
 @attrs.frozen
 class PoolRow:
-    """One limit pool on the server (none yet: limits are not kept on the server)."""
+    """One limit pool on the server (its settings are kept while it is in use)."""
 
     name: str
     key: str | None
@@ -133,7 +135,7 @@ class ClusterView:
     instances: tuple[InstanceRow, ...]
     """Live instances, sorted by id (numbers in ids by value)."""
     pools: tuple[PoolRow, ...] = ()
-    """Limit pools, sorted by name and key (none yet)."""
+    """Limit pools, sorted by name and key."""
 
 
 def _seconds(pttl_ms: int) -> float | None:
@@ -153,11 +155,34 @@ def assemble(
     leases: Mapping[str, tuple[str | None, str | None, str | None, int]],
     queues: Mapping[str, Sequence[str]],
     heartbeats: Mapping[str, int],
+    pools: Mapping[str, tuple[str, Sequence[str], int, float | None]] | None = None,
 ) -> ClusterView:
     """Build the view from what the server held: ``leases`` (slot: entry, token, stop,
-    ``PTTL``), ``queues`` (slot: entries, head first) and ``heartbeats`` (live instance:
-    ``PTTL``). A lease without an entry (gone between the scan and the read) is no lease.
+    ``PTTL``), ``queues`` (slot: entries, head first), ``heartbeats`` (live instance:
+    ``PTTL``) and ``pools`` (pool id: settings, a live holder's instance per unit, live
+    waiters, a rate pool's ms until a start). A lease without an entry (gone between the
+    scan and the read) is no lease.
     """
+    rows: list[PoolRow] = []
+    units: dict[str, int] = {}
+    for pid, (spec, holders, waiting, next_ms) in (pools or {}).items():
+        name, space, key = pid.partition(" ")
+        counts: dict[str, int] = {}
+        for instance in holders:
+            counts[instance] = counts.get(instance, 0) + 1
+            units[instance] = units.get(instance, 0) + 1
+        rows.append(
+            PoolRow(
+                name=name,
+                key=key if space else None,
+                kind=spec.partition(" ")[0],
+                held=len(holders),
+                holders=tuple(sorted(counts.items(), key=lambda item: _natural(item[0]))),
+                waiting=waiting,
+                next_start_in=None if next_ms is None else next_ms / 1000,
+            )
+        )
+    rows.sort(key=lambda row: (row.name, row.key or ""))
     held = {slot: lease for slot, lease in leases.items() if lease[0] is not None}
     slots: list[SlotRow] = []
     for slot in sorted(held.keys() | {slot for slot, q in queues.items() if q}, key=_natural):
@@ -183,11 +208,11 @@ def assemble(
             heartbeat_remaining=_seconds(pttl),
             slots_owned=tuple(s.slot for s in slots if s.holder == instance),
             queued=sum(q.instance == instance for s in slots for q in s.queue),
-            units_held=0,
+            units_held=units.get(instance, 0),
         )
         for instance, pttl in sorted(heartbeats.items(), key=lambda item: _natural(item[0]))
     )
-    return ClusterView(tuple(slots), instances, ())
+    return ClusterView(tuple(slots), instances, tuple(rows))
 
 
 def to_json(view: ClusterView) -> dict[str, Any]:
@@ -494,7 +519,10 @@ async def read_cluster(store: RedisSlotStore) -> ClusterView:
     from .._redis_client import read_namespace  # imports coredis: the redis extra
 
     namespace = await read_namespace(store)
-    return assemble(namespace.leases, namespace.queues, namespace.heartbeats)
+    pools = {
+        pid: (p.spec, p.holders, p.waiting, p.next_start_ms) for pid, p in namespace.pools.items()
+    }
+    return assemble(namespace.leases, namespace.queues, namespace.heartbeats, pools)
 
 
 # -- showing ---------------------------------------------------------------------------------------

@@ -1,0 +1,268 @@
+"""Limit pools across the cluster, through the public API: supervisors with a slot store
+in this process (each its own instance), against the real server (real clock).
+
+Timing bounds are liveness bounds with at least a 2x margin; waits are for events and
+outcomes. The tests with OS processes (a shared pool under SIGKILL and SIGSTOP) are in
+``test_cluster_limit_replicas``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from cluster_helpers import config, replica
+from conftest import RedisServer
+
+from trio_taskvisor import (
+    ConcurrencyLimit,
+    ConfigError,
+    EventKind,
+    LeaseLostError,
+    OutcomeKind,
+    RateLimit,
+    SlotStoreUnavailableError,
+    TaskSpec,
+    TaskState,
+    open_supervisor,
+)
+from trio_taskvisor.redis import RedisSlotStore
+
+TTL = 1.0
+
+
+def held_by(
+    gate: trio.Event, name: str, pool: object, started: trio.Event | None = None
+) -> TaskSpec:
+    """``once`` work holding ``pool`` until ``gate`` is set (``started``: set on entry)."""
+
+    async def body() -> None:
+        if started is not None:
+            started.set()
+        await gate.wait()
+
+    return TaskSpec.once(name, body, limits=(pool,))
+
+
+async def test_a_pool_holds_across_supervisors(store: RedisSlotStore) -> None:
+    """A capacity-1 pool used by two instances: the second waits (``LIMIT_WAITING``,
+    ``WAITING``) until the first's attempt exits, then starts (``LIMIT_ACQUIRED``)."""
+    exports = ConcurrencyLimit("exports", 1)
+    gate_a, gate_b = trio.Event(), trio.Event()
+    async with replica(store) as (a, _), replica(store) as (b, recorder_b):
+        started = trio.Event()
+        waiter_a = await a.add(held_by(gate_a, "a", exports, started))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+        waiter_b = await b.add(held_by(gate_b, "b", exports))
+        with trio.fail_after(2 * TTL):
+            event = await recorder_b.wait_for(EventKind.LIMIT_WAITING)
+        assert event.reason == "waiting for exports"
+        assert b.statistics().waiting_for_permit == 1
+        assert [info.state for info in b.list()] == [TaskState.WAITING]
+        info = await a.cluster_limit(exports)
+        assert (info.held, info.holders, info.waiting) == (1, {a.instance_id: 1}, 1)
+        assert info.next_start_in is None
+        gate_a.set()
+        assert (await waiter_a.wait()).kind is OutcomeKind.COMPLETED
+        with trio.fail_after(2 * TTL):
+            acquired = await recorder_b.wait_for(EventKind.LIMIT_ACQUIRED)
+        assert acquired.reason == "exports"
+        info = await a.cluster_limit(exports)
+        assert (info.held, info.holders, info.waiting) == (1, {b.instance_id: 1}, 0)
+        gate_b.set()
+        assert (await waiter_b.wait()).kind is OutcomeKind.COMPLETED
+        info = await b.cluster_limit(exports)
+        assert (info.held, info.holders, info.waiting) == (0, {}, 0)
+
+
+async def test_limited_blocks_share_a_pool_across_supervisors(store: RedisSlotStore) -> None:
+    """A ``limited`` block of another instance waits for the holder's block to exit."""
+    pool = ConcurrencyLimit("blocks", 1).key("tenant-a")
+    order: list[str] = []
+    async with replica(store) as (a, _), replica(store) as (b, _):
+        entered = trio.Event()
+        leave = trio.Event()
+
+        async def first() -> None:
+            async with a.limited(pool):
+                order.append("a in")
+                entered.set()
+                await leave.wait()
+                order.append("a out")
+
+        async def second() -> None:
+            await entered.wait()
+            async with b.limited(pool):
+                order.append("b in")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first)
+            nursery.start_soon(second)
+            await entered.wait()
+            with trio.fail_after(2 * TTL):
+                # the server's state: no event tells when b's request has reached it
+                while not (await a.cluster_limit(pool)).waiting:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            assert [v.waiting for v in b.limit_snapshot()] == [1]
+            leave.set()
+    assert order == ["a in", "a out", "b in"]
+
+
+async def test_other_settings_across_the_cluster_end_the_task_fatal(
+    store: RedisSlotStore,
+) -> None:
+    """The server keeps a pool's first settings while it is in use: another instance's
+    attempt with other settings ends ``FATAL`` with a ``ConfigError``; a block raises it."""
+    gate = trio.Event()
+    async with replica(store) as (a, _), replica(store) as (b, _):
+        started = trio.Event()
+        waiter_a = await a.add(held_by(gate, "a", ConcurrencyLimit("shared", 2), started))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+        waiter_b = await b.add(held_by(gate, "b", ConcurrencyLimit("shared", 3)))
+        with trio.fail_after(2 * TTL):
+            outcome = await waiter_b.wait()
+        assert outcome.kind is OutcomeKind.FATAL
+        assert isinstance(outcome.error, ConfigError)
+        assert "concurrency 2" in str(outcome.error)
+        with pytest.raises(ConfigError, match="other settings"):
+            async with b.limited(ConcurrencyLimit("shared", 3)):
+                pass  # pragma: no cover
+        gate.set()
+        assert (await waiter_a.wait()).kind is OutcomeKind.COMPLETED
+
+
+async def test_a_rate_pool_counts_starts_of_every_instance(store: RedisSlotStore) -> None:
+    """Two starts of a ``burst=2`` pool, one per instance, spend it: ``next_start_in``
+    is then about one interval, and a third start waits for it."""
+    rate = RateLimit("partner", 1, per=2.0, burst=2)
+    async with replica(store) as (a, _), replica(store) as (b, _):
+        async with a.limited(rate):
+            pass
+        async with b.limited(rate):
+            pass
+        info = await a.cluster_limit(rate)
+        assert (info.held, info.holders) == (0, {})
+        assert info.next_start_in is not None
+        assert 0.5 < info.next_start_in <= 2.0
+        start = trio.current_time()
+        with trio.fail_after(4.0):
+            async with a.limited(rate):
+                pass
+        assert trio.current_time() - start >= info.next_start_in - 0.2
+
+
+async def test_a_lost_unit_ends_the_task_lease_lost(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A unit that cannot be renewed for ``0.8 * lease_ttl`` is lost: the attempt is
+    forced at once and the task ends ``LEASE_LOST``; a block gets ``LeaseLostError``."""
+    pool = ConcurrencyLimit("fragile", 2)
+    async with replica(store) as (sup, _):
+        started = trio.Event()
+
+        async def body() -> None:
+            started.set()
+            await trio.sleep_forever()
+
+        waiter = await sup.add(TaskSpec.once("held", body, limits=(pool,)))
+        await started.wait()
+        block_error: list[BaseException] = []
+
+        entered = trio.Event()
+
+        async def block() -> None:
+            try:
+                async with sup.limited(pool):
+                    entered.set()
+                    await trio.sleep_forever()
+            except LeaseLostError as exc:
+                block_error.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(block)
+            with trio.fail_after(2 * TTL):
+                await entered.wait()
+            assert sup.limit_snapshot()[0].held == 2
+            redis_server.pause()
+            try:
+                with trio.fail_after(3 * TTL):
+                    outcome = await waiter.wait()
+            finally:
+                redis_server.resume()
+        assert outcome.kind is OutcomeKind.LEASE_LOST
+        assert outcome.reason == "limit lease lost: fragile"
+        assert [str(e) for e in block_error] == ["limit lease lost: fragile"]
+
+
+async def test_cluster_limit_needs_a_slot_store() -> None:
+    """Without a slot store ``cluster_limit`` raises ``ConfigError``."""
+    async with open_supervisor() as sup:
+        with pytest.raises(ConfigError, match="needs a slot store"):
+            await sup.cluster_limit(ConcurrencyLimit("x", 1))
+
+
+async def test_cluster_limit_raises_during_an_outage(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """While the server does not answer, ``cluster_limit`` raises
+    ``SlotStoreUnavailableError`` (after ``connect_timeout``)."""
+    async with open_supervisor(config(store)) as sup:
+        redis_server.pause()
+        try:
+            with pytest.raises(SlotStoreUnavailableError):
+                await sup.cluster_limit(ConcurrencyLimit("x", 1))
+        finally:
+            redis_server.resume()
+
+
+async def test_waiters_wait_through_an_outage(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """While the server does not answer nothing is granted: a block asked for meanwhile
+    waits, and enters once the server answers again; nothing is held afterwards."""
+    pool = ConcurrencyLimit("outage", 1)
+    async with replica(store) as (sup, recorder):
+        entered = trio.Event()
+
+        async def block() -> None:
+            async with sup.limited(pool):
+                entered.set()
+
+        redis_server.pause()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(block)
+                with trio.fail_after(3 * TTL):
+                    await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+                assert not entered.is_set()
+                redis_server.resume()
+                with trio.fail_after(4 * TTL):
+                    await entered.wait()
+        finally:
+            redis_server.resume()
+        info = await sup.cluster_limit(pool)
+        assert (info.held, info.waiting) == (0, 0)
+
+
+async def test_a_stop_while_waiting_withdraws_the_request(store: RedisSlotStore) -> None:
+    """A task removed while it waits for a cluster pool ends ``CANCELLED`` and leaves
+    the pool's line on the server."""
+    pool = ConcurrencyLimit("stops", 1)
+    gate = trio.Event()
+    async with replica(store) as (a, _), replica(store) as (b, recorder_b):
+        started = trio.Event()
+        holder = await a.add(held_by(gate, "a", pool, started))
+        await started.wait()
+        waiter = await b.add(held_by(gate, "b", pool))
+        with trio.fail_after(2 * TTL):
+            await recorder_b.wait_for(EventKind.LIMIT_WAITING)
+        await b.remove("b")
+        assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+        with trio.fail_after(2 * TTL):
+            # the withdrawal rides the keeper's next batch: no event tells it landed
+            while (await a.cluster_limit(pool)).waiting:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        assert b.limit_snapshot() == ()
+        gate.set()
+        assert (await holder.wait()).kind is OutcomeKind.COMPLETED

@@ -1,0 +1,500 @@
+"""Random operation sequences against the limit scripts and a Python model of them.
+
+``LimitModel`` is the server side of cluster limits in executable form: one method per
+script (``limit_acquire``, ``limit_release``, ``limit_withdraw``, ``limit_renew``,
+``cluster_limit``), plain data, no time. The state machine sends the same random
+operations to the model and to the real scripts (through the helper thread of
+``test_cluster_model``), with three instances: new acquisitions over two concurrency
+pools, a keyed one and a rate pool (some with conflicting settings), acquisitions sent
+again (a replay, or a waiter's poll), releases, withdrawals (of waiting, granted and
+unsent requests), renewals, killing an instance (its units' lease deleted, as its
+expiry would) and queries. After every step it compares the reply, the live state on
+the server (holders, waiters in order, settings of pools in use) and the grant
+messages each instance received, and checks:
+
+* a concurrency pool never has more live holders than its capacity, and a rate pool
+  never more starts than its burst (its ``per`` is an hour: nothing refills during an
+  example);
+* all at once: a request holds a unit of every concurrency pool it asked for, or none;
+* oldest that fits: after a step, no live waiter of a pool the step changed fits.
+
+Generations (the server's ``TIME`` when an instance's units' lease is made) are bound
+to the model's symbolic ones on first sight, per instance; a new one never repeats.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import pytest
+from conftest import RedisServer
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
+from test_cluster_model import INSTANCES, Server
+
+from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._config import RedisSlotStore
+
+CAP1, CAP2, KEYED, RATE = "c1", "c2", "k tenant-a", "r"
+SPECS = {
+    CAP1: "concurrency 1",
+    CAP2: "concurrency 2",
+    KEYED: "concurrency 1",
+    RATE: "rate 1 per 3600.0 burst 2",
+}
+OTHER_SPEC = "concurrency 3"  # a conflict with CAP1's settings
+POOL_SETS = [(CAP1,), (CAP2,), (CAP1, CAP2), (CAP2, KEYED), (RATE,), (CAP2, RATE), (KEYED,)]
+
+
+@attrs.define
+class Waiter:
+    pools: tuple[str, ...]
+    gen: int
+    seq: int
+
+
+@attrs.define
+class Pool:
+    spec: str
+    starts: int = 0  # a rate pool's starts since its settings were set
+
+    @property
+    def capacity(self) -> int | None:
+        kind, _, value = self.spec.partition(" ")
+        return int(value) if kind == "concurrency" else None
+
+    @property
+    def burst(self) -> int:
+        return int(self.spec.rsplit(" ", 1)[1])
+
+
+class LimitModel:
+    """The limit scripts as their docstrings state them; generations are ints."""
+
+    def __init__(self) -> None:
+        self.gen: dict[str, int] = {}  # instance -> live generation
+        self.gens = itertools.count(1)
+        self.pools: dict[str, Pool] = {}
+        self.holders: dict[str, dict[str, int]] = {}  # pool -> request -> generation
+        self.waiters: dict[str, Waiter] = {}
+        self.marker: dict[str, int | str] = {}  # lx: the grant's generation, or "gone"
+        self.seq = 0
+        self.sent: list[tuple[str, list[Any]]] = []
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @staticmethod
+    def instance(w: str) -> str:
+        return w.rsplit("/", 1)[0]
+
+    def live_gen(self, w: str, gen: int) -> bool:
+        return self.gen.get(self.instance(w)) == gen
+
+    def held(self, pid: str) -> int:
+        return sum(1 for w, g in self.holders.get(pid, {}).items() if self.live_gen(w, g))
+
+    def has_room(self, pid: str) -> bool:
+        pool = self.pools[pid]
+        if pool.capacity is None:
+            return pool.starts < pool.burst
+        return self.held(pid) < pool.capacity
+
+    def line(self, pid: str) -> list[str]:
+        """The requests waiting in a pool, dead ones included, in acceptance order."""
+        waiting = [w for w, waiter in self.waiters.items() if pid in waiter.pools]
+        return sorted(waiting, key=lambda w: self.waiters[w].seq)
+
+    def live_line(self, pid: str) -> list[str]:
+        return [w for w in self.line(pid) if self.live_gen(w, self.waiters[w].gen)]
+
+    def in_use(self, pid: str) -> bool:
+        pool = self.pools.get(pid)
+        if pool is None:
+            return False
+        return self.held(pid) > 0 or pool.starts > 0 or bool(self.live_line(pid))
+
+    # -- the scripts' parts -----------------------------------------------------------------
+
+    def my_gen(self, me: str) -> int:
+        if me not in self.gen:
+            self.gen[me] = next(self.gens)
+        return self.gen[me]
+
+    def take(self, pid: str, w: str, g: int) -> None:
+        pool = self.pools[pid]
+        if pool.capacity is None:
+            pool.starts += 1
+        else:
+            self.holders.setdefault(pid, {})[w] = g
+
+    def grant(self, w: str, pids: tuple[str, ...], g: int) -> int:
+        for pid in pids:
+            self.take(pid, w, g)
+        self.marker[w] = g
+        return g
+
+    def settle(self, changed: tuple[str, ...]) -> None:
+        candidates = sorted(
+            {w for pid in changed for w in self.line(pid)}, key=lambda w: self.waiters[w].seq
+        )
+        for w in candidates:
+            open_pools = [pid for pid in changed if pid in self.pools and self.has_room(pid)]
+            if not open_pools:
+                break
+            waiter = self.waiters.get(w)
+            if waiter is None or not any(pid in waiter.pools for pid in open_pools):
+                continue  # reached through no pool with room: not read
+            if not self.live_gen(w, waiter.gen):
+                del self.waiters[w]  # a dead instance's waiter, skipped for good
+            elif all(self.has_room(pid) for pid in waiter.pools):
+                del self.waiters[w]
+                self.grant(w, waiter.pools, waiter.gen)
+                self.sent.append((self.instance(w), ["limit", w, waiter.gen]))
+        # oldest that fits, at rest: no live waiter of a changed pool fits any more
+        for pid in changed:
+            for w in self.live_line(pid):
+                assert not all(self.has_room(p) for p in self.waiters[w].pools), w
+
+    def acquire(self, me: str, w: str, pairs: list[tuple[str, str]]) -> list[Any]:
+        marker = self.marker.get(w)
+        if marker == "gone":
+            return ["gone"]
+        if marker is not None:
+            return ["granted", marker]
+        g = self.my_gen(me)
+        pids = tuple(pid for pid, _ in pairs)
+        existing = self.waiters.get(w)
+        waiting = existing is not None and existing.gen == g
+        if existing is not None and not waiting:
+            del self.waiters[w]  # accepted in an expired generation: back at the tail
+        if not waiting:
+            for pid, spec in pairs:
+                pool = self.pools.get(pid)
+                if pool is not None and pool.spec != spec and self.in_use(pid):
+                    return ["conflict", pid, pool.spec]
+            for pid, spec in pairs:
+                pool = self.pools.get(pid)
+                if pool is None or pool.spec != spec:
+                    self.pools[pid] = Pool(spec)
+        self.settle(pids)
+        if waiting and w not in self.waiters:
+            return ["granted", g]
+        blocked = [pid for pid in pids if not self.has_room(pid)]
+        if not blocked:
+            self.waiters.pop(w, None)
+            return ["granted", self.grant(w, pids, g)]
+        if not waiting:
+            self.seq += 1
+            self.waiters[w] = Waiter(pids, g, self.seq)
+        rate_blocked = any(self.pools[pid].capacity is None for pid in blocked)
+        return ["waiting", g, rate_blocked, blocked]
+
+    def release(self, w: str, pids: tuple[str, ...]) -> None:
+        for pid in pids:
+            self.holders.get(pid, {}).pop(w, None)
+        self.settle(pids)
+
+    # -- the scripts ------------------------------------------------------------------------
+
+    def limit_acquire(self, me: str, w: str, pairs: list[tuple[str, str]]) -> list[Any]:
+        self.sent = []
+        return self.acquire(me, w, pairs)
+
+    def limit_release(self, w: str, pids: tuple[str, ...]) -> str:
+        self.sent = []
+        self.release(w, pids)
+        return "ok"
+
+    def limit_withdraw(self, w: str, pids: tuple[str, ...]) -> str:
+        self.sent = []
+        marker = self.marker.get(w)
+        self.marker[w] = "gone"
+        if marker is not None and marker != "gone":
+            self.release(w, pids)
+        self.waiters.pop(w, None)
+        return "ok"
+
+    def limit_renew(self, me: str, waiters: list[tuple[str, list[tuple[str, str]]]]) -> list[Any]:
+        self.sent = []
+        g = self.my_gen(me)
+        return [g, [self.acquire(me, w, pairs) for w, pairs in waiters]]
+
+    def cluster_limit(self, pid: str) -> list[Any]:
+        if not self.in_use(pid):
+            return [None, {}, 0, None]
+        pool = self.pools[pid]
+        holders: dict[str, int] = {}
+        for w, g in self.holders.get(pid, {}).items():
+            if self.live_gen(w, g):
+                holders[self.instance(w)] = holders.get(self.instance(w), 0) + 1
+        return [pool.spec, holders, len(self.live_line(pid)), pool.capacity is None]
+
+    def kill(self, instance: str) -> None:
+        self.gen.pop(instance, None)
+        self.sent = []
+
+
+@attrs.define
+class Request:
+    instance: str
+    w: str
+    pools: tuple[str, ...]
+    specs: tuple[str, ...]
+    status: str = "unsent"  # unsent, waiting, granted, released, withdrawn, refused
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return list(zip(self.pools, self.specs, strict=True))
+
+
+class LimitMachine(RuleBasedStateMachine):
+    """The model and the real limit scripts, side by side; see the module docstring."""
+
+    def __init__(self, server: Server) -> None:
+        super().__init__()
+        self.server = server
+        self.model = LimitModel()
+        self.requests: list[Request] = []
+        self.numbers = itertools.count(1)
+        self.real_gen: dict[tuple[str, int], str] = {}  # (instance, model gen) -> server's
+        self.seen_gens: set[tuple[str, str]] = set()
+        server.flushall()
+
+    # -- driving both sides -------------------------------------------------------------------
+
+    def send(self, name: str, args: tuple[str, ...], *model_args: Any) -> Any:
+        expected = getattr(self.model, name)(*model_args)
+        observed = self.server.call(getattr(scripts, name.upper()), args)
+        reply = observed.reply
+        if name == "limit_renew":
+            parsed = scripts.parse_limit_renew(reply)
+            self.bind(model_args[0], expected[0], parsed.gen)
+            for want, got in zip(expected[1], parsed.waiters, strict=True):
+                self.match_limit(model_args[0], want, got)
+            assert len(expected[1]) == len(parsed.waiters)
+        elif name == "limit_acquire":
+            self.match_limit(model_args[0], expected, scripts.parse_limit(reply))
+        elif name == "cluster_limit":
+            got = scripts.parse_cluster_limit(reply)
+            spec, holders, waiting, rate = expected
+            assert (got.holders, got.waiting) == (holders, waiting), (expected, got)
+            if spec is not None:
+                assert got.spec == spec
+                assert (got.next_start is not None) == rate
+        else:
+            assert reply == expected
+        self.compare_state(observed)
+        return expected
+
+    def bind(self, instance: str, model_gen: int, real: str) -> None:
+        key = (instance, model_gen)
+        if key in self.real_gen:
+            assert self.real_gen[key] == real, (key, real)
+        else:
+            assert (instance, real) not in self.seen_gens, "a generation came back"
+            self.real_gen[key] = real
+            self.seen_gens.add((instance, real))
+
+    def match_limit(self, instance: str, expected: list[Any], got: scripts.LimitReply) -> None:
+        assert got.kind == expected[0], (expected, got)
+        match expected:
+            case ["granted", gen]:
+                self.bind(instance, gen, str(got.gen))
+            case ["waiting", gen, rate_blocked, blocked]:
+                self.bind(instance, gen, str(got.gen))
+                assert list(got.blocked) == blocked, (expected, got)
+                assert (got.retry is not None) == rate_blocked, (expected, got)
+            case ["conflict", pid, known]:
+                assert (got.pool, got.known) == (pid, known)
+            case ["gone"]:
+                pass
+            case _:
+                raise AssertionError(expected)
+
+    def compare_state(self, observed: Any) -> None:
+        keys: dict[str, Any] = observed.keys
+        model = self.model
+        real_gens = {
+            instance: keys.get(f"lu:{instance}")
+            for instance in INSTANCES
+            if f"lu:{instance}" in keys
+        }
+        assert set(real_gens) == set(model.gen)
+        for instance, g in model.gen.items():
+            self.bind(instance, g, str(real_gens[instance]))
+        for pid, pool in model.pools.items():
+            lh = keys.get(f"lh:{pid}", {})
+            live = {w for w, g in lh.items() if real_gens.get(model.instance(w)) == g}
+            want = {w for w, g in model.holders.get(pid, {}).items() if model.live_gen(w, g)}
+            assert live == want, (pid, live, want)
+            if pool.capacity is not None:
+                assert len(live) <= pool.capacity
+            else:
+                assert pool.starts <= pool.burst
+            line = keys.get(f"lq:{pid}")
+            real_line = [] if line is None else self.zset_order(pid)
+            real_live = [
+                w
+                for w in real_line
+                if keys.get(f"lw:{w}", {}).get("gen") == real_gens.get(model.instance(w))
+            ]
+            assert real_live == model.live_line(pid), (pid, real_live, model.live_line(pid))
+            if model.in_use(pid):
+                assert keys.get(f"lp:{pid}", {}).get("spec") == pool.spec
+        # all at once: a granted request holds every concurrency pool it asked for
+        for request in self.requests:
+            if request.status == "granted":
+                marker = model.marker.get(request.w)
+                assert marker is not None
+                assert marker != "gone"
+                for pid in request.pools:
+                    if model.pools[pid].capacity is not None and model.live_gen(
+                        request.w, int(marker)
+                    ):
+                        assert request.w in keys.get(f"lh:{pid}", {})
+        expected: dict[str, list[list[Any]]] = {i: [] for i in INSTANCES}
+        for instance, message in model.sent:
+            expected[instance].append(message)
+        for instance, messages in observed.messages.items():
+            want = expected[instance]
+            assert len(messages) == len(want), (instance, messages, want)
+            for got, msg in zip(messages, want, strict=True):
+                assert got[:2] == msg[:2], (got, msg)
+                self.bind(instance, msg[2], got[2])
+                request = self.find(msg[1])
+                if request.status == "waiting":
+                    request.status = "granted"
+
+    def zset_order(self, pid: str) -> list[str]:
+        async def read() -> list[str]:
+            return list(await self.server.client.zrange(f"{self.server.prefix}lq:{pid}", 0, -1))
+
+        return self.server._run(read)
+
+    def find(self, w: str) -> Request:
+        return next(r for r in self.requests if r.w == w)
+
+    # -- rules ------------------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        for instance in INSTANCES:
+            self.renew_instance(instance)
+
+    @rule(data=st.data())
+    def acquire_new(self, data: st.DataObject) -> None:
+        instance = data.draw(st.sampled_from(INSTANCES))
+        pools = data.draw(st.sampled_from(POOL_SETS))
+        specs = tuple(SPECS[pid] for pid in pools)
+        if CAP1 in pools and data.draw(st.integers(0, 9)) == 0:
+            specs = tuple(OTHER_SPEC if pid == CAP1 else SPECS[pid] for pid in pools)
+        request = Request(instance, f"{instance}/{next(self.numbers)}", pools, specs)
+        self.requests.append(request)
+        if data.draw(st.integers(0, 9)) == 0:
+            return  # stays unsent: a withdrawal may overtake it
+        self.acquire(request)
+
+    def acquire(self, request: Request) -> None:
+        args = scripts.limit_acquire_args(request.instance, request.w, request.pairs)
+        reply = self.send("limit_acquire", args, request.instance, request.w, request.pairs)
+        self.update(request, reply)
+
+    def update(self, request: Request, reply: list[Any]) -> None:
+        match reply[0]:
+            case "granted":
+                if request.status in ("unsent", "waiting"):
+                    request.status = "granted"
+            case "waiting":
+                request.status = "waiting"
+            case "conflict":
+                request.status = "refused"
+            case "gone":
+                pass
+
+    @rule(data=st.data())
+    def acquire_again(self, data: st.DataObject) -> None:
+        sent = [r for r in self.requests if r.status != "unsent"]
+        if sent:
+            self.acquire(data.draw(st.sampled_from(sent)))
+
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        held = [r for r in self.requests if r.status in ("granted", "released")]
+        if held:
+            request = data.draw(st.sampled_from(held))
+            args = scripts.limit_release_args(request.w, request.pools)
+            request.status = "released"
+            self.send("limit_release", args, request.w, request.pools)
+
+    @rule(data=st.data())
+    def withdraw(self, data: st.DataObject) -> None:
+        live = [r for r in self.requests if r.status in ("unsent", "waiting", "granted")]
+        if live:
+            request = data.draw(st.sampled_from(live))
+            args = scripts.limit_release_args(request.w, request.pools)
+            request.status = "withdrawn"
+            self.send("limit_withdraw", args, request.w, request.pools)
+
+    @rule(instance=st.sampled_from(INSTANCES))
+    def renew(self, instance: str) -> None:
+        self.renew_instance(instance)
+
+    def renew_instance(self, instance: str) -> None:
+        waiting = [r for r in self.requests if r.instance == instance and r.status == "waiting"]
+        pairs = [(r.w, r.pairs) for r in waiting]
+        args = scripts.limit_renew_args(instance, pairs)
+        reply = self.send("limit_renew", args, instance, pairs)
+        for request, item in zip(waiting, reply[1], strict=True):
+            self.update(request, item)
+
+    @rule(instance=st.sampled_from(INSTANCES))
+    def kill(self, instance: str) -> None:
+        self.model.kill(instance)
+        server = self.server
+
+        async def step() -> Any:
+            await server.client.delete([f"{server.prefix}lu:{instance}"])
+            return await server._observe(None)
+
+        self.compare_state(server._run(step))
+
+    @rule(pid=st.sampled_from(sorted(SPECS)))
+    def cluster_limit(self, pid: str) -> None:
+        self.model.sent = []
+        self.send("cluster_limit", (pid,), pid)
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(redis_server: RedisServer) -> Iterator[Server]:
+    store = RedisSlotStore(redis_server.url, namespace="limits-model", lease_ttl=60.0)
+    with Server(redis_server.url, store) as running:
+        yield running
+
+
+SETTINGS = settings(
+    max_examples=40,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def test_limit_scripts_follow_the_model(server: Server) -> None:
+    """Random operation sequences: the limit scripts do what the model says, step by step."""
+    run_state_machine_as_test(lambda: LimitMachine(server), settings=SETTINGS)
+
+
+@pytest.mark.slow
+def test_limit_scripts_follow_the_model_long(server: Server) -> None:
+    """The same, with many more and longer sequences."""
+    run_state_machine_as_test(
+        lambda: LimitMachine(server),
+        settings=settings(SETTINGS, max_examples=800, stateful_step_count=80),
+    )
