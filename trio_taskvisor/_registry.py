@@ -479,11 +479,14 @@ class _Units:
     def _ask_cluster(self, rec: TaskRecord, task: trio.lowlevel.Task | None) -> None:
         """``rec`` holds its permit: ask the cluster for its pools' units (it waits)."""
         idents = rec.policy.limits
-        limits = tuple(self.table.settings(name) for name, _ in idents)
-        assert all(limit is not None for limit in limits)
-        remote = self._new_remote(idents, limits, rec)  # type: ignore[arg-type]
+        remote = self._new_remote(idents, tuple(map(self._settings, idents)), rec)
         remote.task = task
         self.remote_of[rec] = remote
+
+    def _settings(self, pool: PoolId) -> Limit:
+        limit = self.table.settings(pool[0])
+        assert limit is not None  # every pool a record names was checked at admission
+        return limit
 
     def _withdraw_remote(self, rec: TaskRecord, remote: _Remote) -> None:
         """A waiting record leaves: withdraw its request, give back its permit."""
