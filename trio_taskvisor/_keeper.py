@@ -36,8 +36,10 @@ Invariants:
   an error reply) and subscribed again.
 * With ``replicas_ack = n > 0``, every round trip that may change the store ends with
   ``WAIT n``; one that fewer than ``n`` replicas acknowledged is handled exactly as a
-  failed round trip (an outage; no reply in it is acted on: a grant is given back and
-  asked again, a renewal does not count), because a failover could lose its writes.
+  failed round trip (an outage; no reply in it is acted on: a submit's grant is given
+  back and the submit answered as failed, a claimed entry stays queued until a renewal
+  that replicas acknowledged tells its lease, a renewal does not count), because a
+  failover could lose its writes.
   Every fresh connection first checks that ``n`` replicas are connected.
 * No ``trio.Cancelled`` of the keeper's own scopes and no exception group of the
   client library leaves the keeper: failures of the server or of the client are
