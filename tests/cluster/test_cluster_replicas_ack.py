@@ -29,8 +29,8 @@ from trio_taskvisor import (
 )
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
-from trio_taskvisor._keeper import Call, Owner, Rejected, StoreRecovered
-from trio_taskvisor._redis_client import _RedisConnection
+from trio_taskvisor._keeper import WAIT, Call, Owner, Rejected, StoreRecovered
+from trio_taskvisor._redis_client import RedisClient, _RedisConnection
 from trio_taskvisor._slots import AdmissionPolicy
 
 TTL = 1.0
@@ -129,6 +129,24 @@ async def test_keyed_work_runs_with_replicas_ack_and_waits_for_them(
         assert [(await w.wait()).value for w in waiters] == [0, 1, 2]
     # At least: the first renewal, three grants and three releases (some share a trip).
     assert await wait_calls(primary.url) - before >= 3
+
+
+async def test_a_wait_follows_the_calls_sent_again_after_noscript(
+    primary: RedisServer, namespace: str
+) -> None:
+    """After a failover the new primary has no scripts: the calls that met NOSCRIPT are
+    sent again, and so is the WAIT that ends the batch, so that it covers them."""
+    store = acking(primary.url, namespace, 1)
+    async with coredis.Redis.from_url(primary.url, decode_responses=True) as redis:
+        await redis.script_flush()
+    before = await wait_calls(primary.url)
+    submit = scripts.submit_args("k", f"{A}/1", "queue", 10, False)
+    async with RedisClient(store, A).connect() as conn:
+        replies = await conn.round_trip([(scripts.SUBMIT.name, submit), (WAIT, ("1", "1000"))])
+    assert not isinstance(replies[0], Exception)
+    assert isinstance(replies[1], int)
+    assert replies[1] >= 1
+    assert await wait_calls(primary.url) - before == 2  # once in each pipeline
 
 
 # -- a round trip that replicas do not acknowledge fails ---------------------------------
