@@ -29,6 +29,10 @@ Decisions the design leaves open:
   quote the URL: they name the part that is wrong.
 * ``RedisSlotStore``'s durations may be ``int`` or ``float`` (stored as ``float``) and
   must be finite and > 0; ``bool`` and other types are a ``TypeError``.
+  ``replicas_ack_timeout`` must be at least 0.001 s (one millisecond: ``WAIT n 0``
+  would block for ever) and is sent rounded to whole milliseconds; ``None`` stays
+  ``None`` (the field says what was given) and ``ack_timeout`` gives the effective
+  value, ``lease_ttl / 10``, so that ``attrs.evolve`` of ``lease_ttl`` moves it too.
 * ``retry_on`` takes exception classes (``BaseException`` subclasses) in a ``tuple``;
   anything else, a bare class or a list included, is a ``TypeError``.
 """
@@ -143,6 +147,32 @@ def _connect_timeout(value: object) -> float:
     return positive_seconds("connect_timeout", value)
 
 
+_MIN_ACK_TIMEOUT: Final = 0.001
+
+
+def _replicas_ack(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"replicas_ack must be an int, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"replicas_ack must be >= 0, got {value!r}")
+    return value
+
+
+def _replicas_ack_timeout(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"replicas_ack_timeout must be a number of seconds or None, got {value!r}")
+    rule = "finite and >= 0.001 (one millisecond: WAIT with 0 ms blocks for ever)"
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds < _MIN_ACK_TIMEOUT:
+        raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}")
+    return seconds
+
+
 class SlotStore:
     """A shared server that makes a controller's slots cluster-wide.
 
@@ -160,8 +190,11 @@ class RedisSlotStore(SlotStore):
     with the query options ``db``, ``username``, ``password``, and with ``rediss`` the
     ``ssl_*`` options (any other option is a ``ConfigError``); ``namespace`` isolates
     one application's slots from another's on the same server; ``lease_ttl`` and
-    ``connect_timeout`` are seconds of real time. Building it opens nothing. Its
-    ``repr()`` never shows the password (``url`` itself holds it).
+    ``connect_timeout`` are seconds of real time. With ``replicas_ack = n > 0`` every
+    round trip that changes the store waits for ``n`` replicas to acknowledge it (at
+    most ``replicas_ack_timeout``), so that a grant acted on survives the failure of the
+    primary. Building it opens nothing. Its ``repr()`` never shows the password (``url``
+    itself holds it).
     """
 
     url: str = attrs.field(converter=_check_url)
@@ -175,11 +208,28 @@ class RedisSlotStore(SlotStore):
 
     Also how long ``cluster_slot``, a request in flight, and shutdown's withdrawals wait for it.
     """
+    replicas_ack: int = attrs.field(default=0, kw_only=True, converter=_replicas_ack)
+    """Replicas that must acknowledge every round trip that changes the store (``>= 0``).
+
+    ``0`` (default): no wait; a failover of the server may lose the latest grants. With
+    ``n > 0`` each such round trip ends with ``WAIT n``; one that fewer than ``n``
+    replicas acknowledge in time counts as failed (the store is unavailable until one
+    reaches ``n`` again), and ``open_supervisor`` refuses a primary with fewer than ``n``
+    connected replicas. Run one replica more than ``n`` to keep working through a
+    failover (the new primary has one replica fewer).
+    """
+    replicas_ack_timeout: float | None = attrs.field(
+        default=None, kw_only=True, converter=_replicas_ack_timeout
+    )
+    """Seconds one ``WAIT`` waits for the replicas (finite, ``>= 0.001``); ``None``:
+    ``lease_ttl / 10`` (see ``ack_timeout``). Unused while ``replicas_ack`` is 0."""
 
     def __repr__(self) -> str:
         return (
             f"RedisSlotStore({self.safe_url!r}, namespace={self.namespace!r}, "
-            f"lease_ttl={self.lease_ttl!r}, connect_timeout={self.connect_timeout!r})"
+            f"lease_ttl={self.lease_ttl!r}, connect_timeout={self.connect_timeout!r}, "
+            f"replicas_ack={self.replicas_ack!r}, "
+            f"replicas_ack_timeout={self.replicas_ack_timeout!r})"
         )
 
     __str__ = __repr__
@@ -188,6 +238,13 @@ class RedisSlotStore(SlotStore):
     def safe_url(self) -> str:
         """The URL with its password masked: the only form of it that may be shown."""
         return redact_url(self.url)
+
+    @property
+    def ack_timeout(self) -> float:
+        """Seconds one ``WAIT`` waits: ``replicas_ack_timeout``, else ``lease_ttl / 10``."""
+        if self.replicas_ack_timeout is None:
+            return self.lease_ttl / 10
+        return self.replicas_ack_timeout
 
     @property
     def key_prefix(self) -> str:

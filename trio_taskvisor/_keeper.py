@@ -34,6 +34,13 @@ Invariants:
   subscription, or when a renewal shows a restarted server (a new ``run_id``: the
   subscription did not survive it). It ends once a fresh connection renewed (without
   an error reply) and subscribed again.
+* With ``replicas_ack = n > 0``, every round trip that may change the store ends with
+  ``WAIT n``; one that fewer than ``n`` replicas acknowledged is handled exactly as a
+  failed round trip (an outage; no reply in it is acted on: a submit's grant is given
+  back and the submit answered as failed, a claimed entry stays queued until a renewal
+  that replicas acknowledged tells its lease, a renewal does not count), because a
+  failover could lose its writes.
+  Every fresh connection first checks that ``n`` replicas are connected.
 * No ``trio.Cancelled`` of the keeper's own scopes and no exception group of the
   client library leaves the keeper: failures of the server or of the client are
   contained, logged (never with credentials) and handled as outages.
@@ -136,6 +143,19 @@ RUN_ID: Final = "run_id"
 
 BYE: Final = "bye"
 """The call that deletes this process's heartbeat (``args`` = the instance id)."""
+
+WAIT: Final = "wait"
+"""The call that waits for replicas to acknowledge the round trip's writes (``args`` =
+the replicas wanted and the timeout in ms; its reply is the number that acknowledged).
+It ends a pipeline: never inside a script or ``MULTI``, where it does not wait."""
+
+REPLICAS: Final = "replicas"
+"""The call that reads how many replicas the server has connected and in sync (an int)."""
+
+
+class ReplicaShortfall(Exception):
+    """Fewer replicas than ``replicas_ack`` are connected, or acknowledged a round trip
+    (the keeper's own error: the server answered, without enough replicas behind it)."""
 
 
 class Connection(Protocol):
@@ -358,6 +378,14 @@ class _Bye:
     pass
 
 
+@attrs.frozen
+class _Wait:
+    """The ``WAIT`` that ends a round trip which changes the store."""
+
+    replicas: int
+    timeout: float
+
+
 _Part: TypeAlias = (
     str
     | _Renewal
@@ -369,6 +397,7 @@ _Part: TypeAlias = (
     | _LimitAcquire
     | _LimitRenewal
     | _LimitQuery
+    | _Wait
 )
 
 
@@ -385,6 +414,16 @@ class _Batch:
     def add(self, part: _Part, call: Call) -> None:
         self.parts.append(part)
         self.calls.append(call)
+
+    def seal(self, replicas: int, timeout: float) -> None:
+        """End the batch with a ``WAIT`` for ``replicas`` if any call in it may change
+        the store. Reads (the ``run_id``, queries of slots and pools) need none, and
+        neither does the goodbye alone: a heartbeat lost in a failover expires by itself."""
+        if replicas and any(
+            not isinstance(p, str | _Query | _LimitQuery | _Bye) for p in self.parts
+        ):
+            ms = max(1, round(timeout * 1000))
+            self.add(_Wait(replicas, timeout), (WAIT, (str(replicas), str(ms))))
 
 
 class _Wakeup:
@@ -806,6 +845,8 @@ class LeaseKeeper:
         if error is None:
             return f"slot store {url} did not answer within {self.store.connect_timeout!r} s", None
         asked, exc = error
+        if isinstance(exc, ReplicaShortfall):
+            return f"slot store {url} {exc}", None
         what = self._client.refusal(exc, asked)
         return f"slot store {url} {what}: {self._describe(exc)}", exc
 
@@ -903,6 +944,7 @@ class LeaseKeeper:
         conn = self._conn
         sent_at = trio.current_time()
         self._round_trips += 1
+        batch.seal(self.store.replicas_ack, self.store.ack_timeout)
         replies: list[object] | None = None
         if conn is not None:
             with trio.move_on_after(bound):
@@ -923,7 +965,7 @@ class LeaseKeeper:
         outage; the obligations are sent again), and ``self._error`` names the refusal."""
         for part, reply in zip(batch.parts, replies, strict=True):
             if isinstance(reply, Exception) and (
-                isinstance(part, str | _Renewal) or self._client.refuses_calls(reply)
+                isinstance(part, str | _Renewal | _Wait) or self._client.refuses_calls(reply)
             ):
                 asked = _asked(part)
                 self._error = (asked, reply)
@@ -931,6 +973,20 @@ class LeaseKeeper:
                     self._log_failure(f"the slot store refused {asked}", reply)
                 self._batch_failed(batch, f"it refused {asked}: {self._describe(reply)}")
                 return False
+        wait = batch.parts[-1]
+        if isinstance(wait, _Wait) and cast("int", replies[-1]) < wait.replicas:
+            # Not replicated: a failover could lose every write of this round trip, so
+            # none of its replies is acted on (grants are given back, renewals do not
+            # count) as if the round trip had failed.
+            shortfall = ReplicaShortfall(
+                f"needs {wait.replicas} replicas to acknowledge, {replies[-1]} did within "
+                f"{wait.timeout!r} s"
+            )
+            self._error = (_asked(wait), shortfall)
+            if not self._available:
+                self._log_failure("the slot store's replicas fell short", shortfall)
+            self._batch_failed(batch, str(shortfall))
+            return False
         restarted = False
         for part, reply in zip(batch.parts, replies, strict=True):
             if isinstance(reply, Exception):
@@ -948,7 +1004,7 @@ class LeaseKeeper:
                 case _StopOwner():
                     part.token = scripts.parse_stop_owner(reply)
                     part.done.set()
-                case _Withdraw() | _StoreOutcome() | _Bye() | _LimitRelease():
+                case _Withdraw() | _StoreOutcome() | _Bye() | _LimitRelease() | _Wait():
                     pass
                 case _LimitAcquire(request):
                     reply_ = scripts.parse_limit(reply)
@@ -1209,6 +1265,8 @@ class LeaseKeeper:
         self._conn = await self._nursery.start(self._hold, scope)
         if self._conn is None:
             return False
+        if self.store.replicas_ack and not await self._enough_replicas(self._conn, bound):
+            return False
         if not await self._send(self._take_batch(renew=True), bound):
             return False
         scope = trio.CancelScope()
@@ -1218,6 +1276,33 @@ class LeaseKeeper:
                 return True
         scope.cancel(reason="the subscription was not confirmed in time")
         return False
+
+    async def _enough_replicas(self, conn: Connection, bound: float) -> bool:
+        """Whether the server has ``replicas_ack`` replicas connected, asked before
+        anything is written on a fresh connection (``self._error`` names a shortfall):
+        otherwise every round trip's ``WAIT`` would fail after its full timeout."""
+        replies: list[object] | None = None
+        with trio.move_on_after(bound):
+            try:
+                replies = await conn.round_trip([(REPLICAS, ())])
+            except BaseException as exc:
+                self._contain(exc, "a round trip to the slot store failed", "the connection")
+        if replies is None or len(replies) != 1:
+            return False
+        (reply,) = replies
+        wanted = self.store.replicas_ack
+        if isinstance(reply, Exception):
+            self._error = ("the INFO command", reply)
+            self._log_failure("the slot store refused the INFO command", reply)
+            return False
+        if cast("int", reply) < wanted:
+            shortfall = ReplicaShortfall(
+                f"needs {wanted} replicas to acknowledge, the primary has {reply} connected"
+            )
+            self._error = ("the INFO command", shortfall)
+            self._log_failure("the slot store's replicas fall short", shortfall)
+            return False
+        return True
 
     def _drop_connection(self) -> None:
         for scope in (self._sub_scope, self._conn_scope):
@@ -1501,6 +1586,8 @@ def _asked(part: _Part) -> str:
             return "the INFO command"
         case _Bye():
             return "the DEL command"
+        case _Wait():
+            return "the WAIT command"
         case (
             _Renewal()
             | _LimitRelease()

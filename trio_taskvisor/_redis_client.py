@@ -48,7 +48,17 @@ from coredis.retry import NoRetryPolicy
 from . import _redis_scripts as scripts
 from ._config import RedisSlotStore
 from ._exceptions import SlotStoreUnavailableError
-from ._keeper import BYE, RUN_ID, Call, Connection, describe, first_leaf, secrets_of
+from ._keeper import (
+    BYE,
+    REPLICAS,
+    RUN_ID,
+    WAIT,
+    Call,
+    Connection,
+    describe,
+    first_leaf,
+    secrets_of,
+)
 from ._slotstore import instance_of
 
 
@@ -70,6 +80,8 @@ class _RedisConnection:
             async with self._client.pipeline(transaction=False) as pipe:
                 for script in scripts.SCRIPTS:
                     pipe.script_load(script.source)
+            # The WAIT that ends the batch must follow the calls sent again, too.
+            missing += [i for i, (name, _) in enumerate(calls) if name == WAIT]
             again = await self._pipeline([calls[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
@@ -82,6 +94,10 @@ class _RedisConnection:
                     pipe.info("server")
                 elif name == BYE:
                     pipe.delete([f"{self._store.key_prefix}hb:{args[0]}"])
+                elif name == WAIT:
+                    pipe.wait(int(args[0]), int(args[1]))
+                elif name == REPLICAS:
+                    pipe.info("replication")
                 else:
                     pipe.evalsha(self._by_name[name].sha, [], [*self._common, *args])
         replies: list[object] = list(pipe.results or ())
@@ -89,6 +105,8 @@ class _RedisConnection:
             info = replies[i]
             if name == RUN_ID and isinstance(info, dict):
                 replies[i] = str(cast("dict[str, object]", info).get("run_id"))
+            elif name == REPLICAS and isinstance(info, dict):
+                replies[i] = _online_replicas(cast("dict[str, object]", info))
         return replies
 
     async def subscribe(
@@ -107,6 +125,18 @@ class _RedisConnection:
                 message = await pubsub.get_message()
                 if message is not None and message["type"] == "message":
                     deliver(str(message["data"]))
+
+
+def _online_replicas(info: dict[str, object]) -> int:
+    """The replicas ``INFO replication`` shows connected and in sync (``state=online``):
+    the only ones a ``WAIT`` can count (one still loading its first copy cannot)."""
+    return sum(
+        1
+        for key, value in info.items()
+        if key.startswith("slave")
+        and isinstance(value, dict)
+        and cast("dict[str, object]", value).get("state") == "online"
+    )
 
 
 class _TCPConnection(TCPConnection):

@@ -9,7 +9,10 @@ in one process: ``submit`` with every policy (``max_queue``, ``watch``), ``claim
 ``stop_owner``, ``renew``, ``cluster_slot``, killing an instance (its heartbeat key
 deleted, as its expiry would), ``FLUSHALL`` (a restart that lost the data), and sending
 a call again: the last one at once, or any earlier obligation later (the keeper resends
-withdrawals, releases, outcomes and stop requests until the server acknowledges them).
+withdrawals, releases, outcomes and stop requests until the server acknowledges them),
+and a submit or claim the server applied but the keeper did not act on (its round trip
+failed after the server ran it, or fewer replicas than ``replicas_ack`` acknowledged
+it): the submit is withdrawn, the claimed entry stays queued for the next renewal.
 
 After every step it compares the reply, every key of the namespace (with its expiry
 class) and the messages each instance received, and checks:
@@ -605,6 +608,8 @@ ACTIONS = (
     ("stop_owner", 1),
     ("cluster_slot", 1),
     ("send_obligation_again", 1),
+    ("submit_not_acted_on", 1),
+    ("claim_not_acted_on", 1),
 )
 
 
@@ -621,6 +626,7 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         self.max_token: dict[str, int] = {}  # survives FLUSHALL: tokens must keep growing
         self.last: Call | None = None
         self.obligations: list[Call] = []
+        self.unacted: set[str] = set()  # entries whose claim the keeper did not act on
         # messages a process has not read yet: until it does, it acts on what it knew
         self.inbox: dict[str, list[Message]] = {i: [] for i in INSTANCES}
         observed = server.flushall()
@@ -749,7 +755,7 @@ class ClusterQueueMachine(RuleBasedStateMachine):
 
     def can(self, action: str) -> bool:
         match action:
-            case "submit" | "withdraw_unsent":
+            case "submit" | "withdraw_unsent" | "submit_not_acted_on":
                 return bool(self.alive()) and not (action == "withdraw_unsent" and self.overtaken())
             case "submit_to_a_busy_slot":
                 return bool(self.alive() and self.busy_slots())
@@ -757,7 +763,7 @@ class ClusterQueueMachine(RuleBasedStateMachine):
                 return bool(self.works("held"))
             case "submit_after_its_withdrawal":
                 return bool(self.overtaken())
-            case "claim":
+            case "claim" | "claim_not_acted_on":
                 return bool(self.works("queued"))
             case "release":
                 return bool(self.works("owner", "lost"))
@@ -849,6 +855,25 @@ class ClusterQueueMachine(RuleBasedStateMachine):
             work.status = "owner"
         elif reply[0] == "gone":
             work.status = "done"
+
+    def submit_not_acted_on(self, data: st.DataObject) -> None:
+        """A submit the server ran in a round trip the keeper handled as failed: the
+        reply is not acted on, and the entry is withdrawn (any lease it took given back)."""
+        instance = data.draw(st.sampled_from(self.alive()), label="instance")
+        slot = data.draw(slots, label="slot")
+        work = Work(self.new_entry(instance), slot, "withdrawn")
+        policy = data.draw(st.sampled_from(POLICIES), label="policy")
+        watch = data.draw(st.booleans(), label="watch")
+        self.send("submit", slot, work.entry, policy, data.draw(queue_bounds), watch)
+        self.work[work.entry] = work
+        self.oblige("withdraw", slot, work.entry, "store_unavailable")
+
+    def claim_not_acted_on(self, data: st.DataObject) -> None:
+        """A claim the server ran in a round trip the keeper handled as failed: the entry
+        stays queued for the keeper, and its next renewal (or claim) tells it the lease."""
+        work = data.draw(st.sampled_from(self.works("queued")), label="work")
+        self.send("claim", work.slot, work.entry)
+        self.unacted.add(work.entry)
 
     def release(self, data: st.DataObject) -> None:
         """An owner physically exited (also after a lost lease); with or without its
@@ -982,9 +1007,14 @@ class ClusterQueueMachine(RuleBasedStateMachine):
             if work.status == "owner":
                 assert m.lease[work.slot].entry == work.entry, f"{work} lost its lease"
             elif work.status == "queued":
-                assert work.entry in m.q.get(work.slot, ()) or work.entry in m.gone, (
-                    f"{work} lost its place"
-                )
+                lease = m.lease.get(work.slot)
+                # A claim not acted on may have given it the lease: its renewal says so.
+                claimed = lease is not None and lease.entry == work.entry
+                assert (
+                    work.entry in m.q.get(work.slot, ())
+                    or work.entry in m.gone
+                    or (claimed and work.entry in self.unacted)
+                ), f"{work} lost its place"
 
 
 # -- the tests --------------------------------------------------------------------------------

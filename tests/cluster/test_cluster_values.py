@@ -21,6 +21,7 @@ import math
 from typing import Any
 from urllib.parse import quote, unquote_plus
 
+import attrs
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -383,7 +384,10 @@ def test_store_never_shows_the_password(case: tuple[str, str, list[str]]) -> Non
     assert store.url == url
     assert store.safe_url == shown
     texts = [repr(store), str(store), store.safe_url]
-    public = f"RedisSlotStore({shown!r}, namespace='ns', lease_ttl=10.0, connect_timeout=5.0)"
+    public = (
+        f"RedisSlotStore({shown!r}, namespace='ns', lease_ttl=10.0, connect_timeout=5.0, "
+        "replicas_ack=0, replicas_ack_timeout=None)"
+    )
     assert repr(store) == public
     for secret in found:
         assume(secret not in public)  # a secret like "1" may be part of the port
@@ -473,6 +477,59 @@ def test_duration_rule(value: object, field: str) -> None:
     else:
         with pytest.raises(ConfigError, match=f"{field} must be finite and > 0"):
             RedisSlotStore("redis://h/0", **{field: value})
+
+
+@given(value=st.integers(-5, 10**400) | st.floats() | st.booleans() | st.text(max_size=3))
+@settings(max_examples=200)
+def test_replicas_ack_rule(value: object) -> None:
+    """replicas_ack: an int >= 0 (default 0); negative ints are a ConfigError; bools,
+    floats and non-numbers a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        with pytest.raises(TypeError, match=r"replicas_ack must be an int, got "):
+            RedisSlotStore("redis://h/0", replicas_ack=value)
+    elif value < 0:
+        with pytest.raises(ConfigError, match=rf"replicas_ack must be >= 0, got {value}$"):
+            RedisSlotStore("redis://h/0", replicas_ack=value)
+    else:
+        assert RedisSlotStore("redis://h/0", replicas_ack=value).replicas_ack == value
+    assert RedisSlotStore("redis://h/0").replicas_ack == 0
+
+
+@given(
+    value=st.integers(-5, 10**400)
+    | st.floats()
+    | st.sampled_from([0.001, 0.0009999, 1e-9])
+    | st.booleans()
+    | st.text(max_size=3)
+)
+@settings(max_examples=200)
+def test_replicas_ack_timeout_rule(value: object) -> None:
+    """replicas_ack_timeout: a finite number >= 0.001 s (``WAIT n 0`` blocks for ever),
+    stored as float; other numbers are a ConfigError; bools and non-numbers a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        with pytest.raises(TypeError, match="replicas_ack_timeout must be a number of seconds"):
+            RedisSlotStore("redis://h/0", replicas_ack_timeout=value)
+        return
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if math.isfinite(seconds) and seconds >= 0.001:
+        store = RedisSlotStore("redis://h/0", replicas_ack_timeout=value)
+        assert store.replicas_ack_timeout == store.ack_timeout == seconds
+        assert type(store.replicas_ack_timeout) is float
+    else:
+        rule = r"replicas_ack_timeout must be finite and >= 0\.001 \(one millisecond: WAIT"
+        with pytest.raises(ConfigError, match=rule):
+            RedisSlotStore("redis://h/0", replicas_ack_timeout=value)
+
+
+def test_replicas_ack_timeout_defaults_to_a_tenth_of_the_lease() -> None:
+    """Without replicas_ack_timeout, a WAIT waits lease_ttl / 10, and follows lease_ttl."""
+    store = RedisSlotStore("redis://h/0", lease_ttl=2.0, replicas_ack=1)
+    assert (store.replicas_ack_timeout, store.ack_timeout) == (None, 0.2)
+    assert attrs.evolve(store, lease_ttl=5.0).ack_timeout == 0.5
+    assert "replicas_ack=1, replicas_ack_timeout=None)" in repr(store)
 
 
 @pytest.mark.parametrize("url", [None, b"redis://h/0", 6379])

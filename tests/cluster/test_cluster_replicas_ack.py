@@ -1,0 +1,271 @@
+"""``replicas_ack``: every round trip that changes the store waits for replicas.
+
+Against a real primary with two replicas (``--replicaof``), started from the same binary
+as the other cluster tests, for this module only. Real clock, short leases; timing
+bounds are liveness bounds with at least a 2x margin, waits are for events, outcomes
+and reports (a replica's first sync is waited for by polling ``INFO replication``, as
+a child process's readiness is).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncGenerator, Iterator, Sequence
+
+import coredis
+import pytest
+import trio
+from cluster_helpers import config, gated, open_keeper, quick, replica
+from redis_server import RedisServer, find_server_binary
+
+from trio_taskvisor import (
+    ControllerSpec,
+    EventKind,
+    OutcomeKind,
+    RejectionKind,
+    SlotStoreUnavailableError,
+    TaskSpec,
+    open_supervisor,
+)
+from trio_taskvisor import _redis_scripts as scripts
+from trio_taskvisor._config import RedisSlotStore
+from trio_taskvisor._keeper import WAIT, Call, Owner, Rejected, StoreRecovered
+from trio_taskvisor._redis_client import RedisClient, _RedisConnection
+from trio_taskvisor._slots import AdmissionPolicy
+
+TTL = 1.0
+A = "ack-a:1:0000000a"
+
+
+class Topology:
+    """One primary and its replicas; a test may stop, restart or pause replicas (the
+    fixture restores them, all online, before the next test)."""
+
+    def __init__(self, binary: str, directory: str) -> None:
+        self.primary = RedisServer(binary, directory, ["--repl-diskless-sync-delay", "0"])
+        self.primary.start()
+        replica_of = ["--replicaof", "127.0.0.1", str(self.primary.port)]
+        self.replicas = [RedisServer(binary, directory, replica_of) for _ in range(2)]
+        for server in self.replicas:
+            server.start()
+
+    def restore(self) -> None:
+        for server in self.replicas:
+            if not server.running:
+                server.start()
+            elif server.paused:
+                server.resume()
+
+    def stop(self) -> None:
+        for server in [*self.replicas, self.primary]:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def topology() -> Iterator[Topology]:
+    binary = find_server_binary()
+    assert binary is not None, "the cluster tests need a server binary"
+    with tempfile.TemporaryDirectory(prefix="tv-ack-") as directory:
+        servers = Topology(binary, directory)
+        try:
+            yield servers
+        finally:
+            servers.stop()
+
+
+async def online(url: str) -> int:
+    """How many replicas the server at ``url`` has in sync (``state=online``)."""
+    async with coredis.Redis.from_url(url, decode_responses=True) as client:
+        info = await client.info("replication")
+    return sum(
+        1 for key, value in info.items() if key.startswith("slave") and value["state"] == "online"
+    )
+
+
+async def until_online(url: str, wanted: int) -> None:
+    """Wait (polling, bounded) until the server has ``wanted`` replicas in sync."""
+    with trio.fail_after(10):
+        # A readiness poll of child processes (no event tells a replica's sync).
+        while await online(url) != wanted:  # noqa: ASYNC110
+            await trio.sleep(0.02)
+
+
+async def wait_calls(url: str) -> int:
+    """How many WAIT commands the server at ``url`` has run."""
+    async with coredis.Redis.from_url(url, decode_responses=True) as client:
+        stats = await client.info("commandstats")
+    wait = stats.get("cmdstat_wait")
+    return int(wait["calls"]) if isinstance(wait, dict) else 0
+
+
+@pytest.fixture
+async def primary(topology: Topology) -> AsyncGenerator[RedisServer]:
+    """The topology's primary, with both replicas running and in sync."""
+    topology.restore()
+    await until_online(topology.primary.url, 2)
+    yield topology.primary
+    topology.restore()
+
+
+def acking(url: str, namespace: str, replicas: int, **fields: float) -> RedisSlotStore:
+    values: dict[str, float] = {"lease_ttl": TTL, "connect_timeout": 2.0, **fields}
+    return RedisSlotStore(url, namespace=namespace, replicas_ack=replicas, **values)  # type: ignore[arg-type]
+
+
+# -- the WAIT is in the pipeline ----------------------------------------------------------
+
+
+async def test_keyed_work_runs_with_replicas_ack_and_waits_for_them(
+    primary: RedisServer, namespace: str
+) -> None:
+    """With replicas_ack=1, keyed work runs as usual, and the round trips that change
+    the store run WAIT on the primary (its WAIT count grows with them)."""
+    store = acking(primary.url, namespace, 1)
+    before = await wait_calls(primary.url)
+    async with replica(store) as (sup, _):
+        waiters = [
+            await sup.submit(ControllerSpec.queue(quick(f"job{i}", i), slot="k")) for i in range(3)
+        ]
+        assert [(await w.wait()).value for w in waiters] == [0, 1, 2]
+    # At least: the first renewal, three grants and three releases (some share a trip).
+    assert await wait_calls(primary.url) - before >= 3
+
+
+async def test_a_wait_follows_the_calls_sent_again_after_noscript(
+    primary: RedisServer, namespace: str
+) -> None:
+    """After a failover the new primary has no scripts: the calls that met NOSCRIPT are
+    sent again, and so is the WAIT that ends the batch, so that it covers them."""
+    store = acking(primary.url, namespace, 1)
+    async with coredis.Redis.from_url(primary.url, decode_responses=True) as redis:
+        await redis.script_flush()
+    before = await wait_calls(primary.url)
+    submit = scripts.submit_args("k", f"{A}/1", "queue", 10, False)
+    async with RedisClient(store, A).connect() as conn:
+        replies = await conn.round_trip([(scripts.SUBMIT.name, submit), (WAIT, ("1", "1000"))])
+    assert not isinstance(replies[0], Exception)
+    assert isinstance(replies[1], int)
+    assert replies[1] >= 1
+    assert await wait_calls(primary.url) - before == 2  # once in each pipeline
+
+
+# -- a round trip that replicas do not acknowledge fails ---------------------------------
+
+
+async def test_a_lost_replica_makes_the_store_unavailable_until_it_is_back(
+    topology: Topology, primary: RedisServer, namespace: str
+) -> None:
+    """replicas_ack=2 and a replica stops while an owner runs: one STORE_UNAVAILABLE,
+    the owner ends LEASE_LOST by the usual rule (its renewals no longer count), new
+    wait=False work is rejected STORE_UNAVAILABLE; once the replica is back (in sync),
+    STORE_RECOVERED, and work runs again."""
+    store = acking(primary.url, namespace, 2)
+    async with replica(store) as (sup, recorder):
+        owner = await sup.submit(ControllerSpec.queue(gated(trio.Event()), slot="k"))
+        await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        topology.replicas[1].stop()
+        with trio.fail_after(2 * (TTL / 3 + store.ack_timeout)):  # the next renewal's WAIT
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        with trio.fail_after(2 * 0.8 * TTL):
+            outcome = await owner.wait()
+        assert outcome.kind is OutcomeKind.LEASE_LOST
+        assert str(outcome.reason).startswith("lease expired")
+        refused = await sup.submit(ControllerSpec.queue(quick("now"), slot="other"))
+        assert (await refused.wait()).rejection is RejectionKind.STORE_UNAVAILABLE
+        topology.replicas[1].start()
+        with trio.fail_after(10):  # the replica's first sync, then a reconnection
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
+        after = await sup.submit(ControllerSpec.queue(quick("after", 5), slot="k"))
+        assert (await after.wait()).value == 5
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+
+
+@pytest.fixture
+def pause_on_submit(topology: Topology, monkeypatch: pytest.MonkeyPatch) -> RedisServer:
+    """A replica that is paused (SIGSTOP) just before the first round trip that carries
+    a submit is sent: that round trip's writes reach the primary, but not this replica."""
+    server = topology.replicas[0]
+    original = _RedisConnection.round_trip
+    armed = True
+
+    async def round_trip(self: _RedisConnection, calls: Sequence[Call]) -> list[object]:
+        nonlocal armed
+        if armed and any(name == scripts.SUBMIT.name for name, _ in calls):
+            armed = False
+            server.pause()
+        return await original(self, calls)
+
+    monkeypatch.setattr(_RedisConnection, "round_trip", round_trip)
+    return server
+
+
+async def test_a_grant_whose_wait_fails_is_not_acted_on(
+    primary: RedisServer, namespace: str, pause_on_submit: RedisServer
+) -> None:
+    """The primary grants a lease, but a replica does not acknowledge that round trip:
+    no Owner is reported (the work would not start), the submit is rejected
+    STORE_UNAVAILABLE, and the lease is given back once the store recovers; asked again,
+    the slot is granted."""
+    store = acking(primary.url, namespace, 2, replicas_ack_timeout=0.05)
+    lease_key = f"{store.key_prefix}lease:k"
+    async with (
+        coredis.Redis.from_url(primary.url, decode_responses=True) as redis,
+        open_keeper(store, A) as a,
+    ):
+        a.keeper.submit("k", 1, AdmissionPolicy.QUEUE, 10, False)
+        with trio.fail_after(2 * store.connect_timeout):
+            rejected = await a.reports.wait_for(Rejected, task_id=1)
+        assert rejected.kind is RejectionKind.STORE_UNAVAILABLE
+        assert a.reports.of(Owner) == []
+        assert (await redis.hgetall(lease_key)).get("entry") == f"{A}/1"  # granted there
+        pause_on_submit.resume()
+        await a.reports.wait_for(StoreRecovered)
+        assert await redis.exists([lease_key]) == 0  # given back
+        a.keeper.submit("k", 2, AdmissionPolicy.QUEUE, 10, False)
+        assert (await a.reports.wait_for(Owner, task_id=2)).slot == "k"
+        assert len(a.reports.of(Owner)) == 1
+
+
+async def test_held_work_whose_grant_was_not_replicated_runs_once_after(
+    primary: RedisServer, namespace: str, pause_on_submit: RedisServer
+) -> None:
+    """wait=True work granted in a round trip a replica did not acknowledge does not
+    start; it is held, and runs (once) after the store recovered."""
+    store = acking(primary.url, namespace, 2, replicas_ack_timeout=0.05)
+    starts = 0
+
+    async def body() -> int:
+        nonlocal starts
+        starts += 1
+        await trio.lowlevel.checkpoint()
+        return starts
+
+    async with replica(store) as (sup, recorder):
+        spec = ControllerSpec.queue(TaskSpec.once("held", body), slot="k", wait=True)
+        held = await sup.submit(spec)
+        with trio.fail_after(2 * store.connect_timeout):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        assert starts == 0
+        assert recorder.of(EventKind.CONTROLLER_LEASE_ACQUIRED) == []
+        pause_on_submit.resume()
+        outcome = await held.wait()
+        assert (outcome.kind, outcome.value, starts) == (OutcomeKind.COMPLETED, 1, 1)
+        assert len(recorder.of(EventKind.CONTROLLER_LEASE_ACQUIRED)) == 1
+
+
+# -- start-up ----------------------------------------------------------------------------
+
+
+async def test_open_supervisor_names_a_shortfall_of_replicas(
+    primary: RedisServer, namespace: str
+) -> None:
+    """A primary with fewer connected replicas than replicas_ack: ``open_supervisor``
+    raises ``SlotStoreUnavailableError`` naming the shortfall, and starts nothing."""
+    store = acking(primary.url, namespace, 3)
+    entered = False
+    wanted = r"needs 3 replicas to acknowledge, the primary has 2 connected"
+    with pytest.raises(SlotStoreUnavailableError, match=wanted):
+        async with open_supervisor(config(store)):
+            entered = True
+    assert not entered
