@@ -19,6 +19,7 @@ from cluster_helpers import config, gated, open_keeper, quick, replica
 from redis_server import RedisServer, find_server_binary
 
 from trio_taskvisor import (
+    ConcurrencyLimit,
     ControllerSpec,
     EventKind,
     OutcomeKind,
@@ -129,6 +130,35 @@ async def test_keyed_work_runs_with_replicas_ack_and_waits_for_them(
         assert [(await w.wait()).value for w in waiters] == [0, 1, 2]
     # At least: the first renewal, three grants and three releases (some share a trip).
     assert await wait_calls(primary.url) - before >= 3
+
+
+async def test_limit_pools_run_with_replicas_ack(primary: RedisServer, namespace: str) -> None:
+    """A cluster pool's acquisitions and releases are round trips that change the store:
+    with replicas_ack=1 they end with WAIT too, and two supervisors keep the pool's
+    capacity between them."""
+    store = acking(primary.url, namespace, 1)
+    pool = ConcurrencyLimit("acked", 1)
+    before = await wait_calls(primary.url)
+    running = 0
+    most = 0
+
+    async def body(i: int) -> int:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await trio.sleep(0.01)
+        running -= 1
+        return i
+
+    async with replica(store) as (one, _), replica(store) as (two, _):
+        waiters = [
+            await sup.add(TaskSpec.once(f"job{i}", body, i, limits=(pool,)))
+            for i, sup in enumerate([one, two, one, two])
+        ]
+        with trio.fail_after(10):
+            assert [(await w.wait()).value for w in waiters] == [0, 1, 2, 3]
+    assert most == 1
+    assert await wait_calls(primary.url) - before >= 4  # at least the acquisitions
 
 
 async def test_a_wait_follows_the_calls_sent_again_after_noscript(
