@@ -1441,7 +1441,12 @@ class LeaseKeeper:
                 self._displaced(slot, eid)
             case ["limit", str(w), str(gen)]:
                 request = self._limits.get(self._limit_ids.get(w, -1))
-                if request is not None and request.state in ("new", "waiting"):
+                if request is None or request.state not in ("new", "waiting"):
+                    return
+                if self.store.replicas_ack:  # acted on once a renewal's WAIT confirms it
+                    self._renew_now = True
+                    self._io_wakeup.set()
+                else:
                     self._limit_reply(request, scripts.LimitReply("granted", gen=gen))
             case ["done", str(eid)]:
                 if any(follow.target == eid for follow in self._follows.values()):
