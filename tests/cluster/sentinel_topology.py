@@ -66,25 +66,45 @@ def _pairs(reply: object) -> dict[str, str]:
     return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
+def _started(process: subprocess.Popen[bytes], port: int) -> bool:
+    """Wait until the process answers PING on ``port``; ``False`` if it exited (its port
+    was taken meanwhile: a free port can become a connection's local port)."""
+    deadline = time.monotonic() + _READY_TIMEOUT
+    while process.poll() is None:
+        try:
+            if command(port, "PING", timeout=0.5) == "PONG":
+                return True
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing answers on port {port}")
+        time.sleep(0.01)  # a readiness poll of a child process, not a test's settle wait
+    return False
+
+
 class Sentinel:
     """One sentinel process with its own writable configuration file."""
 
     def __init__(self, binary: str, directory: Path, primary_port: int) -> None:
-        self.port = free_port()
-        self.config = directory / f"sentinel-{self.port}.conf"
-        self.config.write_text(
-            f"port {self.port}\n"
-            "bind 127.0.0.1\n"
-            f"dir {directory}\n"
-            f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n"
-            f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
-            f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
-        )
-        self._process = subprocess.Popen(
-            [binary, str(self.config), "--sentinel", "--logfile", "", "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        for _ in range(5):
+            self.port = free_port()
+            self.config = directory / f"sentinel-{self.port}.conf"
+            self.config.write_text(
+                f"port {self.port}\n"
+                "bind 127.0.0.1\n"
+                f"dir {directory}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
+            )
+            self._process = subprocess.Popen(
+                [binary, str(self.config), "--sentinel", "--logfile", "", "--loglevel", "warning"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if _started(self._process, self.port):
+                return
+        raise RuntimeError("no sentinel started in 5 attempts")
 
     def primary_port(self) -> int | None:
         """The port of the primary this sentinel names now."""
@@ -106,17 +126,14 @@ class SentinelTopology:
     def __init__(self, binary: str, directory: Path) -> None:
         self.binary = binary
         self.directory = directory
-        self.primary = self._node("primary", ())
-        self.replicas = [
-            self._node(f"replica{i}", ("--replicaof", "127.0.0.1", str(self.primary.port)))
-            for i in (1, 2)
-        ]
+        self.primary = self._node("primary")
+        self.replicas = [self._node(f"replica{i}") for i in (1, 2)]
         self.sentinels: list[Sentinel] = []
 
-    def _node(self, name: str, extra: tuple[str, ...]) -> RedisServer:
+    def _node(self, name: str) -> RedisServer:
         path = self.directory / name
         path.mkdir()
-        return RedisServer(self.binary, str(path), ("--repl-diskless-sync-delay", "0", *extra))
+        return RedisServer(self.binary, str(path), ("--repl-diskless-sync-delay", "0"))
 
     @property
     def nodes(self) -> list[RedisServer]:
@@ -129,7 +146,18 @@ class SentinelTopology:
 
     def start(self) -> None:
         for node in self.nodes:
-            node.start()
+            if node is not self.primary:
+                node.extra += ("--replicaof", "127.0.0.1", str(self.primary.port))
+            for attempt in range(5):
+                try:
+                    node.start()
+                    break
+                except RuntimeError:  # its port was taken meanwhile: another one
+                    if attempt == 4:
+                        raise
+                    node.port = free_port()
+                    node.url = f"redis://127.0.0.1:{node.port}/0"
+                    node._process = None  # it exited
         self.sentinels = [Sentinel(self.binary, self.directory, self.primary.port) for _ in "abc"]
         self._wait(self._healthy, "the topology to be healthy")
 
@@ -138,6 +166,16 @@ class SentinelTopology:
             sentinel.stop()
         for node in self.nodes:
             node.stop()
+
+    def describe(self) -> str:
+        """What each sentinel says of the service (for a failure's message)."""
+        states = []
+        for sentinel in self.sentinels:
+            try:
+                states.append(str(command(sentinel.port, "SENTINEL", "MASTER", SERVICE)))
+            except OSError as exc:
+                states.append(repr(exc))
+        return "; ".join(states)
 
     def _healthy(self) -> bool:
         for sentinel in self.sentinels:
@@ -177,7 +215,7 @@ class SentinelTopology:
             except (OSError, KeyError, AssertionError):
                 pass  # a node still starting
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no {what} within {_READY_TIMEOUT} s")
+                raise RuntimeError(f"no {what} within {_READY_TIMEOUT} s: {self.describe()}")
             time.sleep(0.02)  # a readiness poll of child processes, not a test's settle wait
 
 
