@@ -98,7 +98,9 @@ def _check_url(url: object) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        raise ConfigError("url must be a valid redis:// or rediss:// url") from None
+        raise ConfigError(
+            "url must be a valid redis://, rediss:// or redis+sentinel:// url"
+        ) from None
     if parts.scheme in _SENTINEL_SCHEMES:
         parse_sentinel_url(url)
         return url

@@ -155,10 +155,10 @@ async def test_slots_command_reads_through_the_sentinels(
     async with replica(store) as (sup, recorder):
         owner = await sup.submit(ControllerSpec.queue(gated(gate), slot="s"))
         await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        command = [sys.executable, "-m", "trio_taskvisor", "slots", store.url]
         with trio.fail_after(30):
             result = await trio.run_process(
-                [sys.executable, "-m", "trio_taskvisor", "slots", store.url]
-                + ["--namespace", namespace, "--json"],
+                [*command, "--namespace", namespace, "--json"],
                 capture_stdout=True,
                 capture_stderr=True,
                 check=False,
