@@ -90,6 +90,7 @@ _TLS_OPTIONS: Final = frozenset(
     {"ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_check_hostname", "ssl_keyfile"}
 )
 _URL_OPTIONS: Final = frozenset({"db", "password", "username"}) | _TLS_OPTIONS
+_SENTINEL_URL_OPTIONS: Final = _URL_OPTIONS | {"sentinel_password"}
 
 
 def _check_url(url: object) -> str:
@@ -143,7 +144,7 @@ def _check_options(query: str, *, tls: bool, sentinel: bool = False) -> dict[str
             raise ConfigError(
                 "url option 'sentinel_password' needs a redis+sentinel:// (Sentinel) url"
             )
-        supported = _URL_OPTIONS | ({"sentinel_password"} if sentinel else set())
+        supported = _SENTINEL_URL_OPTIONS if sentinel else _URL_OPTIONS
         if name not in supported:
             named = ", ".join(sorted(supported))
             raise ConfigError(f"url option {name!r} is not supported (supported: {named})")
