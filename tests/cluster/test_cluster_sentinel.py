@@ -20,6 +20,7 @@ others share one per module. Timing bounds are liveness bounds with a 2x margin.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -34,10 +35,10 @@ import trio
 from cluster_helpers import config, gated, quick, replica
 from redis_server import free_port
 from replica_harness import Record, ReplicaProcess, open_replicas
-from sentinel_topology import SentinelTopology, running_topology
+from sentinel_topology import SentinelTopology, command, running_topology
 
 from trio_taskvisor import ControllerSpec, EventKind, SlotStoreUnavailableError, open_supervisor
-from trio_taskvisor._redis_client import NoPrimaryError
+from trio_taskvisor._redis_client import NoPrimaryError, read_namespace
 from trio_taskvisor.redis import RedisSlotStore
 
 TTL = 1.0
@@ -208,6 +209,25 @@ async def test_no_reachable_sentinel_is_named_at_start(namespace: str) -> None:
     assert "pw-secret" not in str(error)
     assert isinstance(error.__cause__, NoPrimaryError)
     assert error.__cause__.__cause__ is not None  # the sentinel's connection error
+
+
+async def test_a_primary_that_is_down_is_named_and_leaks_nothing(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """The sentinels name a primary nobody listens on: reading the store says it could
+    not be reached, and the failed connection closes its buffers (the sentinel pool
+    builds its connections itself: without the fix each attempt leaves six memory
+    streams to the garbage collector, a ResourceWarning each, an error here)."""
+    sentinel = sentinel_topology.sentinels[0]
+    ghost = f"ghost-{namespace}"[:40]
+    assert command(sentinel.port, "SENTINEL", "MONITOR", ghost, "127.0.0.1", str(free_port()), "1")
+    try:
+        url = f"redis+sentinel://127.0.0.1:{sentinel.port}/{ghost}"
+        with pytest.raises(SlotStoreUnavailableError, match="could not be reached"):
+            await read_namespace(RedisSlotStore(url, namespace=namespace, connect_timeout=2.0))
+        gc.collect()
+    finally:
+        command(sentinel.port, "SENTINEL", "REMOVE", ghost)
 
 
 # -- failovers ------------------------------------------------------------------------------------
