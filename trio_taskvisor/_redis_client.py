@@ -247,10 +247,14 @@ async def open_client(
             yield client
         return
     tls = _tls_context(target)
+    # Each sentinel gets its share of the client's bound, for connecting and for its
+    # answer: a sentinel that is down or frozen must leave time to ask the others.
+    share = _client_timeout(store) / len(target.sentinels)
     sentinel = _Sentinel(
         [TCPLocation(host, port) for host, port in target.sentinels],
         sentinel_kwargs={
-            "connect_timeout": _client_timeout(store),
+            "connect_timeout": share,
+            "stream_timeout": share,
             "password": target.sentinel_password,
             "ssl_context": tls,
         },
@@ -323,6 +327,8 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
     was asked when it failed): what the server refused, or why it was not a Redis
     server, or why it could not be reached."""
     if isinstance(exc, NoPrimaryError):
+        if tls and any(isinstance(link, TimeoutError) for link in _chain(exc)):
+            return f"{exc.why} (no TLS handshake completed in time: do they speak TLS?)"
         return exc.why
     if isinstance(exc, StalePrimaryError):
         return "named a primary that is no longer one (a failover in progress?)"

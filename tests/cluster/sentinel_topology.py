@@ -14,6 +14,7 @@ first sync waits 5 s). Healthy takes about 2 s here.
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import tempfile
@@ -111,7 +112,15 @@ class Sentinel:
         reply = command(self.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
         return int(reply[1]) if isinstance(reply, list) else None
 
+    def pause(self) -> None:
+        """SIGSTOP the sentinel: it accepts connections and answers nothing."""
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
+        self._process.send_signal(signal.SIGCONT)
         self._process.terminate()
         try:
             self._process.wait(timeout=5)

@@ -10,8 +10,10 @@
   (``2 * (failover + lease_ttl / 3)``), with higher fence tokens, and their bodies
   never overlap outside the restart window (an old owner whose lease was lost may
   still run for at most one renewal interval once the new one started).
-* At start, an unknown service or no reachable sentinel is a
-  ``SlotStoreUnavailableError`` that names it, its cause chained.
+* At start, an unknown service or no reachable sentinel (TLS to sentinels that speak
+  none included) is a ``SlotStoreUnavailableError`` that names it, its cause chained;
+  a frozen sentinel is passed over; a primary the sentinels name but nobody listens on
+  is named too, and its failed connections leak nothing.
 
 The measured failover times (kill or freeze to the first write the new primary takes)
 are printed (``-s``). Tests that fail the primary over get a topology of their own; the
@@ -20,15 +22,13 @@ others share one per module. Timing bounds are liveness bounds with a 2x margin.
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import json
-import os
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
@@ -38,12 +38,12 @@ from replica_harness import Record, ReplicaProcess, open_replicas
 from sentinel_topology import SentinelTopology, command, running_topology
 
 from trio_taskvisor import ControllerSpec, EventKind, SlotStoreUnavailableError, open_supervisor
+from trio_taskvisor._cli import slots
 from trio_taskvisor._redis_client import NoPrimaryError, read_namespace
 from trio_taskvisor.redis import RedisSlotStore
 
 TTL = 1.0
 INTERVAL = TTL / 3  # the renewal interval, and the keeper's reconnection backoff cap
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -147,28 +147,23 @@ async def test_supervisor_on_a_sentinel_url_runs_keyed_work(
 
 
 async def test_slots_command_reads_through_the_sentinels(
-    sentinel_topology: SentinelTopology, namespace: str
+    sentinel_topology: SentinelTopology, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``python -m trio_taskvisor slots redis+sentinel://...`` reads the namespace from
-    the primary the sentinels name."""
+    """``python -m trio_taskvisor slots redis+sentinel://... --json`` (its ``main``, in a
+    thread: it runs its own event loop) reads the namespace from the primary the
+    sentinels name."""
     store = sentinel_store(sentinel_topology, namespace)
     gate = trio.Event()
     async with replica(store) as (sup, recorder):
         owner = await sup.submit(ControllerSpec.queue(gated(gate), slot="s"))
         await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
-        command = [sys.executable, "-m", "trio_taskvisor", "slots", store.url]
-        with trio.fail_after(30):
-            result = await trio.run_process(
-                [*command, "--namespace", namespace, "--json"],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                cwd=ROOT,
-            )
+        command = functools.partial(slots.main, store.url, namespace=namespace, as_json=True)
+        with trio.fail_after(10):
+            status = await trio.to_thread.run_sync(command)
         gate.set()
-    assert (result.returncode, result.stderr) == (0, b"")
-    (slot,) = json.loads(result.stdout)["slots"]
+    out, err = capsys.readouterr()
+    assert (status, err) == (0, "")
+    (slot,) = json.loads(out)["slots"]
     assert (slot["slot"], slot["holder"]) == ("s", sup.instance_id)
 
 
@@ -209,6 +204,33 @@ async def test_no_reachable_sentinel_is_named_at_start(namespace: str) -> None:
     assert "pw-secret" not in str(error)
     assert isinstance(error.__cause__, NoPrimaryError)
     assert error.__cause__.__cause__ is not None  # the sentinel's connection error
+
+
+async def test_tls_to_sentinels_that_speak_none_is_named(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """``rediss+sentinel://`` to plain sentinels: named, within the bound (each sentinel
+    gets its share of it), with TLS as the likely cause."""
+    url = sentinel_topology.url().replace("redis+", "rediss+") + "?ssl_cert_reqs=none"
+    error = await refused_start(RedisSlotStore(url, namespace=namespace, connect_timeout=2.0))
+    assert "could not reach any sentinel (no TLS handshake completed in time: " in str(error)
+    assert isinstance(error.__cause__, NoPrimaryError)
+
+
+async def test_a_frozen_sentinel_is_passed_over(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """The first sentinel is frozen (it accepts connections and answers nothing): the
+    supervisor starts through the next one within ``connect_timeout``."""
+    frozen = sentinel_topology.sentinels[0]
+    store = sentinel_store(sentinel_topology, namespace)
+    frozen.pause()
+    try:
+        with trio.fail_after(store.connect_timeout):
+            async with replica(store) as (sup, _):
+                assert await sup.cluster_slot("s") is None
+    finally:
+        frozen.resume()
 
 
 async def test_a_primary_that_is_down_is_named_and_leaks_nothing(
