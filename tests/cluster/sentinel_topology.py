@@ -35,9 +35,11 @@ def command(port: int, *args: str, timeout: float = 1.0) -> object:
     """Send one command to a loopback server and return its decoded RESP2 reply (an
     error reply as a ``RuntimeError`` instance, not raised)."""
     payload = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock,
+        sock.makefile("rb") as reader,
+    ):
         sock.sendall(payload.encode())
-        reader = sock.makefile("rb")
         return _reply(reader)
 
 
