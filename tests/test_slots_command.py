@@ -192,7 +192,11 @@ def test_unbounded_text_cuts_nothing() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["http://localhost"], "error: url scheme must be 'redis' or 'rediss', got 'http'\n"),
+        (
+            ["http://localhost"],
+            "error: url scheme must be 'redis', 'rediss', 'redis+sentinel' or "
+            "'rediss+sentinel', got 'http'\n",
+        ),
         (
             ["redis://localhost/0", "--namespace", "a{b}"],
             "error: namespace must be non-empty, without '{' or '}', got 'a{b}'\n",

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     slots.add_argument(
         "url",
         metavar="URL",
-        help="the store's redis:// or rediss:// URL, as given to RedisSlotStore",
+        help="the store's URL (redis://, rediss://, redis+sentinel://), as RedisSlotStore takes it",
     )
     slots.add_argument(
         "--namespace",

@@ -22,11 +22,19 @@ Decisions the design leaves open:
   other option is a ``ConfigError`` naming it. Percent-escapes in the user name and
   password are decoded, so a password may contain ``@``, ``:`` or ``/`` as ``%40``,
   ``%3A``, ``%2F``.
+* A Sentinel URL, ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
+  (``rediss+sentinel://`` for TLS to the sentinels and the data nodes), is parsed here
+  into a ``SentinelTarget``: one or more sentinels (an omitted port is Sentinel's
+  26379), the service name (percent-escapes decoded; required), the database (default
+  0). The user part is the data nodes' credentials; ``sentinel_password`` (query) is the
+  sentinels' own. Its options: ``sentinel_password``, ``db``, ``username``,
+  ``password``, and with TLS the ``ssl_*`` options (for both kinds of node).
 * Credentials never show: ``repr()``/``str()`` print the URL with the password (and a
-  ``password=`` query parameter, in any case and with any percent-escapes in its name,
-  as coredis decodes them) as ``***``. A user part without a ``:`` is masked whole,
-  because some clients read ``redis://secret@host`` as a password. Error messages never
-  quote the URL: they name the part that is wrong.
+  ``password=`` or ``sentinel_password=`` query parameter, in any case and with any
+  percent-escapes in its name, as coredis decodes them) as ``***``. A user part
+  without a ``:`` is masked whole, because some clients read ``redis://secret@host``
+  as a password (a Sentinel URL refuses it). Error messages never quote the URL: they
+  name the part that is wrong.
 * ``RedisSlotStore``'s durations may be ``int`` or ``float`` (stored as ``float``) and
   must be finite and > 0; ``bool`` and other types are a ``TypeError``.
   ``replicas_ack_timeout`` must be at least 0.001 s (one millisecond: ``WAIT n 0``
@@ -44,7 +52,7 @@ import random
 import re
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
-from urllib.parse import parse_qsl, unquote_plus, urlsplit
+from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit
 
 import attrs
 
@@ -53,6 +61,9 @@ from ._limits import Pool, check_limits
 from ._policies import BackoffPolicy, RestartLimit, RestartPolicy, positive_seconds
 
 _SCHEMES: Final = ("redis", "rediss")
+_SENTINEL_SCHEMES: Final = ("redis+sentinel", "rediss+sentinel")
+_SENTINEL_PORT: Final = 26379
+_SECRET_OPTIONS: Final = frozenset({"password", "sentinel_password"})
 _MASK: Final = "***"
 # -- the slot store --------------------------------------------------------------------------
 
@@ -61,7 +72,8 @@ _PARAM: Final = re.compile(r"(?P<key>[?&][^=&#]*=)[^&#]*")
 
 
 def redact_url(url: str) -> str:
-    """Return ``url`` with its password (user part and ``password=`` parameter) masked."""
+    """Return ``url`` with its passwords (user part, ``password=`` and
+    ``sentinel_password=`` parameters) masked."""
 
     def mask_user(match: re.Match[str]) -> str:
         name, colon, _ = match["user"][:-1].partition(":")
@@ -71,7 +83,8 @@ def redact_url(url: str) -> str:
     def mask_param(match: re.Match[str]) -> str:
         # coredis reads query keys percent-decoded: "pass%77ord=" is a password too.
         key = match["key"]
-        return key + _MASK if unquote_plus(key[1:-1]).lower() == "password" else match[0]
+        secret = unquote_plus(key[1:-1]).lower() in _SECRET_OPTIONS
+        return key + _MASK if secret else match[0]
 
     # The user part goes first: it may contain "&" and "=" of its own.
     return _PARAM.sub(mask_param, _USERINFO.sub(mask_user, url, count=1))
@@ -81,6 +94,7 @@ _TLS_OPTIONS: Final = frozenset(
     {"ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_check_hostname", "ssl_keyfile"}
 )
 _URL_OPTIONS: Final = frozenset({"db", "password", "username"}) | _TLS_OPTIONS
+_SENTINEL_URL_OPTIONS: Final = _URL_OPTIONS | {"sentinel_password"}
 
 
 def _check_url(url: object) -> str:
@@ -89,9 +103,17 @@ def _check_url(url: object) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        raise ConfigError("url must be a valid redis:// or rediss:// url") from None
+        raise ConfigError(
+            "url must be a valid redis://, rediss:// or redis+sentinel:// url"
+        ) from None
+    if parts.scheme in _SENTINEL_SCHEMES:
+        parse_sentinel_url(url)
+        return url
     if parts.scheme not in _SCHEMES:
-        raise ConfigError(f"url scheme must be 'redis' or 'rediss', got {parts.scheme!r}")
+        raise ConfigError(
+            "url scheme must be 'redis', 'rediss', 'redis+sentinel' or 'rediss+sentinel', "
+            f"got {parts.scheme!r}"
+        )
     try:
         port = parts.port
     except ValueError:
@@ -109,24 +131,128 @@ def _check_url(url: object) -> str:
     return url
 
 
-def _check_options(query: str, *, tls: bool) -> None:
+def _check_options(query: str, *, tls: bool, sentinel: bool = False) -> dict[str, str]:
     """Refuse query options the store does not support: coredis would ignore unknown
     names silently, and the others (``connect_timeout``, ``client_name``, ``noreply``,
     ...) change settings the lease keeper relies on. Names are decoded as coredis
-    decodes them; values are never quoted (one may be a password)."""
+    decodes them; values are never quoted (one may be a password). Return the options
+    (the last value of each)."""
+    options: dict[str, str] = {}
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name == "cluster":
             raise ConfigError(
                 "url option 'cluster' is not supported: the store runs on one server "
                 "(or a managed primary), not on a Redis Cluster"
             )
-        if name not in _URL_OPTIONS:
-            supported = ", ".join(sorted(_URL_OPTIONS))
-            raise ConfigError(f"url option {name!r} is not supported (supported: {supported})")
+        if name == "sentinel_password" and not sentinel:
+            raise ConfigError(
+                "url option 'sentinel_password' needs a redis+sentinel:// (Sentinel) url"
+            )
+        supported = _SENTINEL_URL_OPTIONS if sentinel else _URL_OPTIONS
+        if name not in supported:
+            named = ", ".join(sorted(supported))
+            raise ConfigError(f"url option {name!r} is not supported (supported: {named})")
         if name in _TLS_OPTIONS and not tls:
-            raise ConfigError(f"url option {name!r} needs a rediss:// (TLS) url")
+            needs = "rediss+sentinel://" if sentinel else "rediss://"
+            raise ConfigError(f"url option {name!r} needs a {needs} (TLS) url")
         if name == "db" and not value.isdigit():
             raise ConfigError("url option 'db' must be a database number")
+        options[name] = value
+    return options
+
+
+@attrs.frozen
+class SentinelTarget:
+    """What a ``redis+sentinel://`` URL names: the sentinels to ask, the service they
+    monitor, and how to talk to the primary they name (a plain value; it holds the
+    passwords, so it is never shown)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    """The sentinels' ``(host, port)``, in the URL's order."""
+    service: str
+    """The monitored service (Sentinel's master name)."""
+    db: int
+    """The database number on the primary."""
+    username: str | None = attrs.field(repr=False)
+    """The data nodes' user name (the URL's user part, else the ``username`` option)."""
+    password: str | None = attrs.field(repr=False)
+    """The data nodes' password (the URL's user part, else the ``password`` option)."""
+    sentinel_password: str | None = attrs.field(repr=False)
+    """The sentinels' own password (the ``sentinel_password`` option)."""
+    tls: bool
+    """Whether the sentinels and the data nodes are reached over TLS (``rediss+sentinel``)."""
+    tls_options: tuple[tuple[str, str], ...]
+    """The URL's ``ssl_*`` options, for both kinds of node."""
+
+
+def _sentinel_address(text: str) -> tuple[str, int]:
+    """One ``host[:port]`` of a sentinel list (an IPv6 host in brackets)."""
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ConfigError("url sentinel host must be host:port or [ipv6]:port")
+        colon, written = rest[:1], rest[1:]
+    else:
+        host, colon, written = text.partition(":")
+    if not host:
+        raise ConfigError(
+            "url must name every sentinel as host:port, as in "
+            "redis+sentinel://s1:26379,s2:26379/mymaster/0"
+        )
+    if not colon:
+        return unquote(host), _SENTINEL_PORT
+    if not (written.isascii() and written.isdigit()) or not 1 <= int(written) <= 65535:
+        raise ConfigError(f"url sentinel port must be a number from 1 to 65535, got {written!r}")
+    return unquote(host), int(written)
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """Parse a ``redis+sentinel://`` or ``rediss+sentinel://`` URL, or raise a
+    ``ConfigError`` naming the part that is wrong (never quoting a password)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ConfigError("url must be a valid redis+sentinel:// url") from None
+    if parts.scheme not in _SENTINEL_SCHEMES:
+        raise ConfigError(
+            f"url scheme must be 'redis+sentinel' or 'rediss+sentinel', got {parts.scheme!r}"
+        )
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not hosts:
+        raise ConfigError(
+            "url must name at least one sentinel, as in redis+sentinel://s1:26379/mymaster/0"
+        )
+    sentinels = tuple(_sentinel_address(host) for host in hosts.split(","))
+    path = parts.path.split("/")[1:] if parts.path else []
+    if not path or not path[0]:
+        raise ConfigError(
+            "url must name the monitored service, as in redis+sentinel://s1:26379/mymaster/0"
+        )
+    if len(path) > 2 or (len(path) == 2 and path[1] and not path[1].isdigit()):
+        raise ConfigError(
+            "url path must be /service or /service/db (a database number), as in "
+            "redis+sentinel://s1:26379/mymaster/0"
+        )
+    tls = parts.scheme == "rediss+sentinel"
+    options = _check_options(parts.query, tls=tls, sentinel=True)
+    username = password = None
+    if at:
+        name, colon, secret = userinfo.partition(":")
+        if not colon:
+            # Some clients read redis://secret@host as a password, others as a user.
+            raise ConfigError("url user part must be [user]:password@ (with a ':')")
+        username, password = unquote(name) or None, unquote(secret) or None
+    db = path[1] if len(path) == 2 and path[1] else options.get("db", "0")
+    return SentinelTarget(
+        sentinels=sentinels,
+        service=unquote(path[0]),
+        db=int(db),
+        username=username or options.get("username") or None,
+        password=password or options.get("password") or None,
+        sentinel_password=options.get("sentinel_password") or None,
+        tls=tls,
+        tls_options=tuple(sorted((k, v) for k, v in options.items() if k in _TLS_OPTIONS)),
+    )
 
 
 def _check_namespace(namespace: object) -> str:
@@ -184,12 +310,16 @@ class SlotStore:
 
 @attrs.frozen(repr=False)
 class RedisSlotStore(SlotStore):
-    """Cluster slots on one Redis (>= 6.2) or Valkey (>= 7.2) server.
+    """Cluster slots on one Redis (>= 6.2) or Valkey (>= 7.2) server, or on the primary
+    that Sentinel names.
 
     ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS),
     with the query options ``db``, ``username``, ``password``, and with ``rediss`` the
-    ``ssl_*`` options (any other option is a ``ConfigError``); ``namespace`` isolates
-    one application's slots from another's on the same server; ``lease_ttl`` and
+    ``ssl_*`` options (any other option is a ``ConfigError``); or, for a primary under
+    Sentinel, ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
+    (``rediss+sentinel://`` for TLS), with ``sentinel_password`` for the sentinels' own
+    password: the primary is asked of the sentinels at every connection. ``namespace``
+    isolates one application's slots from another's on the same server; ``lease_ttl`` and
     ``connect_timeout`` are seconds of real time. With ``replicas_ack = n > 0`` every
     round trip that changes the store waits for ``n`` replicas to acknowledge it (at
     most ``replicas_ack_timeout``), so that a grant acted on survives the failure of the
@@ -198,7 +328,7 @@ class RedisSlotStore(SlotStore):
     """
 
     url: str = attrs.field(converter=_check_url)
-    """The server's ``redis://`` or ``rediss://`` URL, credentials included; show ``safe_url``."""
+    """The server's URL (or its sentinels'), credentials included; show ``safe_url``."""
     namespace: str = attrs.field(default="taskvisor", kw_only=True, converter=_check_namespace)
     """The application's slot namespace on the server: non-empty, no whitespace, ``{`` or ``}``."""
     lease_ttl: float = attrs.field(default=10.0, kw_only=True, converter=_lease_ttl)
@@ -245,6 +375,13 @@ class RedisSlotStore(SlotStore):
         if self.replicas_ack_timeout is None:
             return self.lease_ttl / 10
         return self.replicas_ack_timeout
+
+    @property
+    def sentinel(self) -> SentinelTarget | None:
+        """The sentinels, service and credentials of a Sentinel URL; ``None`` for one server."""
+        if urlsplit(self.url).scheme in _SENTINEL_SCHEMES:
+            return parse_sentinel_url(self.url)
+        return None
 
     @property
     def key_prefix(self) -> str:

@@ -82,7 +82,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeAlias, assert_never, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 import trio
@@ -1612,11 +1612,16 @@ def _asked(part: _Part) -> str:
 
 
 def secrets_of(url: str) -> tuple[str, ...]:
-    """The password of ``url``, raw and decoded, to scrub from any text we log."""
+    """The passwords of ``url`` (its user part's, and a ``password`` or
+    ``sentinel_password`` option's), raw and decoded, to scrub from any text we log."""
     try:
-        password = urlsplit(url).password
+        parts = urlsplit(url)
     except ValueError:
         return ()
-    if not password:
-        return ()
-    return tuple({password, unquote(password)})
+    found = [parts.netloc.rpartition("@")[0].partition(":")[2]]
+    found += [
+        value
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        if name in {"password", "sentinel_password"}
+    ]
+    return tuple({form for secret in found if secret for form in (secret, unquote(secret))})

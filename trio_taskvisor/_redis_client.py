@@ -15,6 +15,12 @@ Decisions:
   script and sends again only the calls that did not run.
 * The client's own bounds (connecting, a subscription's confirmation) are half the
   keeper's ``connect_timeout``, so its error arrives within the keeper's bound.
+* With a Sentinel URL each client asks the sentinels for the primary whenever it opens
+  a connection (and the primary confirms its role); since the keeper opens a fresh
+  client after every failed round trip, a failover (even to a frozen primary, which
+  would keep a reused client waiting) is followed like a restart of the server. When
+  no primary is found the error says why: no sentinel answered (the first sentinel's
+  error chained), or the sentinels that answered know no such service.
 """
 
 from __future__ import annotations
@@ -31,22 +37,26 @@ import attrs
 import coredis
 import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from coredis.connection import TCPConnection
+from coredis.connection import SentinelManagedConnection, TCPConnection, TCPLocation
 from coredis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     InvalidResponse,
     NoScriptError,
+    PrimaryNotFoundError,
     ProtocolError,
     ReadOnlyError,
     RedisClusterError,
     ResponseError,
+    StalePrimaryError,
     UnknownCommandError,
 )
+from coredis.exceptions import ConnectionError as RedisConnectionError
+from coredis.pool import SentinelConnectionPool
 from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
-from ._config import RedisSlotStore
+from ._config import RedisSlotStore, SentinelTarget
 from ._exceptions import SlotStoreUnavailableError
 from ._keeper import (
     BYE,
@@ -159,6 +169,57 @@ class _TCPConnection(TCPConnection):
                     value.close()
 
 
+class _PrimaryConnection(_TCPConnection, SentinelManagedConnection):
+    """A connection to the primary a sentinel named (it checks its role), closing its
+    buffers: the sentinel pool builds its connections itself, past ``connection_class``."""
+
+
+class _PrimaryPool(SentinelConnectionPool):
+    """The sentinel pool, building ``_PrimaryConnection``s."""
+
+    async def _construct_connection(self) -> SentinelManagedConnection:
+        location = await self.get_primary_location()
+        return _PrimaryConnection(
+            location, self.service_name, self.is_primary, **self.connection_kwargs
+        )
+
+
+class NoPrimaryError(PrimaryNotFoundError):
+    """The sentinels named no primary for the service; ``why`` says what they answered."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+class _Sentinel(coredis.Sentinel[str]):
+    """coredis's ``Sentinel``, whose failure to find a primary says why: no sentinel
+    answered (the first one's error chained), or those that answered know no service of
+    that name (coredis says "No primary found" for both)."""
+
+    async def discover_primary(self, service_name: str) -> tuple[str, int]:
+        errors: list[Exception] = []
+        for index, sentinel in enumerate(self.sentinels):
+            try:
+                address = await sentinel.sentinel_get_master_addr_by_name(service_name)
+            except (RedisConnectionError, TimeoutError) as exc:
+                errors.append(exc)
+                continue
+            if address:
+                # The sentinel that answered is asked first next time, as coredis does.
+                self.sentinels.insert(0, self.sentinels.pop(index))
+                return str(address[0]), int(address[1])
+        where = ", ".join(str(s.connection_pool.location) for s in self.sentinels)
+        if len(errors) == len(self.sentinels):
+            raise NoPrimaryError(
+                f"no sentinel answered ({where})", "could not reach any sentinel"
+            ) from errors[0]
+        raise NoPrimaryError(
+            f"the sentinels that answered know no service {service_name!r} ({where})",
+            f"found no service {service_name!r} at its sentinels (is the name right?)",
+        )
+
+
 def _client_timeout(store: RedisSlotStore) -> float:
     """The client's own bound on connecting (TCP and TLS) and on a subscription's
     confirmation: half the keeper's, so that its error (a TLS handshake a plain server
@@ -179,19 +240,10 @@ class RedisClient:
 
     @asynccontextmanager
     async def connect(self) -> AsyncGenerator[Connection]:
-        """Open one coredis client (its own pool and pub/sub connection); close it after."""
-        store = self._store
-        client: coredis.Redis[str] = coredis.Redis.from_url(
-            store.url,
-            decode_responses=True,
-            decode_components=True,
-            retry_policy=NoRetryPolicy(),
-            connect_timeout=_client_timeout(store),
-            client_name=f"taskvisor:{self._instance_id}",
-        )
-        client.connection_pool.connection_class = _TCPConnection
-        async with client:
-            yield _RedisConnection(client, store)
+        """Open one coredis client (its own pool and pub/sub connection; under Sentinel,
+        asking the sentinels for the primary); close it after."""
+        async with open_client(self._store, f"taskvisor:{self._instance_id}") as client:
+            yield _RedisConnection(client, self._store)
 
     def refuses_calls(self, error: Exception) -> bool:
         """Whether an error reply refuses the keeper's calls as such (permissions, a
@@ -201,7 +253,77 @@ class RedisClient:
     def refusal(self, error: Exception, asked: str) -> str:
         """Say what went wrong from the client's ``error`` (``asked``: what the server
         was asked when it failed)."""
-        return _refusal(error, asked, tls=self._store.url.startswith("rediss:"))
+        return _refusal(error, asked, tls=self._store.url.startswith("rediss"))
+
+
+@asynccontextmanager
+async def open_client(
+    store: RedisSlotStore, client_name: str | None = None
+) -> AsyncGenerator[coredis.Redis[str]]:
+    """A fresh coredis client of ``store``, without retries, bounded by
+    ``_client_timeout``: of its one server, or of the primary its sentinels name when
+    a connection opens. Closed at the end of the block."""
+    target = store.sentinel
+    if target is None:
+        client: coredis.Redis[str] = coredis.Redis.from_url(
+            store.url,
+            decode_responses=True,
+            decode_components=True,
+            retry_policy=NoRetryPolicy(),
+            connect_timeout=_client_timeout(store),
+            client_name=client_name,
+        )
+        client.connection_pool.connection_class = _TCPConnection
+        async with client:
+            yield client
+        return
+    tls = _tls_context(target)
+    # Each sentinel gets its share of the client's bound, for connecting and for its
+    # answer: a sentinel that is down or frozen must leave time to ask the others.
+    share = _client_timeout(store) / len(target.sentinels)
+    sentinel = _Sentinel(
+        [TCPLocation(host, port) for host, port in target.sentinels],
+        sentinel_kwargs={
+            "connect_timeout": share,
+            "stream_timeout": share,
+            "password": target.sentinel_password,
+            "ssl_context": tls,
+        },
+        decode_responses=True,
+        retry_policy=NoRetryPolicy(),
+        connect_timeout=_client_timeout(store),
+        username=target.username,
+        password=target.password,
+        db=target.db,
+        ssl_context=tls,
+        client_name=client_name,
+    )
+    for node in sentinel.sentinels:
+        node.connection_pool.connection_class = _TCPConnection
+    async with sentinel:
+        primary = sentinel.primary_for(target.service, connection_pool_class=_PrimaryPool)
+        async with primary:
+            yield primary
+
+
+def _tls_context(target: SentinelTarget) -> ssl.SSLContext | None:
+    """The TLS context of a ``rediss+sentinel`` URL's ``ssl_*`` options, as coredis
+    builds it for ``rediss://`` (certificates optional unless ``ssl_cert_reqs`` says)."""
+    if not target.tls:
+        return None
+    options = dict(target.tls_options)
+    context = ssl.create_default_context()
+    if "ssl_certfile" in options and "ssl_keyfile" in options:
+        context.load_cert_chain(options["ssl_certfile"], options["ssl_keyfile"])
+    if "ssl_ca_certs" in options:
+        context.load_verify_locations(options["ssl_ca_certs"])
+    context.check_hostname = options.get("ssl_check_hostname", "").lower() in {"1", "true", "yes"}
+    context.verify_mode = {
+        "none": ssl.CERT_NONE,
+        "optional": ssl.CERT_OPTIONAL,
+        "required": ssl.CERT_REQUIRED,
+    }.get(options.get("ssl_cert_reqs", "optional"), ssl.CERT_OPTIONAL)
+    return context
 
 
 def _refuses_calls(error: Exception) -> bool:
@@ -235,6 +357,12 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
     """Say what went wrong from the client's error ``exc`` (``asked``: what the server
     was asked when it failed): what the server refused, or why it was not a Redis
     server, or why it could not be reached."""
+    if isinstance(exc, NoPrimaryError):
+        if tls and any(isinstance(link, TimeoutError) for link in _chain(exc)):
+            return f"{exc.why} (no TLS handshake completed in time: do they speak TLS?)"
+        return exc.why
+    if isinstance(exc, StalePrimaryError):
+        return "named a primary that is no longer one (a failover in progress?)"
     chain = _chain(exc)
     timed_out = any(isinstance(link, TimeoutError) for link in chain)
     if tls and timed_out and asked == "the connection":
@@ -310,14 +438,7 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
         # Outside the bound: what is left of the client's errors once the bound took
         # back its own cancellation (a group) is caught too.
         with bound:
-            client: coredis.Redis[str] = coredis.Redis.from_url(
-                store.url,
-                decode_responses=True,
-                decode_components=True,
-                retry_policy=NoRetryPolicy(),
-                connect_timeout=_client_timeout(store),
-            )
-            async with client:
+            async with open_client(store) as client:
                 return await _read(client, store.key_prefix)
     except Exception as exc:
         error = (
@@ -331,7 +452,7 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
         raise SlotStoreUnavailableError(
             f"slot store {url} did not answer within {store.connect_timeout!r} s"
         )
-    what = _refusal(error, "the read commands", tls=url.startswith("rediss:"))
+    what = _refusal(error, "the read commands", tls=url.startswith("rediss"))
     raise SlotStoreUnavailableError(
         f"slot store {url} {what}: {describe(error, secrets_of(store.url))}"
     ) from error

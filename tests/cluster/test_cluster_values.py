@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
-from urllib.parse import quote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus
 
 import attrs
 import pytest
@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor import _redis_scripts as scripts
-from trio_taskvisor._config import RedisSlotStore
+from trio_taskvisor._config import RedisSlotStore, SentinelTarget
+from trio_taskvisor._keeper import secrets_of
 from trio_taskvisor._redis_scripts import Reply
 from trio_taskvisor._slotstore import (
     LOST_LEASE_FRACTION,
@@ -584,6 +585,157 @@ def test_url_error_names_the_bad_port(netloc: str, port: str) -> None:
     with pytest.raises(ConfigError) as refusal:
         RedisSlotStore(f"redis://{netloc}/0")
     assert str(refusal.value) == f"url port must be a number from 1 to 65535, got {port!r}"
+
+
+# -- Sentinel URLs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "target"),
+    [
+        (
+            "redis+sentinel://s1:26380,s2,[::1]:26381/mymaster",
+            SentinelTarget(
+                sentinels=(("s1", 26380), ("s2", 26379), ("::1", 26381)),
+                service="mymaster",
+                db=0,
+                username=None,
+                password=None,
+                sentinel_password=None,
+                tls=False,
+                tls_options=(),
+            ),
+        ),
+        (
+            "redis+sentinel://app:p%40ss@s1:1/my%20master/3?sentinel_password=sp",
+            SentinelTarget(
+                sentinels=(("s1", 1),),
+                service="my master",
+                db=3,
+                username="app",
+                password="p@ss",
+                sentinel_password="sp",
+                tls=False,
+                tls_options=(),
+            ),
+        ),
+        (
+            "rediss+sentinel://:pw@s1:1/svc/?db=2&ssl_cert_reqs=none&username=u",
+            SentinelTarget(
+                sentinels=(("s1", 1),),
+                service="svc",
+                db=2,
+                username="u",
+                password="pw",
+                sentinel_password=None,
+                tls=True,
+                tls_options=(("ssl_cert_reqs", "none"),),
+            ),
+        ),
+    ],
+)
+def test_sentinel_url_names_sentinels_service_and_credentials(
+    url: str, target: SentinelTarget
+) -> None:
+    """A Sentinel URL lists the sentinels (port 26379 when omitted), the service and
+    the database (path, else ``db``, else 0), the data nodes' credentials, and the
+    sentinels' own password; a plain URL has no sentinel target."""
+    assert RedisSlotStore(url).sentinel == target
+    assert RedisSlotStore("redis://h:6379/0").sentinel is None
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis+sentinel://s1:26379", "url must name the monitored service, as in "),
+        ("redis+sentinel://s1:26379/", "url must name the monitored service, as in "),
+        ("redis+sentinel:///svc", "url must name at least one sentinel, as in "),
+        ("redis+sentinel://u:p@/svc", "url must name at least one sentinel, as in "),
+        ("redis+sentinel://s1,,s2/svc", "url must name every sentinel as host:port, as in "),
+        ("redis+sentinel://:1/svc", "url must name every sentinel as host:port, as in "),
+        (
+            "redis+sentinel://s1:x/svc",
+            "url sentinel port must be a number from 1 to 65535, got 'x'",
+        ),
+        (
+            "redis+sentinel://s1:0/svc",
+            "url sentinel port must be a number from 1 to 65535, got '0'",
+        ),
+        ("redis+sentinel://s1:/svc", "url sentinel port must be a number from 1 to 65535, got ''"),
+        (
+            "redis+sentinel://s1,s2:65536/svc",
+            "url sentinel port must be a number from 1 to 65535, got '65536'",
+        ),
+        (
+            "redis+sentinel://[::1/svc",
+            r"url must be a valid redis://, rediss:// or redis\+sentinel",
+        ),
+        ("redis+sentinel://[::1]x/svc", r"url sentinel host must be host:port or \[ipv6\]:port"),
+        ("redis+sentinel://s1/svc/zero", "url path must be /service or /service/db"),
+        ("redis+sentinel://s1/svc/0/1", "url path must be /service or /service/db"),
+        ("redis+sentinel://secret@s1/svc", r"url user part must be \[user\]:password@"),
+        (
+            "redis+sentinel://s1/svc?retries=3",
+            r"url option 'retries' is not supported \(supported: db, password, sentinel_password,",
+        ),
+        (
+            "redis+sentinel://s1/svc?ssl_cert_reqs=none",
+            r"url option 'ssl_cert_reqs' needs a rediss\+sentinel:// \(TLS\) url",
+        ),
+        (
+            "redis://h:6379/0?sentinel_password=x",
+            r"url option 'sentinel_password' needs a redis\+sentinel:// \(Sentinel\) url",
+        ),
+        (
+            "sentinel://s1/svc",
+            "url scheme must be 'redis', 'rediss', 'redis\\+sentinel' or 'rediss\\+sentinel', "
+            "got 'sentinel'",
+        ),
+    ],
+)
+def test_bad_sentinel_url_is_named(url: str, message: str) -> None:
+    """A Sentinel URL without a service, with a bad port, an empty host list, a bad path
+    or an unknown option is a ConfigError naming the part that is wrong."""
+    with pytest.raises(ConfigError, match=message):
+        RedisSlotStore(url)
+
+
+@st.composite
+def sentinel_urls_with_secrets(draw: st.DrawFn) -> tuple[str, str, list[str]]:
+    """A valid Sentinel URL, the URL as it must show, and its secrets (as written and
+    decoded): the data nodes' password in the user part and the sentinels' own."""
+    scheme = draw(st.sampled_from(["redis+sentinel", "rediss+sentinel"]))
+    hosts = ",".join(draw(st.lists(st.sampled_from(["s1:26379", "s2", "[::1]:1"]), min_size=1)))
+    found: list[str] = []
+    url = shown = f"{scheme}://"
+    if draw(st.booleans()):
+        user = draw(st.sampled_from(["", "app"]))
+        secret = draw(secrets)
+        found += [escaped(secret), secret]
+        url, shown = f"{url}{user}:{escaped(secret)}@", f"{shown}{user}:***@"
+    tail = f"{hosts}/svc/0"
+    url, shown = url + tail, shown + tail
+    if draw(st.booleans()):
+        secret = draw(secrets)
+        found += [escaped(secret), secret]
+        url, shown = f"{url}?sentinel_password={escaped(secret)}", f"{shown}?sentinel_password=***"
+    return url, shown, found
+
+
+@given(sentinel_urls_with_secrets())
+@settings(max_examples=100)
+def test_sentinel_url_never_shows_a_password(case: tuple[str, str, list[str]]) -> None:
+    """repr, str and safe_url mask the data nodes' password and the sentinels' own; the
+    keeper's log scrubber knows both."""
+    url, shown, found = case
+    store = RedisSlotStore(url, namespace="ns")
+    assert store.safe_url == shown
+    texts = [repr(store), str(store), store.safe_url, repr(store.sentinel)]
+    for secret in found:
+        assume(secret not in shown)
+        assert not [text for text in texts if secret in text]
+        if secret in url:
+            assert secret in secrets_of(url) or unquote(secret) in secrets_of(url)
 
 
 # -- longer runs (-m slow) ----------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""The slot store on a primary under Sentinel: a real topology of the server binary
+(one primary, two replicas, three sentinels: ``sentinel_topology.py``), real clock.
+
+* A supervisor on a ``redis+sentinel://`` URL runs keyed work, and the slots command
+  reads a namespace through the sentinels.
+* A failover is handled as a restart of the server: after a SIGKILL, or a SIGSTOP (a
+  frozen primary keeps a reused client waiting: the keeper builds a fresh client, which
+  asks the sentinels again), replica processes sharing keyed work resume it on the new
+  primary within a bound derived from the failover time measured in the same test
+  (``2 * (failover + lease_ttl / 3)``), with higher fence tokens, and their bodies
+  never overlap outside the restart window (an old owner whose lease was lost may
+  still run for at most one renewal interval once the new one started).
+* At start, an unknown service or no reachable sentinel (TLS to sentinels that speak
+  none included) is a ``SlotStoreUnavailableError`` that names it, its cause chained;
+  a frozen sentinel is passed over; a primary the sentinels name but nobody listens on
+  is named too, and its failed connections leak nothing.
+
+The measured failover times (kill or freeze to the first write the new primary takes)
+are printed (``-s``). Tests that fail the primary over get a topology of their own; the
+others share one per module. Timing bounds are liveness bounds with a 2x margin.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import itertools
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+import trio
+from cluster_helpers import config, gated, quick, replica
+from redis_server import free_port
+from replica_harness import Record, ReplicaProcess, open_replicas
+from sentinel_topology import SentinelTopology, command, running_topology
+
+from trio_taskvisor import ControllerSpec, EventKind, SlotStoreUnavailableError, open_supervisor
+from trio_taskvisor._cli import slots
+from trio_taskvisor._redis_client import NoPrimaryError, read_namespace
+from trio_taskvisor.redis import RedisSlotStore
+
+TTL = 1.0
+INTERVAL = TTL / 3  # the renewal interval, and the keeper's reconnection backoff cap
+
+
+@pytest.fixture(scope="module")
+def sentinel_topology() -> Iterator[SentinelTopology]:
+    """A healthy topology shared by this module's tests that fail nothing over."""
+    with running_topology() as topology:
+        yield topology
+
+
+@pytest.fixture
+def fresh_topology() -> Iterator[SentinelTopology]:
+    """A topology of this test's own (Sentinel refuses a second failover of the same
+    service for about 2 * failover-timeout)."""
+    with running_topology() as topology:
+        yield topology
+
+
+def sentinel_store(topology: SentinelTopology, namespace: str, **fields: float) -> RedisSlotStore:
+    return RedisSlotStore(
+        topology.url(), namespace=namespace, lease_ttl=TTL, connect_timeout=1.0, **fields
+    )
+
+
+def runs(*replicas: ReplicaProcess) -> dict[str, list[tuple[float, float, int, str, str]]]:
+    """The ledger per slot: (start, end, token, work id, outcome kind) of every body that
+    ran, by start time."""
+    by_slot: dict[str, list[tuple[float, float, int, str, str]]] = defaultdict(list)
+    for r in replicas:
+        ends = {e["id"]: e["t"] for e in r.of("end")}
+        kinds = {o["id"]: o["kind"] for o in r.of("outcome")}
+        for start in r.of("start"):
+            wid = start["id"]
+            by_slot[start["slot"]].append((start["t"], ends[wid], start["token"], wid, kinds[wid]))
+    return {slot: sorted(ledger) for slot, ledger in by_slot.items()}
+
+
+def assert_no_overlap_outside_the_restart_window(*replicas: ReplicaProcess) -> None:
+    """Fence tokens increase with every owner of a slot; two bodies of a slot overlap
+    only when the earlier one lost its lease, and then for at most one renewal
+    interval (the restart window: with ``replicas_ack=0`` a failover is a restart that
+    may lose recent writes). Print how many overlapped inside it."""
+    overlapping = 0
+    for slot, ledger in runs(*replicas).items():
+        for before, after in itertools.pairwise(ledger):
+            assert after[2] > before[2], f"{slot}: token of {after[3]} <= {before[3]}'s"
+            if after[0] < before[1]:
+                overlapping += 1
+                assert before[4] == "lease_lost", f"{slot}: {after[3]} overlaps {before[3]}"
+                assert before[1] - after[0] <= INTERVAL, f"{slot}: long overlap {before}, {after}"
+    print(f"overlaps inside the restart window: {overlapping}")
+
+
+async def measure_failover(topology: SentinelTopology, old_port: int, since: float) -> float:
+    """Wait (in a thread) until the sentinels name a new primary that takes a write;
+    return the seconds since ``since``, printed."""
+    await trio.to_thread.run_sync(topology.wait_for_new_primary, old_port)
+    failover = time.monotonic() - since
+    print(f"\nfailover measured: {failover:.2f} s to the first write on the new primary")
+    return failover
+
+
+async def queue_work(replicas: list[ReplicaProcess], slots: tuple[str, ...]) -> list[str]:
+    """Each replica queues one short body in each slot; return the work ids."""
+    work = []
+    for r in replicas:
+        for slot in slots:
+            wid = f"{r.name}-{slot}"
+            await r.submit(wid, slot, hold=0.005)
+            work.append(wid)
+    return work
+
+
+def by_id(replicas: list[ReplicaProcess], wid: str) -> ReplicaProcess:
+    return next(r for r in replicas if wid.startswith(r.name + "-"))
+
+
+# -- a supervisor on a Sentinel URL ------------------------------------------------------------
+
+
+async def test_supervisor_on_a_sentinel_url_runs_keyed_work(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """Two supervisors on the sentinels' URL share a slot: one owns it, the other's work
+    queues behind it and runs once it is released, with a higher fence token."""
+    store = sentinel_store(sentinel_topology, namespace)
+    gate = trio.Event()
+    with trio.fail_after(10):
+        async with replica(store) as (a, rec_a), replica(store) as (b, rec_b):
+            first = await a.submit(ControllerSpec.queue(gated(gate, "a"), slot="s"))
+            owned = await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=first.id)
+            info = await b.cluster_slot("s")
+            assert info is not None
+            assert (info.holder, info.fence_token) == (a.instance_id, owned.fence_token)
+            second = await b.submit(ControllerSpec.queue(quick("b", "b"), slot="s"))
+            gate.set()
+            assert (await first.wait()).value == "a"
+            assert (await second.wait()).value == "b"
+            took = await rec_b.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=second.id)
+            assert owned.fence_token is not None
+            assert took.fence_token is not None
+            assert took.fence_token > owned.fence_token
+
+
+async def test_slots_command_reads_through_the_sentinels(
+    sentinel_topology: SentinelTopology, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m trio_taskvisor slots redis+sentinel://... --json`` (its ``main``, in a
+    thread: it runs its own event loop) reads the namespace from the primary the
+    sentinels name."""
+    store = sentinel_store(sentinel_topology, namespace)
+    gate = trio.Event()
+    async with replica(store) as (sup, recorder):
+        owner = await sup.submit(ControllerSpec.queue(gated(gate), slot="s"))
+        await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        command = functools.partial(slots.main, store.url, namespace=namespace, as_json=True)
+        with trio.fail_after(10):
+            status = await trio.to_thread.run_sync(command)
+        gate.set()
+    out, err = capsys.readouterr()
+    assert (status, err) == (0, "")
+    (slot,) = json.loads(out)["slots"]
+    assert (slot["slot"], slot["holder"]) == ("s", sup.instance_id)
+
+
+# -- start-up errors -----------------------------------------------------------------------------
+
+
+async def refused_start(store: RedisSlotStore) -> SlotStoreUnavailableError:
+    with trio.fail_after(10), pytest.raises(SlotStoreUnavailableError) as error:
+        async with open_supervisor(config(store)):
+            pytest.fail("the block must not run")
+    return error.value
+
+
+async def test_unknown_service_is_named_at_start(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """The sentinels answer but monitor no such service: named, at once."""
+    url = sentinel_topology.url(service="no-such-service")
+    started = time.monotonic()
+    error = await refused_start(RedisSlotStore(url, namespace=namespace, connect_timeout=2.0))
+    assert time.monotonic() - started < 1.0  # an answer, not a timeout
+    assert str(error).startswith(
+        f"slot store {url} found no service 'no-such-service' at its sentinels "
+        "(is the name right?): NoPrimaryError: the sentinels that answered know no service"
+    )
+    assert isinstance(error.__cause__, NoPrimaryError)
+
+
+async def test_no_reachable_sentinel_is_named_at_start(namespace: str) -> None:
+    """No sentinel listens: named, with the first sentinel's error chained."""
+    url = f"redis+sentinel://:pw-secret@127.0.0.1:{free_port()},127.0.0.1:{free_port()}/svc"
+    store = RedisSlotStore(url, namespace=namespace, connect_timeout=2.0)
+    error = await refused_start(store)
+    assert str(error).startswith(
+        f"slot store {store.safe_url} could not reach any sentinel: NoPrimaryError: "
+        "no sentinel answered"
+    )
+    assert "pw-secret" not in str(error)
+    assert isinstance(error.__cause__, NoPrimaryError)
+    assert error.__cause__.__cause__ is not None  # the sentinel's connection error
+
+
+async def test_tls_to_sentinels_that_speak_none_is_named(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """``rediss+sentinel://`` to plain sentinels: named, within the bound (each sentinel
+    gets its share of it), with TLS as the likely cause."""
+    url = sentinel_topology.url().replace("redis+", "rediss+") + "?ssl_cert_reqs=none"
+    error = await refused_start(RedisSlotStore(url, namespace=namespace, connect_timeout=2.0))
+    assert "could not reach any sentinel (no TLS handshake completed in time: " in str(error)
+    assert isinstance(error.__cause__, NoPrimaryError)
+
+
+async def test_a_frozen_sentinel_is_passed_over(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """The first sentinel is frozen (it accepts connections and answers nothing): the
+    supervisor starts through the next one within ``connect_timeout``."""
+    frozen = sentinel_topology.sentinels[0]
+    store = sentinel_store(sentinel_topology, namespace)
+    frozen.pause()
+    try:
+        with trio.fail_after(store.connect_timeout):
+            async with replica(store) as (sup, _):
+                assert await sup.cluster_slot("s") is None
+    finally:
+        frozen.resume()
+
+
+async def test_a_primary_that_is_down_is_named_and_leaks_nothing(
+    sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """The sentinels name a primary nobody listens on: reading the store says it could
+    not be reached, and the failed connection closes its buffers (the sentinel pool
+    builds its connections itself: without the fix each attempt leaves six memory
+    streams to the garbage collector, a ResourceWarning each, an error here)."""
+    sentinel = sentinel_topology.sentinels[0]
+    ghost = f"ghost-{namespace}"[:40]
+    assert command(sentinel.port, "SENTINEL", "MONITOR", ghost, "127.0.0.1", str(free_port()), "1")
+    try:
+        url = f"redis+sentinel://127.0.0.1:{sentinel.port}/{ghost}"
+        with pytest.raises(SlotStoreUnavailableError, match="could not be reached"):
+            await read_namespace(RedisSlotStore(url, namespace=namespace, connect_timeout=2.0))
+        gc.collect()
+    finally:
+        command(sentinel.port, "SENTINEL", "REMOVE", ghost)
+
+
+# -- failovers ------------------------------------------------------------------------------------
+
+
+async def test_killed_primary_work_resumes_on_the_new_primary(
+    fresh_topology: SentinelTopology, namespace: str
+) -> None:
+    """SIGKILL of the primary while three replica processes share two slots: the owners
+    end LEASE_LOST (a failover takes longer than 0.8 * lease_ttl here), the queued work
+    resumes on the promoted replica within 2 * (failover + lease_ttl / 3) of the kill,
+    with higher fence tokens, no two bodies of a slot overlapping outside the window."""
+    topology = fresh_topology
+    store = sentinel_store(topology, namespace)
+    async with open_replicas(store, "a", "b", "c") as replicas:
+        a, b, c = replicas
+        await a.submit("a-own", "s1", gate=True)
+        await b.submit("b-own", "s2", gate=True)
+        first = [await a.wait_for("start", id="a-own"), await b.wait_for("start", id="b-own")]
+        queued = await queue_work([c, a, b], ("s1", "s2"))
+        for wid in queued:
+            await by_id(replicas, wid).wait_event("controller_submitted", name=wid)
+        killed = time.monotonic()
+        old = topology.primary.port
+        topology.primary.kill()
+        failover = await measure_failover(topology, old, killed)
+        for r, wid in ((a, "a-own"), (b, "b-own")):
+            assert (await r.wait_for("outcome", id=wid))["kind"] == "lease_lost"
+        starts: list[Record] = []
+        for wid in queued:
+            r = by_id(replicas, wid)
+            assert (await r.wait_for("outcome", id=wid))["kind"] == "completed", r.describe()
+            starts.append(r.of("start", id=wid)[0])
+        resumed = min(s["t"] for s in starts) - killed
+        print(f"work resumed {resumed:.2f} s after the kill")
+        assert resumed < 2 * (failover + INTERVAL)
+        assert min(s["token"] for s in starts) > max(f["token"] for f in first)
+        for r in replicas:
+            await r.wait_event("controller_store_recovered")
+        assert_no_overlap_outside_the_restart_window(*replicas)
+
+
+async def test_frozen_primary_keepers_move_to_the_new_primary(
+    fresh_topology: SentinelTopology, namespace: str
+) -> None:
+    """SIGSTOP of the primary (a client kept on it would wait for ever): the keepers
+    build fresh clients, which the sentinels send to the promoted replica; the queued
+    work runs there within 2 * (failover + lease_ttl / 3) while the old primary is still
+    frozen. After SIGCONT new work still runs, with higher tokens, nothing overlapping."""
+    topology = fresh_topology
+    store = sentinel_store(topology, namespace)
+    async with open_replicas(store, "a", "b") as replicas:
+        a, b = replicas
+        await a.submit("a-own", "s", gate=True)
+        first = await a.wait_for("start", id="a-own")
+        await b.submit("b-next", "s", hold=0.005)
+        await b.wait_event("controller_submitted", name="b-next")
+        frozen = time.monotonic()
+        old = topology.primary.port
+        topology.primary.pause()
+        try:
+            failover = await measure_failover(topology, old, frozen)
+            assert (await a.wait_for("outcome", id="a-own"))["kind"] == "lease_lost"
+            resumed = await b.wait_for("start", id="b-next")
+            assert (await b.wait_for("outcome", id="b-next"))["kind"] == "completed"
+            print(f"work resumed {resumed['t'] - frozen:.2f} s after the freeze")
+            assert resumed["t"] - frozen < 2 * (failover + INTERVAL)
+            assert resumed["token"] > first["token"]
+            await a.wait_event("controller_store_recovered")
+            await b.wait_event("controller_store_recovered")
+        finally:
+            topology.primary.resume()
+        await a.submit("a-after", "s", hold=0.005)
+        assert (await a.wait_for("outcome", id="a-after"))["kind"] == "completed"
+        assert a.of("start", id="a-after")[0]["token"] > resumed["token"]
+        assert_no_overlap_outside_the_restart_window(*replicas)
