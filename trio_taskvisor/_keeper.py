@@ -45,6 +45,9 @@ Decisions the design leaves open:
   lease is renewed meanwhile, so no other process can take the slot).
 * ``RemoteStop`` is reported for a stop requested by this very process too (a REPLACE
   of its own owner goes through the server like any other).
+* A message about a slot (a wake-up) that arrives before the reply of the round trip
+  that queued this process's entry there (the subscription is another connection) is
+  kept until that reply, then acted on.
 * A joiner whose target looks lost is resolved ``LEASE_LOST`` only when a renewal at
   least ``lease_ttl / 3`` later still finds no outcome (the target's process may store
   one meanwhile: each check registers the joiner again, so a release after a server
@@ -358,6 +361,9 @@ class LeaseKeeper:
         self._submits: dict[int, _Submit] = {}  # unresolved, in arrival order
         self._obligations: deque[_Obligation] = deque()
         self._claims: dict[int, str] = {}
+        # Slots woken while a submit to them was in flight: the message (on the
+        # subscription's connection) can overtake the reply that queues the entry.
+        self._early_wakes: set[str] = set()
         self._retry_at: dict[str, float] = {}
         self._queries: list[_Query] = []
         self._renew_now = False
@@ -799,6 +805,7 @@ class LeaseKeeper:
     def _submitted(
         self, submit: _Submit, reply: scripts.Reply[scripts.SubmitKind], sent_at: float
     ) -> None:
+        woken = submit.slot in self._early_wakes
         self._resolve_submit(submit)
         slot, task_id = submit.slot, submit.task_id
         kind = reply.kind
@@ -811,6 +818,8 @@ class LeaseKeeper:
                 self._retry(slot, reply.retry)
                 self._report(Queued(slot, task_id, reply.detail))
                 self._displaced(slot, reply.detail)
+                if woken:
+                    self._claim_oldest(slot)
             case "busy":
                 self._reject(slot, task_id, RejectionKind.SLOT_BUSY)
             case "full":
@@ -1165,10 +1174,15 @@ class LeaseKeeper:
                 del self._queued[slot]
 
     def _claim_oldest(self, slot: str) -> None:
+        if self._closing:
+            return
         entries = self._queued.get(slot)
-        if entries and not self._closing:
+        if entries:
             self._claims[next(iter(entries))] = slot
             self._io_wakeup.set()
+        elif any(submit.sent and submit.slot == slot for submit in self._submits.values()):
+            # The wake-up overtook the reply that queues our entry: keep it until then.
+            self._early_wakes.add(slot)
 
     def _retry(self, slot: str, retry: float | None) -> None:
         """Claim again once the lease (or the head's heartbeat) has expired on the
@@ -1181,6 +1195,7 @@ class LeaseKeeper:
 
     def _resolve_submit(self, submit: _Submit) -> None:
         submit.resolved = True
+        self._early_wakes.discard(submit.slot)
         if self._submits.get(submit.task_id) is submit:
             del self._submits[submit.task_id]
 

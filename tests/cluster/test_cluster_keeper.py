@@ -7,8 +7,11 @@ Waits are for reports or keys, never sleeps.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 
 import coredis
 import pytest
@@ -21,6 +24,8 @@ from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._exceptions import SlotStoreUnavailableError
 from trio_taskvisor._keeper import (
+    Call,
+    Connection,
     FollowedOutcome,
     Full,
     Joined,
@@ -88,6 +93,71 @@ async def test_hand_over_between_keepers_is_pushed(store: RedisSlotStore) -> Non
         released = trio.current_time()
         a.keeper.release("k", 1, DONE)
         owner = await b.reports.wait_for(Owner, task_id=1)
+        assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
+
+
+class MessageFirst:
+    """A ``ServerClient`` whose replies to submits in ``slot`` wait until a message about
+    ``slot`` has been delivered to the keeper: the order in which a published message
+    overtakes the reply of the round trip that queued the entry."""
+
+    def __init__(self, store: RedisSlotStore, instance_id: str, slot: str) -> None:
+        self._client = RedisClient(store, instance_id)
+        self.slot = slot
+        self.arrived = trio.Event()  # the submit ran on the server; its reply is held
+        self.delivered = trio.Event()  # the keeper has the message
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Connection]:
+        async with self._client.connect() as conn:
+            yield _MessageFirstConnection(conn, self)
+
+    def refuses_calls(self, error: Exception) -> bool:
+        return self._client.refuses_calls(error)
+
+    def refusal(self, error: Exception, asked: str) -> str:
+        return self._client.refusal(error, asked)
+
+
+class _MessageFirstConnection:
+    def __init__(self, conn: Connection, hook: MessageFirst) -> None:
+        self._conn = conn
+        self._hook = hook
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        replies = await self._conn.round_trip(calls)
+        if any(name == "submit" and args[0] == self._hook.slot for name, args in calls):
+            self._hook.arrived.set()
+            await self._hook.delivered.wait()
+        return replies
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        def deliver_first(text: str) -> None:
+            deliver(text)
+            if json.loads(text)[1] == self._hook.slot:
+                self._hook.delivered.set()
+
+        await self._conn.subscribe(channel, deliver_first, subscribed)
+
+
+async def test_hand_over_message_before_the_queued_reply_is_kept(store: RedisSlotStore) -> None:
+    """The hand-over's message for a slot can arrive before the reply that queued this
+    process's entry there: the keeper keeps it until the reply, then acts on it (it was
+    dropped, and the entry was claimed only at the next renewal, lease_ttl / 3 later)."""
+    slow = with_ttl(store, 6.0)
+    hook = MessageFirst(slow, B, "k")
+    async with open_keeper(slow, A) as a, open_keeper(slow, B, client=hook) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await hook.arrived.wait()
+        released = trio.current_time()
+        a.keeper.release("k", 1, DONE)
+        queued = await b.reports.wait_for(Queued, task_id=1)
+        owner = await b.reports.wait_for(Owner, task_id=1)
+        assert b.reports.time_of(queued) <= b.reports.time_of(owner)
         assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
 
 
