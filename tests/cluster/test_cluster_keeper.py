@@ -161,6 +161,26 @@ async def test_hand_over_message_before_the_queued_reply_is_kept(store: RedisSlo
         assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
 
 
+async def test_wake_up_before_the_queued_reply_is_kept(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A ``wake`` (claim now: what earlier versions of the scripts sent instead of a
+    grant) that arrives before the reply queueing the entry is kept until the reply,
+    then claimed at once (it was dropped: the claim waited for the next renewal)."""
+    slow = with_ttl(store, 6.0)
+    hook = MessageFirst(slow, B, "k")
+    async with open_keeper(slow, A) as a, open_keeper(slow, B, client=hook) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await hook.arrived.wait()
+        woken = trio.current_time()
+        await client.delete([f"{slow.key_prefix}lease:k"])  # A's lease expires, unreleased
+        await client.publish(f"{slow.key_prefix}ch:{B}", '["wake", "k"]')
+        owner = await b.reports.wait_for(Owner, task_id=1)
+        assert b.reports.time_of(owner) - woken < 1.0  # renewals come every 2 s
+
+
 async def test_hand_over_is_granted_without_a_claim(store: RedisSlotStore) -> None:
     """A release hands the lease to the next head on the server and pushes the grant:
     the next keeper reports Owner (a newer fence token) without a round trip of its own."""

@@ -7,9 +7,10 @@ in a helper thread, to the real scripts on the test server, with three instance 
 in one process: ``submit`` with every policy (``max_queue``, ``watch``), ``claim``,
 ``release`` (with and without an outcome), ``store_outcome``, ``withdraw``,
 ``stop_owner``, ``renew``, ``cluster_slot``, killing an instance (its heartbeat key
-deleted, as its expiry would), a lease's expiry (its key deleted), ``FLUSHALL`` (a restart that lost the data), and sending
-a call again: the last one at once, or any earlier obligation later (the keeper resends
-withdrawals, releases, outcomes and stop requests until the server acknowledges them).
+deleted, as its expiry would), a lease's expiry (its key deleted), ``FLUSHALL`` (a
+restart that lost the data), and sending a call again: the last one at once, or any
+earlier obligation later (the keeper resends withdrawals, releases, outcomes and stop
+requests until the server acknowledges them).
 
 After every step it compares the reply, every key of the namespace (with its expiry
 class) and the messages each instance received, and checks:
