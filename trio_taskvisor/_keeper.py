@@ -1229,8 +1229,8 @@ class LeaseKeeper:
         trip that found the entry queued: the server granted the lease after that, so it
         holds the lease at least ``lease_ttl`` from then."""
         since = self._queued[slot][task_id]
-        lost_at = -math.inf if since is None else since + LOST_LEASE_FRACTION * self.store.lease_ttl
-        if lost_at - self._interval < trio.current_time():
+        margin = LOST_LEASE_FRACTION * self.store.lease_ttl - self._interval
+        if since is None or since + margin < trio.current_time():
             # Re-submitted by a renewal (the message may be of a grant of its earlier
             # place), or the message comes late (a pause): the lease would count as
             # lost within a renewal interval, or already has. A claim confirms the grant
