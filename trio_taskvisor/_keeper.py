@@ -52,6 +52,16 @@ Decisions the design leaves open:
   lease is renewed meanwhile, so no other process can take the slot).
 * ``RemoteStop`` is reported for a stop requested by this very process too (a REPLACE
   of its own owner goes through the server like any other).
+* A hand-over is pushed: the server gives a released lease to the next live head and
+  sends its process the grant, which the keeper reports as ``Owner`` without a round
+  trip. That lease's deadline counts from the sending of the last round trip that
+  found the entry still queued (the grant came later). A claim confirms the grant
+  instead (the server then extends the lease) when the message comes so late that the
+  lease would count as lost within a renewal interval (a pause), and for an entry a
+  renewal re-submitted (the message may be of a grant of its earlier place).
+* A message about a slot (a grant, a wake-up) that arrives before the reply of the
+  round trip that queued this process's entry there (the subscription is another
+  connection) is kept until that reply, then acted on.
 * A joiner whose target looks lost is resolved ``LEASE_LOST`` only when a renewal at
   least ``lease_ttl / 3`` later still finds no outcome (the target's process may store
   one meanwhile: each check registers the joiner again, so a release after a server
@@ -475,7 +485,10 @@ class LeaseKeeper:
         self._interval = store.lease_ttl / 3
         # what the server holds for this process, as far as the keeper knows
         self._leases: dict[int, _Lease] = {}
-        self._queued: dict[str, dict[int, None]] = {}  # slot -> entries, oldest first
+        # slot -> entries, oldest first -> when the last round trip that found the entry
+        # queued was sent (no later than any grant of it since), or None once a renewal
+        # re-submitted it (a grant message may then be of its earlier place)
+        self._queued: dict[str, dict[int, float | None]] = {}
         self._queued_slot: dict[int, str] = {}
         self._follows: dict[int, _Follow] = {}
         self._watched: set[str] = set()
@@ -485,6 +498,10 @@ class LeaseKeeper:
         self._submits: dict[int, _Submit] = {}  # unresolved, in arrival order
         self._obligations: deque[_Obligation] = deque()
         self._claims: dict[int, str] = {}
+        # Slots woken while a submit to them was in flight: the message (on the
+        # subscription's connection) can overtake the reply that queues the entry.
+        self._early_wakes: set[str] = set()
+        self._early_grants: dict[int, int] = {}  # task id -> token, likewise
         self._retry_at: dict[str, float] = {}
         self._queries: list[_Query] = []
         self._renew_now = False
@@ -560,7 +577,7 @@ class LeaseKeeper:
         ``reason``; no report. Sent until the server acknowledges it."""
         submit = self._submits.pop(task_id, None)
         if submit is not None:
-            submit.resolved = True
+            self._resolve_submit(submit)
             if not submit.sent:
                 return  # the server never saw it
         self._dequeue(task_id)
@@ -1084,6 +1101,11 @@ class LeaseKeeper:
                     self._dequeue(task_id)
                     self._reject(slot, task_id, _rejection_kind(str(item.detail)))
                 case "queued" | "resubmitted":
+                    entries = self._queued[slot]
+                    if kind == "resubmitted":
+                        entries[task_id] = None
+                    elif entries[task_id] is not None:
+                        entries[task_id] = sent_at
                     if item.claimable:
                         self._claims[task_id] = slot
                         self._io_wakeup.set()
@@ -1115,6 +1137,8 @@ class LeaseKeeper:
     def _submitted(
         self, submit: _Submit, reply: scripts.Reply[scripts.SubmitKind], sent_at: float
     ) -> None:
+        woken = submit.slot in self._early_wakes
+        early = self._early_grants.pop(submit.task_id, None)
         self._resolve_submit(submit)
         slot, task_id = submit.slot, submit.task_id
         kind = reply.kind
@@ -1123,10 +1147,14 @@ class LeaseKeeper:
                 self._own(slot, task_id, reply.token, sent_at)
                 self._displaced(slot, reply.detail)
             case "queued":
-                self._enqueue(slot, task_id)
+                self._enqueue(slot, task_id, sent_at)
                 self._retry(slot, reply.retry)
                 self._report(Queued(slot, task_id, reply.detail))
                 self._displaced(slot, reply.detail)
+                if early is not None:
+                    self._take_grant(slot, task_id, early)
+                elif woken:
+                    self._claim_oldest(slot)
             case "busy":
                 self._reject(slot, task_id, RejectionKind.SLOT_BUSY)
             case "full":
@@ -1427,7 +1455,9 @@ class LeaseKeeper:
             logger.debug("ignored a malformed slot store message: %r", text[:200])
             return
         match message:
-            case ["wake", str(slot)]:
+            case ["grant", str(slot), str(eid), str(token), *_] if token.isdigit():
+                self._granted(slot, eid, int(token))
+            case ["wake", str(slot)]:  # from earlier versions of the scripts
                 self._claim_oldest(slot)
             case ["room", str(slot)] if slot in self._watched:
                 self._watched.discard(slot)
@@ -1510,8 +1540,8 @@ class LeaseKeeper:
         del self._follows[joiner]
         self._report(FollowedOutcome(joiner, outcome))
 
-    def _enqueue(self, slot: str, task_id: int) -> None:
-        self._queued.setdefault(slot, {})[task_id] = None
+    def _enqueue(self, slot: str, task_id: int, since: float) -> None:
+        self._queued.setdefault(slot, {})[task_id] = since
         self._queued_slot[task_id] = slot
 
     def _dequeue(self, task_id: int) -> None:
@@ -1523,10 +1553,53 @@ class LeaseKeeper:
                 del self._queued[slot]
 
     def _claim_oldest(self, slot: str) -> None:
+        if self._closing:
+            return
         entries = self._queued.get(slot)
-        if entries and not self._closing:
+        if entries:
             self._claims[next(iter(entries))] = slot
             self._io_wakeup.set()
+        elif any(submit.sent and submit.slot == slot for submit in self._submits.values()):
+            # The wake-up overtook the reply that queues our entry: keep it until then.
+            self._early_wakes.add(slot)
+
+    def _granted(self, slot: str, eid: str, token: int) -> None:
+        """The server handed ``slot``'s lease to ``eid`` (its owner gave it back) and
+        pushed the grant: start it without a claim. A grant for work no longer queued
+        here is ignored: its withdrawal frees the lease, and a duplicate or late message
+        finds the work owned already (a missed one is found by the next claim or
+        renewal, which answer ``owner``)."""
+        task_id = self._own_task(eid)
+        if task_id < 0 or self._closing:
+            return
+        if self._queued_slot.get(task_id) == slot:
+            self._take_grant(slot, task_id, token)
+            return
+        submit = self._submits.get(task_id)
+        if submit is not None and submit.sent and submit.slot == slot:
+            # The message overtook the reply that queues the entry: keep it until then.
+            self._early_grants[task_id] = token
+
+    def _take_grant(self, slot: str, task_id: int, token: int) -> None:
+        """Own the pushed grant of queued ``task_id``, or confirm it by a claim (see the
+        module docstring). Its lease deadline runs from the sending of the last round
+        trip that found the entry queued: the server granted the lease after that, so it
+        holds the lease at least ``lease_ttl`` from then."""
+        since = self._queued[slot][task_id]
+        margin = LOST_LEASE_FRACTION * self.store.lease_ttl - self._interval
+        if since is None or since + margin < trio.current_time() or self.store.replicas_ack:
+            # Re-submitted by a renewal (the message may be of a grant of its earlier
+            # place), or the message comes late (a pause): the lease would count as
+            # lost within a renewal interval, or already has. A claim confirms the grant
+            # with a fresh deadline, or finds it gone (the entry then goes to the tail).
+            # With replicas_ack, the message was published before the grant's WAIT:
+            # the claim's own WAIT confirms that replicas hold it.
+            self._claims[task_id] = slot
+            self._io_wakeup.set()
+            return
+        self._dequeue(task_id)
+        self._claims.pop(task_id, None)
+        self._own(slot, task_id, token, since)
 
     def _retry(self, slot: str, retry: float | None) -> None:
         """Claim again once the lease (or the head's heartbeat) has expired on the
@@ -1539,6 +1612,8 @@ class LeaseKeeper:
 
     def _resolve_submit(self, submit: _Submit) -> None:
         submit.resolved = True
+        self._early_wakes.discard(submit.slot)
+        self._early_grants.pop(submit.task_id, None)
         if self._submits.get(submit.task_id) is submit:
             del self._submits[submit.task_id]
 

@@ -29,6 +29,10 @@ rule). Every script that reads a queue first removes the entries that are not li
 queued behind a lease holder: it cannot be claimed, so one ``LPOS`` says it is still
 queued (the next claim, submit or release prunes). Only the live head of a queue may
 take a free lease; a slot is busy while its lease exists or its queue is not empty.
+A script that gives a lease back (``release``, ``withdraw``) hands it to the live head
+at once and pushes the grant to the head's process (``grant``), which starts without a
+claim; ``claim`` remains for a lease that expired (expiries publish nothing) and for a
+process that missed the message (its renewal also answers ``owner``).
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -39,8 +43,12 @@ Fence tokens: ``max(last + 1, server TIME in microseconds)``, built and compared
 decimal strings, because Lua's number-to-string conversion keeps 14 digits; the
 ``+ 1`` goes through ``INCR``. Tokens stay below 2**53 until the year 2255.
 
-Messages on ``P ch:<instance>`` are JSON arrays: ``["wake", slot]``, ``["room", slot]``,
-``["stop", slot, entry, requester]``, ``["superseded", slot, entry]``, ``["done", entry]``.
+Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
+expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
+lease's expiry on the server's clock, a decimal string of Unix milliseconds),
+``["room", slot]``, ``["stop", slot, entry, requester]``, ``["superseded", slot, entry]``,
+``["done", entry]``; ``["wake", slot]`` (claim now) came from earlier versions of these
+scripts, in place of ``grant``.
 
 Every script opens with a header naming the keys it touches (relative to ``P``), its
 own arguments and its reply shapes. Every script takes ``ARGV[1..3] = P, lease_ttl_ms,
@@ -146,11 +154,22 @@ local function retry_ms(slot, q, holder)
   return 0
 end
 
-local function wake_head(slot)
-  if redis.call('EXISTS', P .. 'lease:' .. slot) == 0 then
-    local q = prune(slot)
-    if q[1] then tell(instance_of(q[1]), {'wake', slot}) end
-  end
+-- The lease of the slot was given back: hand it to the live head of the queue (dead
+-- heads pruned) and push the grant to the head's process, which starts its work on the
+-- message, without a claim. The grant is visible to the head's claim and renewal too
+-- (they answer 'owner'), so a lost message costs a round trip, not the grant; a grant
+-- to an entry its process withdrew meanwhile is freed by that withdrawal.
+local function hand_over(slot)
+  if redis.call('EXISTS', P .. 'lease:' .. slot) == 1 then return end
+  local q = prune(slot)
+  local e = q[1]
+  if not e then return end
+  redis.call('LPOP', P .. 'q:' .. slot)
+  local token = grant(slot, e)
+  room(slot)
+  local t = redis.call('TIME')
+  local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(TTL)
+  tell(instance_of(e), {'grant', slot, e, token, string.format('%.0f', expiry)})
 end
 """
 
@@ -207,7 +226,8 @@ if displaced then
   done(displaced)
 end
 if not holder then
-  -- the lease is free while the queue is not: a hand-over in flight; take it over
+  -- the lease is free while the queue is not (it expired; the head claims only at that
+  -- expiry): a hand-over in flight; take it over
   redis.call('LPOP', qk)
   local t = grant(slot, e)
   room(slot)
@@ -218,14 +238,18 @@ return {'queued', hi, retry_ms(slot, {e}, holder), displaced}
 """
 
 _CLAIM: Final = r"""
--- claim: the live head e of the slot's queue takes the free lease.
--- keys:    lease:<slot> fence:<slot> q:<slot> gone:<e> (hb:* read)
+-- claim: the live head e of the slot's queue takes the free lease (or confirms a grant).
+-- keys:    lease:<slot> fence:<slot> q:<slot> gone:<e> watch:<slot> (hb:* read)
 -- args:    slot, e
 -- replies: {'owner', token} | {'gone', reason} | {'missing'} (not in the queue: renew
 --          puts it back) | {'wait', retry_ms} (not the head, or the lease is held)
 local slot, e = ARGV[4], ARGV[5]
 local holder, token = lease_of(slot)
-if holder == e then return {'owner', token} end
+if holder == e then
+  -- granted already (pushed, or a reply lost): the lease runs on from this claim
+  redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
+  return {'owner', token}
+end
 local gone = redis.call('GET', P .. 'gone:' .. e)
 if gone then return {'gone', gone} end
 local q = prune(slot)
@@ -238,8 +262,8 @@ return {'owner', t}
 """
 
 _RELEASE: Final = r"""
--- release: the owner e exited; give its lease back and wake the next head.
--- keys:    lease:<slot> out:<e> jn:<e> q:<slot>
+-- release: the owner e exited; give its lease back, to the next live head if any.
+-- keys:    lease:<slot> out:<e> jn:<e> q:<slot> fence:<slot> watch:<slot> (hb:* read)
 -- args:    slot, e, outcome (JSON, or '' when nobody is known to follow e)
 -- replies: 'ok' | 'need_outcome' (another process follows e: store its outcome)
 local slot, e, outcome = ARGV[4], ARGV[5], ARGV[6]
@@ -255,7 +279,7 @@ elseif redis.call('EXISTS', P .. 'jn:' .. e) == 1 then
   if not stored then redis.call('SET', outk, 'pending', 'PX', KEEP); stored = 'pending' end
   if stored == 'pending' then reply = 'need_outcome' end
 end
-wake_head(slot)
+hand_over(slot)
 return reply
 """
 
@@ -272,7 +296,7 @@ return 'ok'
 
 _WITHDRAW: Final = r"""
 -- withdraw: e leaves for good (queue entry or lease); its marker refuses it later.
--- keys:    gone:<e> q:<slot> lease:<slot> jn:<e> watch:<slot>
+-- keys:    gone:<e> q:<slot> lease:<slot> jn:<e> watch:<slot> fence:<slot> (hb:* read)
 -- args:    slot, e, reason (a RejectionKind value)
 -- replies: 'ok'
 local slot, e, reason = ARGV[4], ARGV[5], ARGV[6]
@@ -285,7 +309,7 @@ if redis.call('HGET', lk, 'entry') == e then
   changed = true
 end
 done(e)
-if changed then wake_head(slot) end
+if changed then hand_over(slot) end
 return 'ok'
 """
 

@@ -93,6 +93,10 @@ class Scripts:
         for instance in instances:
             await self.renew(instance)
 
+    async def expire_lease(self, slot: str) -> None:
+        """Make a slot's lease expire at once (as for a holder that died: no release)."""
+        await self.client.delete([f"{self.prefix}lease:{slot}"])
+
     async def kill(self, instance: str) -> None:
         """Make an instance dead at once: its heartbeat key expires."""
         await self.client.delete([f"{self.prefix}hb:{instance}"])

@@ -7,8 +7,11 @@ Waits are for reports or keys, never sleeps.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 
 import coredis
 import pytest
@@ -21,6 +24,8 @@ from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._exceptions import SlotStoreUnavailableError
 from trio_taskvisor._keeper import (
+    Call,
+    Connection,
     FollowedOutcome,
     Full,
     Joined,
@@ -89,6 +94,231 @@ async def test_hand_over_between_keepers_is_pushed(store: RedisSlotStore) -> Non
         a.keeper.release("k", 1, DONE)
         owner = await b.reports.wait_for(Owner, task_id=1)
         assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
+
+
+class MessageFirst:
+    """A ``ServerClient`` whose replies to submits in ``slot`` wait until a message about
+    ``slot`` has been delivered to the keeper: the order in which a published message
+    overtakes the reply of the round trip that queued the entry."""
+
+    def __init__(self, store: RedisSlotStore, instance_id: str, slot: str) -> None:
+        self._client = RedisClient(store, instance_id)
+        self.slot = slot
+        self.arrived = trio.Event()  # the submit ran on the server; its reply is held
+        self.delivered = trio.Event()  # the keeper has the message
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Connection]:
+        async with self._client.connect() as conn:
+            yield _MessageFirstConnection(conn, self)
+
+    def refuses_calls(self, error: Exception) -> bool:
+        return self._client.refuses_calls(error)
+
+    def refusal(self, error: Exception, asked: str) -> str:
+        return self._client.refusal(error, asked)
+
+
+class _MessageFirstConnection:
+    def __init__(self, conn: Connection, hook: MessageFirst) -> None:
+        self._conn = conn
+        self._hook = hook
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        replies = await self._conn.round_trip(calls)
+        if any(name == "submit" and args[0] == self._hook.slot for name, args in calls):
+            self._hook.arrived.set()
+            await self._hook.delivered.wait()
+        return replies
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        def deliver_first(text: str) -> None:
+            deliver(text)
+            if json.loads(text)[1] == self._hook.slot:
+                self._hook.delivered.set()
+
+        await self._conn.subscribe(channel, deliver_first, subscribed)
+
+
+async def test_hand_over_message_before_the_queued_reply_is_kept(store: RedisSlotStore) -> None:
+    """The hand-over's message for a slot can arrive before the reply that queued this
+    process's entry there: the keeper keeps it until the reply, then acts on it (it was
+    dropped, and the entry was claimed only at the next renewal, lease_ttl / 3 later)."""
+    slow = with_ttl(store, 6.0)
+    hook = MessageFirst(slow, B, "k")
+    async with open_keeper(slow, A) as a, open_keeper(slow, B, client=hook) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await hook.arrived.wait()
+        released = trio.current_time()
+        a.keeper.release("k", 1, DONE)
+        queued = await b.reports.wait_for(Queued, task_id=1)
+        owner = await b.reports.wait_for(Owner, task_id=1)
+        assert b.reports.time_of(queued) <= b.reports.time_of(owner)
+        assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
+
+
+async def test_wake_up_before_the_queued_reply_is_kept(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A ``wake`` (claim now: what earlier versions of the scripts sent instead of a
+    grant) that arrives before the reply queueing the entry is kept until the reply,
+    then claimed at once (it was dropped: the claim waited for the next renewal)."""
+    slow = with_ttl(store, 6.0)
+    hook = MessageFirst(slow, B, "k")
+    async with open_keeper(slow, A) as a, open_keeper(slow, B, client=hook) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await hook.arrived.wait()
+        woken = trio.current_time()
+        await client.delete([f"{slow.key_prefix}lease:k"])  # A's lease expires, unreleased
+        await client.publish(f"{slow.key_prefix}ch:{B}", '["wake", "k"]')
+        owner = await b.reports.wait_for(Owner, task_id=1)
+        assert b.reports.time_of(owner) - woken < 1.0  # renewals come every 2 s
+
+
+async def test_hand_over_is_granted_without_a_claim(store: RedisSlotStore) -> None:
+    """A release hands the lease to the next head on the server and pushes the grant:
+    the next keeper reports Owner (a newer fence token) without a round trip of its own."""
+    slow = with_ttl(store, 30.0)  # no renewal or retry in the window
+    async with open_keeper(slow, A) as a, open_keeper(slow, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        first = await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, task_id=1)
+        before = b.keeper.statistics().round_trips
+        a.keeper.release("k", 1, DONE)
+        owner = await b.reports.wait_for(Owner, task_id=1)
+        assert owner.token > first.token
+        assert b.keeper.statistics().round_trips == before
+        info = await b.keeper.query("k")
+        assert info is not None
+        assert (info.holder, info.fence_token) == (B, owner.token)
+
+
+class Rewrite:
+    """A ``ServerClient`` whose subscription passes each message through ``rewrite``
+    (it returns the messages to deliver instead: none, the same twice, ...)."""
+
+    def __init__(
+        self, store: RedisSlotStore, instance_id: str, rewrite: Callable[[str], list[str]]
+    ) -> None:
+        self._client = RedisClient(store, instance_id)
+        self._rewrite = rewrite
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Connection]:
+        async with self._client.connect() as conn:
+            yield _RewriteConnection(conn, self._rewrite)
+
+    def refuses_calls(self, error: Exception) -> bool:
+        return self._client.refuses_calls(error)
+
+    def refusal(self, error: Exception, asked: str) -> str:
+        return self._client.refusal(error, asked)
+
+
+class _RewriteConnection:
+    def __init__(self, conn: Connection, rewrite: Callable[[str], list[str]]) -> None:
+        self._conn = conn
+        self._rewrite = rewrite
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        return await self._conn.round_trip(calls)
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        def rewritten(text: str) -> None:
+            for message in self._rewrite(text):
+                deliver(message)
+
+        await self._conn.subscribe(channel, rewritten, subscribed)
+
+
+def grants_twice(text: str) -> list[str]:
+    return [text, text] if json.loads(text)[0] == "grant" else [text]
+
+
+def grants_lost(text: str) -> list[str]:
+    return [] if json.loads(text)[0] == "grant" else [text]
+
+
+async def test_grant_delivered_twice_owns_once(store: RedisSlotStore) -> None:
+    """A duplicated grant message changes nothing: one Owner, and the next hand-over
+    goes on as usual."""
+    async with (
+        open_keeper(store, A) as a,
+        open_keeper(store, B, client=Rewrite(store, B, grants_twice)) as b,
+    ):
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, task_id=1)
+        a.keeper.submit("k", 2, QUEUE, 10, False)
+        await a.reports.wait_for(Queued, task_id=2)
+        a.keeper.release("k", 1, DONE)
+        await b.reports.wait_for(Owner, task_id=1)
+        b.keeper.release("k", 1, DONE)
+        await a.reports.wait_for(Owner, task_id=2)
+        assert len(b.reports.of(Owner)) == 1
+        assert b.reports.of(LeaseLost) == a.reports.of(LeaseLost) == []
+
+
+async def test_lost_grant_message_is_found_at_the_next_renewal(store: RedisSlotStore) -> None:
+    """A grant whose message never arrives is found by the next renewal (it answers
+    owner), within lease_ttl / 3, and the lease stays held."""
+    async with (
+        open_keeper(store, A) as a,
+        open_keeper(store, B, client=Rewrite(store, B, grants_lost)) as b,
+    ):
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, task_id=1)
+        released = trio.current_time()
+        a.keeper.release("k", 1, DONE)
+        owner = await b.reports.wait_for(Owner, task_id=1)
+        assert b.reports.time_of(owner) - released < 2 * store.lease_ttl / 3
+        with trio.move_on_after(2 * store.lease_ttl):
+            await b.reports.wait_for(LeaseLost)
+        assert b.reports.of(LeaseLost) == []
+
+
+async def test_grant_for_withdrawn_work_goes_on_to_the_next_head(store: RedisSlotStore) -> None:
+    """Work withdrawn just before its grant message arrives: the keeper ignores the
+    message, the withdrawal gives the lease back, and the next head owns it."""
+    keepers: list[LeaseKeeper] = []
+
+    def withdraw_first(text: str) -> list[str]:
+        if json.loads(text)[0] == "grant":
+            keepers[0].withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
+        return [text]
+
+    hook = Rewrite(store, B, withdraw_first)
+    async with (
+        open_keeper(store, A) as a,
+        open_keeper(store, B, client=hook) as b,
+        open_keeper(store, C) as c,
+    ):
+        keepers.append(b.keeper)
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        first = await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, task_id=1)
+        c.keeper.submit("k", 1, QUEUE, 10, False)
+        await c.reports.wait_for(Queued, task_id=1)
+        a.keeper.release("k", 1, DONE)
+        owner = await c.reports.wait_for(Owner, task_id=1)
+        assert owner.token > first.token + 1  # B's grant came in between
+        info = await c.keeper.query("k")
+        assert info is not None
+        assert (info.holder, info.fence_token) == (C, owner.token)
+        assert b.reports.of(Owner) == []
 
 
 async def test_fifo_across_three_keepers(store: RedisSlotStore) -> None:

@@ -3,7 +3,9 @@
 No server and no trio. The test plays the lease keeper (a small model of what the
 server holds for this process: the asked submissions, the queued ones, one lease per
 slot) and the registry, and feeds the machine only reports the keeper could send: an
-answer per asked submission, grants of queued work while the slot's lease is free,
+answer per asked submission, grants of queued work while the slot's lease is free
+(claimed, or handed over by the server and pushed: reported when the message arrives,
+or never when the work was withdrawn meanwhile, whose withdrawal frees the lease),
 lost leases, stop requests, room, outages, outcomes of followed work. After every step
 it checks the local machine's invariants (the structures agree, held work is FIFO, the
 budgets hold, deadlines are kept, every submission ends at most once) and the cluster
@@ -82,6 +84,7 @@ class ClusterMachineModel(RuleBasedStateMachine):
         self.asked: dict[int, Entry[None]] = {}  # submissions awaiting their answer
         self.queued: dict[int, Entry[None]] = {}  # in the cluster queue
         self.lease: dict[str, int] = {}  # slot -> the task id holding its lease
+        self.pushed: dict[int, Entry[None]] = {}  # granted on the server, message on its way
         self.lost: set[int] = set()  # owners whose lease was reported lost
         self.follows: dict[int, Entry[None]] = {}  # joiners of remote work
         self.available = True
@@ -160,6 +163,7 @@ class ClusterMachineModel(RuleBasedStateMachine):
         """A withdrawal or release reached the server: it holds nothing of ``task_id``."""
         self.asked.pop(task_id, None)
         self.queued.pop(task_id, None)
+        self.pushed.pop(task_id, None)  # the keeper ignores the message that comes later
         if self.lease.get(key) == task_id:
             del self.lease[key]
 
@@ -296,6 +300,28 @@ class ClusterMachineModel(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.queued))
     @rule(index=st.integers(0, 15))
+    def hand_over(self, index: int) -> None:
+        """The server hands the free lease to the head of a slot's cluster queue (a
+        release gave it back) and pushes the grant; the message is on its way."""
+        entry = self.pick(self.queued, index)
+        if entry is None or not self.grantable(entry.key):
+            return
+        head = next(e for e in self.queued.values() if e.key == entry.key)
+        del self.queued[head.id]
+        self.lease[head.key] = head.id
+        self.pushed[head.id] = head
+
+    @precondition(lambda self: bool(self.pushed))
+    @rule(index=st.integers(0, 15))
+    def grant_arrives(self, index: int) -> None:
+        """A pushed grant's message arrives (or the next claim or renewal finds it)."""
+        entry = self.pick(self.pushed, index)
+        if entry is not None:
+            del self.pushed[entry.id]
+            self.report(Owner(entry.key, entry.id, 100 + entry.id))
+
+    @precondition(lambda self: bool(self.queued))
+    @rule(index=st.integers(0, 15))
     def supersede_queued(self, index: int) -> None:
         """Another process's REPLACE displaced queued work (its head)."""
         entry = self.pick(self.queued, index)
@@ -307,6 +333,8 @@ class ClusterMachineModel(RuleBasedStateMachine):
     @rule(index=st.integers(0, 3))
     def lose_lease(self, index: int) -> None:
         key = sorted(self.lease)[index % len(self.lease)]
+        if self.lease[key] in self.pushed:
+            return  # the keeper keeps no deadline for a grant it has not heard of
         task_id = self.lease.pop(key, None)
         if task_id is not None:
             self.lost.add(task_id)
@@ -317,7 +345,7 @@ class ClusterMachineModel(RuleBasedStateMachine):
     def remote_stop(self, index: int, mine: bool) -> None:
         key = sorted(self.lease)[index % len(self.lease)]
         task_id = self.lease.get(key)
-        if task_id is not None:
+        if task_id is not None and task_id not in self.pushed:
             self.report(RemoteStop(key, task_id, "me:1:0000000a" if mine else OTHER))
 
     @rule(key=st.sampled_from(KEYS), go=st.integers(0, 2))
@@ -449,7 +477,7 @@ class ClusterMachineModel(RuleBasedStateMachine):
                 self.exit(0)
         assert m.slots == {}
         assert self.follows == {}
-        assert self.asked == self.queued == {}
+        assert self.asked == self.queued == self.pushed == {}
         assert self.lease == {}, "a lease was never given back"
         for task_id, tags in self.log.items():
             ends = [tag for tag in tags if tag in ENDS]

@@ -7,18 +7,21 @@ in a helper thread, to the real scripts on the test server, with three instance 
 in one process: ``submit`` with every policy (``max_queue``, ``watch``), ``claim``,
 ``release`` (with and without an outcome), ``store_outcome``, ``withdraw``,
 ``stop_owner``, ``renew``, ``cluster_slot``, killing an instance (its heartbeat key
-deleted, as its expiry would), ``FLUSHALL`` (a restart that lost the data), and sending
-a call again: the last one at once, or any earlier obligation later (the keeper resends
-withdrawals, releases, outcomes and stop requests until the server acknowledges them),
-and a submit or claim the server applied but the keeper did not act on (its round trip
-failed after the server ran it, or fewer replicas than ``replicas_ack`` acknowledged
-it): the submit is withdrawn, the claimed entry stays queued for the next renewal.
+deleted, as its expiry would), a lease's expiry (its key deleted), ``FLUSHALL`` (a
+restart that lost the data), and sending a call again: the last one at once, or any
+earlier obligation later (the keeper resends withdrawals, releases, outcomes and stop
+requests until the server acknowledges them), and a submit or claim the server applied
+but the keeper did not act on (its round trip failed after the server ran it, or fewer
+replicas than ``replicas_ack`` acknowledged it): the submit is withdrawn, the claimed
+entry stays queued for the next renewal.
 
 After every step it compares the reply, every key of the namespace (with its expiry
 class) and the messages each instance received, and checks:
 
-* a slot's lease is granted only while free, and only to the live head of its queue,
-  on an idle slot, or to a REPLACE during a hand-over;
+* a slot's lease is granted only while free, and only to the live head of its queue
+  (a release or withdrawal hands it over at once and pushes the grant, whose token the
+  message carries; a process acts on it when it reads it, or finds it at its next
+  claim or renewal), on an idle slot, or to a REPLACE during a hand-over;
 * fence tokens strictly increase per slot, across ``FLUSHALL`` too, below 2**53;
 * at most one process owns a slot, but for owners whose lease went with lost data (they
   learn it at their next renewal); a lease holder is neither queued nor gone; no entry
@@ -98,6 +101,17 @@ class NewToken:
 NEW_TOKEN = NewToken()
 
 
+class ServerMs:
+    """Stands for a time on the server's clock in a model message (Unix milliseconds,
+    a decimal string): a pushed grant's lease expiry."""
+
+    def __repr__(self) -> str:
+        return "<server ms>"
+
+
+SERVER_MS = ServerMs()
+
+
 @attrs.frozen
 class Retry:
     """Stands for a ``retry_ms`` in a model reply: the PTTL of ``key`` (``None``: 0)."""
@@ -139,7 +153,7 @@ class ClusterModel:
         self.watch: dict[str, set[str]] = {}
         self.sent: list[tuple[str, Message]] = []
         self.granted: str | None = None  # the slot granted by the last call, if any
-        self.grant_kind: str | None = None  # "idle", "head" or "replace"
+        self.grant_kind: str | None = None  # "idle", "head", "pushed" or "replace"
 
     def copy(self) -> ClusterModel:
         return copy.deepcopy(self)
@@ -215,11 +229,15 @@ class ClusterModel:
         self.lease[self.granted].token = token
         self.fence[self.granted] = token
 
-    def wake_head(self, slot: str) -> None:
+    def hand_over(self, slot: str) -> None:
+        """A lease was given back: the live head takes it, and its process is told."""
         if slot not in self.lease:
             q = self.prune(slot)
             if q:
-                self.tell(instance_of(q[0]), ["wake", slot])
+                e = q.pop(0)
+                token = self.grant(slot, e, "pushed")
+                self.room(slot)
+                self.tell(instance_of(e), ["grant", slot, e, token, SERVER_MS])
 
     def stop(self, slot: str, requester: str) -> None:
         lease = self.lease[slot]
@@ -313,7 +331,7 @@ class ClusterModel:
             self.out.setdefault(e, "pending")
             if self.out[e] == "pending":
                 reply = "need_outcome"
-        self.wake_head(slot)
+        self.hand_over(slot)
         return reply
 
     def store_outcome(self, e: str, outcome: str) -> str:
@@ -338,11 +356,11 @@ class ClusterModel:
             del self.lease[slot]
             changed = True
         self.done(e)
-        # Resolved for the script: the spec wakes the head whenever the lease is free;
-        # a withdrawal that changed nothing freed nothing (the head was woken when the
-        # slot became free, or retries at the expiry it was told).
+        # Resolved for the script: the spec hands the lease over whenever it is free;
+        # a withdrawal that changed nothing freed nothing (the lease was handed over
+        # when it was given back, or the head retries at the expiry it was told).
         if changed:
-            self.wake_head(slot)
+            self.hand_over(slot)
         return "ok"
 
     def stop_owner(self, slot: str, requester: str) -> list[str | None] | None:
@@ -431,6 +449,11 @@ class ClusterModel:
     def kill(self, instance: str) -> None:
         self._begin()
         self.hb.discard(instance)
+
+    def expire_lease(self, slot: str) -> None:
+        """The lease expires (its holder stopped renewing): nothing is handed over."""
+        self._begin()
+        del self.lease[slot]
 
 
 # -- the server side, driven from the machine's thread ---------------------------------------
@@ -550,6 +573,13 @@ class Server:
 
         return self._run(step)
 
+    def expire_lease(self, slot: str) -> Observed:
+        async def step() -> Observed:
+            await self.scripts.expire_lease(slot)
+            return await self._observe(None)
+
+        return self._run(step)
+
     def flushall(self) -> Observed:
         async def step() -> Observed:
             await self.client.flushall()
@@ -602,6 +632,7 @@ ACTIONS = (
     ("submit_held_again", 2),
     ("store_outcome", 2),
     ("kill", 1),
+    ("expire_lease", 1),
     ("flushall", 1),
     ("withdraw_unsent", 1),
     ("submit_after_its_withdrawal", 1),
@@ -626,7 +657,6 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         self.max_token: dict[str, int] = {}  # survives FLUSHALL: tokens must keep growing
         self.last: Call | None = None
         self.obligations: list[Call] = []
-        self.unacted: set[str] = set()  # entries whose claim the keeper did not act on
         # messages a process has not read yet: until it does, it acts on what it knew
         self.inbox: dict[str, list[Message]] = {i: [] for i in INSTANCES}
         observed = server.flushall()
@@ -643,6 +673,7 @@ class ClusterQueueMachine(RuleBasedStateMachine):
             observed = attrs.evolve(observed, reply=scripts.renew_items(observed.reply))
         tokens: list[int] = []
         self.match(expected, observed.reply, observed, tokens, path=name)
+        self.match(self.expected_messages(), observed.messages, observed, tokens, name)
         if self.model.granted is not None:
             assert len(tokens) == 1, tokens
             self.check_grant(before, tokens[0])
@@ -669,6 +700,14 @@ class ClusterQueueMachine(RuleBasedStateMachine):
             assert isinstance(real, str), (path, real)
             assert real.isdigit(), (path, real)
             tokens.append(int(real))
+        elif expected is SERVER_MS:
+            assert isinstance(real, str), (path, real)
+            assert real.isdigit(), (path, real)
+        elif isinstance(expected, dict):
+            assert isinstance(real, dict), (path, expected, real)
+            assert real.keys() == expected.keys(), (path, expected, real)
+            for key, value in expected.items():
+                self.match(value, real[key], observed, tokens, f"{path}[{key}]")
         elif isinstance(expected, Retry):
             assert isinstance(real, int), (path, real)
             if expected.key is None:
@@ -690,18 +729,24 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         slot's submitter, or a REPLACE during a hand-over) takes a free lease."""
         slot = self.model.granted
         assert slot is not None
-        assert slot not in before.lease
+        kind = self.model.grant_kind
+        entry = self.model.lease[slot].entry
+        if kind == "pushed":  # the call gave the lease back first
+            assert slot not in before.lease or before.lease[slot].entry != entry
+        else:
+            assert slot not in before.lease
         assert token > self.max_token.get(slot, 0), (slot, token, self.max_token.get(slot))
         assert token > before.fence.get(slot, 0)
         assert token < 2**53
         self.max_token[slot] = token
-        entry = self.model.lease[slot].entry
-        live_queue = [e for e in before.q.get(slot, ()) if before.live(e)]
-        kind = self.model.grant_kind
+        # live before the call, and not withdrawn by it (a withdrawal hands over)
+        gone = self.model.gone if kind == "pushed" else {}
+        live_queue = [e for e in before.q.get(slot, ()) if before.live(e) and e not in gone]
         if kind == "idle":
             assert live_queue == []
-        elif kind == "head":
+        elif kind in ("head", "pushed"):
             assert live_queue[0] == entry
+            assert self.model.hb >= {instance_of(entry)}, "a dead head took the lease"
         else:
             assert kind == "replace"
             assert live_queue  # a hand-over in flight
@@ -716,12 +761,15 @@ class ClusterQueueMachine(RuleBasedStateMachine):
                 assert 0 < ttl <= KEEP_MS, (key, ttl)
             else:
                 assert ttl == -1, (key, ttl)  # fences and queues never expire
+        self.match(self.expected_messages(), observed.messages, observed, [], "messages")
+        for instance, messages in observed.messages.items():
+            self.inbox[instance].extend(messages)
+
+    def expected_messages(self) -> dict[str, list[Message]]:
         expected: dict[str, list[Message]] = {i: [] for i in INSTANCES}
         for instance, message in self.model.sent:
             expected[instance].append(message)
-        assert observed.messages == expected
-        for instance, messages in observed.messages.items():
-            self.inbox[instance].extend(messages)
+        return expected
 
     # -- choosing ----------------------------------------------------------------------------
 
@@ -777,6 +825,8 @@ class ClusterQueueMachine(RuleBasedStateMachine):
                 return any(self.inbox.values())
             case "cluster_slot" | "flushall":
                 return bool(self.busy_slots())
+            case "expire_lease":
+                return bool(self.model.lease)
             case "kill":
                 return bool(self.alive())
             case "send_again":
@@ -873,7 +923,6 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         stays queued for the keeper, and its next renewal (or claim) tells it the lease."""
         work = data.draw(st.sampled_from(self.works("queued")), label="work")
         self.send("claim", work.slot, work.entry)
-        self.unacted.add(work.entry)
 
     def release(self, data: st.DataObject) -> None:
         """An owner physically exited (also after a lost lease); with or without its
@@ -939,14 +988,21 @@ class ClusterQueueMachine(RuleBasedStateMachine):
                 self.follows.remove(follow)
 
     def read_messages(self, data: st.DataObject) -> None:
-        """A process reads its messages (until then it may withdraw or claim work that
-        was superseded meanwhile); only ``superseded`` changes what this machine tracks."""
+        """A process reads its messages (until then it may withdraw, claim or renew work
+        that was superseded or granted meanwhile); ``superseded`` ends queued work,
+        ``grant`` makes it the owner while the server still holds that grant (a
+        process that skips the message finds the grant at its next claim or renewal)."""
         instance = data.draw(st.sampled_from([i for i in INSTANCES if self.inbox[i]]))
         for message in self.inbox[instance]:
+            work = self.work.get(message[2]) if message[0] in ("superseded", "grant") else None
+            if work is None or work.status != "queued":
+                continue
             if message[0] == "superseded":
-                work = self.work.get(message[2])
-                if work is not None and work.status == "queued":
-                    work.status = "done"
+                work.status = "done"
+            else:
+                lease = self.model.lease.get(work.slot)
+                if lease is not None and (lease.entry, str(lease.token)) == tuple(message[2:4]):
+                    work.status = "owner"
         self.inbox[instance].clear()
 
     def cluster_slot(self, data: st.DataObject) -> None:
@@ -960,6 +1016,18 @@ class ClusterQueueMachine(RuleBasedStateMachine):
         for work in self.work.values():
             if work.instance == instance and work.status == "queued":
                 work.stale = True
+        self.last = None
+
+    def expire_lease(self, data: st.DataObject) -> None:
+        """A lease expires (its holder's process was paused): nothing is handed over; the
+        head claims at the expiry it was told."""
+        slot = data.draw(st.sampled_from(sorted(self.model.lease)), label="slot")
+        holder = self.model.lease[slot].entry
+        self.model.expire_lease(slot)
+        self.compare_state(self.server.expire_lease(slot))
+        work = self.work.get(holder)
+        if work is not None and work.status in ("owner", "queued"):  # queued: granted, unread
+            work.stale = True
         self.last = None
 
     def flushall(self, data: st.DataObject) -> None:
@@ -1008,13 +1076,12 @@ class ClusterQueueMachine(RuleBasedStateMachine):
                 assert m.lease[work.slot].entry == work.entry, f"{work} lost its lease"
             elif work.status == "queued":
                 lease = m.lease.get(work.slot)
-                # A claim not acted on may have given it the lease: its renewal says so.
-                claimed = lease is not None and lease.entry == work.entry
-                assert (
-                    work.entry in m.q.get(work.slot, ())
-                    or work.entry in m.gone
-                    or (claimed and work.entry in self.unacted)
-                ), f"{work} lost its place"
+                # Granted (by a claim not acted on, or a pushed grant not yet read):
+                # its renewal says so.
+                granted = lease is not None and lease.entry == work.entry
+                assert work.entry in m.q.get(work.slot, ()) or work.entry in m.gone or granted, (
+                    f"{work} lost its place"
+                )
 
 
 # -- the tests --------------------------------------------------------------------------------
@@ -1092,20 +1159,23 @@ def test_case_renewal_behind_a_holder_does_not_prune(machine: ClusterQueueMachin
     assert machine.send("renew", B, [], [("s0", e(B, 3))], [])[1] == [["queued", 0]]
     assert machine.model.q["s0"] == [e(C, 2), e(B, 3)]
     assert machine.model.sent == []
-    machine.send("release", "s0", e(A, 1), "")  # prunes C's entry, wakes B
-    assert machine.model.q["s0"] == [e(B, 3)]
-    assert machine.model.sent == [(A, ["room", "s0"]), (B, ["wake", "s0"])]
+    machine.send("release", "s0", e(A, 1), "")  # prunes C's entry, grants B's
+    assert machine.model.q["s0"] == []
+    assert machine.model.sent == [
+        (A, ["room", "s0"]),
+        (B, ["grant", "s0", e(B, 3), NEW_TOKEN, SERVER_MS]),
+    ]
 
 
-def test_case_withdrawal_that_changes_nothing_wakes_nobody(
+def test_case_withdrawal_that_changes_nothing_hands_nothing_over(
     machine: ClusterQueueMachine,
 ) -> None:
     """Decided for the script: only a withdrawal that freed the lease or left the queue
-    wakes the head (the spec: whenever the lease is free)."""
+    hands the lease over (the spec: whenever the lease is free)."""
     machine.send("submit", "s0", e(A, 1), "queue", 3, False)
     machine.send("submit", "s0", e(B, 2), "queue", 3, False)
     machine.send("withdraw", "s0", e(A, 1), "store_unavailable")
-    assert machine.model.sent == [(B, ["wake", "s0"])]
+    assert machine.model.sent == [(B, ["grant", "s0", e(B, 2), NEW_TOKEN, SERVER_MS])]
     machine.send("withdraw", "s0", e(A, 1), "store_unavailable")
     assert machine.model.sent == []
 
@@ -1139,7 +1209,8 @@ def test_case_replace_during_a_hand_over_tells_watchers(machine: ClusterQueueMac
     machine.send("submit", "s0", e(A, 1), "queue", 1, False)
     machine.send("submit", "s0", e(A, 2), "queue", 1, False)
     machine.send("submit", "s0", e(B, 3), "queue", 1, True)
-    machine.send("release", "s0", e(A, 1), "")
+    machine.model.expire_lease("s0")
+    machine.compare_state(machine.server.expire_lease("s0"))
     reply = machine.send("submit", "s0", e(C, 4), "replace", 1, False)
     assert (reply[0], reply[2]) == ("owner", e(A, 2))
     assert (B, ["room", "s0"]) in machine.model.sent

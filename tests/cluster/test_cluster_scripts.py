@@ -163,10 +163,11 @@ async def test_replace_keeps_the_fifo_tail(s: Scripts) -> None:
 async def test_replace_during_a_hand_over_takes_the_lease(
     s: Scripts, inbox: dict[str, Inbox]
 ) -> None:
-    """With the lease free and a head waiting, REPLACE supersedes the head and owns."""
+    """With the lease free and a head waiting (the lease expired: nobody released it, so
+    nobody handed it over), REPLACE supersedes the head and owns."""
     await s.submit("k", entry(A, 1))
     await s.submit("k", entry(B, 1))
-    await s.release("k", entry(A, 1))
+    await s.expire_lease("k")
     reply = await s.submit("k", entry(C, 1), "replace")
     assert reply[0] == "owner"
     assert reply[2] == entry(B, 1)
@@ -187,16 +188,59 @@ async def test_superseded_head_tells_its_joiners(s: Scripts, inbox: dict[str, In
 # -- claim, release, withdraw ------------------------------------------------------------------
 
 
-async def test_release_wakes_the_live_head_only(s: Scripts, inbox: dict[str, Inbox]) -> None:
-    """A release tells the live head (skipping dead entries) and nobody else."""
+async def test_release_grants_the_lease_to_the_live_head(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """A release hands the lease to the live head (skipping dead entries) with a new
+    fence token, and pushes the grant to the head's process only; the head's claim
+    and renewal see the same grant."""
+    first = token_of(await s.submit("k", entry(A, 1)))
+    await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1))
+    await s.submit("k", entry(A, 2))
+    await s.kill(B)
+    assert await s.release("k", entry(A, 1)) == "ok"
+    lease = await s.lease("k")
+    assert lease["entry"] == entry(C, 1)
+    assert int(lease["token"]) > first
+    assert await s.queue("k") == [entry(A, 2)]  # B's entry pruned, C's taken out
+    message = await inbox[C].wait_kind("grant")
+    assert message[:4] == ["grant", "k", entry(C, 1), lease["token"]]
+    server_ms = round((await s.client.time()).timestamp() * 1000)
+    assert server_ms < int(message[4]) <= server_ms + 2 * 1000  # the expiry, lease_ttl on
+    assert inbox[A].of("grant") == inbox[B].of("grant") == []
+    assert await s.claim("k", entry(C, 1)) == ["owner", lease["token"]]
+    _, entries, _ = await s.renew(C, [], [("k", entry(C, 1))])
+    assert entries == [["owner", lease["token"]]]
+
+
+async def test_release_of_a_slot_without_a_live_head_frees_the_lease(s: Scripts) -> None:
+    """Without a live entry in the queue the lease is simply free."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1))
+    await s.kill(B)
+    assert await s.release("k", entry(A, 1)) == "ok"
+    assert await s.lease("k") == {}
+    assert await s.queue("k") == []
+
+
+async def test_withdrawn_grant_goes_on_to_the_next_head(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """A grant pushed to work its process withdrew meanwhile is given back by that
+    withdrawal, to the next live head, with a newer token; sent again, it does nothing."""
     await s.submit("k", entry(A, 1))
     await s.submit("k", entry(B, 1))
     await s.submit("k", entry(C, 1))
-    await s.kill(B)
-    assert await s.release("k", entry(A, 1)) == "ok"
-    assert await inbox[C].wait_kind("wake") == ["wake", "k"]
-    assert inbox[B].of("wake") == []
-    assert await s.queue("k") == [entry(C, 1)]  # pruned
+    await s.release("k", entry(A, 1))
+    granted = await inbox[B].wait_kind("grant", "k", entry(B, 1))
+    assert await s.withdraw("k", entry(B, 1), "removed_from_queue") == "ok"
+    lease = await s.lease("k")
+    assert lease["entry"] == entry(C, 1)
+    assert int(lease["token"]) > int(granted[3])
+    await inbox[C].wait_kind("grant", "k", entry(C, 1), lease["token"])
+    assert await s.withdraw("k", entry(B, 1), "removed_from_queue") == "ok"
+    assert await s.lease("k") == lease
 
 
 async def test_claim_replies(s: Scripts) -> None:
@@ -207,7 +251,7 @@ async def test_claim_replies(s: Scripts) -> None:
     kind, retry_ms = await s.claim("k", entry(B, 1))
     assert kind == "wait"
     assert 0 < int(retry_ms) <= 1000
-    await s.release("k", entry(A, 1))
+    await s.expire_lease("k")
     kind, retry_ms = await s.claim("k", entry(C, 1))  # the head's heartbeat expiry
     assert kind == "wait"
     assert 0 < int(retry_ms) <= 1000
@@ -224,7 +268,7 @@ async def test_dead_head_is_skipped(s: Scripts) -> None:
     await s.submit("k", entry(A, 1))
     await s.submit("k", entry(B, 1))
     await s.submit("k", entry(C, 1))
-    await s.release("k", entry(A, 1))
+    await s.expire_lease("k")
     await s.kill(B)
     assert (await s.cluster_slot("k"))[3] == 1  # counted live only, before any prune
     assert (await s.claim("k", entry(C, 1)))[0] == "owner"
@@ -232,13 +276,17 @@ async def test_dead_head_is_skipped(s: Scripts) -> None:
 
 
 async def test_release_sent_again_is_harmless(s: Scripts) -> None:
-    """A second release of a released lease does not touch the next owner's lease."""
+    """A second release of a released lease does not touch the next owner's lease, nor
+    hand anything over again."""
     await s.submit("k", entry(A, 1))
     await s.submit("k", entry(B, 1))
+    await s.submit("k", entry(C, 1))
     await s.release("k", entry(A, 1))
-    await s.claim("k", entry(B, 1))
+    lease = await s.lease("k")
+    assert lease["entry"] == entry(B, 1)
     assert await s.release("k", entry(A, 1)) == "ok"
-    assert (await s.lease("k"))["entry"] == entry(B, 1)
+    assert await s.lease("k") == lease
+    assert await s.queue("k") == [entry(C, 1)]
 
 
 async def test_release_with_joiners_asks_for_the_outcome(
@@ -270,12 +318,12 @@ async def test_release_with_an_outcome_stores_it(s: Scripts, inbox: dict[str, In
 async def test_withdraw_gives_back_a_lease_taken_by_a_lost_request(
     s: Scripts, inbox: dict[str, Inbox]
 ) -> None:
-    """A withdrawal of an entry that holds the lease frees it and wakes the head."""
+    """A withdrawal of an entry that holds the lease gives it back, to the head."""
     await s.submit("k", entry(A, 1))  # its reply was "lost"
     await s.submit("k", entry(B, 1))
     assert await s.withdraw("k", entry(A, 1), "store_unavailable") == "ok"
-    assert await s.lease("k") == {}
-    await inbox[B].wait_kind("wake", "k")
+    assert (await s.lease("k"))["entry"] == entry(B, 1)
+    await inbox[B].wait_kind("grant", "k", entry(B, 1))
     assert await s.withdraw("k", entry(A, 1), "shutting_down") == "ok"  # sent again
     assert await s.get(f"gone:{entry(A, 1)}") == "store_unavailable"  # the first reason stays
 
@@ -333,7 +381,7 @@ async def test_renew_reports_queued_entries(s: Scripts) -> None:
     await s.submit("k", entry(A, 2))
     _, entries, _ = await s.renew(A, [], [("k", entry(A, 1)), ("k", entry(A, 2))])
     assert entries == [["queued", 0], ["queued", 0]]
-    await s.release("k", entry(B, 1))
+    await s.expire_lease("k")  # an expiry hands nothing over
     _, entries, _ = await s.renew(A, [], [("k", entry(A, 1)), ("k", entry(A, 2))])
     assert entries == [["queued", 1], ["queued", 0]]
 
@@ -481,7 +529,7 @@ async def test_cluster_slot_reply(s: Scripts) -> None:
     assert parsed.holder == A
     assert parsed.token == token
     assert parsed.live_entries == 1
-    await s.release("k", entry(A, 1))
+    await s.expire_lease("k")
     assert await s.cluster_slot("k") == [None, None, None, 1]
 
 
