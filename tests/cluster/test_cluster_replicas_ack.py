@@ -25,17 +25,19 @@ from trio_taskvisor import (
     OutcomeKind,
     RejectionKind,
     SlotStoreUnavailableError,
+    TaskOutcome,
     TaskSpec,
     open_supervisor,
 )
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
-from trio_taskvisor._keeper import WAIT, Call, Owner, Rejected, StoreRecovered
+from trio_taskvisor._keeper import WAIT, Call, Owner, Queued, Rejected, StoreRecovered
 from trio_taskvisor._redis_client import RedisClient, _RedisConnection
 from trio_taskvisor._slots import AdmissionPolicy
 
 TTL = 1.0
 A = "ack-a:1:0000000a"
+B = "ack-b:1:0000000b"
 
 
 class Topology:
@@ -177,6 +179,24 @@ async def test_a_wait_follows_the_calls_sent_again_after_noscript(
     assert isinstance(replies[1], int)
     assert replies[1] >= 1
     assert await wait_calls(primary.url) - before == 2  # once in each pipeline
+
+
+async def test_a_pushed_grant_is_confirmed_by_a_claim(primary: RedisServer, namespace: str) -> None:
+    """The server pushes a hand-over's grant before the releaser's WAIT has confirmed
+    it: with replicas_ack, the next owner's keeper claims (a round trip ending with its
+    own WAIT) before it reports Owner, where without it would start at once."""
+    store = acking(primary.url, namespace, 1, lease_ttl=30.0)  # no renewal in the window
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b:
+        a.keeper.submit("k", 1, AdmissionPolicy.QUEUE, 10, False)
+        first = await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, AdmissionPolicy.QUEUE, 10, False)
+        await b.reports.wait_for(Queued, task_id=1)
+        before = b.keeper.statistics().round_trips
+        a.keeper.release("k", 1, TaskOutcome(OutcomeKind.COMPLETED))
+        with trio.fail_after(5):
+            owner = await b.reports.wait_for(Owner, task_id=1)
+        assert owner.token > first.token
+        assert b.keeper.statistics().round_trips == before + 1  # the confirming claim
 
 
 # -- a round trip that replicas do not acknowledge fails ---------------------------------
