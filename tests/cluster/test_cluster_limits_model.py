@@ -25,6 +25,7 @@ to the model's symbolic ones on first sight, per instance; a new one never repea
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -318,6 +319,10 @@ class LimitMachine(RuleBasedStateMachine):
     def compare_state(self, observed: Any) -> None:
         keys: dict[str, Any] = observed.keys
         model = self.model
+        # nothing the limit scripts write stays for ever
+        for key, ttl in observed.pttl.items():
+            if key.startswith(("lp:", "lh:", "lq:", "lg:", "lw:", "lx:", "lu:", "lseq")):
+                assert ttl > 0, (key, ttl)
         real_gens = {
             instance: keys.get(f"lu:{instance}")
             for instance in INSTANCES
@@ -335,8 +340,7 @@ class LimitMachine(RuleBasedStateMachine):
                 assert len(live) <= pool.capacity
             else:
                 assert pool.starts <= pool.burst
-            line = keys.get(f"lq:{pid}")
-            real_line = [] if line is None else self.zset_order(pid)
+            real_line = self.pool_line(pid) if f"lq:{pid}" in keys else []
             real_live = [
                 w
                 for w in real_line
@@ -369,11 +373,25 @@ class LimitMachine(RuleBasedStateMachine):
                 if request.status == "waiting":
                     request.status = "granted"
 
-    def zset_order(self, pid: str) -> list[str]:
-        async def read() -> list[str]:
-            return list(await self.server.client.zrange(f"{self.server.prefix}lq:{pid}", 0, -1))
+    def pool_line(self, pid: str) -> list[str]:
+        """A pool's waiters on the server, in acceptance order: the merge of its groups'
+        lines. Checks the index on the way: each group of the pool includes the pool and
+        is scored by its head."""
+        prefix = self.server.prefix
 
-        return self.server._run(read)
+        async def read() -> list[tuple[float, str]]:
+            client = self.server.client
+            line: list[tuple[float, str]] = []
+            groups = await client.zrange(f"{prefix}lq:{pid}", 0, -1, withscores=True)
+            for gid, score in groups:  # type: ignore[misc]
+                assert pid in json.loads(gid), (pid, gid)
+                members = await client.zrange(f"{prefix}lg:{gid}", 0, -1, withscores=True)
+                assert members, (pid, gid)
+                assert members[0][1] == score, (pid, gid, members, score)  # type: ignore[index]
+                line.extend((s, w) for w, s in members)  # type: ignore[misc]
+            return sorted(line)
+
+        return [w for _, w in self.server._run(read)]
 
     def find(self, w: str) -> Request:
         return next(r for r in self.requests if r.w == w)
