@@ -571,3 +571,16 @@ async def test_renewal_keeps_the_keys_of_held_pools(s: Scripts) -> None:
     reply = scripts.parse_cluster_limit(await s.call(scripts.CLUSTER_LIMIT, "c1"))
     assert reply.holders == {A: 1}
     assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"
+
+
+async def test_a_release_of_several_pools_grants_the_oldest_of_all_their_waiters(
+    s: Scripts,
+) -> None:
+    """Waiters of two freed pools compete for a third: the older one gets it, whichever
+    pool the release names first."""
+    assert (await limit_acquire(s, A, f"{A}/h", "c1", "c2")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/old", "c2", "c3")).kind == "waiting"
+    assert (await limit_acquire(s, B, f"{B}/new", "c1", "c3")).kind == "waiting"
+    await limit_release(s, f"{A}/h", "c1", "c2")
+    assert (await limit_acquire(s, B, f"{B}/old", "c2", "c3")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/new", "c1", "c3")).kind == "waiting"
