@@ -18,6 +18,7 @@ from conftest import RedisServer
 
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
+from trio_taskvisor._redis_client import read_namespace
 
 A, B, C = "host-a:101:0000000a", "host-b:202:0000000b", "host-c:303:0000000c"
 
@@ -584,3 +585,18 @@ async def test_a_release_of_several_pools_grants_the_oldest_of_all_their_waiters
     await limit_release(s, f"{A}/h", "c1", "c2")
     assert (await limit_acquire(s, B, f"{B}/old", "c2", "c3")).kind == "granted"
     assert (await limit_acquire(s, B, f"{B}/new", "c1", "c3")).kind == "waiting"
+
+
+async def test_the_slots_command_counts_the_live_waiters_of_every_pool_set(
+    s: Scripts, store: RedisSlotStore
+) -> None:
+    """``read_namespace`` counts a pool's live waiters across the pool sets that include
+    it, and none of an instance whose units' lease is gone."""
+    assert (await limit_acquire(s, A, f"{A}/h", "c1")).kind == "granted"
+    for w, pools in [("1", ("c1",)), ("2", ("c1",)), ("3", ("c1", "c2"))]:
+        assert (await limit_acquire(s, B, f"{B}/{w}", *pools)).kind == "waiting"
+    namespace = await read_namespace(store)
+    assert (namespace.pools["c1"].waiting, namespace.pools["c2"].waiting) == (3, 1)
+    await s.client.delete([f"{s.prefix}lu:{B}"])
+    namespace = await read_namespace(store)
+    assert (namespace.pools["c1"].waiting, namespace.pools["c1"].holders) == (0, [A])
