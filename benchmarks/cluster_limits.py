@@ -52,7 +52,10 @@ CASES: dict[str, tuple[str, Any]] = {
     "a": ("first waiter fits", lambda: (["A"] for _ in range(WAITERS))),
     "b": ("all also need a full pool", lambda: (["A", "B"] for _ in range(WAITERS))),
     "c": ("a mix (5,000 blocked, 52 pool sets)", _mix),
-    "d": ("10,000 distinct pool sets, all blocked", lambda: (["A", f"T {k}"] for k in range(WAITERS))),
+    "d": (
+        "10,000 distinct pool sets, all blocked",
+        lambda: (["A", f"T {k}"] for k in range(WAITERS)),
+    ),
 }
 
 
@@ -121,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     releases = 20 if args.quick else 200
     with running_server(prefix="tv-bench-limits-") as server:
         header = f"{'case':<48} {'n':>5} {'p50 us':>8} {'p99 us':>8} {'max us':>8}"
-        print(f"{WAITERS} waiters; server time per limit_release (INFO commandstats); target <= 1000 us")
+        print(f"{WAITERS} waiters; server time per release (INFO commandstats); target <= 1000 us")
         print(header)
         print("-" * len(header))
         for case in args.only or sorted(CASES):

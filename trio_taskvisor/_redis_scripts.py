@@ -1232,7 +1232,11 @@ def limit_renew_args(
     ``held``: the ids of the concurrency pools it holds units of."""
     items = [[request, _pairs(pools)] for request, pools in waiters]
     compact = (",", ":")
-    return (instance, json.dumps(items, separators=compact), json.dumps(list(held), separators=compact))
+    return (
+        instance,
+        json.dumps(items, separators=compact),
+        json.dumps(list(held), separators=compact),
+    )
 
 
 LimitKind: TypeAlias = Literal["granted", "waiting", "conflict", "gone"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import coredis
-import trio
 import pytest
+import trio
 from cluster_helpers import Inbox, Scripts, entry, open_inboxes
 from conftest import RedisServer
 
@@ -515,16 +515,13 @@ async def test_a_release_grants_the_oldest_that_fits_across_pool_sets(s: Scripts
     blocks one that needs other pools, and the same set in another order is one line."""
     assert (await limit_acquire(s, A, f"{A}/h1", "c1")).kind == "granted"
     assert (await limit_acquire(s, A, f"{A}/h2", "c2")).kind == "granted"
-    for w, pools in [("w1", ("c1", "c2")), ("w2", ("c1",)), ("w3", ("c2", "c1")), ("w4", ("c2",))]:
+    waiters = [("w1", ("c1", "c2")), ("w2", ("c1",)), ("w3", ("c2", "c1")), ("w4", ("c2",))]
+    for w, pools in waiters:
         assert (await limit_acquire(s, B, f"{B}/{w}", *pools)).kind == "waiting"
 
     async def granted() -> set[str]:
         """The waiters granted so far (an acquisition sent again answers its grant)."""
-        replies = {
-            w: await limit_acquire(s, B, f"{B}/{w}", *pools)
-            for w, pools in [("w1", ("c1", "c2")), ("w2", ("c1",))]
-            + [("w3", ("c2", "c1")), ("w4", ("c2",))]
-        }
+        replies = {w: await limit_acquire(s, B, f"{B}/{w}", *pools) for w, pools in waiters}
         return {w for w, reply in replies.items() if reply.kind == "granted"}
 
     await limit_release(s, f"{A}/h1", "c1")  # w1 still needs c2
