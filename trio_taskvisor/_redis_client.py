@@ -379,7 +379,8 @@ async def _read_pools(
     async with client.pipeline(transaction=False) as pipe:
         for group in groups:
             pipe.zrange(f"{prefix}lg:{group}", 0, -1)
-    members = {g: [str(w) for w in ws] for g, ws in zip(groups, pipe.results or (), strict=True)}
+    lines: list[Any] = list(pipe.results or ())
+    members = {g: [str(w) for w in ws] for g, ws in zip(groups, lines, strict=True)}
     raw: list[tuple[str, list[str | None], dict[str, str], list[str]]] = []
     for k, pid in enumerate(pool_ids):
         spec_tat, held, pool_groups = results[1 + 3 * k : 4 + 3 * k]
