@@ -683,10 +683,18 @@ class LeaseKeeper:
         if renew and self._limits:
             waiters = tuple(r for r in self._limits.values() if r.state == "waiting")
             items = [(r.w, r.pools) for r in waiters]
-            batch.add(
-                _LimitRenewal(waiters),
-                (scripts.LIMIT_RENEW.name, scripts.limit_renew_args(self.instance_id, items)),
+            # the server's keys of the pools this process holds units of live on with them
+            held = sorted(
+                {
+                    pid
+                    for r in self._limits.values()
+                    if r.state == "held"
+                    for pid, spec in r.pools
+                    if spec.startswith("concurrency")
+                }
             )
+            args = scripts.limit_renew_args(self.instance_id, items, held)
+            batch.add(_LimitRenewal(waiters), (scripts.LIMIT_RENEW.name, args))
         if not self._closing:
             now = trio.current_time()
             for request in self._limits.values():

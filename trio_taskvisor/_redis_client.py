@@ -512,8 +512,9 @@ async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
 async def _read_pools(
     client: coredis.Redis[str], prefix: str, keys: list[str]
 ) -> dict[str, PoolState]:
-    """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lw:``, ``lu:``): a holder or a
-    waiter is live while its instance's units' key holds the generation it carries."""
+    """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lg:``, ``lw:``, ``lu:``): a holder
+    or a waiter is live while its instance's units' key holds the generation it carries;
+    a pool's waiters are those of the groups (pool sets) in its ``lq:`` index."""
     pool_ids = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "lp:")})
     if not pool_ids:
         return {}
@@ -525,11 +526,18 @@ async def _read_pools(
             pipe.zrange(f"{prefix}lq:{pid}", 0, -1)
     results: list[Any] = list(pipe.results or ())
     now_ms = float(results[0].timestamp()) * 1000  # coredis gives the server's TIME as a datetime
+    groups = sorted({str(g) for k in range(len(pool_ids)) for g in results[3 + 3 * k]})
+    async with client.pipeline(transaction=False) as pipe:
+        for group in groups:
+            pipe.zrange(f"{prefix}lg:{group}", 0, -1)
+    lines: list[Any] = list(pipe.results or ())
+    members = {g: [str(w) for w in ws] for g, ws in zip(groups, lines, strict=True)}
     raw: list[tuple[str, list[str | None], dict[str, str], list[str]]] = []
     for k, pid in enumerate(pool_ids):
-        spec_tat, held, line = results[1 + 3 * k : 4 + 3 * k]
-        raw.append((pid, list(spec_tat), {str(h): str(g) for h, g in held.items()}, list(line)))
-    waiters = [str(w) for _, _, _, line in raw for w in line]
+        spec_tat, held, pool_groups = results[1 + 3 * k : 4 + 3 * k]
+        line = [w for g in pool_groups for w in members[str(g)]]
+        raw.append((pid, list(spec_tat), {str(h): str(g) for h, g in held.items()}, line))
+    waiters = sorted({w for _, _, _, line in raw for w in line})
     instances = sorted(
         {instance_of(h) for _, _, held, _ in raw for h in held} | {instance_of(w) for w in waiters}
     )

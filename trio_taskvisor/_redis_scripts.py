@@ -472,24 +472,33 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # key                     type    content                                      expiry
 # ======================  ======  ===========================================  ===========
 # ``P lp:<pool>``         hash    ``spec`` (settings), ``tat`` (rate, ms)       see below
-# ``P lh:<pool>``         hash    holders: request -> its instance's generation  none
-# ``P lq:<pool>``         zset    waiting requests, scored by acceptance         none
-# ``P lw:<w>``            hash    a waiter: ``pools`` (JSON), ``gen``, ``seq``    none
+# ``P lh:<pool>``         hash    holders: request -> its instance's generation  live
+# ``P lq:<pool>``         zset    groups waiting in the pool, scored by head     live
+# ``P lg:<group>``        zset    a group's waiters, scored by acceptance        live
+# ``P lw:<w>``            hash    a waiter: ``pools`` (JSON), ``gen``, ``seq``    live
 # ``P lx:<w>``            string  the generation it was granted in, or ``gone``  keep
 # ``P lu:<instance>``     string  the instance's generation (its units' lease)   lease_ttl
-# ``P lseq``              string  the acceptance counter                         none
+# ``P lseq``              string  the last acceptance number                     live
 # ======================  ======  ===========================================  ===========
 #
 # Units and waiters are leased with their instance: each carries the *generation* of
 # ``lu:<instance>`` at the time it was accepted, and is live while that key still holds
 # that generation. The key is renewed by ``limit_renew`` (in the renewal's round trip);
 # once it expired, a new one gets a new generation (the server's ``TIME``), so a dead
-# instance's units never come back. Dead holders and waiters are removed when a script
-# reads them. A pool's settings stay while it has a live holder or waiter, and a rate
-# pool's while its ``tat`` is ahead of the server's clock (``lp`` then expires at
-# ``tat``). Every script that frees units, or first reads a pool, grants the oldest
-# waiters of the changed pools that fit (``settle``) and publishes ``["limit", w, gen]``
-# to their instances.
+# instance's units never come back. Dead holders are removed when a script reads a pool,
+# dead waiters when a settle meets them at the head of their group. A pool's settings
+# stay while it has a live holder or waiter, and a rate pool's while its ``tat`` is ahead
+# of the server's clock (``lp`` then expires at ``tat``). Every script that frees units,
+# or first reads a pool, grants the oldest waiters of the changed pools that fit
+# (``settle``) and publishes ``["limit", w, gen]`` to their instances.
+#
+# A *group* is a set of pools some requests wait for all at once; its id is the JSON list
+# of its pool ids, sorted. ``live`` is ``2 * lease_ttl`` from the last write or renewal
+# (``limit_renew`` renews the keys of the pools its instance holds units of, and of its
+# waiters): longer than the lease of every instance a key counts for, so nothing an
+# unused namespace held stays behind. The acceptance number is the server's clock in
+# microseconds, or the last number + 1 if that is not above it, so an expired counter
+# never restarts the order.
 
 _LIMITS: Final = r"""
 local function now_ms()
@@ -498,6 +507,10 @@ local function now_ms()
 end
 local NOW = now_ms()
 local function num(x) return string.format('%.17g', x) end
+-- Every key below but lx and lu expires LIVE after its last write or renewal: twice the
+-- lease of any instance it counts for, so a live holder's or waiter's keys never expire
+-- before its instance's units do, and a namespace nobody uses leaves nothing behind.
+local LIVE = 2 * tonumber(TTL)
 
 local gen_memo = {}
 -- the generation of an instance's units (false: none, its units are dead)
@@ -576,22 +589,118 @@ local function room_in(p)
   return at - NOW
 end
 
-local function has_room(p) return room_in(p) == 0 end
+local function has_room(p) return p.spec ~= nil and p.spec ~= false and room_in(p) == 0 end
 
 local function take(p, w, g)
   p.touched = true
   if p.cap then
     p.held = p.held + 1
     redis.call('HSET', P .. 'lh:' .. p.pid, w, g)
+    redis.call('PEXPIRE', P .. 'lh:' .. p.pid, LIVE)
   else
     p.tat = math.max(p.tat, NOW) + p.interval
     redis.call('HSET', P .. 'lp:' .. p.pid, 'tat', num(p.tat))
   end
 end
 
+-- Waiters are indexed by their *group*, the set of pools they wait for: ``lg:<group>``
+-- holds a group's waiters in acceptance order, and ``lq:<pool>`` the groups that include
+-- the pool, each scored by its head's acceptance number. Within a group only the head
+-- can be the oldest waiter that fits (its members need the same pools), so a change of
+-- a pool's room reads the heads of that pool's groups, not every waiter of the pool.
+
+local group_memo = {}  -- group id -> its pool ids
+-- a pool set's group id (its pool ids sorted, as JSON) and its pool ids
+local function group_of(pids)
+  local sorted = {}
+  for k, pid in ipairs(pids) do sorted[k] = pid end
+  table.sort(sorted)
+  local gid = cjson.encode(sorted)
+  group_memo[gid] = sorted
+  return gid, sorted
+end
+
+local function pools_of_group(gid)
+  local spids = group_memo[gid]
+  if not spids then
+    spids = cjson.decode(gid)
+    group_memo[gid] = spids
+  end
+  return spids
+end
+
+-- score the group by its head in each pool's index, or take it out when it is empty
+local function rehead(gid, spids)
+  local h = redis.call('ZRANGE', P .. 'lg:' .. gid, 0, 0, 'WITHSCORES')
+  for _, pid in ipairs(spids) do
+    local qk = P .. 'lq:' .. pid
+    if h[1] then
+      redis.call('ZADD', qk, h[2], gid)
+      redis.call('PEXPIRE', qk, LIVE)
+    else
+      redis.call('ZREM', qk, gid)
+    end
+  end
+end
+
 local function drop_waiter(w, pids)
-  for _, pid in ipairs(pids) do redis.call('ZREM', P .. 'lq:' .. pid, w) end
+  local gid, spids = group_of(pids)
+  if redis.call('ZREM', P .. 'lg:' .. gid, w) == 1 then rehead(gid, spids) end
   redis.call('DEL', P .. 'lw:' .. w)
+end
+
+-- the next acceptance number: above the last one, and above any earlier one even after
+-- the counter expired (the server's clock in microseconds is its floor)
+local function next_seq()
+  local t = redis.call('TIME')
+  local seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('GET', P .. 'lseq'))
+  if last and last >= seq then seq = last + 1 end
+  redis.call('SET', P .. 'lseq', num(seq), 'PX', LIVE)
+  return seq
+end
+
+local function add_waiter(w, pids, g)
+  local seq = next_seq()
+  local wk = P .. 'lw:' .. w
+  redis.call('HSET', wk, 'pools', cjson.encode(pids), 'gen', g, 'seq', num(seq))
+  redis.call('PEXPIRE', wk, LIVE)
+  local gid, spids = group_of(pids)
+  redis.call('ZADD', P .. 'lg:' .. gid, num(seq), w)
+  redis.call('PEXPIRE', P .. 'lg:' .. gid, LIVE)
+  rehead(gid, spids)
+end
+
+-- a waiter's renewal: its keys live on
+local function keep_waiter(w, pids)
+  local gid, spids = group_of(pids)
+  redis.call('PEXPIRE', P .. 'lw:' .. w, LIVE)
+  redis.call('PEXPIRE', P .. 'lg:' .. gid, LIVE)
+  for _, pid in ipairs(spids) do redis.call('PEXPIRE', P .. 'lq:' .. pid, LIVE) end
+end
+
+local function fits(spids)
+  for _, pid in ipairs(spids) do
+    if not has_room(pool(pid)) then return false end
+  end
+  return true
+end
+
+-- the oldest group of a pool whose head is older than ``before`` and whose every pool has
+-- room (its id and head's number), or nil; groups are read in their heads' order, a few
+-- at a time
+local function oldest_fitting(pid, before)
+  local qk, k = P .. 'lq:' .. pid, 0
+  while true do
+    local r = redis.call('ZRANGE', qk, k, k + 31, 'WITHSCORES')
+    if not r[1] then return nil end
+    for j = 1, #r, 2 do
+      local seq = tonumber(r[j + 1])
+      if before and seq >= before then return nil end
+      if fits(pools_of_group(r[j])) then return r[j], seq end
+    end
+    k = k + 32
+  end
 end
 
 -- grant w its units in every pool of pids; tell its instance
@@ -601,41 +710,30 @@ local function grant(w, pids, g)
   return g
 end
 
--- grant, oldest first, the live waiters of the changed pools whose every pool has room;
--- only the waiters of those pools are read, and a pool stops being read once it is full
+-- grant, oldest first, the live waiters of the changed pools whose every pool has room:
+-- the oldest head that fits among the groups of the changed pools that have room, again
+-- while one fits; a dead instance's waiter met at a head is removed for good
 local function settle(changed)
-  local min = '-inf'
   while true do
     local best, best_seq
     for _, pid in ipairs(changed) do
-      local p = pool(pid)
-      if p.spec and has_room(p) then
-        local r = redis.call('ZRANGE', P .. 'lq:' .. pid, min, '+inf', 'BYSCORE',
-          'LIMIT', 0, 1, 'WITHSCORES')
-        if r[1] and (not best_seq or tonumber(r[2]) < best_seq) then
-          best, best_seq = r[1], tonumber(r[2])
-        end
+      if has_room(pool(pid)) then
+        local gid, seq = oldest_fitting(pid, best_seq)
+        if gid then best, best_seq = gid, seq end
       end
     end
     if not best then return end
-    min = '(' .. num(best_seq)
-    local v = redis.call('HMGET', P .. 'lw:' .. best, 'pools', 'gen')
-    local i = instance_of(best)
-    if not v[1] or gen_of(i) ~= v[2] then
-      -- a dead instance's waiter (or a broken one): skipped for good
-      if v[1] then drop_waiter(best, cjson.decode(v[1])) else
-        for _, pid in ipairs(changed) do redis.call('ZREM', P .. 'lq:' .. pid, best) end
-      end
+    local spids = pools_of_group(best)
+    local head = redis.call('ZRANGE', P .. 'lg:' .. best, 0, 0)[1]
+    if not head then
+      rehead(best, spids)  -- the group's key expired: forget it
     else
-      local pids = cjson.decode(v[1])
-      local fits = true
-      for _, pid in ipairs(pids) do
-        if not has_room(pool(pid)) then fits = false; break end
-      end
-      if fits then
-        drop_waiter(best, pids)
-        grant(best, pids, v[2])
-        tell(i, {'limit', best, v[2]})
+      local v = redis.call('HMGET', P .. 'lw:' .. head, 'pools', 'gen')
+      local i = instance_of(head)
+      drop_waiter(head, spids)
+      if v[1] and gen_of(i) == v[2] then
+        grant(head, cjson.decode(v[1]), v[2])
+        tell(i, {'limit', head, v[2]})
       end
     end
   end
@@ -651,27 +749,38 @@ local function tidy(p)
       redis.call('DEL', lk, P .. 'lh:' .. p.pid)
     else
       redis.call('HSET', lk, 'spec', p.spec)
-      redis.call('PERSIST', lk)
+      redis.call('PEXPIRE', lk, LIVE)
     end
   else
     if not waiting and p.tat <= NOW then
       redis.call('DEL', lk)
     else
       redis.call('HSET', lk, 'spec', p.spec)
-      if waiting then redis.call('PERSIST', lk) else
-        redis.call('PEXPIRE', lk, math.ceil(p.tat - NOW) + 1)
+      local ms = math.ceil(p.tat - NOW) + 1
+      if waiting and ms < LIVE then ms = LIVE end
+      redis.call('PEXPIRE', lk, ms)
+    end
+  end
+end
+
+-- the number of a pool's live waiters (at most 1 when ``any``)
+local function live_waiters(pid, any)
+  local n = 0
+  for _, gid in ipairs(redis.call('ZRANGE', P .. 'lq:' .. pid, 0, -1)) do
+    for _, w in ipairs(redis.call('ZRANGE', P .. 'lg:' .. gid, 0, -1)) do
+      if redis.call('HGET', P .. 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then
+        n = n + 1
+        if any then return n end
       end
     end
   end
+  return n
 end
 
 -- whether a pool's settings must stay: a live holder or waiter, or a tat ahead
 local function in_use(p)
   if p.held > 0 or (not p.cap and p.tat > NOW) then return true end
-  for _, w in ipairs(redis.call('ZRANGE', P .. 'lq:' .. p.pid, 0, -1)) do
-    if redis.call('HGET', P .. 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then return true end
-  end
-  return false
+  return live_waiters(p.pid, true) > 0
 end
 
 local function tidy_all() for _, p in pairs(pools) do tidy(p) end end
@@ -720,14 +829,8 @@ local function acquire(me, w, pairs_)
     if waiting then drop_waiter(w, pids) end
     return {'granted', grant(w, pids, g)}
   end
-  if not waiting then
-    local seq = redis.call('INCR', P .. 'lseq')
-    redis.call('HSET', P .. 'lw:' .. w, 'pools', cjson.encode(pids), 'gen', g, 'seq', seq)
-    for _, pid in ipairs(pids) do
-      pool(pid).touched = true
-      redis.call('ZADD', P .. 'lq:' .. pid, seq, w)
-    end
-  end
+  if waiting then keep_waiter(w, pids) else add_waiter(w, pids, g) end
+  for _, pid in ipairs(pids) do pool(pid).touched = true end
   return {'waiting', g, retry and math.ceil(retry) or false, blocked}
 end
 
@@ -778,22 +881,29 @@ local x = redis.call('GET', P .. 'lx:' .. w)
 redis.call('SET', P .. 'lx:' .. w, 'gone', 'PX', KEEP)
 if x and x ~= 'gone' then release(w, pids) end
 if redis.call('EXISTS', P .. 'lw:' .. w) == 1 then
-  drop_waiter(w, pids)
   for _, pid in ipairs(pids) do pool(pid).touched = true end
 end
+drop_waiter(w, pids)
 tidy_all()
 return 'ok'
 """
 
 _LIMIT_RENEW: Final = r"""
 -- limit_renew: this process's units' lease, and its waiting requests.
--- keys:    lu:<me>, and per waiter those of limit_acquire
--- args:    me, JSON [[w, [[pool id, spec], ...]], ...] (waiting requests)
+-- keys:    lu:<me>, lh:<pool> lp:<pool> (pools it holds units of), and per waiter those
+--          of limit_acquire
+-- args:    me, JSON [[w, [[pool id, spec], ...]], ...] (waiting requests), JSON [pool
+--          id, ...] (the concurrency pools it holds units of: their keys live on)
 -- replies: JSON [gen, items]: gen is the live generation (units of another one are
 --          lost); one item per waiter, as limit_acquire replies (a waiter of an expired
 --          generation is accepted again, at the tail)
-local me, waiters = ARGV[4], cjson.decode(ARGV[5])
+local me, waiters, held = ARGV[4], cjson.decode(ARGV[5]), cjson.decode(ARGV[6] or '[]')
 local g = my_gen(me)
+for _, pid in ipairs(held) do
+  if redis.call('PEXPIRE', P .. 'lh:' .. pid, LIVE) == 1 then
+    redis.call('PEXPIRE', P .. 'lp:' .. pid, LIVE)
+  end
+end
 local items = {}
 for k, pair in ipairs(waiters) do items[k] = acquire(me, pair[1], pair[2]) end
 tidy_all()
@@ -816,10 +926,7 @@ for k = 1, #flat, 2 do
 end
 local holders = {}
 for i, n in pairs(per) do holders[#holders + 1] = i; holders[#holders + 1] = n end
-local n = 0
-for _, w in ipairs(redis.call('ZRANGE', P .. 'lq:' .. pid, 0, -1)) do
-  if redis.call('HGET', P .. 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then n = n + 1 end
-end
+local n = live_waiters(pid, false)
 local next_ms = false
 if not p.cap then next_ms = room_in(p) end
 return {p.spec, holders, n, next_ms and math.ceil(next_ms)}
@@ -1141,11 +1248,19 @@ def limit_release_args(request: str, pool_ids: Iterable[str]) -> Args:
 
 
 def limit_renew_args(
-    instance: str, waiters: Iterable[tuple[str, Iterable[tuple[str, str]]]]
+    instance: str,
+    waiters: Iterable[tuple[str, Iterable[tuple[str, str]]]],
+    held: Iterable[str] = (),
 ) -> Args:
-    """``waiters``: ``(request, pools)`` of every waiting request of the process."""
+    """``waiters``: ``(request, pools)`` of every waiting request of the process;
+    ``held``: the ids of the concurrency pools it holds units of."""
     items = [[request, _pairs(pools)] for request, pools in waiters]
-    return (instance, json.dumps(items, separators=(",", ":")))
+    compact = (",", ":")
+    return (
+        instance,
+        json.dumps(items, separators=compact),
+        json.dumps(list(held), separators=compact),
+    )
 
 
 LimitKind: TypeAlias = Literal["granted", "waiting", "conflict", "gone"]

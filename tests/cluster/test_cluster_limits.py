@@ -266,3 +266,30 @@ async def test_a_stop_while_waiting_withdraws_the_request(store: RedisSlotStore)
         assert b.limit_snapshot() == ()
         gate.set()
         assert (await holder.wait()).kind is OutcomeKind.COMPLETED
+
+
+async def test_a_long_held_unit_keeps_its_pool_on_the_server(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """A unit held for longer than the pool's keys live unrenewed (``2 * lease_ttl``)
+    still counts: the holder's renewals keep its pool's keys, so another instance waits."""
+    ttl = 0.5
+    store = RedisSlotStore(redis_server.url, namespace=namespace, lease_ttl=ttl)
+    exports = ConcurrencyLimit("exports", 1)
+    gate, started = trio.Event(), trio.Event()
+    async with replica(store) as (a, _), replica(store) as (b, recorder_b):
+        holder = await a.add(held_by(gate, "a", exports, started))
+        with trio.fail_after(2 * ttl):
+            await started.wait()
+        await trio.sleep(2 * 2 * ttl)  # twice the keys' unrenewed life
+        waiter = await b.add(held_by(trio.Event(), "b", exports))
+        with trio.fail_after(2 * ttl):
+            await recorder_b.wait_for(EventKind.LIMIT_WAITING)
+        info = await b.cluster_limit(exports)
+        assert (info.held, info.holders) == (1, {a.instance_id: 1})
+        gate.set()
+        assert (await holder.wait()).kind is OutcomeKind.COMPLETED
+        with trio.fail_after(2 * ttl):
+            await recorder_b.wait_for(EventKind.LIMIT_ACQUIRED)
+        await b.remove("b")
+        await waiter.wait()

@@ -2,19 +2,22 @@
 
 ``LimitModel`` is the server side of cluster limits in executable form: one method per
 script (``limit_acquire``, ``limit_release``, ``limit_withdraw``, ``limit_renew``,
-``cluster_limit``), plain data, no time. The state machine sends the same random
-operations to the model and to the real scripts (through the helper thread of
+``cluster_limit``), plain data, its clock an input. The state machine sends the same
+random operations to the model and to the real scripts (through the helper thread of
 ``test_cluster_model``), with three instances: new acquisitions over two concurrency
-pools, a keyed one and a rate pool (some with conflicting settings), acquisitions sent
-again (a replay, or a waiter's poll), releases, withdrawals (of waiting, granted and
-unsent requests), renewals, killing an instance (its units' lease deleted, as its
-expiry would) and queries. After every step it compares the reply, the live state on
-the server (holders, waiters in order, settings of pools in use) and the grant
-messages each instance received, and checks:
+pools, a keyed one and a rate pool, in mixed sets (one set also in another order; some
+with conflicting settings), acquisitions sent again (a replay, or a waiter's poll),
+releases, withdrawals (of waiting, granted and unsent requests), renewals, killing an
+instance (its units' lease deleted, as its expiry would), the clock moving on, and
+queries. After every step it compares the reply, the live state on the server
+(holders, waiters in order, settings of pools in use, every key with an expiry) and
+the grant messages each instance received, and checks:
 
 * a concurrency pool never has more live holders than its capacity, and a rate pool
-  never more starts than its burst (its ``per`` is an hour: nothing refills during an
-  example);
+  never more than its burst of starts ahead of the clock. The model's clock moves only
+  by ``advance``, in half intervals of the rate pool (half an hour each), and the step
+  moves the pool's ``tat`` on the server back as much, which is the same to GCRA; the
+  real clock's seconds during an example never decide a comparison;
 * all at once: a request holds a unit of every concurrency pool it asked for, or none;
 * oldest that fits: after a step, no live waiter of a pool the step changed fits.
 
@@ -25,6 +28,7 @@ to the model's symbolic ones on first sight, per instance; a new one never repea
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,7 +51,20 @@ SPECS = {
     RATE: "rate 1 per 3600.0 burst 2",
 }
 OTHER_SPEC = "concurrency 3"  # a conflict with CAP1's settings
-POOL_SETS = [(CAP1,), (CAP2,), (CAP1, CAP2), (CAP2, KEYED), (RATE,), (CAP2, RATE), (KEYED,)]
+HALF = 1_800_000.0  # half of RATE's interval (ms): the step of the model's clock
+# mixed pool sets, one set in two orders (one group on the server)
+POOL_SETS = [
+    (CAP1,),
+    (CAP2,),
+    (CAP1, CAP2),
+    (CAP2, CAP1),
+    (CAP2, KEYED),
+    (CAP1, CAP2, KEYED),
+    (RATE,),
+    (CAP2, RATE),
+    (RATE, CAP1),
+    (KEYED,),
+]
 
 
 @attrs.define
@@ -60,7 +77,11 @@ class Waiter:
 @attrs.define
 class Pool:
     spec: str
-    starts: int = 0  # a rate pool's starts since its settings were set
+    # A rate pool's GCRA ``tat``, in half intervals after the model's "now" (None: -inf).
+    # The model's clock stands still but for ``advance``: the real one moves by seconds
+    # during an example, far less than half an interval, so a comparison the model makes
+    # with whole half intervals has the same answer on the server.
+    tat: int | None = None
 
     @property
     def capacity(self) -> int | None:
@@ -100,7 +121,7 @@ class LimitModel:
     def has_room(self, pid: str) -> bool:
         pool = self.pools[pid]
         if pool.capacity is None:
-            return pool.starts < pool.burst
+            return pool.tat is None or pool.tat - 2 * (pool.burst - 1) <= 0
         return self.held(pid) < pool.capacity
 
     def line(self, pid: str) -> list[str]:
@@ -115,7 +136,8 @@ class LimitModel:
         pool = self.pools.get(pid)
         if pool is None:
             return False
-        return self.held(pid) > 0 or pool.starts > 0 or bool(self.live_line(pid))
+        ahead = pool.tat is not None and pool.tat > 0
+        return self.held(pid) > 0 or ahead or bool(self.live_line(pid))
 
     # -- the scripts' parts -----------------------------------------------------------------
 
@@ -127,7 +149,7 @@ class LimitModel:
     def take(self, pid: str, w: str, g: int) -> None:
         pool = self.pools[pid]
         if pool.capacity is None:
-            pool.starts += 1
+            pool.tat = max(0 if pool.tat is None else pool.tat, 0) + 2
         else:
             self.holders.setdefault(pid, {})[w] = g
 
@@ -237,6 +259,13 @@ class LimitModel:
         self.gen.pop(instance, None)
         self.sent = []
 
+    def advance(self, halves: int) -> None:
+        """The clock moves on by ``halves`` half intervals of the rate pool."""
+        for pool in self.pools.values():
+            if pool.tat is not None:
+                pool.tat -= halves
+        self.sent = []
+
 
 @attrs.define
 class Request:
@@ -318,6 +347,10 @@ class LimitMachine(RuleBasedStateMachine):
     def compare_state(self, observed: Any) -> None:
         keys: dict[str, Any] = observed.keys
         model = self.model
+        # nothing the limit scripts write stays for ever
+        for key, ttl in observed.pttl.items():
+            if key.startswith(("lp:", "lh:", "lq:", "lg:", "lw:", "lx:", "lu:", "lseq")):
+                assert ttl > 0, (key, ttl)
         real_gens = {
             instance: keys.get(f"lu:{instance}")
             for instance in INSTANCES
@@ -333,10 +366,9 @@ class LimitMachine(RuleBasedStateMachine):
             assert live == want, (pid, live, want)
             if pool.capacity is not None:
                 assert len(live) <= pool.capacity
-            else:
-                assert pool.starts <= pool.burst
-            line = keys.get(f"lq:{pid}")
-            real_line = [] if line is None else self.zset_order(pid)
+            else:  # never more than burst starts ahead
+                assert pool.tat is None or pool.tat <= 2 * pool.burst
+            real_line = self.pool_line(pid) if f"lq:{pid}" in keys else []
             real_live = [
                 w
                 for w in real_line
@@ -369,11 +401,25 @@ class LimitMachine(RuleBasedStateMachine):
                 if request.status == "waiting":
                     request.status = "granted"
 
-    def zset_order(self, pid: str) -> list[str]:
-        async def read() -> list[str]:
-            return list(await self.server.client.zrange(f"{self.server.prefix}lq:{pid}", 0, -1))
+    def pool_line(self, pid: str) -> list[str]:
+        """A pool's waiters on the server, in acceptance order: the merge of its groups'
+        lines. Checks the index on the way: each group of the pool includes the pool and
+        is scored by its head."""
+        prefix = self.server.prefix
 
-        return self.server._run(read)
+        async def read() -> list[tuple[float, str]]:
+            client = self.server.client
+            line: list[tuple[float, str]] = []
+            groups = await client.zrange(f"{prefix}lq:{pid}", 0, -1, withscores=True)
+            for gid, score in groups:  # type: ignore[misc]
+                assert pid in json.loads(gid), (pid, gid)
+                members = await client.zrange(f"{prefix}lg:{gid}", 0, -1, withscores=True)
+                assert members, (pid, gid)
+                assert members[0][1] == score, (pid, gid, members, score)  # type: ignore[index]
+                line.extend((s, w) for w, s in members)  # type: ignore[misc]
+            return sorted(line)
+
+        return [w for _, w in self.server._run(read)]
 
     def find(self, w: str) -> Request:
         return next(r for r in self.requests if r.w == w)
@@ -458,6 +504,21 @@ class LimitMachine(RuleBasedStateMachine):
 
         async def step() -> Any:
             await server.client.delete([f"{server.prefix}lu:{instance}"])
+            return await server._observe(None)
+
+        self.compare_state(server._run(step))
+
+    @rule(halves=st.integers(1, 3))
+    def advance(self, halves: int) -> None:
+        """Move the rate pool's clock on: its ``tat`` on the server moves back as much."""
+        self.model.advance(halves)
+        server = self.server
+
+        async def step() -> Any:
+            key = f"{server.prefix}lp:{RATE}"
+            tat = await server.client.hget(key, "tat")
+            if tat is not None:
+                await server.client.hset(key, {"tat": repr(float(tat) - halves * HALF)})
             return await server._observe(None)
 
         self.compare_state(server._run(step))

@@ -13,11 +13,13 @@ from collections.abc import AsyncIterator
 import attrs
 import coredis
 import pytest
+import trio
 from cluster_helpers import Inbox, Scripts, entry, open_inboxes
 from conftest import RedisServer
 
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
+from trio_taskvisor._redis_client import read_namespace
 
 A, B, C = "host-a:101:0000000a", "host-b:202:0000000b", "host-c:303:0000000c"
 
@@ -544,3 +546,108 @@ async def test_lease_and_heartbeat_expire_on_the_server(s: Scripts) -> None:
     await s.submit("k", entry(A, 1))
     assert 0 < await s.client.pttl(f"{s.prefix}lease:k") <= 1000
     assert 0 < await s.client.pttl(f"{s.prefix}hb:{A}") <= 1000
+
+
+# -- limit pools ------------------------------------------------------------------------------
+
+CONC1 = "concurrency 1"
+
+
+async def limit_acquire(s: Scripts, instance: str, w: str, *pools: str) -> scripts.LimitReply:
+    """Ask for one unit of each concurrency pool of capacity 1 in ``pools``."""
+    args = scripts.limit_acquire_args(instance, w, [(pid, CONC1) for pid in pools])
+    return scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args))
+
+
+async def limit_release(s: Scripts, w: str, *pools: str) -> None:
+    await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(w, pools))
+
+
+async def test_a_release_grants_the_oldest_that_fits_across_pool_sets(s: Scripts) -> None:
+    """Waiters of several pool sets (one set given in two orders): each release grants
+    the oldest waiter whose every pool has room; one waiting for a full pool never
+    blocks one that needs other pools, and the same set in another order is one line."""
+    assert (await limit_acquire(s, A, f"{A}/h1", "c1")).kind == "granted"
+    assert (await limit_acquire(s, A, f"{A}/h2", "c2")).kind == "granted"
+    waiters = [("w1", ("c1", "c2")), ("w2", ("c1",)), ("w3", ("c2", "c1")), ("w4", ("c2",))]
+    for w, pools in waiters:
+        assert (await limit_acquire(s, B, f"{B}/{w}", *pools)).kind == "waiting"
+
+    async def granted() -> set[str]:
+        """The waiters granted so far (an acquisition sent again answers its grant)."""
+        replies = {w: await limit_acquire(s, B, f"{B}/{w}", *pools) for w, pools in waiters}
+        return {w for w, reply in replies.items() if reply.kind == "granted"}
+
+    await limit_release(s, f"{A}/h1", "c1")  # w1 still needs c2
+    assert await granted() == {"w2"}
+    await limit_release(s, f"{A}/h2", "c2")  # w1 and w3 need c1, held by w2
+    assert await granted() == {"w2", "w4"}
+    await limit_release(s, f"{B}/w2", "c1")  # w1 and w3 need c2, held by w4
+    assert await granted() == {"w2", "w4"}
+    await limit_release(s, f"{B}/w4", "c2")  # both free: the older of the pair first
+    assert await granted() == {"w1", "w2", "w4"}
+    await limit_release(s, f"{B}/w1", "c1", "c2")
+    assert await granted() == {"w1", "w2", "w3", "w4"}
+
+
+async def test_abandoned_limit_pools_leave_no_keys(s: Scripts) -> None:
+    """Every key the limit scripts write expires: holders, waiters (of one and of two
+    pools), settings and markers of a namespace nobody uses any more are gone after
+    ``2 * lease_ttl`` (and ``keep``, for the markers)."""
+    ttl, keep = 0.25, 0.5
+    s._common = scripts.common_args(s.prefix, ttl, keep)
+    rate = [("c1", CONC1), ("r", "rate 1 per 0.2 burst 1")]
+    args = scripts.limit_acquire_args(A, f"{A}/1", rate)
+    assert scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args)).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"
+    assert (await limit_acquire(s, B, f"{B}/3", "c1", "k x")).kind == "waiting"
+    await s.call(scripts.LIMIT_WITHDRAW, *scripts.limit_release_args(f"{B}/2", ["c1"]))
+    await s.call(scripts.LIMIT_RENEW, *scripts.limit_renew_args(A, [], ["c1"]))
+    keys = await s.client.keys(f"{s.prefix}l*")
+    assert {k[len(s.prefix) :].split(":")[0] for k in keys} >= {"lp", "lh", "lq", "lg", "lw"}
+    for key in keys:
+        assert 0 < await s.client.pttl(key) <= 1000 * max(2 * ttl, keep), key
+    await trio.sleep(2 * max(2 * ttl, keep))
+    assert await s.client.keys(f"{s.prefix}l*") == set()
+
+
+async def test_renewal_keeps_the_keys_of_held_pools(s: Scripts) -> None:
+    """A holder that renews keeps its pool's keys (and its unit) for longer than they
+    would live unrenewed."""
+    ttl = 0.2
+    s._common = scripts.common_args(s.prefix, ttl, 1.0)
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
+    for _ in range(10):  # 1 s: more than 2 * lease_ttl
+        await trio.sleep(ttl / 2)
+        await s.call(scripts.LIMIT_RENEW, *scripts.limit_renew_args(A, [], ["c1"]))
+    reply = scripts.parse_cluster_limit(await s.call(scripts.CLUSTER_LIMIT, "c1"))
+    assert reply.holders == {A: 1}
+    assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"
+
+
+async def test_a_release_of_several_pools_grants_the_oldest_of_all_their_waiters(
+    s: Scripts,
+) -> None:
+    """Waiters of two freed pools compete for a third: the older one gets it, whichever
+    pool the release names first."""
+    assert (await limit_acquire(s, A, f"{A}/h", "c1", "c2")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/old", "c2", "c3")).kind == "waiting"
+    assert (await limit_acquire(s, B, f"{B}/new", "c1", "c3")).kind == "waiting"
+    await limit_release(s, f"{A}/h", "c1", "c2")
+    assert (await limit_acquire(s, B, f"{B}/old", "c2", "c3")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/new", "c1", "c3")).kind == "waiting"
+
+
+async def test_the_slots_command_counts_the_live_waiters_of_every_pool_set(
+    s: Scripts, store: RedisSlotStore
+) -> None:
+    """``read_namespace`` counts a pool's live waiters across the pool sets that include
+    it, and none of an instance whose units' lease is gone."""
+    assert (await limit_acquire(s, A, f"{A}/h", "c1")).kind == "granted"
+    for w, pools in [("1", ("c1",)), ("2", ("c1",)), ("3", ("c1", "c2"))]:
+        assert (await limit_acquire(s, B, f"{B}/{w}", *pools)).kind == "waiting"
+    namespace = await read_namespace(store)
+    assert (namespace.pools["c1"].waiting, namespace.pools["c2"].waiting) == (3, 1)
+    await s.client.delete([f"{s.prefix}lu:{B}"])
+    namespace = await read_namespace(store)
+    assert (namespace.pools["c1"].waiting, namespace.pools["c1"].holders) == (0, [A])
