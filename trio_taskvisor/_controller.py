@@ -6,8 +6,9 @@ Its callers use these methods:
 
 * ``submit`` (the facade) takes a submission in with the loop's own core (``_take_in``)
   in the caller's task when the inbox is idle (nothing queued, the loop parked in its
-  wait), after the caller's checkpoint: nothing is ordered before it then, and code
-  between two checkpoints is as atomic there as in the loop. Otherwise it is queued.
+  wait), then takes a shielded checkpoint (trio's idiom): nothing is ordered before it
+  then, and code between two checkpoints is as atomic there as in the loop. Otherwise
+  it is queued.
 * ``submit_nowait``, ``remove`` and ``cancel_slot`` always queue, in call order. A remove
   by ``TaskId`` that the controller does not hold is forwarded to the registry's inbox
   with the caller's reply (``Registry.forward_stop``), so it is ordered after the
@@ -361,20 +362,22 @@ class Controller:
         self._sync_idle()
 
     async def submit(self, entry: Entry[TaskRecord]) -> None:
-        """Take ``entry`` in: a checkpoint first; cancelled before intake, it is not."""
+        """Take ``entry`` in, then a checkpoint; cancelled before intake, it is not.
+
+        Once taken in, the submission stands: a cancellation that arrives during the
+        checkpoint reaches the caller at its next one.
+        """
         if self._inbox.idle():
-            # Checkpoint first, then decide (not trio's decide-then-shielded-checkpoint,
-            # which Registry.add uses): work submitted back to back into one slot would
-            # otherwise be decided before the previous owner ran, and go through the
-            # slot's queue instead of straight to the registry (benchmark rows 4b, +1.4%
-            # of instructions, and 5, +0.5%).
-            await trio.lowlevel.checkpoint()
-            self._registry.check_intake()  # the shutdown may have begun meanwhile
-            if self._inbox.idle():  # still nothing queued before it: take it in here
-                if entry.timeout is not None:
-                    entry.deadline = trio.current_time() + entry.timeout
-                self._take_in(entry)
-                return
+            # Nothing queued before it: decide here, in the caller's task, then a
+            # checkpoint that cannot undo the decision (as Registry.add and trio's
+            # channel send do). The caller checked that the intake is open, and nothing
+            # ran since.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if entry.timeout is not None:
+                entry.deadline = trio.current_time() + entry.timeout
+            self._take_in(entry)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
         self._in_inbox[entry.id] = entry  # counted from here: the loop may take it in the put
         self._sync_idle()
         try:
