@@ -80,7 +80,7 @@ async def test_waiter_dir_shows_only_public_names(autojump_clock: Any) -> None:
         for waiter in (added, submitted):
             names = dir(waiter)
             assert {name for name in names if not name.startswith("_")} == public
-            assert not {"stop_scope", "forced", "fn", "args", "entry", "owner"} & set(names)
+            assert not {"stop_scope", "forced", "fn", "args", "entry", "supervisor"} & set(names)
             assert not [name for name in names if name.startswith("_") and not name.endswith("__")]
             await waiter.wait()
 

@@ -156,6 +156,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
     """
     current_task_context.set(rec)
     retries = 0  # retries in the current failure streak
+    result: object = None
     # ``result`` ends as the outcome: one local fewer than an ``outcome`` of its own, 16 B
     # per idle task (benchmark row 7). Every break but a stop's sets it to the outcome.
     try:
@@ -177,7 +178,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                         break
                     started = _begin_attempt(rec, host)
                     status = _UNCALLABLE  # until fn(*args) returns
-                    result: object = None
+                    result = None
                     try:
                         result = rec.call()
                         status = _OK
@@ -262,7 +263,7 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
         _exit(rec, host, CANCELLED)
     else:
         assert isinstance(result, TaskOutcome)
-        _exit(rec, host, result)
+        _exit(rec, host, result)  # pyright: ignore[reportUnknownArgumentType]
 
 
 def _stop_scope(rec: TaskRecord) -> trio.CancelScope:
@@ -426,7 +427,7 @@ def _plain_failure(
     else:
         # Retry: no outcome, so no reason text to build.
         return None, _schedule_retry(rec, host, error, retries)
-    outcome = TaskOutcome(
+    outcome: TaskOutcome[Any] = TaskOutcome(
         kind, error=error, reason=prefix + str(error), exit_code=_exit_code(error)
     )
     return outcome, None
