@@ -54,10 +54,15 @@ REPLACED = frozenset({OutcomeKind.COMPLETED, OutcomeKind.CANCELLED, OutcomeKind.
 
 
 async def ours_distinct(n: int) -> None:
-    """``await submit`` to N distinct slots, then await all."""
+    """``await submit`` to N distinct slots, then await all.
+
+    As a user's code runs: the ``TaskSpec`` and the ``ControllerSpec`` are built inside
+    the timed loop, each naming its slot.
+    """
     async with open_supervisor(controller_config(n)) as sup:
         waiters = [
-            await sup.submit(ControllerSpec.queue(TaskSpec.once(f"t{i}", noop))) for i in range(n)
+            await sup.submit(ControllerSpec.queue(TaskSpec.once(f"t{i}", noop), slot=f"s{i}"))
+            for i in range(n)
         ]
         await await_all(waiters, COMPLETED)
 

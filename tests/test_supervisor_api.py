@@ -15,6 +15,8 @@ import trio.testing
 
 from trio_taskvisor import (
     BackoffPolicy,
+    ControllerConfig,
+    ControllerSpec,
     EventKind,
     OutcomeKind,
     Placement,
@@ -67,6 +69,20 @@ async def test_add_returns_the_waiter_of_a_registered_task(autojump_clock: Any) 
         assert [(i.id, i.name) for i in sup.list()] == [(waiter.id, "t")]
         with pytest.raises(trio.WouldBlock):
             waiter.outcome_nowait()
+
+
+async def test_waiter_dir_shows_only_public_names(autojump_clock: Any) -> None:
+    """dir() of a waiter lists the public TaskWaiter's names, none of the record's."""
+    public = {name for name in dir(TaskWaiter) if not name.startswith("_")}
+    async with open_supervisor(SupervisorConfig(controller=ControllerConfig())) as sup:
+        added = await sup.add(once("t", returns_done))
+        submitted = await sup.submit(ControllerSpec.queue(once("u", returns_done), slot="s"))
+        for waiter in (added, submitted):
+            names = dir(waiter)
+            assert {name for name in names if not name.startswith("_")} == public
+            assert not {"stop_scope", "forced", "fn", "args", "entry", "supervisor"} & set(names)
+            assert not [name for name in names if name.startswith("_") and not name.endswith("__")]
+            await waiter.wait()
 
 
 async def test_add_returns_before_the_body_starts_in_any_task_order(autojump_clock: Any) -> None:

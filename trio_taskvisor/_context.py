@@ -45,7 +45,7 @@ class TaskContext:
 
     def __init__(self, record: TaskRecord) -> None:
         self._record = record
-        self.supervisor = cast("Supervisor", record.owner)
+        self.supervisor = cast("Supervisor", record.supervisor)
         """The supervisor that runs the task."""
 
     def __repr__(self) -> str:

@@ -6,8 +6,9 @@ Its callers use these methods:
 
 * ``submit`` (the facade) takes a submission in with the loop's own core (``_take_in``)
   in the caller's task when the inbox is idle (nothing queued, the loop parked in its
-  wait), after the caller's checkpoint: nothing is ordered before it then, and code
-  between two checkpoints is as atomic there as in the loop. Otherwise it is queued.
+  wait), then takes a shielded checkpoint (trio's idiom): nothing is ordered before it
+  then, and code between two checkpoints is as atomic there as in the loop. Otherwise
+  it is queued.
 * ``submit_nowait``, ``remove`` and ``cancel_slot`` always queue, in call order. A remove
   by ``TaskId`` that the controller does not hold is forwarded to the registry's inbox
   with the caller's reply (``Registry.forward_stop``), so it is ordered after the
@@ -361,20 +362,29 @@ class Controller:
         self._sync_idle()
 
     async def submit(self, entry: Entry[TaskRecord]) -> None:
-        """Take ``entry`` in: a checkpoint first; cancelled before intake, it is not."""
+        """Take ``entry`` in, then a checkpoint; cancelled before intake, it is not.
+
+        Once taken in, the submission stands: a cancellation that arrives during the
+        checkpoint reaches the caller at its next one.
+        """
         if self._inbox.idle():
-            # Checkpoint first, then decide (not trio's decide-then-shielded-checkpoint,
-            # which Registry.add uses): work submitted back to back into one slot would
-            # otherwise be decided before the previous owner ran, and go through the
-            # slot's queue instead of straight to the registry (benchmark rows 4b, +1.4%
-            # of instructions, and 5, +0.5%).
-            await trio.lowlevel.checkpoint()
-            self._registry.check_intake()  # the shutdown may have begun meanwhile
-            if self._inbox.idle():  # still nothing queued before it: take it in here
-                if entry.timeout is not None:
-                    entry.deadline = trio.current_time() + entry.timeout
+            # Nothing queued before it: decide here, in the caller's task, then a
+            # checkpoint that cannot undo the decision (as Registry.add and trio's
+            # channel send do). The caller checked that the intake is open, and nothing
+            # ran since. An owner's actor starts after the checkpoint, so submit returns
+            # before the body starts, as when the loop takes the work in.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if entry.timeout is not None:
+                entry.deadline = trio.current_time() + entry.timeout
+            registry = self._registry
+            held = registry.hold_actors()
+            try:
                 self._take_in(entry)
-                return
+            finally:
+                registry.stop_holding()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            registry.start_held(held)
+            return
         self._in_inbox[entry.id] = entry  # counted from here: the loop may take it in the put
         self._sync_idle()
         try:
@@ -717,11 +727,24 @@ class Controller:
             effects = machine.effects
             if effects:
                 machine.effects = []
-                admits = [effect.entry for effect in effects if type(effect) is Admit]
+                # One pass, the admissions collected for after the rest, and the two
+                # effects every submission has tested before the ``match`` (benchmark
+                # row 4a: three effects per submission).
+                admits: list[Entry[TaskRecord]] | None = None
                 for effect in effects:
-                    self._carry_out(effect)
-                for entry in admits:
-                    self._admit(entry)
+                    kind = type(effect)
+                    if kind is Admit:
+                        if admits is None:
+                            admits = [effect.entry]
+                        else:
+                            admits.append(effect.entry)
+                    elif kind is Submitted:
+                        self._submitted(effect)  # type: ignore[arg-type]
+                    elif kind is not Transition or self._bus.active:
+                        self._carry_out(effect)
+                if admits is not None:
+                    for entry in admits:
+                        self._admit(entry)
             elif cluster is not None and cluster.extra:
                 extra, cluster.extra = cluster.extra, []
                 for request in extra:
@@ -732,18 +755,21 @@ class Controller:
         if self._idle_waits:
             self._check_idle_waits()
 
+    def _submitted(self, effect: Submitted[TaskRecord]) -> None:
+        entry, reason, placement = effect
+        if placement is not None:
+            entry.payload.place(placement)
+        bus = self._bus
+        if bus.active:
+            rec = entry.payload
+            bus.publish(EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason)
+
     def _carry_out(self, effect: Effect[TaskRecord]) -> None:
-        # The most frequent first: every submission has a Submitted, every owner a Transition.
+        # Submitted and Admit are handled by _apply; a Transition only publishes an event.
         bus = self._bus
         match effect:
-            case Submitted(entry, reason, placement):
-                if placement is not None:
-                    entry.payload.place(placement)
-                if bus.active:
-                    rec = entry.payload
-                    bus.publish(
-                        EventKind.CONTROLLER_SUBMITTED, rec.id, rec.name, entry.key, reason=reason
-                    )
+            case Submitted():
+                self._submitted(effect)
             case Transition(entry, reason):
                 # Not after the owner's TASK_REMOVED (a forced owner still running, a
                 # decision that arrived late): a task's events end there.

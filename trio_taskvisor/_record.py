@@ -9,11 +9,11 @@ members.
 
 Lower layers call upward only through the small protocol declared here:
 ``RecordListener``, which the controller implements for the records of its work. A
-record refers to nothing above it: ``owner`` is the public ``Supervisor`` as an opaque
+record refers to nothing above it: ``supervisor`` is the public ``Supervisor`` as an opaque
 object, for ``TaskContext.supervisor`` alone.
 
 Once the actor has exited, ``release()`` drops what the record held for running the
-task (function, arguments, context, scopes, the listener and owner), so a waiter kept
+task (function, arguments, context, scopes, the listener and supervisor), so a waiter kept
 by a user keeps none of it alive.
 """
 
@@ -51,7 +51,7 @@ class TaskState(enum.Enum):
 
 
 class RecordListener(Protocol):
-    """What the owner of controller work (the controller) learns of its records."""
+    """What the controller learns of the records of its submissions."""
 
     def admission_decided(self, rec: TaskRecord, accepted: bool, /) -> None:
         """The registry's loop decided on an admission queued behind its commands.
@@ -120,13 +120,13 @@ class TaskRecord(TaskWaiter[Any]):
         "hard_deadline",
         "in_attempt",
         "listener",
-        "owner",
         "policy",
         "reserved",
         "slot",
         "state",
         "stop_requested",
         "stop_scope",
+        "supervisor",
     )
 
     def __init__(
@@ -136,7 +136,7 @@ class TaskRecord(TaskWaiter[Any]):
         fn: TaskFn,
         args: tuple[Any, ...],
         policy: ResolvedSpec,
-        owner: object,
+        supervisor: object,
         guard: WaitGuard | None,
         slot: str | None = None,
     ) -> None:
@@ -146,7 +146,7 @@ class TaskRecord(TaskWaiter[Any]):
         self.fn: TaskFn | None = fn
         self.args = args
         self.policy = policy
-        self.owner = owner
+        self.supervisor = supervisor
         self.slot = slot
         # The submitter's context variables; each attempt runs in a copy.
         self.context: contextvars.Context | None = contextvars.copy_context()
@@ -166,6 +166,13 @@ class TaskRecord(TaskWaiter[Any]):
         self.entry: object = None
         self.fence_token: int | None = None  # the lease's, for cluster slots
         self._extras: _Extras | None = None
+
+    def __dir__(self) -> list[str]:
+        # The public waiter shows its public names only: the record's internals stay on
+        # this one object (a second object per task would cost memory, benchmark row 7,
+        # and instructions, row 1a), reachable by the loops but out of dir() and
+        # completion.
+        return list(_WAITER_NAMES)
 
     # -- the waiter's state: written here only ----------------------------------------------
 
@@ -289,8 +296,14 @@ class TaskRecord(TaskWaiter[Any]):
         self.fn = None
         self.args = ()
         self.context = None
-        self.owner = None
+        self.supervisor = None
         self.listener = None
         self.entry = None
         self.stop_scope = None
         self._extras = None
+
+
+# What ``dir()`` of a waiter lists: ``TaskWaiter``'s public names and dunders.
+_WAITER_NAMES: Final = tuple(
+    name for name in dir(TaskWaiter) if not name.startswith("_") or name.endswith("__")
+)

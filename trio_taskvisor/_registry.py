@@ -1,4 +1,4 @@
-"""The registry loop: sole owner of membership, and of every stop's deadline.
+"""The registry loop: the one writer of membership, and of every stop's deadline.
 
 The registry takes commands from one ``Inbox`` and handles them in order, so a stop
 sent after an add always sees that add. It spawns one actor per admitted task in its own
@@ -664,8 +664,8 @@ class Registry:
         self._heap: list[tuple[float, int, TaskRecord]] = []
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
-        # While ``add`` decides directly: the actors its decision admits, spawned once
-        # it has passed its checkpoint.
+        # While a caller decides directly (``add``, the controller's ``submit``): the
+        # actors its decision admits, spawned once it has passed its checkpoint.
         self._held: list[tuple[TaskRecord, bool | None]] | None = None
         self.running_attempts = 0
         self.shutting_down = False
@@ -799,6 +799,27 @@ class Registry:
         error = await self._ask(_Add((rec,), reply, False), reply)
         if error is not None:
             raise error
+
+    def hold_actors(self) -> list[tuple[TaskRecord, bool | None]]:
+        """Spawn no actor until ``start_held``: keep them in the list returned.
+
+        For a decision made in a caller's task before its checkpoint (``add``, the
+        controller's ``submit``): the call returns before the body starts, as when the
+        loop decides. Until then the record is registered with no actor, as one waiting
+        for a permit is. ``stop_holding`` must follow before the checkpoint.
+        """
+        held: list[tuple[TaskRecord, bool | None]] = []
+        self._held = held
+        return held
+
+    def stop_holding(self) -> None:
+        """Spawn actors at once again (after ``hold_actors``)."""
+        self._held = None
+
+    def start_held(self, held: list[tuple[TaskRecord, bool | None]]) -> None:
+        """Spawn the actors ``hold_actors`` kept, in order."""
+        for rec, permit in held:
+            self._start_actor(rec, permit)
 
     async def add_batch(self, recs: Sequence[TaskRecord]) -> None:
         """Admit every record or none, in one command; raise a rejection."""
@@ -1206,9 +1227,9 @@ class Registry:
         self.registered -= 1
         heap = self._heap
         if len(heap) > 2 * self.registered:
-            # Invariant: at least half of the heap is live (one entry per stopping task
+            # Invariant: at least half of the heap is live (one item per stopping task
             # at most), so an ended task's record is not kept until its grace deadline.
-            # In place: the loop holds the list. Amortised O(1) per entry.
+            # In place: the loop holds the list. Amortised O(1) per item.
             heap[:] = [e for e in heap if not e[2].committed and e[2].force_deadline == e[0]]
             heapq.heapify(heap)
         bus = self.bus

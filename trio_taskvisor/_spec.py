@@ -602,7 +602,7 @@ class Resolver:
 
     Most tasks of a supervisor share a handful of policy objects (``RestartPolicy.NEVER``,
     ``INHERIT``, one ``BackoffPolicy``), so a small cache keyed by the options' identities
-    saves an object per task and hashes nothing but ints. Each entry keeps its option
+    saves an object per task and hashes nothing but ints. Each cached item keeps its option
     objects alive, so their ids cannot be reused while cached. ``pool_ids`` learns the
     settings of a spec's limits when its ``ResolvedSpec`` is made (a cached one's pools
     are known already).
@@ -610,13 +610,13 @@ class Resolver:
 
     __slots__ = ("_cache", "_defaults", "_plain", "_pool_ids")
 
-    _MAX_ENTRIES = 256
+    _MAX_CACHED = 256
 
     def __init__(self, defaults: TaskDefaults, pool_ids: PoolIds) -> None:
         self._defaults = defaults
         self._pool_ids = pool_ids
         # Specs that set nothing but their restart policy (the named constructors without
-        # options, keyed calls), keyed by the policy's id; each entry keeps it alive.
+        # options, keyed calls), keyed by the policy's id; each item keeps it alive.
         self._plain: dict[int, tuple[ResolvedSpec, object]] = {}
         # Keyed by the ids of every option.
         self._cache: dict[tuple[int, ...], tuple[ResolvedSpec, tuple[object, ...]]] = {}
@@ -629,7 +629,7 @@ class Resolver:
             if plain is not None:
                 return plain[0]
             resolved = resolve(spec, self._defaults, self._pool_ids)
-            if len(self._plain) < self._MAX_ENTRIES:
+            if len(self._plain) < self._MAX_CACHED:
                 self._plain[id(restart)] = (resolved, restart)
             return resolved
         options = (spec.restart, *others)
@@ -638,6 +638,6 @@ class Resolver:
         if cached is not None:
             return cached[0]
         resolved = resolve(spec, self._defaults, self._pool_ids)
-        if len(self._cache) < self._MAX_ENTRIES:
+        if len(self._cache) < self._MAX_CACHED:
             self._cache[key] = (resolved, options)
         return resolved

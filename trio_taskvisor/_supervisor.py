@@ -701,7 +701,7 @@ class Supervisor:
         units = self._registry.units()
         held = _held_pools.get()
         rec = current_task_context.get(None)
-        if rec is not None and rec.owner is self:
+        if rec is not None and rec.supervisor is self:
             held = held | frozenset(rec.policy.limits)
         concurrency = frozenset(
             ident for ident, pool in zip(idents, pools, strict=True) if is_concurrency(pool)

@@ -95,9 +95,9 @@ class _Guarded(Wait[TaskRecord]):
 class WaitChecker:
     """The ``WaitGuard`` of one supervisor's waiters: wait-for cycle detection."""
 
-    def __init__(self, registry: Registry, owner: object) -> None:
+    def __init__(self, registry: Registry, supervisor: object) -> None:
         self._registry = registry
-        self._owner = owner  # the Supervisor: records of other supervisors are not ours
+        self._supervisor = supervisor  # records of other supervisors are not ours
         self.attempt_context = current_task_context  # an attribute: read on every wait()
         self.slots: SlotEdges | None = None
         self._graph: WaitFor[TaskRecord] = WaitFor(self._state_edges, self._wait_edges)
@@ -112,7 +112,7 @@ class WaitChecker:
     def caller(self) -> TaskRecord | None:
         """The running attempt of this supervisor making the call, or ``None``."""
         rec = current_task_context.get(None)
-        if rec is None or rec.owner is not self._owner or not rec.in_attempt:
+        if rec is None or rec.supervisor is not self._supervisor or not rec.in_attempt:
             return None
         return rec
 
