@@ -111,7 +111,14 @@ async def primary(topology: Topology) -> AsyncGenerator[RedisServer]:
 
 
 def acking(url: str, namespace: str, replicas: int, **fields: float) -> RedisSlotStore:
-    values: dict[str, float] = {"lease_ttl": TTL, "connect_timeout": 2.0, **fields}
+    # A WAIT of 0.25 s (not lease_ttl / 10): replicas on a loaded test machine can lag
+    # 0.1 s; still within a renewal round trip's bound (lease_ttl / 3).
+    values: dict[str, float] = {
+        "lease_ttl": TTL,
+        "connect_timeout": 2.0,
+        "replicas_ack_timeout": 0.25,
+        **fields,
+    }
     return RedisSlotStore(url, namespace=namespace, replicas_ack=replicas, **values)  # type: ignore[arg-type]
 
 
