@@ -41,6 +41,7 @@ import contextlib
 import importlib.util
 import multiprocessing
 import random
+import statistics
 import sys
 import time
 import traceback
@@ -80,8 +81,25 @@ def _keys(caller: int, keys: int, decisions: int) -> list[int]:
 # -- the jobs (in the worker process) -------------------------------------------------------
 
 
-async def _ours(url: str, namespace: str, keys: int, per_caller: int) -> tuple[float, int]:
-    """Our decisions: seconds for every caller's ``per_caller`` blocks, and their count."""
+Usage = tuple[float, float, float]
+"""CPU seconds of this process, CPU seconds of the server, and script calls on the
+server (``EVALSHA``), over the timed part of a job."""
+
+
+def _server_usage(cpu: dict[str, Any], commands: dict[str, Any]) -> tuple[float, float]:
+    evalsha = commands.get("cmdstat_evalsha", {"calls": 0})
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), float(evalsha["calls"])
+
+
+def _usage(before: Usage, after: Usage) -> Usage:
+    return (after[0] - before[0], after[1] - before[1], after[2] - before[2])
+
+
+async def _ours(url: str, namespace: str, keys: int, per_caller: int) -> tuple[float, int, Usage]:
+    """Our decisions: seconds for every caller's ``per_caller`` blocks, their count,
+    and the CPU and script calls they cost."""
+    import coredis
+
     from trio_taskvisor import ControllerConfig, RateLimit, SupervisorConfig, open_supervisor
     from trio_taskvisor.redis import RedisSlotStore
 
@@ -91,7 +109,14 @@ async def _ours(url: str, namespace: str, keys: int, per_caller: int) -> tuple[f
     pools = [limit.key(f"k{k}") for k in range(keys)]
     done = 0
 
-    async with open_supervisor(config) as sup:
+    async def usage(client: Any) -> Usage:
+        cpu, commands = await client.info("cpu"), await client.info("commandstats")
+        return (time.process_time(), *_server_usage(cpu, commands))
+
+    async with (
+        coredis.Redis.from_url(url, decode_responses=True) as client,
+        open_supervisor(config) as sup,
+    ):
 
         async def caller(sequence: list[int]) -> None:
             nonlocal done
@@ -104,28 +129,33 @@ async def _ours(url: str, namespace: str, keys: int, per_caller: int) -> tuple[f
                 nursery.start_soon(caller, [c % keys])
         work = [_keys(c, keys, per_caller) for c in range(CALLERS)]
         done = 0
+        before = await usage(client)
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for sequence in work:
                 nursery.start_soon(caller, sequence)
         elapsed = time.perf_counter() - start
-    return elapsed, done
+        after = await usage(client)
+    return elapsed, done, _usage(before, after)
 
 
 async def _peer(
     url: str, strategy: str, keys: int, per_caller: int, refuse: bool
-) -> tuple[float, int]:
-    """The ``limits`` library's decisions: seconds, and how many ``hit()`` allowed."""
+) -> tuple[float, int, Usage]:
+    """The ``limits`` library's decisions: seconds, how many ``hit()`` allowed, and
+    the CPU and script calls they cost."""
     import redis.asyncio as aioredis
     from limits import RateLimitItemPerHour, RateLimitItemPerSecond
     from limits.aio import strategies
     from limits.aio.storage import RedisStorage
 
-    flush = aioredis.Redis.from_url(url)
-    try:
-        await flush.flushall()
-    finally:
-        await flush.aclose()
+    client = aioredis.Redis.from_url(url, decode_responses=True)
+
+    async def usage() -> Usage:
+        cpu, commands = await client.info("cpu"), await client.info("commandstats")
+        return (time.process_time(), *_server_usage(cpu, commands))
+
+    await client.flushall()
     storage = RedisStorage(f"async+{url}", implementation="redispy")
     limiter = getattr(strategies, STRATEGIES[strategy])(storage)
     item = RateLimitItemPerHour(1) if refuse else RateLimitItemPerSecond(RATE)
@@ -141,13 +171,16 @@ async def _peer(
     await asyncio.gather(*(caller([c % keys]) for c in range(CALLERS)))
     work = [_keys(c, keys, per_caller) for c in range(CALLERS)]
     allowed = 0
+    before = await usage()
     start = time.perf_counter()
     async with asyncio.TaskGroup() as group:
         for sequence in work:
             group.create_task(caller(sequence))
     elapsed = time.perf_counter() - start
-    await storage.reset()
-    return elapsed, allowed
+    after = await usage()
+    await client.flushall()
+    await client.aclose()
+    return elapsed, allowed, _usage(before, after)
 
 
 def _worker(url: str, control: Connection) -> None:
@@ -174,14 +207,15 @@ class Worker:
         self.process = context.Process(target=_worker, args=(url, theirs), daemon=True)
         self.process.start()
 
-    def run(self, name: str, *args: Any) -> tuple[float, int]:
+    def run(self, name: str, *args: Any) -> tuple[float, int, Usage]:
         self.control.send((name, args))
         if not self.control.poll(JOB_TIMEOUT):
             raise RuntimeError(f"the worker did not answer within {JOB_TIMEOUT:g} s")
         kind, result = self.control.recv()
         if kind == "error":
             raise RuntimeError(f"the worker failed:\n{result}")
-        return tuple(result)  # type: ignore[return-value]
+        elapsed, count, usage = result
+        return elapsed, count, usage
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -197,14 +231,10 @@ class Worker:
 _runs = iter(range(1_000_000))
 
 
-def _rate(decisions: int, samples: list[float]) -> str:
-    return f"{decisions / sorted(samples)[len(samples) // 2]:,.0f}/s"
-
-
 def measure(url: str, plan: Plan) -> list[Result]:
     """Rows 10f-10h against a running server at ``url``."""
     per_caller = 4 if plan.quick else 200
-    rounds, warmup = (1, 0) if plan.quick else (5, 1)
+    rounds, warmup = (1, 1) if plan.quick else (5, 1)
     decisions = CALLERS * per_caller
     peer = all(importlib.util.find_spec(m) is not None for m in ("limits", "redis"))
     jobs: dict[str, tuple[Any, ...]] = {
@@ -220,29 +250,42 @@ def measure(url: str, plan: Plan) -> list[Result]:
             "refused 1": ("peer", "moving", 1, per_caller, True),
         }
     samples: dict[str, list[float]] = {name: [] for name in jobs}
+    usages: dict[str, list[Usage]] = {name: [] for name in jobs}
     worker = Worker(url)
     try:
         for index in range(warmup + rounds):
             for name, (kind, *args) in jobs.items():
                 if kind == "ours":
                     args = [f"bench-rate-{next(_runs)}", args[0], per_caller]
-                elapsed, count = worker.run(kind, *args)
+                elapsed, count, usage = worker.run(kind, *args)
                 expected = 0 if name.startswith("refused") else decisions
                 if count != expected:
                     raise RuntimeError(f"{name}: {count} decisions allowed, expected {expected}")
                 if index >= warmup:
                     samples[name].append(elapsed)
+                    usages[name].append(usage)
     finally:
         worker.close()
+
+    def rate(name: str) -> str:
+        return f"{decisions / statistics.median(samples[name]):,.0f}/s"
+
+    def cost(name: str) -> str:
+        client, server, scripts = (
+            statistics.median(u[i] for u in usages[name]) / decisions for i in range(3)
+        )
+        return (
+            f"{rate(name)}, CPU {client * 1e6:.0f} us client + {server * 1e6:.0f} us "
+            f"server, {scripts:.2f} scripts per decision"
+        )
+
     label = f"rate decisions, {CALLERS} callers"
     if not peer:
         reason = (
             "limits or redis-py is not installed (the bench extra); ours alone: "
-            f"{_rate(decisions, samples['ours 1'])} on 1 key, "
-            f"{_rate(decisions, samples['ours many'])} on {MANY_KEYS:,} keys"
+            f"{rate('ours 1')} on 1 key, {rate('ours many')} on {MANY_KEYS:,} keys"
         )
         return [Skipped(SCENARIO, f"{label} vs limits", reason)]
-    refused = _rate(decisions, samples["refused 1"])
     common: dict[str, Any] = {"unit": "us/decision", "per": decisions, "scale": 1e6}
     ahead = Target(1.0, strict=True, text="< 1x (ahead)")
 
@@ -254,14 +297,14 @@ def measure(url: str, plan: Plan) -> list[Result]:
             samples[ours],
             samples[theirs],
             baseline_name=f"limits {STRATEGIES[theirs.split()[0]]} hit(), redis-py, asyncio",
-            note=f"ours {_rate(decisions, samples[ours])}, limits "
-            f"{_rate(decisions, samples[theirs])}{note}",
+            note=f"ours {cost(ours)}; limits {cost(theirs)}{note}",
             **common,
             **extra,
         )
 
+    refused = f"; limits refusing (1 per hour) {cost('refused 1')}"
     return [
-        row("ours 1", "moving 1", "moving window", 1, f"; refused hits {refused}", target=ahead),
+        row("ours 1", "moving 1", "moving window", 1, refused, target=ahead),
         row("ours many", "moving many", "moving window", MANY_KEYS, "", target=ahead),
         row("ours 1", "fixed 1", "fixed window", 1, ""),
         row("ours 1", "sliding 1", "sliding window", 1, ""),
