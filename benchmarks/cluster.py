@@ -22,6 +22,8 @@ the server part only (keeper and scripts, no controller); d-e whole supervisors.
     system-wide clock on Linux. Baseline: one ``PING`` round trip.
 10d-10e against redis-py's asyncio ``Lock`` (hand-over between two processes, and 3
     processes x 50 callers on 1,000 keys), in ``cluster_lock.py``.
+10f-10h rate decisions (``sup.limited`` on a ``RateLimit``) against the ``limits``
+    library's ``hit()`` on the same server, in ``cluster_limits_rate.py``.
 
 Run it alone (``python benchmarks/cluster.py [--quick]``: the table, then the
 latency percentiles) or as scenario 10 of ``benchmarks/run.py``. It never asserts a
@@ -48,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.append(str(HERE.parent / "tests" / "cluster"))  # redis_server, shared with the tests
 
+import cluster_limits_rate  # noqa: E402
 import cluster_lock  # noqa: E402
 from _harness import Plan, Result, Row, Skipped, Target, format_table, percentile  # noqa: E402
 from redis_server import running_server  # noqa: E402
@@ -445,6 +448,7 @@ def measure(plan: Plan) -> tuple[list[Result], Latencies]:
         pairs = run_pairs(server.url, plan)
         handover, handovers = run_handover(server.url, plan)
         against_lock, more = cluster_lock.measure(server.url, plan, handover.baseline)
+        rate = cluster_limits_rate.measure(server.url, plan)
     finally:
         server_cm.__exit__(None, None, None)
     latencies = {
@@ -452,7 +456,7 @@ def measure(plan: Plan) -> tuple[list[Result], Latencies]:
         "hand-over A -> B (keepers)": handovers,
         **more,
     }
-    return [renewal, *pairs, handover, *against_lock], latencies
+    return [renewal, *pairs, handover, *against_lock, *rate], latencies
 
 
 def run_cluster(plan: Plan) -> list[Result]:
