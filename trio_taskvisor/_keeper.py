@@ -304,6 +304,9 @@ class _LimitRequest:
     gen: str | None = None  # the generation it was granted in
     retry_at: float = math.inf  # when to ask again (a rate pool allows a start)
     waiting_reported: bool = False
+    # Only rate pools: once granted it holds nothing (the start is spent), so it is
+    # forgotten then: no release round trip, and no unit to lose.
+    rate_only: bool = False
 
 
 @attrs.frozen
@@ -642,7 +645,8 @@ class LeaseKeeper:
         self._limit_numbers += 1
         w = f"{self.instance_id}/l{self._limit_numbers}"
         wire = tuple((_wire_pool(ident), _spec_of(limit)) for ident, limit in pools)
-        self._limits[rid] = _LimitRequest(rid, w, wire)
+        rate_only = not any(isinstance(limit, ConcurrencyLimit) for _, limit in pools)
+        self._limits[rid] = _LimitRequest(rid, w, wire, rate_only=rate_only)
         self._limit_ids[w] = rid
         self._io_wakeup.set()
 
@@ -718,7 +722,11 @@ class LeaseKeeper:
                     self._io_wakeup.set()
                     return
                 request.state, request.gen = "held", reply.gen
-                self._timer_wakeup.set()
+                if request.rate_only:
+                    del self._limits[request.rid]
+                    del self._limit_ids[request.w]
+                else:
+                    self._timer_wakeup.set()
                 if sink is not None:
                     sink.limit_granted(request.rid)
             case "waiting":

@@ -152,6 +152,26 @@ async def test_a_rate_pool_counts_starts_of_every_instance(store: RedisSlotStore
         assert trio.current_time() - start >= info.next_start_in - 0.2
 
 
+async def test_a_rate_block_holds_nothing_to_lose(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A rate pool's unit is a start, spent on entry: a block on rate pools only holds
+    nothing, so a process that cannot renew past ``0.8 * lease_ttl`` loses nothing
+    (a concurrency unit would be lost: ``LeaseLostError``), and its exit sends no
+    release."""
+    rate = RateLimit("spent", 100, per=1.0, burst=10)
+    async with replica(store) as (sup, _):
+        async with sup.limited(rate):
+            redis_server.pause()
+            try:
+                await trio.sleep(1.5 * TTL)  # the outage itself: past 0.8 * lease_ttl
+            finally:
+                redis_server.resume()
+        with trio.fail_after(2 * TTL):
+            info = await sup.cluster_limit(rate)
+        assert (info.held, info.holders, info.waiting) == (0, {}, 0)
+
+
 async def test_a_lost_unit_ends_the_task_lease_lost(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:

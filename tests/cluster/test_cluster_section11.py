@@ -48,6 +48,9 @@ async def test_work_on_a_free_cluster_slot_is_placed_owner(store: RedisSlotStore
             waiter = await a.submit(policy(quick(f"p-{policy.__name__}"), slot="s"))
             assert await waiter.wait_placed() is Placement.OWNER
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+            # The outcome comes before the owner's physical exit, and the release after
+            # it: without this, a JOIN could find the lease still held (and join it).
+            await a.wait_slot_idle("s")
 
 
 async def test_work_behind_another_process_owner_is_placed_queued(store: RedisSlotStore) -> None:
