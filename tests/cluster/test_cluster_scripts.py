@@ -651,3 +651,40 @@ async def test_the_slots_command_counts_the_live_waiters_of_every_pool_set(
     await s.client.delete([f"{s.prefix}lu:{B}"])
     namespace = await read_namespace(store)
     assert (namespace.pools["c1"].waiting, namespace.pools["c1"].holders) == (0, [A])
+
+
+async def test_a_rate_start_with_room_costs_the_server_few_commands(s: Scripts) -> None:
+    """The common acquisition (rate pools with room, no waiter, the instance's
+    generation made) runs one command per thing it must read or write, none of the
+    full script's: the marker, the generation's renewal, one check that nobody waits,
+    the clock, each pool's settings and state, its new state and expiry, the new
+    marker. Sent again it reads its marker only."""
+    rate = "rate 1 per 60.0 burst 10"  # a start every minute: the keys live that long
+    pools = [("r1", rate), ("r2 key", rate)]
+    args = scripts.limit_acquire_args(A, f"{A}/1", pools)
+    assert (await limit_acquire(s, A, f"{A}/0", "c1")).kind == "granted"  # the generation
+
+    async def commands(*args: str) -> tuple[scripts.LimitReply, dict[str, int]]:
+        await s.client.config_resetstat()
+        reply = scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args))
+        stats = await s.client.info("commandstats")
+        calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+        return reply, {k: n for k, n in calls.items() if k != "evalsha" and not k.startswith("config")}
+
+    reply, calls = await commands(*args)
+    assert reply.kind == "granted"
+    assert calls == {
+        "get": 1,
+        "getex": 1,
+        "exists": 1,
+        "time": 1,
+        "hmget": 2,
+        "hset": 2,
+        "pexpire": 2,
+        "set": 1,
+    }
+    assert await commands(*args) == (reply, {"get": 1})
+    for pid, _ in pools:
+        key = f"{s.prefix}lp:{pid}"
+        assert await s.client.hget(key, "spec") == rate
+        assert 59_000 < await s.client.pttl(key) <= 60_001
