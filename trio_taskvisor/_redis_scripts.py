@@ -868,7 +868,7 @@ do
   if g and redis.call('EXISTS', unpack(keys)) == 0 then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-    local new_tats, seen = {}, {}
+    local new_tats, new_pools, seen = {}, {}, {}
     for k, pair in ipairs(pairs_) do
       local pid, spec = pair[1], pair[2]
       local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
@@ -879,12 +879,16 @@ do
       local interval = tonumber(per) * 1000 / tonumber(rate)
       local tat = v[1] and tonumber(v[2]) or -math.huge
       if now < tat - (tonumber(burst) - 1) * interval then new_tats = nil; break end
-      new_tats[k] = math.max(tat, now) + interval
+      new_tats[k], new_pools[k] = math.max(tat, now) + interval, not v[1]
     end
     if new_tats then
       for k, pair in ipairs(pairs_) do
         local lk, tat = P .. 'lp:' .. pair[1], new_tats[k]
-        redis.call('HSET', lk, 'tat', string.format('%.17g', tat), 'spec', pair[2])
+        if new_pools[k] then
+          redis.call('HSET', lk, 'tat', string.format('%.17g', tat), 'spec', pair[2])
+        else
+          redis.call('HSET', lk, 'tat', string.format('%.17g', tat))
+        end
         redis.call('PEXPIRE', lk, math.ceil(tat - now) + 1)
       end
       redis.call('SET', P .. 'lx:' .. w, g, 'PX', ARGV[3])
