@@ -849,47 +849,73 @@ end
 # The common case of ``limit_acquire``, run before the rest of the script defines anything:
 # making the shared functions costs the server more than this whole case does (Lua makes
 # each local function anew on every call). It answers a request it knows (its marker),
-# and grants a new one whose pools are all rate pools with room, their settings the same
-# or none, no waiter in any of them and none for the request itself, and whose instance
-# has a generation (renewed here, as ``my_gen`` does): what the full script does then,
-# with the same writes (the tidy-up's included). Anything else falls through to the full
-# script, which reads again what this read; nothing was written but the renewal, which
-# the full script repeats.
+# and grants a new one whose every pool has room, with settings the same or none yet
+# (none: no state either), no waiter in any of them and none for the request itself,
+# and whose instance has a generation (renewed here, as ``my_gen`` does): what the full
+# script does then, with the same writes (the tidy-up's included; a concurrency pool's
+# dead holders removed as ``pool`` removes them). Anything else falls through to the
+# full script, which reads again what this read; what this wrote (the renewal, dead
+# holders removed) the full script would have written too.
 _LIMIT_ACQUIRE_FAST: Final = r"""
 do
-  local P, w = ARGV[1], ARGV[5]
+  local P, me, w = ARGV[1], ARGV[4], ARGV[5]
   local x = redis.call('GET', P .. 'lx:' .. w)
   if x == 'gone' then return {'gone'} end
   if x then return {'granted', x} end
-  local g = redis.call('GETEX', P .. 'lu:' .. ARGV[4], 'PX', ARGV[2])
+  local g = redis.call('GETEX', P .. 'lu:' .. me, 'PX', ARGV[2])
   local pairs_ = g and cjson.decode(ARGV[6])
   local keys = {P .. 'lw:' .. w}
   for k, pair in ipairs(pairs_ or {}) do keys[k + 1] = P .. 'lq:' .. pair[1] end
   if g and redis.call('EXISTS', unpack(keys)) == 0 then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-    local new_tats, new_pools, seen = {}, {}, {}
+    -- per pool: {new settings?, the rate pool's new tat (false: a concurrency pool)}
+    local plan, seen, gens, now = {}, {}, {[me] = g}, nil
     for k, pair in ipairs(pairs_) do
       local pid, spec = pair[1], pair[2]
-      local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
-      if not rate or seen[pid] then new_tats = nil; break end
-      seen[pid] = true
       local v = redis.call('HMGET', P .. 'lp:' .. pid, 'spec', 'tat')
-      if v[1] and v[1] ~= spec then new_tats = nil; break end
-      local interval = tonumber(per) * 1000 / tonumber(rate)
-      local tat = v[1] and tonumber(v[2]) or -math.huge
-      if now < tat - (tonumber(burst) - 1) * interval then new_tats = nil; break end
-      new_tats[k], new_pools[k] = math.max(tat, now) + interval, not v[1]
-    end
-    if new_tats then
-      for k, pair in ipairs(pairs_) do
-        local lk, tat = P .. 'lp:' .. pair[1], new_tats[k]
-        if new_pools[k] then
-          redis.call('HSET', lk, 'tat', string.format('%.17g', tat), 'spec', pair[2])
-        else
-          redis.call('HSET', lk, 'tat', string.format('%.17g', tat))
+      if seen[pid] or (v[1] and v[1] ~= spec) or (not v[1] and v[2]) then plan = nil; break end
+      seen[pid] = true
+      local cap = string.match(spec, '^concurrency (%d+)$')
+      if cap then
+        local held, hk = 0, P .. 'lh:' .. pid
+        local flat = v[1] and redis.call('HGETALL', hk) or {}
+        for j = 1, #flat, 2 do
+          local i = string.match(flat[j], '^(.*)/')
+          if gens[i] == nil then gens[i] = redis.call('GET', P .. 'lu:' .. i) or false end
+          if gens[i] == flat[j + 1] then held = held + 1 else redis.call('HDEL', hk, flat[j]) end
         end
-        redis.call('PEXPIRE', lk, math.ceil(tat - now) + 1)
+        if held >= tonumber(cap) then plan = nil; break end
+        plan[k] = {not v[1], false}
+      else
+        local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
+        if not rate then plan = nil; break end
+        if not now then
+          local t = redis.call('TIME')
+          now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+        end
+        local interval = tonumber(per) * 1000 / tonumber(rate)
+        local tat = v[1] and tonumber(v[2]) or -math.huge
+        if now < tat - (tonumber(burst) - 1) * interval then plan = nil; break end
+        plan[k] = {not v[1], math.max(tat, now) + interval}
+      end
+    end
+    if plan then
+      local live = 2 * tonumber(ARGV[2])
+      for k, pair in ipairs(pairs_) do
+        local lk, new, tat = P .. 'lp:' .. pair[1], plan[k][1], plan[k][2]
+        if tat then
+          if new then
+            redis.call('HSET', lk, 'tat', string.format('%.17g', tat), 'spec', pair[2])
+          else
+            redis.call('HSET', lk, 'tat', string.format('%.17g', tat))
+          end
+          redis.call('PEXPIRE', lk, math.ceil(tat - now) + 1)
+        else
+          local hk = P .. 'lh:' .. pair[1]
+          redis.call('HSET', hk, w, g)
+          redis.call('PEXPIRE', hk, live)
+          if new then redis.call('HSET', lk, 'spec', pair[2]) end
+          redis.call('PEXPIRE', lk, live)
+        end
       end
       redis.call('SET', P .. 'lx:' .. w, g, 'PX', ARGV[3])
       return {'granted', g}

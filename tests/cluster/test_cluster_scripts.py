@@ -653,6 +653,15 @@ async def test_the_slots_command_counts_the_live_waiters_of_every_pool_set(
     assert (namespace.pools["c1"].waiting, namespace.pools["c1"].holders) == (0, [A])
 
 
+async def commands_of(s: Scripts, *args: str) -> tuple[scripts.LimitReply, dict[str, int]]:
+    """A ``limit_acquire`` reply and the commands it ran on the server, by name."""
+    await s.client.config_resetstat()
+    reply = scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args))
+    stats = await s.client.info("commandstats")
+    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+    return reply, {k: n for k, n in calls.items() if k != "evalsha" and not k.startswith("config")}
+
+
 async def test_a_rate_start_with_room_costs_the_server_few_commands(s: Scripts) -> None:
     """The common acquisition (rate pools with room, no waiter, the instance's
     generation made) runs one command per thing it must read or write, none of the
@@ -663,15 +672,7 @@ async def test_a_rate_start_with_room_costs_the_server_few_commands(s: Scripts) 
     pools = [("r1", rate), ("r2 key", rate)]
     args = scripts.limit_acquire_args(A, f"{A}/1", pools)
     assert (await limit_acquire(s, A, f"{A}/0", "c1")).kind == "granted"  # the generation
-
-    async def commands(*args: str) -> tuple[scripts.LimitReply, dict[str, int]]:
-        await s.client.config_resetstat()
-        reply = scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args))
-        stats = await s.client.info("commandstats")
-        calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
-        return reply, {k: n for k, n in calls.items() if k != "evalsha" and not k.startswith("config")}
-
-    reply, calls = await commands(*args)
+    reply, calls = await commands_of(s, *args)
     assert reply.kind == "granted"
     assert calls == {
         "get": 1,
@@ -683,8 +684,38 @@ async def test_a_rate_start_with_room_costs_the_server_few_commands(s: Scripts) 
         "pexpire": 2,
         "set": 1,
     }
-    assert await commands(*args) == (reply, {"get": 1})
+    assert await commands_of(s, *args) == (reply, {"get": 1})
     for pid, _ in pools:
         key = f"{s.prefix}lp:{pid}"
         assert await s.client.hget(key, "spec") == rate
         assert 59_000 < await s.client.pttl(key) <= 60_001
+
+
+async def test_a_concurrency_unit_with_room_costs_the_server_few_commands(s: Scripts) -> None:
+    """A concurrency pool with room takes the same short way: its holders counted (a
+    dead instance's removed, as the full script removes them), the unit, the keys'
+    expiry and the marker written, and nothing else; a full pool takes the full
+    script, which queues the request."""
+    spec = "concurrency 2"
+    for instance, w in [(A, f"{A}/1"), (B, f"{B}/2")]:
+        args = scripts.limit_acquire_args(instance, w, [("c", spec)])
+        assert scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args)).kind == "granted"
+    await s.client.delete([f"{s.prefix}lu:{B}"])  # B's units' lease expired
+    reply, calls = await commands_of(s, *scripts.limit_acquire_args(A, f"{A}/3", [("c", spec)]))
+    assert reply.kind == "granted"
+    assert calls == {
+        "get": 2,  # the marker, B's generation
+        "getex": 1,
+        "exists": 1,
+        "hmget": 1,
+        "hgetall": 1,
+        "hdel": 1,
+        "hset": 1,
+        "pexpire": 2,
+        "set": 1,
+    }
+    assert set(await s.client.hkeys(f"{s.prefix}lh:c")) == {f"{A}/1", f"{A}/3"}
+    for key in ("lh:c", "lp:c"):
+        assert 0 < await s.client.pttl(f"{s.prefix}{key}") <= 2 * 1000 * s.store.lease_ttl
+    args = scripts.limit_acquire_args(A, f"{A}/4", [("c", spec)])
+    assert scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args)).kind == "waiting"
