@@ -98,6 +98,9 @@ class _RedisConnection:
         return replies
 
     async def _pipeline(self, calls: Sequence[Call]) -> list[object]:
+        scripts_only = [self._by_name.get(name) for name, _ in calls]
+        if None not in scripts_only:
+            return await self._evalshas(calls, cast("list[scripts.Script]", scripts_only))
         async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
             for name, args in calls:
                 if name == RUN_ID:
@@ -119,6 +122,33 @@ class _RedisConnection:
                 replies[i] = _online_replicas(cast("dict[str, object]", info))
         return replies
 
+    async def _evalshas(
+        self, calls: Sequence[Call], by_call: list[scripts.Script]
+    ) -> list[object]:
+        """Send a batch of script calls (every batch but a renewal's, a goodbye and a
+        ``WAIT``) as the pipeline would, without building its objects: one ``EVALSHA``
+        per call, packed straight onto a connection of the client's pool. Replies as the
+        pipeline gives them: an error reply (``ResponseError``) or a timeout is the
+        call's reply; any other error (a broken connection) is raised."""
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            common = self._common
+            commands = [
+                _Evalsha((script.sha, 0, *common, *args))
+                for script, (_, args) in zip(by_call, calls, strict=True)
+            ]
+            batch = connection.create_request_batch(cast("list[Any]", commands))
+            replies: list[object] = list(await batch)
+        finally:
+            pool.release(connection)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(
+                reply, ResponseError | TimeoutError
+            ):
+                raise reply
+        return replies
+
     async def subscribe(
         self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
     ) -> None:
@@ -135,6 +165,20 @@ class _RedisConnection:
                 message = await pubsub.get_message()
                 if message is not None and message["type"] == "message":
                     deliver(str(message["data"]))
+
+
+class _Evalsha:
+    """What a connection needs of one command to send it in a batch (coredis's
+    ``CommandRequest`` does more: key routing, argument serialising, callbacks)."""
+
+    __slots__ = ("serialized_arguments",)
+
+    name = b"EVALSHA"
+    decode = None  # the client's setting: replies decoded
+    # Invariant: the arguments are str and int only, which the connection packs as is.
+
+    def __init__(self, arguments: tuple[str | int, ...]) -> None:
+        self.serialized_arguments = arguments
 
 
 def _online_replicas(info: dict[str, object]) -> int:
