@@ -21,6 +21,7 @@ from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
 
 from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
+from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._exceptions import SlotStoreUnavailableError
 from trio_taskvisor._keeper import (
@@ -629,3 +630,32 @@ async def test_stop_owner_of_a_stopped_keeper_fails_at_once(store: RedisSlotStor
     with trio.testing.assert_checkpoints(), pytest.raises(SlotStoreUnavailableError):
         with trio.fail_after(store.connect_timeout / 2):
             await a.keeper.stop_owner("k").wait()
+
+
+async def test_a_batch_of_script_calls_that_met_noscript_is_sent_again(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A server that lost its scripts (a restart, a failover) answers NOSCRIPT: the
+    scripts are loaded and the calls sent again, so the batch gets the scripts' replies."""
+    await client.script_flush()
+    calls: list[Call] = [
+        (scripts.SUBMIT.name, scripts.submit_args(slot, f"{A}/{n}", "queue", 10, False))
+        for n, slot in enumerate(("k", "j"))
+    ]
+    async with RedisClient(store, A).connect() as conn:
+        replies = await conn.round_trip(calls)
+    assert [scripts.parse_submit(reply).kind for reply in replies] == ["owner", "owner"]
+
+
+async def test_an_error_reply_to_one_script_call_is_that_calls_reply(
+    store: RedisSlotStore,
+) -> None:
+    """A script's error (here: arguments it cannot read) is the reply of its call only:
+    the other calls of the batch run and get their own replies."""
+    submit = scripts.submit_args("k", f"{A}/1", "queue", 10, False)
+    async with RedisClient(store, A).connect() as conn:
+        replies = await conn.round_trip(
+            [(scripts.SUBMIT.name, submit), (scripts.SUBMIT.name, ("k",))]
+        )
+    assert not isinstance(replies[0], Exception)
+    assert isinstance(replies[1], coredis.exceptions.ResponseError)
