@@ -41,7 +41,7 @@ from trio_taskvisor._keeper import (
     StoreRecovered,
     StoreUnavailable,
 )
-from trio_taskvisor._redis_client import RedisClient
+from trio_taskvisor._redis_client import RedisClient, _info_field, _online_replicas
 from trio_taskvisor._slots import AdmissionPolicy
 
 A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
@@ -659,3 +659,32 @@ async def test_an_error_reply_to_one_script_call_is_that_calls_reply(
         )
     assert not isinstance(replies[0], Exception)
     assert isinstance(replies[1], coredis.exceptions.ResponseError)
+
+
+async def test_round_trips_after_a_broken_connection_go_on_a_fresh_one(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """The connection the round trips hold is replaced once it broke (the server closed
+    it): the next round trip goes on a fresh one of the client's pool."""
+    calls: list[Call] = [
+        (scripts.SUBMIT.name, scripts.submit_args("k", f"{A}/1", "queue", 10, False))
+    ]
+    async with RedisClient(store, A).connect() as conn:
+        await conn.round_trip(calls)
+        assert await client.client_kill(user="default", skipme=True) == 1
+        await trio.testing.wait_all_tasks_blocked()  # the client reads the end of stream
+        replies = await conn.round_trip(calls)
+        named = [c for c in await client.client_list() if c.get("name") == f"taskvisor:{A}"]
+        assert len(named) == 1  # the fresh connection, in use
+    assert scripts.parse_submit(replies[0]).kind == "owner"
+
+
+def test_replicas_are_counted_from_info_replication_online_only() -> None:
+    """Only replicas in sync (``state=online``) count; other ``slave`` fields do not."""
+    info = (
+        "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave_read_only:1\r\n"
+        "slave0:ip=127.0.0.1,port=1,state=online,offset=10,lag=0\r\n"
+        "slave1:ip=127.0.0.1,port=2,state=wait_bgsave,offset=0,lag=0\r\n"
+    )
+    assert _online_replicas(info) == 1
+    assert _info_field("# Server\r\nrun_id:abc\r\ntcp_port:1\r\n", "run_id") == "abc"
