@@ -58,6 +58,7 @@ from coredis.exceptions import (
 )
 from coredis.exceptions import ConnectionError as RedisConnectionError
 from coredis.pool import SentinelConnectionPool
+from coredis.response.types import PubSubMessage
 from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
@@ -161,12 +162,26 @@ class _RedisConnection:
             retry_policy=NoRetryPolicy(),
             subscription_timeout=_client_timeout(self._store),
         ) as pubsub:
-            await pubsub.subscribe(channel)
-            subscribed()
-            while True:
-                message = await pubsub.get_message()
-                if message is not None and message["type"] == "message":
+            # A handler of the channel: coredis calls it from the task that reads the
+            # messages, a scheduler pass before ``get_message`` would return one (a
+            # pushed grant's start waits for it). Messages before the confirmation
+            # are delivered after ``subscribed()``, as ``get_message`` would have.
+            early: list[str] = []
+            live = False
+
+            def handle(message: PubSubMessage) -> None:
+                if live:
                     deliver(str(message["data"]))
+                else:
+                    early.append(str(message["data"]))
+
+            await pubsub.subscribe(**{channel: handle})
+            subscribed()
+            live = True
+            for text in early:
+                deliver(text)
+            while True:
+                await pubsub.get_message()  # None for each handled message
 
 
 class _Command:
