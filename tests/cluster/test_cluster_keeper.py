@@ -382,6 +382,28 @@ async def test_lease_is_lost_while_the_server_is_paused(
         assert len(a.reports.of(LeaseLost)) == 1
 
 
+async def test_a_later_lease_is_lost_on_time_after_the_earlier_one_left(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A lease taken after another is due later, so it does not wake the keeper's
+    timers; once the earlier one is released, the later one is still lost on time."""
+    ttl = store.lease_ttl
+    async with open_keeper(store, A) as a:
+        a.keeper.submit("k1", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        a.keeper.submit("k2", 2, QUEUE, 10, False)
+        owner = await a.reports.wait_for(Owner, task_id=2)
+        a.keeper.release("k1", 1, DONE)
+        redis_server.pause()
+        paused = trio.current_time()
+        try:
+            lost = await a.reports.wait_for(LeaseLost)
+        finally:
+            redis_server.resume()
+        assert (lost.task_id, lost.token) == (2, owner.token)
+        assert a.reports.time_of(lost) - paused <= 2 * 0.8 * ttl
+
+
 async def test_restart_refuses_leases_and_resubscribes(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
