@@ -523,6 +523,8 @@ class LeaseKeeper:
         self._io_scope: trio.CancelScope | None = None
         self._io_wakeup = _Wakeup()
         self._timer_wakeup = _Wakeup()
+        # When the timer task wakes next on its own (-inf: it has not looked yet).
+        self._timers_at = -math.inf
         self._round_trips = 0
         self._quiet = False  # failures after the first of an outage log at DEBUG
         # What the server was asked and the client's error, of the last connection
@@ -572,7 +574,7 @@ class LeaseKeeper:
             return
         deadline = trio.current_time() + self.store.connect_timeout
         self._submits[task_id] = _Submit(slot, task_id, policy, max_queue, wait, deadline)
-        self._timer_wakeup.set()
+        self._wake_timers(deadline)
         self._io_wakeup.set()
 
     def withdraw(self, slot: str, task_id: int, reason: RejectionKind) -> None:
@@ -726,14 +728,14 @@ class LeaseKeeper:
                     del self._limits[request.rid]
                     del self._limit_ids[request.w]
                 else:
-                    self._timer_wakeup.set()
+                    self._wake_timers()
                 if sink is not None:
                     sink.limit_granted(request.rid)
             case "waiting":
                 request.state = "waiting"
                 if reply.retry is not None:
                     request.retry_at = trio.current_time() + reply.retry + 0.001
-                    self._timer_wakeup.set()
+                    self._wake_timers()
                 if not request.waiting_reported and sink is not None:
                     request.waiting_reported = True
                     sink.limit_waiting(request.rid, tuple(map(_pool_of, reply.blocked)))
@@ -758,7 +760,7 @@ class LeaseKeeper:
                     self._limit_lose(request)  # its generation expired on the server
         else:
             self._gen_at = max(self._gen_at, sent_at)
-        self._timer_wakeup.set()
+        self._wake_timers()
 
     def _limit_lose(self, request: _LimitRequest) -> None:
         request.state = "lost"
@@ -1438,9 +1440,16 @@ class LeaseKeeper:
     async def _timers(self) -> None:
         """Fire lease deadlines, submit deadlines and claim retries on time."""
         while True:
-            next_at = self._fire_timers(trio.current_time())
-            with trio.move_on_at(next_at):
+            self._timers_at = self._fire_timers(trio.current_time())
+            with trio.move_on_at(self._timers_at):
                 await self._timer_wakeup.wait()
+
+    def _wake_timers(self, at: float = -math.inf) -> None:
+        """Have the timer task look again, unless it wakes by ``at`` anyway: a new
+        deadline no earlier than the one it waits for is seen when that one fires (a
+        lease's or a submission's, which mostly come in their order, costs no pass)."""
+        if at < self._timers_at:
+            self._timer_wakeup.set()
 
     def _fire_timers(self, now: float) -> float:
         next_at = math.inf
@@ -1528,10 +1537,9 @@ class LeaseKeeper:
 
     def _own(self, slot: str, task_id: int, token: int | None, sent_at: float) -> None:
         assert token is not None
-        self._leases[task_id] = _Lease(
-            slot, task_id, token, LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
-        )
-        self._timer_wakeup.set()
+        rule = LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
+        self._leases[task_id] = _Lease(slot, task_id, token, rule)
+        self._wake_timers(rule.deadline)
         self._report(Owner(slot, task_id, token))
 
     def _lose(self, lease: _Lease, reason: str) -> None:
@@ -1624,7 +1632,7 @@ class LeaseKeeper:
             return
         at = trio.current_time() + retry + 0.002  # just past the server's expiry
         self._retry_at[slot] = min(self._retry_at.get(slot, math.inf), at)
-        self._timer_wakeup.set()
+        self._wake_timers(at)
 
     def _resolve_submit(self, submit: _Submit) -> None:
         submit.resolved = True

@@ -37,7 +37,12 @@ import attrs
 import coredis
 import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from coredis.connection import SentinelManagedConnection, TCPConnection, TCPLocation
+from coredis.connection import (
+    BaseConnection,
+    SentinelManagedConnection,
+    TCPConnection,
+    TCPLocation,
+)
 from coredis.exceptions import (
     AuthenticationError,
     AuthorizationError,
@@ -53,6 +58,7 @@ from coredis.exceptions import (
 )
 from coredis.exceptions import ConnectionError as RedisConnectionError
 from coredis.pool import SentinelConnectionPool
+from coredis.response.types import PubSubMessage
 from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
@@ -73,50 +79,77 @@ from ._slotstore import instance_of
 
 
 class _RedisConnection:
-    """A ``Connection`` over one coredis client (its own pool and pub/sub connection)."""
+    """A ``Connection`` over one coredis client (its own pool and pub/sub connection).
+
+    Its round trips go one at a time (the keeper's), on one connection of the client's
+    pool held from the first to the last (another one once it breaks): taking and giving
+    back a pooled connection costs a scheduler pass per round trip. Every call goes as a
+    bare command packed straight onto that connection, without coredis's pipeline and
+    request objects, and its reply is read as the pipeline would give it: an error reply
+    (``ResponseError``) or a timeout is the call's reply; any other error (a broken
+    connection) is raised.
+    """
 
     def __init__(self, client: coredis.Redis[str], store: RedisSlotStore) -> None:
         self._client = client
         self._store = store
         self._common = scripts.common_args(store.key_prefix, store.lease_ttl, store.keep)
         self._by_name = {script.name: script for script in scripts.SCRIPTS}
+        self._held: BaseConnection | None = None
+
+    def release(self) -> None:
+        """Give the held connection back to the pool (the client closes it)."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._client.connection_pool.release(held)
 
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
-        replies = await self._pipeline(calls)
+        replies = await self._send([self._command(name, args) for name, args in calls])
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             # The server lost its script cache (a restart): load every script and send
             # again only the calls that did not run (a NOSCRIPT call changed nothing).
-            async with self._client.pipeline(transaction=False) as pipe:
-                for script in scripts.SCRIPTS:
-                    pipe.script_load(script.source)
+            loads = [_Command(b"SCRIPT LOAD", (script.source,)) for script in scripts.SCRIPTS]
+            for reply in await self._send(loads):
+                if isinstance(reply, BaseException):
+                    raise reply
             # The WAIT that ends the batch must follow the calls sent again, too.
             missing += [i for i, (name, _) in enumerate(calls) if name == WAIT]
-            again = await self._pipeline([calls[i] for i in missing])
+            again = await self._send([self._command(*calls[i]) for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
-        return replies
-
-    async def _pipeline(self, calls: Sequence[Call]) -> list[object]:
-        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
-            for name, args in calls:
-                if name == RUN_ID:
-                    pipe.info("server")
-                elif name == BYE:
-                    pipe.delete([f"{self._store.key_prefix}hb:{args[0]}"])
-                elif name == WAIT:
-                    pipe.wait(int(args[0]), int(args[1]))
-                elif name == REPLICAS:
-                    pipe.info("replication")
-                else:
-                    pipe.evalsha(self._by_name[name].sha, [], [*self._common, *args])
-        replies: list[object] = list(pipe.results or ())
         for i, (name, _) in enumerate(calls):
             info = replies[i]
-            if name == RUN_ID and isinstance(info, dict):
-                replies[i] = str(cast("dict[str, object]", info).get("run_id"))
-            elif name == REPLICAS and isinstance(info, dict):
-                replies[i] = _online_replicas(cast("dict[str, object]", info))
+            if name == RUN_ID and isinstance(info, str):
+                replies[i] = _info_field(info, "run_id")
+            elif name == REPLICAS and isinstance(info, str):
+                replies[i] = _online_replicas(info)
+        return replies
+
+    def _command(self, name: str, args: Sequence[str]) -> _Command:
+        if name == RUN_ID:
+            return _Command(b"INFO", ("server",))
+        if name == BYE:
+            return _Command(b"DEL", (f"{self._store.key_prefix}hb:{args[0]}",))
+        if name == WAIT:
+            return _Command(b"WAIT", (int(args[0]), int(args[1])))
+        if name == REPLICAS:
+            return _Command(b"INFO", ("replication",))
+        return _Command(b"EVALSHA", (self._by_name[name].sha, 0, *self._common, *args))
+
+    async def _send(self, commands: list[_Command]) -> list[object]:
+        """Send ``commands`` in one write; their replies (see the class docstring)."""
+        connection = self._held
+        if connection is None or not connection.usable:
+            self.release()
+            connection = self._held = await self._client.connection_pool.get_connection()
+        batch = connection.create_request_batch(cast("list[Any]", commands))
+        replies: list[object] = list(await batch)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(
+                reply, ResponseError | TimeoutError
+            ):
+                raise reply
         return replies
 
     async def subscribe(
@@ -129,24 +162,60 @@ class _RedisConnection:
             retry_policy=NoRetryPolicy(),
             subscription_timeout=_client_timeout(self._store),
         ) as pubsub:
-            await pubsub.subscribe(channel)
-            subscribed()
-            while True:
-                message = await pubsub.get_message()
-                if message is not None and message["type"] == "message":
+            # A handler of the channel: coredis calls it from the task that reads the
+            # messages, a scheduler pass before ``get_message`` would return one (a
+            # pushed grant's start waits for it). Messages before the confirmation
+            # are delivered after ``subscribed()``, as ``get_message`` would have.
+            early: list[str] = []
+            live = False
+
+            def handle(message: PubSubMessage) -> None:
+                if live:
                     deliver(str(message["data"]))
+                else:
+                    early.append(str(message["data"]))
+
+            await pubsub.subscribe(**{channel: handle})
+            subscribed()
+            live = True
+            for text in early:
+                deliver(text)
+            while True:
+                await pubsub.get_message()  # None for each handled message
 
 
-def _online_replicas(info: dict[str, object]) -> int:
+class _Command:
+    """What a connection needs of one command to send it in a batch (coredis's
+    ``CommandRequest`` does more: key routing, argument serialising, reply callbacks)."""
+
+    __slots__ = ("name", "serialized_arguments")
+
+    decode = None  # the client's setting: replies decoded
+    # Invariant: the arguments are str and int only, which the connection packs as is.
+
+    def __init__(self, name: bytes, arguments: tuple[str | int, ...]) -> None:
+        self.name = name
+        self.serialized_arguments = arguments
+
+
+def _info_field(info: str, field: str) -> str:
+    """One field of an ``INFO`` reply's text (``"None"`` when it has none)."""
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        if key == field:
+            return value
+    return "None"
+
+
+def _online_replicas(info: str) -> int:
     """The replicas ``INFO replication`` shows connected and in sync (``state=online``):
     the only ones a ``WAIT`` can count (one still loading its first copy cannot)."""
-    return sum(
-        1
-        for key, value in info.items()
-        if key.startswith("slave")
-        and isinstance(value, dict)
-        and cast("dict[str, object]", value).get("state") == "online"
-    )
+    count = 0
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        if key.startswith("slave") and "state=online" in value.split(","):
+            count += 1
+    return count
 
 
 class _TCPConnection(TCPConnection):
@@ -243,7 +312,11 @@ class RedisClient:
         """Open one coredis client (its own pool and pub/sub connection; under Sentinel,
         asking the sentinels for the primary); close it after."""
         async with open_client(self._store, f"taskvisor:{self._instance_id}") as client:
-            yield _RedisConnection(client, self._store)
+            connection = _RedisConnection(client, self._store)
+            try:
+                yield connection
+            finally:
+                connection.release()
 
     def refuses_calls(self, error: Exception) -> bool:
         """Whether an error reply refuses the keeper's calls as such (permissions, a

@@ -21,6 +21,7 @@ from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
 
 from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
+from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._exceptions import SlotStoreUnavailableError
 from trio_taskvisor._keeper import (
@@ -40,7 +41,7 @@ from trio_taskvisor._keeper import (
     StoreRecovered,
     StoreUnavailable,
 )
-from trio_taskvisor._redis_client import RedisClient
+from trio_taskvisor._redis_client import RedisClient, _info_field, _online_replicas
 from trio_taskvisor._slots import AdmissionPolicy
 
 A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
@@ -381,6 +382,28 @@ async def test_lease_is_lost_while_the_server_is_paused(
         assert len(a.reports.of(LeaseLost)) == 1
 
 
+async def test_a_later_lease_is_lost_on_time_after_the_earlier_one_left(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A lease taken after another is due later, so it does not wake the keeper's
+    timers; once the earlier one is released, the later one is still lost on time."""
+    ttl = store.lease_ttl
+    async with open_keeper(store, A) as a:
+        a.keeper.submit("k1", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        a.keeper.submit("k2", 2, QUEUE, 10, False)
+        owner = await a.reports.wait_for(Owner, task_id=2)
+        a.keeper.release("k1", 1, DONE)
+        redis_server.pause()
+        paused = trio.current_time()
+        try:
+            lost = await a.reports.wait_for(LeaseLost)
+        finally:
+            redis_server.resume()
+        assert (lost.task_id, lost.token) == (2, owner.token)
+        assert a.reports.time_of(lost) - paused <= 2 * 0.8 * ttl
+
+
 async def test_restart_refuses_leases_and_resubscribes(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
@@ -629,3 +652,61 @@ async def test_stop_owner_of_a_stopped_keeper_fails_at_once(store: RedisSlotStor
     with trio.testing.assert_checkpoints(), pytest.raises(SlotStoreUnavailableError):
         with trio.fail_after(store.connect_timeout / 2):
             await a.keeper.stop_owner("k").wait()
+
+
+async def test_a_batch_of_script_calls_that_met_noscript_is_sent_again(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A server that lost its scripts (a restart, a failover) answers NOSCRIPT: the
+    scripts are loaded and the calls sent again, so the batch gets the scripts' replies."""
+    await client.script_flush()
+    calls: list[Call] = [
+        (scripts.SUBMIT.name, scripts.submit_args(slot, f"{A}/{n}", "queue", 10, False))
+        for n, slot in enumerate(("k", "j"))
+    ]
+    async with RedisClient(store, A).connect() as conn:
+        replies = await conn.round_trip(calls)
+    assert [scripts.parse_submit(reply).kind for reply in replies] == ["owner", "owner"]
+
+
+async def test_an_error_reply_to_one_script_call_is_that_calls_reply(
+    store: RedisSlotStore,
+) -> None:
+    """A script's error (here: arguments it cannot read) is the reply of its call only:
+    the other calls of the batch run and get their own replies."""
+    submit = scripts.submit_args("k", f"{A}/1", "queue", 10, False)
+    async with RedisClient(store, A).connect() as conn:
+        replies = await conn.round_trip(
+            [(scripts.SUBMIT.name, submit), (scripts.SUBMIT.name, ("k",))]
+        )
+    assert not isinstance(replies[0], Exception)
+    assert isinstance(replies[1], coredis.exceptions.ResponseError)
+
+
+async def test_round_trips_after_a_broken_connection_go_on_a_fresh_one(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """The connection the round trips hold is replaced once it broke (the server closed
+    it): the next round trip goes on a fresh one of the client's pool."""
+    calls: list[Call] = [
+        (scripts.SUBMIT.name, scripts.submit_args("k", f"{A}/1", "queue", 10, False))
+    ]
+    async with RedisClient(store, A).connect() as conn:
+        await conn.round_trip(calls)
+        assert await client.client_kill(user="default", skipme=True) == 1
+        await trio.testing.wait_all_tasks_blocked()  # the client reads the end of stream
+        replies = await conn.round_trip(calls)
+        named = [c for c in await client.client_list() if c.get("name") == f"taskvisor:{A}"]
+        assert len(named) == 1  # the fresh connection, in use
+    assert scripts.parse_submit(replies[0]).kind == "owner"
+
+
+def test_replicas_are_counted_from_info_replication_online_only() -> None:
+    """Only replicas in sync (``state=online``) count; other ``slave`` fields do not."""
+    info = (
+        "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave_read_only:1\r\n"
+        "slave0:ip=127.0.0.1,port=1,state=online,offset=10,lag=0\r\n"
+        "slave1:ip=127.0.0.1,port=2,state=wait_bgsave,offset=0,lag=0\r\n"
+    )
+    assert _online_replicas(info) == 1
+    assert _info_field("# Server\r\nrun_id:abc\r\ntcp_port:1\r\n", "run_id") == "abc"

@@ -143,5 +143,6 @@ async def test_a_killed_holder_frees_its_unit_when_its_lease_expires(
         assert started["t"] - killed_at < 2 * TTL
         await b.send("release", id="b-0")
         await c.send("release", id="c-0")
-        await c.wait_for("outcome", id="c-0")
+        for replica, wid in ((b, "b-0"), (c, "c-0")):  # both bodies' ends are in the ledger
+            await replica.wait_for("outcome", id=wid)
         assert most_at_once(ledger(a, b, c, cut={"a": killed_at})) == 2

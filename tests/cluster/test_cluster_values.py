@@ -731,8 +731,12 @@ def test_sentinel_url_never_shows_a_password(case: tuple[str, str, list[str]]) -
     store = RedisSlotStore(url, namespace="ns")
     assert store.safe_url == shown
     texts = [repr(store), str(store), store.safe_url, repr(store.sentinel)]
+    # What the store shows anyway (its class name, the fields): a secret found in the
+    # texts of the store as shown (every secret masked) cannot be told from a leak.
+    masked = RedisSlotStore(shown, namespace="ns")
+    anyway = [repr(masked), str(masked), masked.safe_url, repr(masked.sentinel)]
     for secret in found:
-        assume(secret not in shown)
+        assume(secret not in shown and not [text for text in anyway if secret in text])
         assert not [text for text in texts if secret in text]
         if secret in url:
             assert secret in secrets_of(url) or unquote(secret) in secrets_of(url)
