@@ -233,10 +233,15 @@ class SentinelTopology:
         it over may make the others its replicas, which then copy its empty data set)."""
 
         def ended() -> bool:
-            states = [_pairs(command(s.port, "SENTINEL", "MASTER", SERVICE)) for s in self.sentinels]
+            states = [
+                _pairs(command(sentinel.port, "SENTINEL", "MASTER", SERVICE))
+                for sentinel in self.sentinels
+            ]
             ports = {state["port"] for state in states}
-            return ports != {str(old_port)} and len(ports) == 1 and not any(
-                "failover_in_progress" in state["flags"] for state in states
+            return (
+                ports != {str(old_port)}
+                and len(ports) == 1
+                and not any("failover_in_progress" in state["flags"] for state in states)
             )
 
         self._wait(ended, "end of the failover")
