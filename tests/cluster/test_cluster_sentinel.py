@@ -10,13 +10,20 @@
   (``2 * (failover + lease_ttl / 3)``), with higher fence tokens, and their bodies
   never overlap outside the restart window (an old owner whose lease was lost may
   still run for at most one renewal interval once the new one started).
+* With ``replicas_ack`` (replica processes given it): no two bodies of a slot overlap
+  at all. Equal to the replicas (2), a SIGSTOP or a SIGKILL of the primary stops work
+  until the old primary (on SIGCONT, or started again once the failover ended) is made
+  a replica by Sentinel and syncs, then it resumes within
+  ``2 * (failover + rejoin + lease_ttl / 3)``; with one replica to spare (1) and a
+  ``lease_ttl`` that keeps leases through a failover, the owners keep their leases and
+  work resumes without the killed node, within ``2 * (failover + lease_ttl / 3)``.
 * At start, an unknown service or no reachable sentinel (TLS to sentinels that speak
   none included) is a ``SlotStoreUnavailableError`` that names it, its cause chained;
   a frozen sentinel is passed over; a primary the sentinels name but nobody listens on
   is named too, and its failed connections leak nothing.
 
-The measured failover times (kill or freeze to the first write the new primary takes)
-are printed (``-s``). Tests that fail the primary over get a topology of their own; the
+The measured failover times (kill or freeze to the first write the new primary takes),
+rejoin and resume times are printed (``-s``). Tests that fail the primary over get a topology of their own; the
 others share one per module. Timing bounds are liveness bounds with a 2x margin.
 """
 
