@@ -24,7 +24,8 @@
 
 The measured failover times (kill or freeze to the first write the new primary takes),
 rejoin and resume times are printed (``-s``). Tests that fail the primary over get a
-topology of their own; the others share one per module. Timing bounds are liveness bounds with a 2x margin.
+topology of their own; the others share one per module. Timing bounds are liveness
+bounds with a 2x margin.
 """
 
 from __future__ import annotations
