@@ -317,6 +317,8 @@ async def main(config: dict[str, Any]) -> None:
         namespace=config["namespace"],
         lease_ttl=config.get("lease_ttl", 1.0),
         connect_timeout=config.get("connect_timeout", 1.0),
+        replicas_ack=config.get("replicas_ack", 0),
+        replicas_ack_timeout=config.get("replicas_ack_timeout"),
     )
     controller = ControllerConfig(
         slot_store=store, max_slot_queue=config.get("max_slot_queue", 100)

@@ -189,6 +189,8 @@ def replica_config(store: RedisSlotStore, **overrides: Any) -> dict[str, Any]:
         "namespace": store.namespace,
         "lease_ttl": store.lease_ttl,
         "connect_timeout": store.connect_timeout,
+        "replicas_ack": store.replicas_ack,
+        "replicas_ack_timeout": store.replicas_ack_timeout,
         **overrides,
     }
 

@@ -217,6 +217,35 @@ class SentinelTopology:
         port = self.sentinels[0].primary_port()
         return next(node for node in self.nodes if node.port == port)
 
+    def wait_for_replicas(self, primary: RedisServer, count: int) -> None:
+        """Wait until ``primary`` has ``count`` replicas in sync (``state=online``)."""
+
+        def synced() -> bool:
+            info = command(primary.port, "INFO", "replication")
+            return isinstance(info, str) and info.count("state=online") == count
+
+        self._wait(synced, f"{count} replicas in sync")
+
+    def wait_for_failover_end(self, old_port: int) -> None:
+        """Wait until no sentinel is still failing ``old_port`` over: each names the same
+        other node, none has a failover in progress. A primary without persistence must
+        not start again before (it would come back empty, and a sentinel still failing
+        it over may make the others its replicas, which then copy its empty data set)."""
+
+        def ended() -> bool:
+            states = [
+                _pairs(command(sentinel.port, "SENTINEL", "MASTER", SERVICE))
+                for sentinel in self.sentinels
+            ]
+            ports = {state["port"] for state in states}
+            return (
+                ports != {str(old_port)}
+                and len(ports) == 1
+                and not any("failover_in_progress" in state["flags"] for state in states)
+            )
+
+        self._wait(ended, "end of the failover")
+
     def _wait(self, done: object, what: str) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT
         while True:

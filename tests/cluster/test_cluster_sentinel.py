@@ -10,14 +10,22 @@
   (``2 * (failover + lease_ttl / 3)``), with higher fence tokens, and their bodies
   never overlap outside the restart window (an old owner whose lease was lost may
   still run for at most one renewal interval once the new one started).
+* With ``replicas_ack`` (replica processes given it): no two bodies of a slot overlap
+  at all. Equal to the replicas (2), a SIGSTOP or a SIGKILL of the primary stops work
+  until the old primary (on SIGCONT, or started again once the failover ended) is made
+  a replica by Sentinel and syncs, then it resumes within
+  ``2 * (failover + rejoin + lease_ttl / 3)``; with one replica to spare (1) and a
+  ``lease_ttl`` that keeps leases through a failover, the owners keep their leases and
+  work resumes without the killed node, within ``2 * (failover + lease_ttl / 3)``.
 * At start, an unknown service or no reachable sentinel (TLS to sentinels that speak
   none included) is a ``SlotStoreUnavailableError`` that names it, its cause chained;
   a frozen sentinel is passed over; a primary the sentinels name but nobody listens on
   is named too, and its failed connections leak nothing.
 
-The measured failover times (kill or freeze to the first write the new primary takes)
-are printed (``-s``). Tests that fail the primary over get a topology of their own; the
-others share one per module. Timing bounds are liveness bounds with a 2x margin.
+The measured failover times (kill or freeze to the first write the new primary takes),
+rejoin and resume times are printed (``-s``). Tests that fail the primary over get a
+topology of their own; the others share one per module. Timing bounds are liveness
+bounds with a 2x margin.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
+import replica_harness
 import trio
 from cluster_helpers import config, gated, quick, replica
 from redis_server import free_port
@@ -62,9 +71,8 @@ def fresh_topology() -> Iterator[SentinelTopology]:
 
 
 def sentinel_store(topology: SentinelTopology, namespace: str, **fields: float) -> RedisSlotStore:
-    return RedisSlotStore(
-        topology.url(), namespace=namespace, lease_ttl=TTL, connect_timeout=1.0, **fields
-    )
+    values = {"lease_ttl": TTL, "connect_timeout": 1.0, **fields}
+    return RedisSlotStore(topology.url(), namespace=namespace, **values)  # type: ignore[arg-type]
 
 
 def runs(*replicas: ReplicaProcess) -> dict[str, list[tuple[float, float, int, str, str]]]:
@@ -327,3 +335,177 @@ async def test_frozen_primary_keepers_move_to_the_new_primary(
         assert (await a.wait_for("outcome", id="a-after"))["kind"] == "completed"
         assert a.of("start", id="a-after")[0]["token"] > resumed["token"]
         assert_no_overlap_outside_the_restart_window(*replicas)
+
+
+# -- failovers with replicas_ack ------------------------------------------------------------------
+
+# A lease_ttl that keeps leases through a failover alone (the how-to's rule,
+# ``lease_ttl >= 15 * failover`` with ``down-after-milliseconds 500``).
+FAILOVER_TTL = 35.0
+
+
+def assert_no_overlap_at_all(*replicas: ReplicaProcess) -> None:
+    """Fence tokens increase with every owner of a slot, and no two bodies of a slot
+    overlap, not even inside a restart window: every grant acted on was on the replicas."""
+    for slot, ledger in runs(*replicas).items():
+        for before, after in itertools.pairwise(ledger):
+            assert after[2] > before[2], f"{slot}: token of {after[3]} <= {before[3]}'s"
+            assert after[0] >= before[1], f"{slot}: {after[3]} overlaps {before[3]}"
+    print("overlaps: 0")
+
+
+async def measure(wait: object, since: float, what: str) -> float:
+    """Run the topology's blocking ``wait`` in a thread; return the seconds since
+    ``since``, printed."""
+    await trio.to_thread.run_sync(wait)  # type: ignore[arg-type]
+    took = time.monotonic() - since
+    print(f"{what}: {took:.2f} s")
+    return took
+
+
+async def share_two_slots(replicas: list[ReplicaProcess]) -> tuple[list[Record], list[str]]:
+    """a and b own s1 and s2 (gated), and every replica queues work behind them; return
+    the owners' starts and the queued work ids."""
+    a, b, c = replicas
+    await a.submit("a-own", "s1", gate=True)
+    await b.submit("b-own", "s2", gate=True)
+    first = [await a.wait_for("start", id="a-own"), await b.wait_for("start", id="b-own")]
+    queued = await queue_work([c, a, b], ("s1", "s2"))
+    for wid in queued:
+        await by_id(replicas, wid).wait_event("controller_submitted", name=wid)
+    return first, queued
+
+
+async def resumed_work(replicas: list[ReplicaProcess], queued: list[str]) -> list[Record]:
+    """Wait until every queued work completed; return their starts."""
+    starts: list[Record] = []
+    for wid in queued:
+        r = by_id(replicas, wid)
+        assert (await r.wait_for("outcome", id=wid))["kind"] == "completed", r.describe()
+        starts.append(r.of("start", id=wid)[0])
+    return starts
+
+
+async def test_frozen_primary_with_replicas_ack_of_every_replica_overlaps_nothing(
+    fresh_topology: SentinelTopology, namespace: str
+) -> None:
+    """replicas_ack=2 (both replicas), SIGSTOP of the primary while three replica
+    processes share two slots: the promoted replica has one replica, so the store stays
+    unavailable and nothing starts until the old primary, on SIGCONT, is made a replica
+    by Sentinel (which waits about 8 s before it does) and syncs. Then the queued work
+    runs within 2 * (failover + rejoin + lease_ttl / 3) of the freeze, with higher
+    tokens, and no two bodies of a slot overlap at all. The owners end LEASE_LOST: no
+    lease_ttl keeps a lease through the rejoin in this test's time (it would take
+    15 * (failover + rejoin), minutes)."""
+    topology = fresh_topology
+    store = sentinel_store(topology, namespace, replicas_ack=2, replicas_ack_timeout=0.25)
+    async with open_replicas(store, "a", "b", "c") as replicas:
+        a, b, _ = replicas
+        first, queued = await share_two_slots(replicas)
+        frozen = time.monotonic()
+        old = topology.primary
+        old.pause()
+        try:
+            failover = await measure_failover(topology, old.port, frozen)
+            new = topology.wait_for_new_primary(old.port)
+            for r, wid in ((a, "a-own"), (b, "b-own")):
+                assert (await r.wait_for("outcome", id=wid))["kind"] == "lease_lost"
+        finally:
+            old.resume()
+        resumed_at = time.monotonic()
+        assert all(not by_id(replicas, wid).of("start", id=wid) for wid in queued)
+        rejoin = await measure(
+            functools.partial(topology.wait_for_replicas, new, 2),
+            resumed_at,
+            "the old primary rejoined as a replica, in sync, after SIGCONT",
+        )
+        starts = await resumed_work(replicas, queued)
+        assert min(s["t"] for s in starts) > resumed_at  # nothing ran on one replica
+        resumed = min(s["t"] for s in starts) - frozen
+        print(f"work resumed {resumed:.2f} s after the freeze")
+        assert resumed < 2 * (failover + rejoin + INTERVAL)
+        assert min(s["token"] for s in starts) > max(f["token"] for f in first)
+        assert_no_overlap_at_all(*replicas)
+
+
+async def test_killed_primary_with_replicas_ack_of_every_replica_overlaps_nothing(
+    fresh_topology: SentinelTopology, namespace: str
+) -> None:
+    """replicas_ack=2, SIGKILL of the primary while three replica processes share two
+    slots: nothing starts until the killed node, started again on its port once the
+    failover ended, is made a replica by Sentinel and syncs; then the queued work runs
+    within 2 * (failover + rejoin + lease_ttl / 3) of the kill, with higher tokens, no
+    two bodies of a slot overlapping at all."""
+    topology = fresh_topology
+    store = sentinel_store(topology, namespace, replicas_ack=2, replicas_ack_timeout=0.25)
+    async with open_replicas(store, "a", "b", "c") as replicas:
+        a, b, _ = replicas
+        first, queued = await share_two_slots(replicas)
+        killed = time.monotonic()
+        old = topology.primary
+        old.kill()
+        failover = await measure_failover(topology, old.port, killed)
+        await trio.to_thread.run_sync(topology.wait_for_failover_end, old.port)
+        new = topology.wait_for_new_primary(old.port)
+        for r, wid in ((a, "a-own"), (b, "b-own")):
+            assert (await r.wait_for("outcome", id=wid))["kind"] == "lease_lost"
+        restarted = time.monotonic()
+        old.start()  # the same port and configuration: empty, as a crash without persistence
+        print(f"killed node started again {restarted - killed:.2f} s after the kill")
+        assert all(not by_id(replicas, wid).of("start", id=wid) for wid in queued)
+        rejoin = await measure(
+            functools.partial(topology.wait_for_replicas, new, 2),
+            killed,
+            "the killed node rejoined as a replica, in sync, after the kill",
+        )
+        starts = await resumed_work(replicas, queued)
+        assert min(s["t"] for s in starts) > restarted  # nothing ran on one replica
+        resumed = min(s["t"] for s in starts) - killed
+        print(f"work resumed {resumed:.2f} s after the kill")
+        assert resumed < 2 * (rejoin + INTERVAL)  # the rejoin is counted from the kill
+        assert min(s["token"] for s in starts) > max(f["token"] for f in first)
+        assert resumed > failover
+        assert_no_overlap_at_all(*replicas)
+
+
+async def test_killed_primary_with_a_spare_replica_keeps_leases_and_overlaps_nothing(
+    fresh_topology: SentinelTopology, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replicas_ack=1 with two replicas, and a lease_ttl that keeps leases through a
+    failover: SIGKILL of the primary while three replica processes share two slots. The
+    owners keep their leases (they complete, released once the store answers again) and
+    the queued work runs on the promoted replica, which has the other replica, without
+    waiting for the killed node (never started again): within
+    2 * (failover + lease_ttl / 3) of the kill, no two bodies overlapping at all. (A
+    hand-over pushed while a keeper reconnects, after its renewal and before its
+    subscription, reaches it only at its next renewal: up to lease_ttl / 3 later. The
+    failover is measured to its end: on a loaded machine Sentinel may fail the new
+    primary over again, its replica out of sync meanwhile.)"""
+    topology = fresh_topology
+    store = sentinel_store(topology, namespace, replicas_ack=1, lease_ttl=FAILOVER_TTL)
+    async with open_replicas(store, "a", "b", "c") as replicas:
+        a, b, _ = replicas
+        first, queued = await share_two_slots(replicas)
+        killed = time.monotonic()
+        old = topology.primary
+        old.kill()
+        for r, wid in ((a, "a-own"), (b, "b-own")):
+            await r.send("release", id=wid)  # each owner ends while the store is away
+        await measure_failover(topology, old.port, killed)
+        await trio.to_thread.run_sync(topology.wait_for_failover_end, old.port)
+        new = topology.wait_for_new_primary(old.port)
+        failover = await measure(
+            functools.partial(topology.wait_for_replicas, new, 1),
+            killed,
+            "failover measured to its end, a replica in sync",
+        )
+        monkeypatch.setattr(replica_harness, "WAIT", 2 * (failover + FAILOVER_TTL / 3))
+        for r, wid in ((a, "a-own"), (b, "b-own")):
+            assert (await r.wait_for("outcome", id=wid))["kind"] == "completed"
+        starts = await resumed_work(replicas, queued)
+        resumed = min(s["t"] for s in starts) - killed
+        print(f"work resumed {resumed:.2f} s after the kill")
+        assert resumed < 2 * (failover + FAILOVER_TTL / 3)
+        assert min(s["token"] for s in starts) > max(f["token"] for f in first)
+        assert not old.running
+        assert_no_overlap_at_all(*replicas)
