@@ -1319,6 +1319,10 @@ class LeaseKeeper:
         self._sub_scope = scope
         with trio.move_on_after(bound):
             if await self._nursery.start(self._subscription, self._conn, scope):
+                if self._queued:
+                    # A grant pushed between the renewal and the subscription was not
+                    # heard: renew once more at once rather than a renewal interval on.
+                    self._renew_now = True
                 return True
         scope.cancel(reason="the subscription was not confirmed in time")
         return False

@@ -710,3 +710,27 @@ def test_replicas_are_counted_from_info_replication_online_only() -> None:
     )
     assert _online_replicas(info) == 1
     assert _info_field("# Server\r\nrun_id:abc\r\ntcp_port:1\r\n", "run_id") == "abc"
+
+
+async def test_a_reconnection_with_queued_entries_renews_again_once_subscribed(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A reconnection renews, then subscribes: a grant pushed in between is not heard,
+    so a keeper with queued entries renews once more as soon as it is subscribed,
+    rather than a renewal interval (``lease_ttl / 3``, 10 s here) later."""
+    slow = with_ttl(store, 30.0)
+    async with open_keeper(slow, A) as a, open_keeper(slow, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, task_id=1)
+        before = b.keeper.statistics().round_trips
+        for info in await client.client_list():
+            if info.get("name") == f"taskvisor:{B}":
+                await client.client_kill(identifier=int(info["id"]))
+        await b.reports.wait_for(StoreRecovered)
+        with trio.fail_after(2.0):  # well under the renewal interval
+            # The keeper's own count, polled: no event tells of a renewal sent.
+            # Two: the reconnection's renewal, then the one once subscribed.
+            while b.keeper.statistics().round_trips < before + 2:  # noqa: ASYNC110
+                await trio.sleep(0.01)
