@@ -310,14 +310,7 @@ class _Units:
             blocked = table.without_room(request, now)
             if blocked:
                 self._limit_waits.add(request)
-                if self._bus.active:
-                    self._bus.publish(
-                        EventKind.LIMIT_WAITING,
-                        rec.id,
-                        rec.name,
-                        rec.slot,
-                        reason="waiting for " + ", ".join(blocked),
-                    )
+                self._publish_waiting(rec, blocked)
         if table.rate_waiting:
             self.wake_at(table.next_wakeup(now))
         if self.watch is not None:
@@ -563,14 +556,17 @@ class _Units:
         if remote is None or remote.rec is None or not blocked:
             return
         remote.waited = True
-        rec = remote.rec
+        self._publish_waiting(remote.rec, list(map(pool_label, blocked)))
+
+    def _publish_waiting(self, rec: TaskRecord, blocked: Sequence[str]) -> None:
+        """``LIMIT_WAITING`` for ``rec``, naming the pools without room."""
         if self._bus.active:
             self._bus.publish(
                 EventKind.LIMIT_WAITING,
                 rec.id,
                 rec.name,
                 rec.slot,
-                reason="waiting for " + ", ".join(map(pool_label, blocked)),
+                reason="waiting for " + ", ".join(blocked),
             )
 
     def limit_refused(self, rid: int, pool: PoolId, known: str, ours: str) -> None:
