@@ -598,7 +598,14 @@ async def _read_pools(
             pipe.hgetall(f"{prefix}lh:{pid}")
             pipe.zrange(f"{prefix}lq:{pid}", 0, -1)
     results: list[Any] = list(pipe.results or ())
-    now_ms = float(results[0].timestamp()) * 1000  # coredis gives the server's TIME as a datetime
+    # coredis (6.5-6.9) gives the server's TIME as a datetime whose sub-second part is
+    # the microseconds divided by 1000, taken as microseconds: that field holds
+    # milliseconds (at most 1000); a larger one is a fixed coredis's real microseconds.
+    stamp = results[0]
+    if stamp.microsecond <= 1000:
+        now_ms = math.floor(stamp.timestamp()) * 1000 + stamp.microsecond
+    else:
+        now_ms = stamp.timestamp() * 1000
     groups = sorted({str(g) for k in range(len(pool_ids)) for g in results[3 + 3 * k]})
     async with client.pipeline(transaction=False) as pipe:
         for group in groups:
