@@ -54,6 +54,16 @@ async def add(replica: ReplicaProcess, wid: str, limit: dict[str, Any], **body: 
     await replica.wait_for("submitted", id=wid)
 
 
+async def hold_both_units(a: ReplicaProcess, b: ReplicaProcess, c: ReplicaProcess) -> None:
+    """``a`` and ``b`` each start gated work holding a unit of the capacity-2 pool; ``c``
+    then adds its own (``c-0``), which waits for a unit."""
+    await add(a, "a-0", CAPACITY_2, gate=True)
+    await a.wait_for("start", id="a-0")
+    await add(b, "b-0", CAPACITY_2, gate=True)
+    await b.wait_for("start", id="b-0")
+    await add(c, "c-0", CAPACITY_2, gate=True)
+
+
 async def test_a_capacity_2_pool_of_three_replicas_never_has_three_holders(
     store: RedisSlotStore,
 ) -> None:
@@ -79,11 +89,7 @@ async def test_a_paused_holder_loses_its_unit_and_is_forced_on_resume(
     ends its body at the pause: a stopped process does no work)."""
     async with open_replicas(store, "a", "b", "c") as replicas:
         a, b, c = replicas
-        await add(a, "a-0", CAPACITY_2, gate=True)
-        await a.wait_for("start", id="a-0")
-        await add(b, "b-0", CAPACITY_2, gate=True)
-        await b.wait_for("start", id="b-0")
-        await add(c, "c-0", CAPACITY_2, gate=True)
+        await hold_both_units(a, b, c)
         paused_at = time.monotonic()
         a.pause()
         try:
@@ -132,11 +138,7 @@ async def test_a_killed_holder_frees_its_unit_when_its_lease_expires(
     the ledger (the dead body ends at the kill) never shows three holders."""
     async with open_replicas(store, "a", "b", "c") as replicas:
         a, b, c = replicas
-        await add(a, "a-0", CAPACITY_2, gate=True)
-        await a.wait_for("start", id="a-0")
-        await add(b, "b-0", CAPACITY_2, gate=True)
-        await b.wait_for("start", id="b-0")
-        await add(c, "c-0", CAPACITY_2, gate=True)
+        await hold_both_units(a, b, c)
         killed_at = time.monotonic()
         a.kill()
         started = await c.wait_for("start", id="c-0")
