@@ -81,7 +81,7 @@ from ._policies import (
     retry_budget_spent,
     retry_on_matches,
 )
-from ._record import TaskRecord, TaskState, current_task_context
+from ._record import TaskRecord, TaskState
 from ._spec import qualname
 
 _MIN_RESTART_GAP = 0.001
@@ -154,7 +154,6 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
     in this one coroutine, with few locals and the bookkeeping in plain helpers, on
     purpose: the memory of an idle supervised task is mostly its coroutine frames.
     """
-    current_task_context.set(rec)
     retries = 0  # retries in the current failure streak
     result: object = None
     # ``result`` ends as the outcome: one local fewer than an ``outcome`` of its own, 16 B
@@ -610,6 +609,5 @@ def _fresh_context(rec: TaskRecord) -> None:
     Takes effect at the actor's next checkpoint, which always precedes the attempt.
     """
     assert rec.context is not None  # kept for every policy that restarts
-    context = rec.context.copy()
-    context.run(current_task_context.set, rec)
-    trio.lowlevel.current_task().context = context
+    # The captured context holds ``current_task_context`` already (set at the spawn).
+    trio.lowlevel.current_task().context = rec.context.copy()

@@ -114,7 +114,7 @@ from ._outcome import (
     rejected_outcome,
 )
 from ._pools import PoolTable, Request
-from ._record import TaskRecord, TaskState
+from ._record import TaskRecord, TaskState, current_task_context
 
 logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
@@ -1095,6 +1095,9 @@ class Registry:
 
     def _start_soon(self, rec: TaskRecord, permit: bool | None) -> None:
         assert self._nursery is not None
+        # Set in the captured context itself: the actor's copy has it, and so has every
+        # later attempt's fresh copy without setting it again (row 3, restarts).
+        current_task_context.set(rec)
         self._nursery.start_soon(run_actor, rec, self, permit, name=rec.name)
 
     # -- the actors' host (their tasks) -------------------------------------------------------
