@@ -510,7 +510,7 @@ class LimitMachine(RuleBasedStateMachine):
         async def read() -> dict[tuple[str, ...], str]:
             client = self.server.client
             park: dict[tuple[str, ...], str] = {}
-            for pid in sorted(SPECS):
+            for pid in sorted(self.model.pools):
                 groups = await client.zrange(f"{prefix}lk:{pid}", 0, -1, withscores=True)
                 for gid, score in groups:  # type: ignore[misc]
                     key = tuple(json.loads(gid))
@@ -563,6 +563,19 @@ class LimitMachine(RuleBasedStateMachine):
                 request.status = "refused"
             case "gone":
                 pass
+
+    def new(self, instance: str, *pools: str) -> Request:
+        """A new request, sent (for the replayed cases below)."""
+        specs = tuple(SPECS.get(pid, "concurrency 1") for pid in pools)
+        request = Request(instance, f"{instance}/{next(self.numbers)}", pools, specs)
+        self.requests.append(request)
+        self.acquire(request)
+        return request
+
+    def release_request(self, request: Request) -> None:
+        request.status = "released"
+        args = scripts.limit_release_args(request.w, request.pools)
+        self.send("limit_release", args, request.w, request.pools)
 
     @rule(data=st.data())
     def acquire_again(self, data: st.DataObject) -> None:
@@ -662,3 +675,88 @@ def test_limit_scripts_follow_the_model_long(server: Server) -> None:
         lambda: LimitMachine(server),
         settings=settings(SETTINGS, max_examples=800, stateful_step_count=80),
     )
+
+
+# -- replayed cases: parking, step by step ---------------------------------------------------
+
+A, B, C = INSTANCES
+
+
+@pytest.fixture
+def machine(server: Server) -> LimitMachine:
+    machine = LimitMachine(server)
+    machine.start()
+    return machine
+
+
+def parked_on(machine: LimitMachine, request: Request) -> str:
+    return machine.model.park[LimitModel.group(request.pools)]
+
+
+def test_a_group_is_reparked_twice(machine: LimitMachine) -> None:
+    """Each release moves the group on to the next pool that blocks it; the last grants."""
+    h1 = machine.new(A, CAP1)
+    h2, h3 = machine.new(A, CAP2), machine.new(A, CAP2)
+    h4 = machine.new(A, KEYED)
+    w = machine.new(B, CAP1, CAP2, KEYED)
+    assert w.status == "waiting"
+    assert parked_on(machine, w) == CAP1  # all blocked, none parked: the first
+    machine.release_request(h1)
+    assert (w.status, parked_on(machine, w)) == ("waiting", CAP2)
+    machine.release_request(h2)
+    assert (w.status, parked_on(machine, w)) == ("waiting", KEYED)
+    assert h3.status == "granted"
+    machine.release_request(h4)
+    assert w.status == "granted"
+    assert machine.model.park == {}
+
+
+def test_a_pool_freed_by_a_dead_holder(machine: LimitMachine) -> None:
+    """A dead holder's room is seen when a script settles its pool: until then a younger
+    waiter may take another pool the parked group needs; the waiter's renewal finds it."""
+    machine.new(A, KEYED)
+    machine.new(B, CAP2)
+    w = machine.new(C, CAP2, KEYED)
+    assert (w.status, parked_on(machine, w)) == ("waiting", KEYED)
+    machine.kill(A)  # KEYED has room now; nobody has seen it
+    younger = machine.new(B, CAP2)
+    assert younger.status == "granted"
+    assert w.status == "waiting"
+    machine.release_request(younger)  # CAP2 settles: w is parked on KEYED, not read
+    assert w.status == "waiting"
+    machine.renew_instance(C)  # the renewal settles w's pools: KEYED's room is seen
+    assert w.status == "granted"
+
+
+def test_a_rate_pools_clock_moves_under_a_parked_group(machine: LimitMachine) -> None:
+    """The clock's room is seen when the waiter asks again (its reply said when)."""
+    machine.new(A, RATE)
+    machine.new(A, RATE)  # burst 2: RATE is full for one interval
+    w = machine.new(B, RATE, CAP1)
+    assert (w.status, parked_on(machine, w)) == ("waiting", RATE)
+    machine.advance(2)  # one interval on: RATE allows a start
+    younger = machine.new(C, CAP1)
+    assert younger.status == "granted"
+    machine.release_request(younger)  # CAP1 settles: w is parked on RATE, not read
+    assert w.status == "waiting"
+    machine.acquire(w)  # the retry
+    assert w.status == "granted"
+
+
+def test_distinct_pool_sets_blocked_by_their_tenants(machine: LimitMachine) -> None:
+    """Benchmark case d in small: every waiter needs CAP1 and its own full tenant pool. A
+    release of CAP1 moves the one group parked on it to its tenant, and the next reads
+    none; a tenant's release grants its waiter."""
+    tenants = [f"t tenant-{k}" for k in range(4)]
+    holder = machine.new(A, CAP1)
+    tenant_holders = [machine.new(A, t) for t in tenants]
+    waiters = [machine.new(B, CAP1, t) for t in tenants]
+    assert [parked_on(machine, w) for w in waiters] == [CAP1, *tenants[1:]]
+    machine.release_request(holder)
+    assert [parked_on(machine, w) for w in waiters] == tenants
+    holder = machine.new(A, CAP1)
+    assert holder.status == "granted"  # nobody waits for CAP1 alone, nobody fits
+    machine.release_request(holder)
+    assert [parked_on(machine, w) for w in waiters] == tenants
+    machine.release_request(tenant_holders[2])
+    assert [w.status for w in waiters] == ["waiting", "waiting", "granted", "waiting"]
