@@ -203,9 +203,7 @@ class LimitModel:
             if not self.members(gid):
                 del self.park[gid]
 
-    def oldest_fitting(
-        self, pid: str, before: int | None
-    ) -> tuple[tuple[str, ...], int] | None:
+    def oldest_fitting(self, pid: str, before: int | None) -> tuple[tuple[str, ...], int] | None:
         """The oldest group parked on ``pid`` (which has room) with its head older than
         ``before`` whose every pool has room; a group read and blocked by another pool
         is parked on that pool (the first without room, sorted)."""
@@ -333,7 +331,9 @@ class LimitModel:
         """The instance's units' lease expires: its units are free, though no script
         has seen it yet."""
         for pid, holders in self.holders.items():
-            if any(self.live_gen(w, g) and self.instance(w) == instance for w, g in holders.items()):
+            if any(
+                self.live_gen(w, g) and self.instance(w) == instance for w, g in holders.items()
+            ):
                 self.unseen.add(pid)
         self.gen.pop(instance, None)
         self.sent = []
