@@ -12,7 +12,9 @@ b  every waiter also needs ``B``, which is full: nobody fits.
 c  a mix: 5,000 waiters blocked elsewhere (``A+B``, ``A+T<j>`` for 50 full tenant pools,
    ``A+C`` with ``C`` full), then 5,000 that need only ``A``: the oldest of those fits.
 d  every waiter needs ``A`` and its own full tenant pool (10,000 distinct pool sets):
-   the worst case of an index by pool set, shown for what it is.
+   the worst case of an index by pool set alone. Each set is parked on a pool that
+   blocks it (all but the first on its tenant's; the first moves there at the first
+   release), so a release of ``A`` reads at most one of them.
 
 The target is <= 1 ms per release. Run it alone: ``python benchmarks/cluster_limits.py
 [--quick]``. It never asserts a speed; it raises only when a reply is wrong.

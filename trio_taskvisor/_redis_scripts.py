@@ -474,6 +474,7 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # ``P lp:<pool>``         hash    ``spec`` (settings), ``tat`` (rate, ms)       see below
 # ``P lh:<pool>``         hash    holders: request -> its instance's generation  live
 # ``P lq:<pool>``         zset    groups waiting in the pool, scored by head     live
+# ``P lk:<pool>``         zset    groups parked on the pool, scored by head      live
 # ``P lg:<group>``        zset    a group's waiters, scored by acceptance        live
 # ``P lw:<w>``            hash    a waiter: ``pools`` (JSON), ``gen``, ``seq``    live
 # ``P lx:<w>``            string  the generation it was granted in, or ``gone``  keep
@@ -491,6 +492,17 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # of the server's clock (``lp`` then expires at ``tat``). Every script that frees units,
 # or first reads a pool, grants the oldest waiters of the changed pools that fit
 # (``settle``) and publishes ``["limit", w, gen]`` to their instances.
+#
+# A settle reads only the groups *parked* on the changed pools (below): a group is parked
+# on one of its pools that had no room when it was last checked. So the order rule is
+# exactly: the oldest waiter whose every pool has room *as the scripts have seen it*.
+# Room that a release or a withdrawal makes is seen at once. Room that a rate pool's
+# clock or an expired holder makes is seen when a script next settles that pool: an
+# acquisition in it, a waiter's retry (the reply says when a rate pool allows a start),
+# or the renewal of a waiter in it (each renewal settles its waiters' pools, every
+# ``lease_ttl / 3``); until then a younger waiter may be granted another pool the group
+# needs. New settings never unblock a live waiter: a pool keeps its settings while one
+# waits in it.
 #
 # A *group* is a set of pools some requests wait for all at once; its id is the JSON list
 # of its pool ids, sorted. ``live`` is ``2 * lease_ttl`` from the last write or renewal
@@ -605,9 +617,13 @@ end
 
 -- Waiters are indexed by their *group*, the set of pools they wait for: ``lg:<group>``
 -- holds a group's waiters in acceptance order, and ``lq:<pool>`` the groups that include
--- the pool, each scored by its head's acceptance number. Within a group only the head
--- can be the oldest waiter that fits (its members need the same pools), so a change of
--- a pool's room reads the heads of that pool's groups, not every waiter of the pool.
+-- the pool, each scored by its head's acceptance number (who waits in a pool). Within a
+-- group only the head can be the oldest waiter that fits (its members need the same
+-- pools). A group is also *parked* on one of its pools, ``lk:<pool>``, scored by its
+-- head: one that had no room when the group was last checked. A change of a pool's room
+-- reads the groups parked on it, in their heads' order; a group found blocked by
+-- another pool is parked there instead, so each check moves a group on, and a release
+-- reads the groups the freed pool may unblock, not every group that includes it.
 
 local group_memo = {}  -- group id -> its pool ids
 -- a pool set's group id (its pool ids sorted, as JSON) and its pool ids
@@ -629,18 +645,36 @@ local function pools_of_group(gid)
   return spids
 end
 
--- score the group by its head in each pool's index, or take it out when it is empty
+-- score the group by its head in each pool's index and where it is parked, or take it
+-- out of both when it is empty
 local function rehead(gid, spids)
   local h = redis.call('ZRANGE', P .. 'lg:' .. gid, 0, 0, 'WITHSCORES')
   for _, pid in ipairs(spids) do
-    local qk = P .. 'lq:' .. pid
+    local qk, kk = P .. 'lq:' .. pid, P .. 'lk:' .. pid
     if h[1] then
       redis.call('ZADD', qk, h[2], gid)
       redis.call('PEXPIRE', qk, LIVE)
+      redis.call('ZADD', kk, 'XX', h[2], gid)
     else
       redis.call('ZREM', qk, gid)
+      redis.call('ZREM', kk, gid)
     end
   end
+  return h
+end
+
+local function park(gid, pid, score)
+  local kk = P .. 'lk:' .. pid
+  redis.call('ZADD', kk, score, gid)
+  redis.call('PEXPIRE', kk, LIVE)
+end
+
+-- the first of a group's pools without room (nil: every one has room)
+local function blocker(spids)
+  for _, pid in ipairs(spids) do
+    if not has_room(pool(pid)) then return pid end
+  end
+  return nil
 end
 
 local function drop_waiter(w, pids)
@@ -668,7 +702,18 @@ local function add_waiter(w, pids, g)
   local gid, spids = group_of(pids)
   redis.call('ZADD', P .. 'lg:' .. gid, num(seq), w)
   redis.call('PEXPIRE', P .. 'lg:' .. gid, LIVE)
-  rehead(gid, spids)
+  -- (re)parked on the pool without room that has the fewest groups parked (the first of
+  -- those in the group's order): a tenant's own pool rather than a shared one
+  local head, best, fewest = rehead(gid, spids), nil, nil
+  for _, pid in ipairs(spids) do
+    local kk = P .. 'lk:' .. pid
+    redis.call('ZREM', kk, gid)
+    if not has_room(pool(pid)) then
+      local n = redis.call('ZCARD', kk)
+      if not fewest or n < fewest then best, fewest = pid, n end
+    end
+  end
+  park(gid, best or spids[1], head[2])
 end
 
 -- a waiter's renewal: its keys live on
@@ -676,30 +721,29 @@ local function keep_waiter(w, pids)
   local gid, spids = group_of(pids)
   redis.call('PEXPIRE', P .. 'lw:' .. w, LIVE)
   redis.call('PEXPIRE', P .. 'lg:' .. gid, LIVE)
-  for _, pid in ipairs(spids) do redis.call('PEXPIRE', P .. 'lq:' .. pid, LIVE) end
-end
-
-local function fits(spids)
   for _, pid in ipairs(spids) do
-    if not has_room(pool(pid)) then return false end
+    redis.call('PEXPIRE', P .. 'lq:' .. pid, LIVE)
+    redis.call('PEXPIRE', P .. 'lk:' .. pid, LIVE)
   end
-  return true
 end
 
--- the oldest group of a pool whose head is older than ``before`` and whose every pool has
--- room (its id and head's number), or nil; groups are read in their heads' order, a few
--- at a time
+-- the oldest group parked on a pool (that has room) whose head is older than ``before``
+-- and whose every pool has room (its id and head's number), or nil; groups are read in
+-- their heads' order, a few at a time, and one blocked by another pool is parked there
 local function oldest_fitting(pid, before)
-  local qk, k = P .. 'lq:' .. pid, 0
+  local kk = P .. 'lk:' .. pid
   while true do
-    local r = redis.call('ZRANGE', qk, k, k + 31, 'WITHSCORES')
+    local r = redis.call('ZRANGE', kk, 0, 31, 'WITHSCORES')
     if not r[1] then return nil end
     for j = 1, #r, 2 do
       local seq = tonumber(r[j + 1])
       if before and seq >= before then return nil end
-      if fits(pools_of_group(r[j])) then return r[j], seq end
+      local q = blocker(pools_of_group(r[j]))
+      if not q then return r[j], seq end
+      if q == pid then return nil end  -- only a pool with room is read: never
+      redis.call('ZREM', kk, r[j])
+      park(r[j], q, r[j + 1])
     end
-    k = k + 32
   end
 end
 
@@ -711,8 +755,9 @@ local function grant(w, pids, g)
 end
 
 -- grant, oldest first, the live waiters of the changed pools whose every pool has room:
--- the oldest head that fits among the groups of the changed pools that have room, again
--- while one fits; a dead instance's waiter met at a head is removed for good
+-- the oldest head that fits among the groups parked on the changed pools that have room,
+-- again while one fits (a group parked on another pool waits for that pool's room); a
+-- dead instance's waiter met at a head is removed for good
 local function settle(changed)
   while true do
     local best, best_seq
@@ -926,7 +971,7 @@ end
 
 _LIMIT_ACQUIRE: Final = r"""
 -- limit_acquire: take one unit of every pool at once, or wait in each pool's line.
--- keys:    lp:<pool> lh:<pool> lq:<pool> (per pool) lw:<w> lx:<w> lu:<me> lseq
+-- keys:    lp:<pool> lh:<pool> lq:<pool> lk:<pool> (per pool) lw:<w> lx:<w> lu:<me> lseq
 --          (lu:* of other instances read); publishes ``limit`` to granted waiters
 -- args:    me, w, JSON [[pool id, spec], ...]
 -- replies: {'granted', gen} | {'waiting', gen, retry_ms|false, {pool id, ...} without
@@ -940,7 +985,8 @@ return reply
 
 _LIMIT_RELEASE: Final = r"""
 -- limit_release: w's holder exited: give back its units, grant the waiters that fit.
--- keys:    lh:<pool> lp:<pool> lq:<pool> (per pool of w, and of the granted waiters)
+-- keys:    lh:<pool> lp:<pool> lq:<pool> lk:<pool> (per pool of w and of the granted
+--          waiters, and of the pools where it parks groups)
 -- args:    w, JSON [pool id, ...]
 -- replies: 'ok'
 local w, pids = ARGV[4], cjson.decode(ARGV[5])
@@ -951,7 +997,7 @@ return 'ok'
 
 _LIMIT_WITHDRAW: Final = r"""
 -- limit_withdraw: w leaves for good, waiting or granted; its marker refuses it later.
--- keys:    lx:<w> lw:<w> lq:<pool> lh:<pool> lp:<pool>
+-- keys:    lx:<w> lw:<w> lq:<pool> lk:<pool> lh:<pool> lp:<pool>
 -- args:    w, JSON [pool id, ...]
 -- replies: 'ok'
 local w, pids = ARGV[4], cjson.decode(ARGV[5])

@@ -19,7 +19,11 @@ the grant messages each instance received, and checks:
   moves the pool's ``tat`` on the server back as much, which is the same to GCRA; the
   real clock's seconds during an example never decide a comparison;
 * all at once: a request holds a unit of every concurrency pool it asked for, or none;
-* oldest that fits: after a step, no live waiter of a pool the step changed fits.
+* oldest that fits, as the scripts have seen the room: a group (the waiters of one pool
+  set) is parked on one of its pools, and a parked-on pool has room only if the clock
+  (``advance``) or a dead holder (``kill``) made it since a script last settled that
+  pool (the model's ``unseen``); so after a step no live waiter of a pool the step
+  changed fits, unless its group is parked on such a pool.
 
 Generations (the server's ``TIME`` when an instance's units' lease is made) are bound
 to the model's symbolic ones on first sight, per instance; a new one never repeats.
@@ -105,6 +109,10 @@ class LimitModel:
         self.marker: dict[str, int | str] = {}  # lx: the grant's generation, or "gone"
         self.seq = 0
         self.sent: list[tuple[str, list[Any]]] = []
+        # group (its pool ids, sorted) -> the pool it is parked on (every waiting group)
+        self.park: dict[tuple[str, ...], str] = {}
+        # pools whose room the clock or an expiry may have made since their last settle
+        self.unseen: set[str] = set()
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -131,6 +139,25 @@ class LimitModel:
 
     def live_line(self, pid: str) -> list[str]:
         return [w for w in self.line(pid) if self.live_gen(w, self.waiters[w].gen)]
+
+    @staticmethod
+    def group(pools: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(pools))
+
+    def members(self, gid: tuple[str, ...]) -> list[str]:
+        """A group's waiters, dead ones included, in acceptance order."""
+        waiting = [w for w, waiter in self.waiters.items() if self.group(waiter.pools) == gid]
+        return sorted(waiting, key=lambda w: self.waiters[w].seq)
+
+    def head_seq(self, gid: tuple[str, ...]) -> int:
+        return self.waiters[self.members(gid)[0]].seq
+
+    def parked(self, pid: str) -> list[tuple[str, ...]]:
+        """The groups parked on a pool, in their heads' order."""
+        return sorted((g for g, p in self.park.items() if p == pid), key=self.head_seq)
+
+    def blocker(self, gid: tuple[str, ...]) -> str | None:
+        return next((pid for pid in gid if not self.has_room(pid)), None)
 
     def in_use(self, pid: str) -> bool:
         pool = self.pools.get(pid)
@@ -159,27 +186,72 @@ class LimitModel:
         self.marker[w] = g
         return g
 
+    def add_waiter(self, w: str, waiter: Waiter) -> None:
+        """At the tail of its group; the group is (re)parked on the pool without room
+        with the fewest groups parked (the first of those, sorted)."""
+        self.waiters[w] = waiter
+        gid = self.group(waiter.pools)
+        self.park.pop(gid, None)
+        blocked = [pid for pid in gid if not self.has_room(pid)]
+        counts = {pid: len(self.parked(pid)) for pid in blocked}
+        self.park[gid] = min(blocked, key=lambda pid: counts[pid]) if blocked else gid[0]
+
+    def drop_waiter(self, w: str) -> None:
+        waiter = self.waiters.pop(w, None)
+        if waiter is not None:
+            gid = self.group(waiter.pools)
+            if not self.members(gid):
+                del self.park[gid]
+
+    def oldest_fitting(self, pid: str, before: int | None) -> tuple[tuple[str, ...], int] | None:
+        """The oldest group parked on ``pid`` (which has room) with its head older than
+        ``before`` whose every pool has room; a group read and blocked by another pool
+        is parked on that pool (the first without room, sorted)."""
+        for gid in self.parked(pid):
+            seq = self.head_seq(gid)
+            if before is not None and seq >= before:
+                return None
+            blocker = self.blocker(gid)
+            if blocker is None:
+                return gid, seq
+            self.park[gid] = blocker
+        return None
+
     def settle(self, changed: tuple[str, ...]) -> None:
-        candidates = sorted(
-            {w for pid in changed for w in self.line(pid)}, key=lambda w: self.waiters[w].seq
-        )
-        for w in candidates:
-            open_pools = [pid for pid in changed if pid in self.pools and self.has_room(pid)]
-            if not open_pools:
+        while True:
+            best: tuple[str, ...] | None = None
+            best_seq: int | None = None
+            for pid in changed:
+                if pid in self.pools and self.has_room(pid):
+                    found = self.oldest_fitting(pid, best_seq)
+                    if found is not None:
+                        best, best_seq = found
+            if best is None:
                 break
-            waiter = self.waiters.get(w)
-            if waiter is None or not any(pid in waiter.pools for pid in open_pools):
-                continue  # reached through no pool with room: not read
-            if not self.live_gen(w, waiter.gen):
-                del self.waiters[w]  # a dead instance's waiter, skipped for good
-            elif all(self.has_room(pid) for pid in waiter.pools):
-                del self.waiters[w]
+            w = self.members(best)[0]
+            waiter = self.waiters[w]
+            self.drop_waiter(w)  # a dead instance's waiter is skipped for good
+            if self.live_gen(w, waiter.gen):
                 self.grant(w, waiter.pools, waiter.gen)
                 self.sent.append((self.instance(w), ["limit", w, waiter.gen]))
-        # oldest that fits, at rest: no live waiter of a changed pool fits any more
+        self.unseen.difference_update(changed)
+        self.check_parking()
+        # oldest that fits, at rest: a live waiter of a changed pool that fits is parked
+        # on a pool whose room no script has seen yet
         for pid in changed:
             for w in self.live_line(pid):
-                assert not all(self.has_room(p) for p in self.waiters[w].pools), w
+                pools = self.waiters[w].pools
+                if all(self.has_room(p) for p in pools):
+                    assert self.park[self.group(pools)] in self.unseen, w
+
+    def check_parking(self) -> None:
+        """Every waiting group is parked on one of its pools, which has no room unless
+        the clock or an expiry made it since that pool's last settle."""
+        groups = {self.group(waiter.pools) for waiter in self.waiters.values()}
+        assert set(self.park) == groups, (self.park, groups)
+        for gid, pid in self.park.items():
+            assert pid in gid, (gid, pid)
+            assert pid in self.unseen or not self.has_room(pid), (gid, pid)
 
     def acquire(self, me: str, w: str, pairs: list[tuple[str, str]]) -> list[Any]:
         marker = self.marker.get(w)
@@ -192,7 +264,7 @@ class LimitModel:
         existing = self.waiters.get(w)
         waiting = existing is not None and existing.gen == g
         if existing is not None and not waiting:
-            del self.waiters[w]  # accepted in an expired generation: back at the tail
+            self.drop_waiter(w)  # accepted in an expired generation: back at the tail
         if not waiting:
             for pid, spec in pairs:
                 pool = self.pools.get(pid)
@@ -207,11 +279,11 @@ class LimitModel:
             return ["granted", g]
         blocked = [pid for pid in pids if not self.has_room(pid)]
         if not blocked:
-            self.waiters.pop(w, None)
+            self.drop_waiter(w)
             return ["granted", self.grant(w, pids, g)]
         if not waiting:
             self.seq += 1
-            self.waiters[w] = Waiter(pids, g, self.seq)
+            self.add_waiter(w, Waiter(pids, g, self.seq))
         rate_blocked = any(self.pools[pid].capacity is None for pid in blocked)
         return ["waiting", g, rate_blocked, blocked]
 
@@ -237,7 +309,7 @@ class LimitModel:
         self.marker[w] = "gone"
         if marker is not None and marker != "gone":
             self.release(w, pids)
-        self.waiters.pop(w, None)
+        self.drop_waiter(w)
         return "ok"
 
     def limit_renew(self, me: str, waiters: list[tuple[str, list[tuple[str, str]]]]) -> list[Any]:
@@ -256,14 +328,22 @@ class LimitModel:
         return [pool.spec, holders, len(self.live_line(pid)), pool.capacity is None]
 
     def kill(self, instance: str) -> None:
+        """The instance's units' lease expires: its units are free, though no script
+        has seen it yet."""
+        for pid, holders in self.holders.items():
+            if any(
+                self.live_gen(w, g) and self.instance(w) == instance for w, g in holders.items()
+            ):
+                self.unseen.add(pid)
         self.gen.pop(instance, None)
         self.sent = []
 
     def advance(self, halves: int) -> None:
         """The clock moves on by ``halves`` half intervals of the rate pool."""
-        for pool in self.pools.values():
+        for pid, pool in self.pools.items():
             if pool.tat is not None:
                 pool.tat -= halves
+                self.unseen.add(pid)
         self.sent = []
 
 
@@ -349,7 +429,7 @@ class LimitMachine(RuleBasedStateMachine):
         model = self.model
         # nothing the limit scripts write stays for ever
         for key, ttl in observed.pttl.items():
-            if key.startswith(("lp:", "lh:", "lq:", "lg:", "lw:", "lx:", "lu:", "lseq")):
+            if key.startswith(("lp:", "lh:", "lq:", "lk:", "lg:", "lw:", "lx:", "lu:", "lseq")):
                 assert ttl > 0, (key, ttl)
         real_gens = {
             instance: keys.get(f"lu:{instance}")
@@ -377,6 +457,7 @@ class LimitMachine(RuleBasedStateMachine):
             assert real_live == model.live_line(pid), (pid, real_live, model.live_line(pid))
             if model.in_use(pid):
                 assert keys.get(f"lp:{pid}", {}).get("spec") == pool.spec
+        assert self.parking() == model.park, (self.parking(), model.park)
         # all at once: a granted request holds every concurrency pool it asked for
         for request in self.requests:
             if request.status == "granted":
@@ -421,6 +502,28 @@ class LimitMachine(RuleBasedStateMachine):
 
         return [w for _, w in self.server._run(read)]
 
+    def parking(self) -> dict[tuple[str, ...], str]:
+        """Where the server parks each group; checks that a group is parked once, on one
+        of its pools, scored by its head."""
+        prefix = self.server.prefix
+
+        async def read() -> dict[tuple[str, ...], str]:
+            client = self.server.client
+            park: dict[tuple[str, ...], str] = {}
+            for pid in sorted(self.model.pools):
+                groups = await client.zrange(f"{prefix}lk:{pid}", 0, -1, withscores=True)
+                for gid, score in groups:  # type: ignore[misc]
+                    key = tuple(json.loads(gid))
+                    assert pid in key, (pid, gid)
+                    assert key not in park, (gid, park[key], pid)
+                    head = await client.zrange(f"{prefix}lg:{gid}", 0, 0, withscores=True)
+                    assert head, (pid, gid)
+                    assert head[0][1] == score, (pid, gid, head, score)  # type: ignore[index]
+                    park[key] = pid
+            return park
+
+        return self.server._run(read)
+
     def find(self, w: str) -> Request:
         return next(r for r in self.requests if r.w == w)
 
@@ -460,6 +563,19 @@ class LimitMachine(RuleBasedStateMachine):
                 request.status = "refused"
             case "gone":
                 pass
+
+    def new(self, instance: str, *pools: str) -> Request:
+        """A new request, sent (for the replayed cases below)."""
+        specs = tuple(SPECS.get(pid, "concurrency 1") for pid in pools)
+        request = Request(instance, f"{instance}/{next(self.numbers)}", pools, specs)
+        self.requests.append(request)
+        self.acquire(request)
+        return request
+
+    def release_request(self, request: Request) -> None:
+        request.status = "released"
+        args = scripts.limit_release_args(request.w, request.pools)
+        self.send("limit_release", args, request.w, request.pools)
 
     @rule(data=st.data())
     def acquire_again(self, data: st.DataObject) -> None:
@@ -559,3 +675,88 @@ def test_limit_scripts_follow_the_model_long(server: Server) -> None:
         lambda: LimitMachine(server),
         settings=settings(SETTINGS, max_examples=800, stateful_step_count=80),
     )
+
+
+# -- replayed cases: parking, step by step ---------------------------------------------------
+
+A, B, C = INSTANCES
+
+
+@pytest.fixture
+def machine(server: Server) -> LimitMachine:
+    machine = LimitMachine(server)
+    machine.start()
+    return machine
+
+
+def parked_on(machine: LimitMachine, request: Request) -> str:
+    return machine.model.park[LimitModel.group(request.pools)]
+
+
+def test_a_group_is_reparked_twice(machine: LimitMachine) -> None:
+    """Each release moves the group on to the next pool that blocks it; the last grants."""
+    h1 = machine.new(A, CAP1)
+    h2, h3 = machine.new(A, CAP2), machine.new(A, CAP2)
+    h4 = machine.new(A, KEYED)
+    w = machine.new(B, CAP1, CAP2, KEYED)
+    assert w.status == "waiting"
+    assert parked_on(machine, w) == CAP1  # all blocked, none parked: the first
+    machine.release_request(h1)
+    assert (w.status, parked_on(machine, w)) == ("waiting", CAP2)
+    machine.release_request(h2)
+    assert (w.status, parked_on(machine, w)) == ("waiting", KEYED)
+    assert h3.status == "granted"
+    machine.release_request(h4)
+    assert w.status == "granted"
+    assert machine.model.park == {}
+
+
+def test_a_pool_freed_by_a_dead_holder(machine: LimitMachine) -> None:
+    """A dead holder's room is seen when a script settles its pool: until then a younger
+    waiter may take another pool the parked group needs; the waiter's renewal finds it."""
+    machine.new(A, KEYED)
+    machine.new(B, CAP2)
+    w = machine.new(C, CAP2, KEYED)
+    assert (w.status, parked_on(machine, w)) == ("waiting", KEYED)
+    machine.kill(A)  # KEYED has room now; nobody has seen it
+    younger = machine.new(B, CAP2)
+    assert younger.status == "granted"
+    assert w.status == "waiting"
+    machine.release_request(younger)  # CAP2 settles: w is parked on KEYED, not read
+    assert w.status == "waiting"
+    machine.renew_instance(C)  # the renewal settles w's pools: KEYED's room is seen
+    assert w.status == "granted"
+
+
+def test_a_rate_pools_clock_moves_under_a_parked_group(machine: LimitMachine) -> None:
+    """The clock's room is seen when the waiter asks again (its reply said when)."""
+    machine.new(A, RATE)
+    machine.new(A, RATE)  # burst 2: RATE is full for one interval
+    w = machine.new(B, RATE, CAP1)
+    assert (w.status, parked_on(machine, w)) == ("waiting", RATE)
+    machine.advance(2)  # one interval on: RATE allows a start
+    younger = machine.new(C, CAP1)
+    assert younger.status == "granted"
+    machine.release_request(younger)  # CAP1 settles: w is parked on RATE, not read
+    assert w.status == "waiting"
+    machine.acquire(w)  # the retry
+    assert w.status == "granted"
+
+
+def test_distinct_pool_sets_blocked_by_their_tenants(machine: LimitMachine) -> None:
+    """Benchmark case d in small: every waiter needs CAP1 and its own full tenant pool. A
+    release of CAP1 moves the one group parked on it to its tenant, and the next reads
+    none; a tenant's release grants its waiter."""
+    tenants = [f"t tenant-{k}" for k in range(4)]
+    holder = machine.new(A, CAP1)
+    tenant_holders = [machine.new(A, t) for t in tenants]
+    waiters = [machine.new(B, CAP1, t) for t in tenants]
+    assert [parked_on(machine, w) for w in waiters] == [CAP1, *tenants[1:]]
+    machine.release_request(holder)
+    assert [parked_on(machine, w) for w in waiters] == tenants
+    holder = machine.new(A, CAP1)
+    assert holder.status == "granted"  # nobody waits for CAP1 alone, nobody fits
+    machine.release_request(holder)
+    assert [parked_on(machine, w) for w in waiters] == tenants
+    machine.release_request(tenant_holders[2])
+    assert [w.status for w in waiters] == ["waiting", "waiting", "granted", "waiting"]
