@@ -469,7 +469,7 @@ async def test_killed_primary_with_replicas_ack_of_every_replica_overlaps_nothin
 
 
 # In the slow set: in one CI run of the whole suite, Sentinel left the remaining replica
-# out of sync with the promoted primary for over 20 s (the test's bound for the failover
+# out of sync with the promoted primary for over 20 s (then the bound for the failover
 # to end), so the test could not measure; it passes alone and in the helper's runs.
 @pytest.mark.slow
 async def test_killed_primary_with_a_spare_replica_keeps_leases_and_overlaps_nothing(
