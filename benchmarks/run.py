@@ -29,6 +29,7 @@ from controller import run_controller
 from fanout import run_fanout
 from keyed import run_keyed
 from lifecycle import run_lifecycle, run_subscribers
+from limits import run_limits
 from memory import run_memory
 from peers import run_peers
 from restarts import run_restarts
@@ -47,6 +48,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "shutdown": ("8", run_shutdown),
     "peers": ("9", run_peers),
     "cluster": ("10", run_cluster),
+    "limits": ("11", run_limits),
 }
 
 

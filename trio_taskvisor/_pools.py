@@ -38,6 +38,7 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable
 from typing import Final
@@ -106,6 +107,10 @@ class Request:
     def idents(self) -> tuple[PoolId, ...]:
         """The pools this request takes units of."""
         return tuple(pool.ident for pool in self.pools)
+
+
+def _age(request: Request) -> int:
+    return request.seq
 
 
 class PoolTable:
@@ -331,22 +336,31 @@ class PoolTable:
             self._grant(changed, now)
 
     def _grant(self, changed: list[_Pool], now: float) -> None:
-        """Grant, oldest first, the waiters of ``changed`` pools that now fit."""
-        if len(changed) == 1:
-            candidates: Iterable[Request] = list(changed[0].waiters.values())
-        else:
-            merged = {r.seq: r for pool in changed for r in pool.waiters.values()}
-            candidates = [merged[seq] for seq in sorted(merged)]
+        """Grant, oldest first, the waiters of ``changed`` pools that now fit.
+
+        The waiters are read lazily, in age order (each pool's are in it already: merged
+        when several pools changed), and only until no changed pool has room: a release
+        that one waiter fills again reads one or two, not every waiter (it used to copy
+        them all, and sort them when the permit and a pool changed together: O(waiters)
+        per release). Granted waiters leave their pools after the reading.
+        """
+        waiting = [pool.waiters.values() for pool in changed]
+        candidates = waiting[0] if len(waiting) == 1 else heapq.merge(*waiting, key=_age)
+        granted = self.granted
+        first = len(granted)
         for request in candidates:
             if not any(pool.has_room(now) for pool in changed):
                 break
-            if all(pool.has_room(now) for pool in request.pools):
+            # A request of several changed pools comes once per pool: granted once.
+            if not request.granted and all(pool.has_room(now) for pool in request.pools):
                 for pool in request.pools:
                     pool.take(now)
-                    del pool.waiters[request.seq]
-                    if pool.rate and not pool.waiters:
-                        self.rate_waiting.discard(pool)
                 request.granted = True
-                self.granted.append(request)
+                granted.append(request)
+        for request in granted[first:]:
+            for pool in request.pools:
+                del pool.waiters[request.seq]
+                if pool.rate and not pool.waiters:
+                    self.rate_waiting.discard(pool)
         for pool in changed:
             self._forget(pool, now)
