@@ -306,7 +306,9 @@ class _Units:
         if task is not None:
             self._parked[request] = task
         self.tasks_waiting += 1
-        if limits:
+        if limits and self._bus.active:
+            # Its LIMIT_WAITING, and LIMIT_ACQUIRED once granted, for a subscriber there
+            # is now (one that comes later sees neither: row 11 pays nothing for them).
             blocked = table.without_room(request, now)
             if blocked:
                 self._limit_waits.add(request)
