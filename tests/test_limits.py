@@ -351,6 +351,27 @@ async def test_limit_events_only_for_attempts_that_waited_for_a_pool(
     assert [(e.name, e.reason, e.time) for e in acquired] == [("b", "one, partner[k]", 1.0)]
 
 
+async def test_a_wait_begun_without_a_subscriber_publishes_no_limit_events(
+    autojump_clock: object,
+) -> None:
+    """A stream opened while an attempt waits for a pool sees no LIMIT_ACQUIRED for it
+    (nor its LIMIT_WAITING, published before): the pair is for a subscriber there when
+    the wait began."""
+    one = ConcurrencyLimit("one", 1)
+    async with open_supervisor() as sup:
+        await sup.add(TaskSpec.once("a", trio.sleep, 1.0, limits=(one,)))
+        waiter = await sup.add(TaskSpec.once("b", trio.sleep, 1.0, limits=(one,)))
+        kinds: list[EventKind] = []
+        async with sup.events() as stream:
+            async for event in stream:  # until b is gone
+                kinds.append(event.kind)
+                if event.kind is EventKind.TASK_REMOVED and event.name == "b":
+                    break
+        assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+        assert EventKind.ATTEMPT_STARTING in kinds  # b's start was seen
+        assert EventKind.LIMIT_ACQUIRED not in kinds
+
+
 async def test_a_slot_owner_waiting_for_its_limits_keeps_the_slot(autojump_clock: object) -> None:
     one = ConcurrencyLimit("one", 1)
     log: list[tuple[str, float]] = []

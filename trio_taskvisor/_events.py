@@ -106,7 +106,11 @@ class EventKind(enum.StrEnum):
     Published only when a limit pool, not only the ``max_concurrent`` permit, is full.
     """
     LIMIT_ACQUIRED = "limit_acquired"
-    """An attempt that waited for limit pools got its units; ``reason`` names its pools."""
+    """An attempt that waited for limit pools got its units; ``reason`` names its pools.
+
+    Published after a ``LIMIT_WAITING``: an attempt whose wait began while no subscriber
+    was there publishes neither.
+    """
 
 
 class BackoffSource(enum.Enum):

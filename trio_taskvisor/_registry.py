@@ -555,8 +555,8 @@ class _Units:
 
     def limit_waiting(self, rid: int, blocked: tuple[PoolId, ...]) -> None:
         remote = self.remote.get(rid)
-        if remote is None or remote.rec is None or not blocked:
-            return
+        if remote is None or remote.rec is None or not blocked or not self._bus.active:
+            return  # no subscriber: no LIMIT_WAITING, and no LIMIT_ACQUIRED after it
         remote.waited = True
         self._publish_waiting(remote.rec, list(map(pool_label, blocked)))
 
