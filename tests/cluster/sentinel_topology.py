@@ -181,13 +181,24 @@ class SentinelTopology:
             node.stop()
 
     def describe(self) -> str:
-        """What each sentinel says of the service (for a failure's message)."""
+        """What each sentinel says of the service, and each node of its replication (for
+        a failure's message)."""
         states = []
         for sentinel in self.sentinels:
             try:
                 states.append(str(command(sentinel.port, "SENTINEL", "MASTER", SERVICE)))
             except OSError as exc:
                 states.append(repr(exc))
+        for node in self.nodes:
+            try:
+                info = command(node.port, "INFO", "replication")
+            except OSError as exc:
+                info = repr(exc)
+            lines = str(info).splitlines()
+            keep = ("role", "master_port", "master_link_status", "master_sync", "slave")
+            states.append(
+                f"node {node.port}: " + ", ".join(line for line in lines if line.startswith(keep))
+            )
         return "; ".join(states)
 
     def _healthy(self) -> bool:
@@ -219,11 +230,19 @@ class SentinelTopology:
         port = self.sentinels[0].primary_port()
         return next(node for node in self.nodes if node.port == port)
 
-    def wait_for_replicas(self, primary: RedisServer, count: int) -> None:
-        """Wait until ``primary`` has ``count`` replicas in sync (``state=online``)."""
+    def wait_for_replicas(self, count: int) -> None:
+        """Wait until the primary the sentinels agree on has ``count`` replicas in sync
+        (``state=online``). Not a node fixed beforehand: Sentinel may fail the service
+        over once more meanwhile (a CI run saw the promoted replica replaced by the other
+        one, which then had both replicas in sync)."""
 
         def synced() -> bool:
-            info = command(primary.port, "INFO", "replication")
+            ports = {sentinel.primary_port() for sentinel in self.sentinels}
+            if len(ports) != 1 or None in ports:
+                return False
+            (port,) = ports
+            assert port is not None
+            info = command(port, "INFO", "replication")
             return isinstance(info, str) and info.count("state=online") == count
 
         self._wait(synced, f"{count} replicas in sync")
