@@ -215,20 +215,22 @@ class SentinelTopology:
         info = command(self.primary.port, "INFO", "replication")
         return isinstance(info, str) and info.count("state=online") == 2
 
-    def wait_for_new_primary(self, old_port: int) -> RedisServer:
+    def _primary_port(self) -> int | None:
+        """The port of the primary every sentinel names, or ``None`` while they differ."""
+        ports = {sentinel.primary_port() for sentinel in self.sentinels}
+        return ports.pop() if len(ports) == 1 else None
+
+    def wait_for_new_primary(self, old_port: int) -> None:
         """Wait until every sentinel names a node other than ``old_port`` as the primary
-        and that node takes writes; return it."""
+        and that node takes writes."""
 
         def promoted() -> bool:
-            ports = {sentinel.primary_port() for sentinel in self.sentinels}
-            if len(ports) != 1 or old_port in ports or None in ports:
+            port = self._primary_port()
+            if port is None or port == old_port:
                 return False
-            (port,) = ports
             return command(port, "SET", "tv:probe", "1") == "OK"
 
         self._wait(promoted, "a new primary")
-        port = self.sentinels[0].primary_port()
-        return next(node for node in self.nodes if node.port == port)
 
     def wait_for_replicas(self, count: int) -> None:
         """Wait until the primary the sentinels agree on has ``count`` replicas in sync
@@ -237,11 +239,9 @@ class SentinelTopology:
         one, which then had both replicas in sync)."""
 
         def synced() -> bool:
-            ports = {sentinel.primary_port() for sentinel in self.sentinels}
-            if len(ports) != 1 or None in ports:
+            port = self._primary_port()
+            if port is None:
                 return False
-            (port,) = ports
-            assert port is not None
             info = command(port, "INFO", "replication")
             return isinstance(info, str) and info.count("state=online") == count
 
