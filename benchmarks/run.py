@@ -29,7 +29,7 @@ from controller import run_controller
 from fanout import run_fanout
 from keyed import run_keyed
 from lifecycle import run_lifecycle, run_subscribers
-from limits import run_limits
+from local_limits import run_limits
 from memory import run_memory
 from peers import run_peers
 from restarts import run_restarts
