@@ -22,8 +22,10 @@ import platform
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 import trio
@@ -301,6 +303,19 @@ def format_table(results: Iterable[Result]) -> str:
     if skipped:
         out += ["", "skipped:", *skipped]
     return "\n".join(out)
+
+
+def serve_jobs(control: Connection, run: Callable[[str, Any], object]) -> None:
+    """A worker process's loop: run each ``(name, args)`` job ``control`` sends, until
+    ``None``; answer ``("result", value)`` or ``("error", traceback)``."""
+    while (job := control.recv()) is not None:
+        name, args = job
+        try:
+            result = run(name, args)
+        except BaseException:
+            control.send(("error", traceback.format_exc()))
+        else:
+            control.send(("result", result))
 
 
 def machine_info() -> dict[str, Any]:

@@ -44,7 +44,6 @@ import random
 import statistics
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -56,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.append(str(HERE.parent / "tests" / "cluster"))  # redis_server, shared with the tests
 
-from _harness import Plan, Result, Row, Skipped, Target, format_table  # noqa: E402
+from _harness import Plan, Result, Row, Skipped, Target, format_table, serve_jobs  # noqa: E402
 
 SCENARIO = "10"
 CALLERS = 50
@@ -185,17 +184,13 @@ async def _peer(
 
 def _worker(url: str, control: Connection) -> None:
     """The worker process: run jobs until told to stop (``None``)."""
-    while (job := control.recv()) is not None:
-        name, args = job
-        try:
-            if name == "ours":
-                result = trio.run(_ours, url, *args)
-            else:
-                result = asyncio.run(_peer(url, *args))
-        except BaseException:
-            control.send(("error", traceback.format_exc()))
-        else:
-            control.send(("result", result))
+
+    def run(name: str, args: Any) -> object:
+        if name == "ours":
+            return trio.run(_ours, url, *args)
+        return asyncio.run(_peer(url, *args))
+
+    serve_jobs(control, run)
 
 
 class Worker:

@@ -42,13 +42,12 @@ import multiprocessing
 import random
 import statistics
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
 import trio
-from _harness import Plan, Result, Row, Skipped, Target, percentile
+from _harness import Plan, Result, Row, Skipped, Target, percentile, serve_jobs
 
 SCENARIO = "10"
 LEASE_TTL = 10.0
@@ -333,14 +332,7 @@ def _run_job(
 
 def _worker(url: str, control: Connection, peer: Connection | None) -> None:
     """A worker process: run jobs until told to stop (``None``)."""
-    while (job := control.recv()) is not None:
-        name, args = job
-        try:
-            result = _run_job(name, url, control, peer, args)
-        except BaseException:
-            control.send(("error", traceback.format_exc()))
-        else:
-            control.send(("result", result))
+    serve_jobs(control, lambda name, args: _run_job(name, url, control, peer, args))
 
 
 class Pool:
