@@ -38,11 +38,11 @@ import coredis
 import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from coredis.connection import (
-    BaseConnection,
     SentinelManagedConnection,
     TCPConnection,
     TCPLocation,
 )
+from coredis.constants.resp import DataType
 from coredis.exceptions import (
     AuthenticationError,
     AuthorizationError,
@@ -57,8 +57,8 @@ from coredis.exceptions import (
     UnknownCommandError,
 )
 from coredis.exceptions import ConnectionError as RedisConnectionError
+from coredis.parser import NotEnoughData, Parser
 from coredis.pool import SentinelConnectionPool
-from coredis.response.types import PubSubMessage
 from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
@@ -79,15 +79,21 @@ from ._slotstore import instance_of
 
 
 class _RedisConnection:
-    """A ``Connection`` over one coredis client (its own pool and pub/sub connection).
+    """A ``Connection`` over sockets of its own, read in the keeper's tasks.
 
-    Its round trips go one at a time (the keeper's), on one connection of the client's
-    pool held from the first to the last (another one once it breaks): taking and giving
-    back a pooled connection costs a scheduler pass per round trip. Every call goes as a
-    bare command packed straight onto that connection, without coredis's pipeline and
-    request objects, and its reply is read as the pipeline would give it: an error reply
-    (``ResponseError``) or a timeout is the call's reply; any other error (a broken
-    connection) is raised.
+    The coredis client of the connection gives the server's address (under Sentinel,
+    the primary the sentinels name when a socket opens), the credentials, the TLS
+    context and the client name; its RESP3 parser reads the replies, an error reply as
+    coredis's exception for it. The sockets themselves are ours: coredis passes every
+    command through its writer task and every reply through its reader task, and a
+    hand-over waits for each of those passes in the releasing process (its round trip)
+    and in the next owner's (the pushed grant): benchmark 10, hand-over rows.
+
+    Round trips go one at a time (the keeper's), on one socket from the first to the
+    last; the subscription has its own. An error reply is its call's reply; any other
+    error (a broken or closed socket) is raised, and a round trip that did not finish
+    (an error, a cancellation) closes its socket: the keeper opens a fresh
+    ``Connection`` after a failed round trip.
     """
 
     def __init__(self, client: coredis.Redis[str], store: RedisSlotStore) -> None:
@@ -95,13 +101,13 @@ class _RedisConnection:
         self._store = store
         self._common = scripts.common_args(store.key_prefix, store.lease_ttl, store.keep)
         self._by_name = {script.name: script for script in scripts.SCRIPTS}
-        self._held: BaseConnection | None = None
+        self._wire: _Wire | None = None
 
-    def release(self) -> None:
-        """Give the held connection back to the pool (the client closes it)."""
-        held, self._held = self._held, None
-        if held is not None:
-            self._client.connection_pool.release(held)
+    async def close(self) -> None:
+        """Close the round trips' socket."""
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            await trio.aclose_forcefully(wire.stream)
 
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
         replies = await self._send([self._command(name, args) for name, args in calls])
@@ -109,7 +115,7 @@ class _RedisConnection:
         if missing:
             # The server lost its script cache (a restart): load every script and send
             # again only the calls that did not run (a NOSCRIPT call changed nothing).
-            loads = [_Command(b"SCRIPT LOAD", (script.source,)) for script in scripts.SCRIPTS]
+            loads = [(b"SCRIPT", ("LOAD", script.source)) for script in scripts.SCRIPTS]
             for reply in await self._send(loads):
                 if isinstance(reply, BaseException):
                     raise reply
@@ -128,74 +134,183 @@ class _RedisConnection:
 
     def _command(self, name: str, args: Sequence[str]) -> _Command:
         if name == RUN_ID:
-            return _Command(b"INFO", ("server",))
+            return (b"INFO", ("server",))
         if name == BYE:
-            return _Command(b"DEL", (f"{self._store.key_prefix}hb:{args[0]}",))
+            return (b"DEL", (f"{self._store.key_prefix}hb:{args[0]}",))
         if name == WAIT:
-            return _Command(b"WAIT", (int(args[0]), int(args[1])))
+            return (b"WAIT", (int(args[0]), int(args[1])))
         if name == REPLICAS:
-            return _Command(b"INFO", ("replication",))
-        return _Command(b"EVALSHA", (self._by_name[name].sha, 0, *self._common, *args))
+            return (b"INFO", ("replication",))
+        return (b"EVALSHA", (self._by_name[name].sha, 0, *self._common, *args))
 
-    async def _send(self, commands: list[_Command]) -> list[object]:
+    async def _send(self, commands: Sequence[_Command]) -> list[object]:
         """Send ``commands`` in one write; their replies (see the class docstring)."""
-        connection = self._held
-        if connection is None or not connection.usable:
-            self.release()
-            connection = self._held = await self._client.connection_pool.get_connection()
-        batch = connection.create_request_batch(cast("list[Any]", commands))
-        replies: list[object] = list(await batch)
+        wire = self._wire
+        reused = wire is not None
+        if wire is None:
+            wire = self._wire = await self._open()
+        try:
+            try:
+                replies = await wire.call(commands)
+            except (RedisConnectionError, OSError, trio.BrokenResourceError):
+                if not reused or wire.received:
+                    raise
+                # Nothing came back on a socket opened for an earlier round trip: the
+                # server closed it while it was idle (its timeout, a kill). Once more,
+                # on a fresh socket, as a pool would (the scripts' replays are safe).
+                await self.close()
+                wire = self._wire = await self._open()
+                replies = await wire.call(commands)
+        except BaseException:
+            await self.close()  # where the next reply would start is unknown
+            raise
         for reply in replies:
-            if isinstance(reply, BaseException) and not isinstance(
-                reply, ResponseError | TimeoutError
-            ):
+            if isinstance(reply, BaseException) and not isinstance(reply, ResponseError):
                 raise reply
         return replies
+
+    async def _open(self, *setup: _Command) -> _Wire:
+        """A socket to the server (a sentinel's primary confirming its role), past its
+        handshake (``HELLO`` with the client's credentials and name, ``SELECT``) and
+        the ``setup`` commands; bounded by ``_client_timeout``."""
+        pool = self._client.connection_pool
+        options = pool.connection_kwargs
+        hello: list[str | int] = [3]
+        username, password = options.get("username"), options.get("password")
+        if username or password:
+            hello += ["AUTH", username or "default", password or ""]
+        if (name := options.get("client_name")) is not None:
+            hello += ["SETNAME", name]
+        commands: list[_Command] = [(b"HELLO", tuple(hello))]
+        if db := options.get("db"):
+            commands.append((b"SELECT", (db,)))
+        if isinstance(pool, SentinelConnectionPool):
+            commands.append((b"ROLE", ()))
+        checked = len(commands)
+        location: TCPLocation
+        if isinstance(pool, SentinelConnectionPool):
+            location = await pool.get_primary_location()  # bounded per sentinel
+        else:
+            location = cast("TCPLocation", pool.location)
+        timeout = _client_timeout(self._store)
+        try:
+            with trio.fail_after(timeout):
+                wire = _Wire(await _open_stream(location, options.get("ssl_context")))
+        except trio.TooSlowError:
+            # As coredis's own connection errors: its ConnectionError, the cause chained.
+            late = TimeoutError(f"{timeout:g} s passed")
+            raise RedisConnectionError(f"no connection to {location} in time") from late
+        except (OSError, trio.BrokenResourceError) as exc:
+            # trio's BrokenResourceError of a failed TLS handshake says nothing itself.
+            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else None
+            raise RedisConnectionError(f"no connection to {location}") from (cause or exc)
+        try:
+            # A silent server is the keeper's to time out ("did not answer"); only a
+            # subscription's confirmation has the client's own bound.
+            with trio.fail_after(timeout if setup else math.inf):
+                replies = await wire.call([*commands, *setup])
+            _check_handshake(
+                replies,
+                checked - 1 if isinstance(pool, SentinelConnectionPool) else None,
+                location,
+            )
+        except BaseException as exc:
+            await trio.aclose_forcefully(wire.stream)
+            if isinstance(exc, trio.TooSlowError):
+                raise TimeoutError(f"no confirmation within {timeout:g} s") from None
+            raise
+        return wire
 
     async def subscribe(
         self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
     ) -> None:
-        # No retry policy: a broken subscription must end (and be re-opened by the
-        # keeper), never reconnect silently to a server that lost the subscription.
-        async with self._client.pubsub(
-            ignore_subscribe_messages=True,
-            retry_policy=NoRetryPolicy(),
-            subscription_timeout=_client_timeout(self._store),
-        ) as pubsub:
-            # A handler of the channel: coredis calls it from the task that reads the
-            # messages, a scheduler pass before ``get_message`` would return one (a
-            # pushed grant's start waits for it). Messages before the confirmation
-            # are delivered after ``subscribed()``, as ``get_message`` would have.
-            early: list[str] = []
-            live = False
-
-            def handle(message: PubSubMessage) -> None:
-                if live:
-                    deliver(str(message["data"]))
-                else:
-                    early.append(str(message["data"]))
-
-            await pubsub.subscribe(**{channel: handle})
+        # A socket of its own, to the node the sentinels name at this moment: if that
+        # is not the round trips' node, the next round trip fails and the keeper opens
+        # a fresh connection and subscription. No reconnection here: a broken
+        # subscription ends.
+        wire = await self._open((b"SUBSCRIBE", (channel,)))
+        async with wire.stream:
             subscribed()
-            live = True
-            for text in early:
-                deliver(text)
             while True:
-                await pubsub.get_message()  # None for each handled message
+                kind, value = await wire.next()
+                if kind == DataType.PUSH and cast("list[object]", value)[0] == "message":
+                    deliver(str(cast("list[object]", value)[2]))
 
 
-class _Command:
-    """What a connection needs of one command to send it in a batch (coredis's
-    ``CommandRequest`` does more: key routing, argument serialising, reply callbacks)."""
+_Command = tuple[bytes, tuple[str | int, ...]]
+"""A command's name and its arguments (``str`` and ``int`` only)."""
 
-    __slots__ = ("name", "serialized_arguments")
 
-    decode = None  # the client's setting: replies decoded
-    # Invariant: the arguments are str and int only, which the connection packs as is.
+def _check_handshake(replies: list[object], role_at: int | None, location: TCPLocation) -> None:
+    """Raise the first error reply of a new socket's handshake, or ``StalePrimaryError``
+    when the ``ROLE`` reply at ``role_at`` is not a primary's."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    if role_at is not None:
+        role = cast("list[object]", replies[role_at])[0]
+        if role != "master":
+            raise StalePrimaryError(f"the primary at {location} reports a role of {role!r}")
 
-    def __init__(self, name: bytes, arguments: tuple[str | int, ...]) -> None:
-        self.name = name
-        self.serialized_arguments = arguments
+
+async def _open_stream(location: TCPLocation, context: ssl.SSLContext | None) -> trio.abc.Stream:
+    """A TCP stream to ``location``, over TLS (handshake done) when ``context`` is set."""
+    stream = await trio.open_tcp_stream(location.host, location.port)
+    if context is None:
+        return stream
+    tls = trio.SSLStream(stream, context, server_hostname=location.host)
+    try:
+        await tls.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(tls)
+        raise
+    return tls
+
+
+def _pack(name: bytes, args: tuple[str | int, ...]) -> bytes:
+    """One command in the Redis protocol (an array of bulk strings)."""
+    out = [b"*%d\r\n$%d\r\n%s\r\n" % (len(args) + 1, len(name), name)]
+    for arg in args:
+        data = str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+class _Wire:
+    """One stream to the server and the replies read from it, parsed by coredis's
+    parser (RESP3; strings decoded; an error reply is coredis's exception for it)."""
+
+    __slots__ = ("_parser", "received", "stream")
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self._parser = Parser()
+        self.received = False
+        """Whether anything came back since the last ``call`` began."""
+
+    async def call(self, commands: Sequence[_Command]) -> list[object]:
+        """Send ``commands`` in one write; their replies, in order (a subscription's
+        confirmation is its ``SUBSCRIBE``'s reply)."""
+        self.received = False
+        await self.stream.send_all(b"".join([_pack(name, args) for name, args in commands]))
+        replies: list[object] = []
+        while len(replies) < len(commands):
+            kind, value = await self.next()
+            if kind != DataType.PUSH or cast("list[object]", value)[0] == "subscribe":
+                replies.append(value)
+        return replies
+
+    async def next(self) -> tuple[DataType, object]:
+        """The next reply or pushed message: its RESP type and its value."""
+        while True:
+            reply = self._parser.parse(decode=True, encoding="utf-8")
+            if not isinstance(reply, NotEnoughData):
+                return cast("tuple[DataType, object]", reply)
+            data = await self.stream.receive_some(65536)
+            if not data:
+                raise RedisConnectionError("the server closed the connection")
+            self.received = True
+            self._parser.feed(bytes(data))
 
 
 def _info_field(info: str, field: str) -> str:
@@ -316,7 +431,7 @@ class RedisClient:
             try:
                 yield connection
             finally:
-                connection.release()
+                await connection.close()
 
     def refuses_calls(self, error: Exception) -> bool:
         """Whether an error reply refuses the keeper's calls as such (permissions, a
