@@ -1,26 +1,38 @@
 """The coredis adapter: the only module that imports ``coredis`` and ``anyio``.
 
 It implements the lease keeper's seam (``_keeper.ServerClient`` and
-``_keeper.Connection``) over one coredis client per connection, and classifies the
-client's errors (what the server refused, or why it could not be reached). The keeper's
-logic imports without the ``redis`` extra; the supervisor builds a ``RedisClient`` and
-hands it to the keeper. ``read_namespace`` reads what a namespace holds for the
-``slots`` command, with plain read commands only.
+``_keeper.Connection``) and classifies the client's errors (what the server refused, or
+why it could not be reached). The keeper's logic imports without the ``redis`` extra;
+the supervisor builds a ``RedisClient`` and hands it to the keeper. ``read_namespace``
+reads what a namespace holds for the ``slots`` command, with plain read commands only.
 
 Decisions:
 
-* No retry policy anywhere: a broken connection or subscription must end (the keeper
-  opens a fresh client), never reconnect silently to a server that lost the state.
+* The keeper's round trips and its subscription go over trio sockets of their own,
+  written and read in the keeper's tasks; coredis gives what they need to open (the
+  address or the sentinels' primary, credentials, TLS context, client name), its RESP3
+  parser and its error classes. Through coredis's connections each command took a pass
+  of its writer task, each reply one of its reader task, and each pushed message two
+  of the reader and one of its pub/sub task; on an idle machine every pass is a cold
+  task step, and a hand-over waited for all of them (benchmark 10, the hand-over and
+  3x50 rows).
+* No retry policy anywhere: a broken connection or subscription ends (the keeper opens
+  a fresh connection), never reconnects silently to a server that lost the state. The
+  one exception is a round-trip socket the server closed while it was idle (its
+  timeout, a kill), found when nothing comes back: once more on a fresh socket, as a
+  connection pool would.
 * A ``NOSCRIPT`` reply (the server lost its script cache in a restart) loads every
   script and sends again only the calls that did not run.
-* The client's own bounds (connecting, a subscription's confirmation) are half the
-  keeper's ``connect_timeout``, so its error arrives within the keeper's bound.
-* With a Sentinel URL each client asks the sentinels for the primary whenever it opens
-  a connection (and the primary confirms its role); since the keeper opens a fresh
-  client after every failed round trip, a failover (even to a frozen primary, which
-  would keep a reused client waiting) is followed like a restart of the server. When
-  no primary is found the error says why: no sentinel answered (the first sentinel's
-  error chained), or the sentinels that answered know no such service.
+* The client's own bounds (connecting with TCP and TLS, a subscription's confirmation)
+  are half the keeper's ``connect_timeout``, so their errors arrive within the keeper's
+  bound; a server that accepts a connection and says nothing is the keeper's to time
+  out ("did not answer").
+* With a Sentinel URL each socket asks the sentinels for the primary when it opens
+  (and the primary confirms its role with ``ROLE``); since the keeper opens a fresh
+  connection after every failed round trip, a failover (even to a frozen primary,
+  which would keep a reused client waiting) is followed like a restart of the server.
+  When no primary is found the error says why: no sentinel answered (the first
+  sentinel's error chained), or the sentinels that answered know no such service.
 """
 
 from __future__ import annotations
@@ -424,8 +436,8 @@ class RedisClient:
 
     @asynccontextmanager
     async def connect(self) -> AsyncGenerator[Connection]:
-        """Open one coredis client (its own pool and pub/sub connection; under Sentinel,
-        asking the sentinels for the primary); close it after."""
+        """Open one ``Connection`` on a fresh coredis client (under Sentinel, one that
+        asks the sentinels for the primary); close its sockets after."""
         async with open_client(self._store, f"taskvisor:{self._instance_id}") as client:
             connection = _RedisConnection(client, self._store)
             try:
@@ -558,10 +570,7 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
     if any(isinstance(link, ssl.SSLError) for link in chain):
         return "failed the TLS handshake"
     if timed_out and asked == "the subscription":
-        return (
-            "did not confirm the subscription to this process's channel (may the user "
-            "subscribe to channels, as ACL '&*' allows?)"
-        )
+        return "did not confirm the subscription to this process's channel in time"
     if isinstance(exc, AuthenticationError):
         return "refused the credentials"
     if _acl_refusal(exc):

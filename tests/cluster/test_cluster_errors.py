@@ -98,6 +98,19 @@ async def test_open_supervisor_raises_when_a_command_of_the_scripts_is_refused(
     assert isinstance(error.__cause__, coredis.exceptions.ResponseError)
 
 
+async def test_open_supervisor_raises_when_the_subscription_is_refused(
+    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """A user who may run the scripts but subscribe to no channel (ACL
+    ``resetchannels``): refused at once, naming the subscription."""
+    await set_user(client, "+@all", "resetchannels")
+    started = time.monotonic()
+    error = await refused_start(store_at(store, user_url(redis_server)))
+    assert time.monotonic() - started < 1.0  # an answer, not a timeout
+    assert "refused the subscription to this user (an ACL permission is missing)" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.AuthorizationError)
+
+
 async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
     store: RedisSlotStore,
     redis_server: RedisServer,
