@@ -10,13 +10,18 @@ liveness bounds with at least a 2x margin; waits are for events and outcomes.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import pathlib
+import ssl
 import time
 
 import coredis
 import pytest
 import trio
 import trio.testing
+import trustme
 from cluster_helpers import config, gated, quick, replica
 from conftest import RedisServer
 
@@ -122,6 +127,58 @@ async def test_credentials_never_show(
     texts += [repr(record.args) for record in caplog.records]
     assert any("tv-user:***@" in text for text in texts)  # the masked URL is shown
     assert [text for text in texts if SECRET in text] == []
+
+
+async def _pump(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        while data := await source.receive_some(65536):
+            await sink.send_all(data)
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await sink.aclose()
+
+
+async def test_round_trips_and_grants_over_tls(
+    store: RedisSlotStore, redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    """``rediss://`` with a CA to verify: the store's round trips and its subscription
+    (a grant pushed to the next owner's process) work over TLS. The test server has no
+    TLS of its own: a TLS terminator in front of it, as a proxy would be."""
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    connections = 0
+
+    async def terminate(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        nonlocal connections
+        connections += 1
+        upstream = await trio.open_tcp_stream("127.0.0.1", redis_server.port)
+        async with stream, upstream, trio.open_nursery() as pumps:
+            pumps.start_soon(_pump, stream, upstream)
+            pumps.start_soon(_pump, upstream, stream)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_ssl_over_tcp, host="127.0.0.1"),
+            terminate,
+            0,
+            server_context,
+        )
+        port = listeners[0].transport_listener.socket.getsockname()[1]
+        url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca_file}&ssl_cert_reqs=required"
+        tls = store_like(store, url, lease_ttl=30.0)  # renewals every 10 s
+        gate = trio.Event()
+        async with replica(tls) as (a, rec_a), replica(tls) as (b, _):
+            owner = await a.submit(ControllerSpec.queue(gated(gate), slot="s"))
+            await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+            after = await b.submit(ControllerSpec.queue(quick("next", 7), slot="s"))
+            gate.set()
+            with trio.fail_after(5):  # the pushed grant: no renewal for 10 s
+                outcome = await after.wait()
+            assert (outcome.kind, outcome.value) == (OutcomeKind.COMPLETED, 7)
+        assert connections == 4  # each supervisor: its round trips and its subscription
+        nursery.cancel_scope.cancel(reason="the test is over")
 
 
 # -- wait-mode work ------------------------------------------------------------------------------
