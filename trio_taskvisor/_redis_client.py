@@ -196,11 +196,11 @@ class _RedisConnection:
         commands: list[_Command] = [(b"HELLO", tuple(hello))]
         if db := options.get("db"):
             commands.append((b"SELECT", (db,)))
-        if isinstance(pool, SentinelConnectionPool):
-            commands.append((b"ROLE", ()))
-        checked = len(commands)
         location: TCPLocation
+        role_at: int | None = None  # where the ROLE reply is, under Sentinel
         if isinstance(pool, SentinelConnectionPool):
+            role_at = len(commands)
+            commands.append((b"ROLE", ()))
             location = await pool.get_primary_location()  # bounded per sentinel
         else:
             location = cast("TCPLocation", pool.location)
@@ -221,11 +221,7 @@ class _RedisConnection:
             # subscription's confirmation has the client's own bound.
             with trio.fail_after(timeout if setup else math.inf):
                 replies = await wire.call([*commands, *setup])
-            _check_handshake(
-                replies,
-                checked - 1 if isinstance(pool, SentinelConnectionPool) else None,
-                location,
-            )
+            _check_handshake(replies, role_at, location)
         except BaseException as exc:
             await trio.aclose_forcefully(wire.stream)
             if isinstance(exc, trio.TooSlowError):
