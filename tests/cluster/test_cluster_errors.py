@@ -73,16 +73,25 @@ async def sleep_forever() -> None:
 # -- refused scripts ------------------------------------------------------------------------
 
 
-async def test_open_supervisor_raises_when_the_scripts_are_refused(
-    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+@pytest.mark.parametrize(
+    ("rule", "asked"),
+    [("-@scripting", "the lease scripts"), ("resetchannels", "the subscription")],
+)
+async def test_open_supervisor_raises_when_the_scripts_or_the_subscription_are_refused(
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    rule: str,
+    asked: str,
 ) -> None:
-    """A user the server lets PING but not run scripts (an ACL without ``+@scripting``):
-    ``open_supervisor`` raises at once, naming the refusal; the block never runs."""
-    await set_user(client, "+@all", "-@scripting")
+    """A user the server lets PING but not run scripts (an ACL without ``+@scripting``),
+    or not subscribe to any channel (``resetchannels``): ``open_supervisor`` raises at
+    once, naming what was refused; the block never runs."""
+    await set_user(client, "+@all", rule)
     started = time.monotonic()
     error = await refused_start(store_at(store, user_url(redis_server)))
     assert time.monotonic() - started < 1.0  # an answer, not a timeout
-    assert "refused the lease scripts to this user (an ACL permission is missing)" in str(error)
+    assert f"refused {asked} to this user (an ACL permission is missing)" in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.AuthorizationError)
     assert PASSWORD not in str(error)
 
@@ -96,19 +105,6 @@ async def test_open_supervisor_raises_when_a_command_of_the_scripts_is_refused(
     assert "refused the lease scripts to this user (an ACL permission is missing)" in str(error)
     assert "ACL failure in script" in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.ResponseError)
-
-
-async def test_open_supervisor_raises_when_the_subscription_is_refused(
-    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
-) -> None:
-    """A user who may run the scripts but subscribe to no channel (ACL
-    ``resetchannels``): refused at once, naming the subscription."""
-    await set_user(client, "+@all", "resetchannels")
-    started = time.monotonic()
-    error = await refused_start(store_at(store, user_url(redis_server)))
-    assert time.monotonic() - started < 1.0  # an answer, not a timeout
-    assert "refused the subscription to this user (an ACL permission is missing)" in str(error)
-    assert isinstance(error.__cause__, coredis.exceptions.AuthorizationError)
 
 
 async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
