@@ -9,13 +9,19 @@ reads what a namespace holds for the ``slots`` command, with plain read commands
 Decisions:
 
 * The keeper's round trips and its subscription go over trio sockets of their own,
-  written and read in the keeper's tasks; coredis gives what they need to open (the
+  read in the keeper's tasks; coredis gives what they need to open (the
   address or the sentinels' primary, credentials, TLS context, client name), its RESP3
   parser and its error classes. Through coredis's connections each command took a pass
   of its writer task, each reply one of its reader task, and each pushed message two
   of the reader and one of its pub/sub task; on an idle machine every pass is a cold
   task step, and a hand-over waited for all of them (benchmark 10, the hand-over and
   3x50 rows).
+* A round trip the keeper starts in the caller's task (``send_nowait``, while its loop
+  is idle) is written with the OS's ``write`` on the socket, which is non-blocking: trio
+  writes only in async calls. Whatever the socket does not take at once is written
+  before the replies are read. A TLS stream, a full or broken socket, or a platform
+  where a socket is not a file (Windows) write nothing there: the keeper's loop sends
+  the round trip as usual.
 * No retry policy anywhere: a broken connection or subscription ends (the keeper opens
   a fresh connection), never reconnects silently to a server that lost the state. The
   one exception is a round-trip socket the server closed while it was idle (its
@@ -38,6 +44,7 @@ Decisions:
 from __future__ import annotations
 
 import math
+import os
 import ssl
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -101,7 +108,8 @@ class _RedisConnection:
     hand-over waits for each of those passes in the releasing process (its round trip)
     and in the next owner's (the pushed grant): benchmark 10, hand-over rows.
 
-    Round trips go one at a time (the keeper's), on one socket from the first to the
+    Round trips go one at a time (the keeper's; ``send_nowait`` may start one in the
+    caller's task, then ``replies`` finishes it), on one socket from the first to the
     last; the subscription has its own. An error reply is its call's reply; any other
     error (a broken or closed socket) is raised, and a round trip that did not finish
     (an error, a cancellation) closes its socket: the keeper opens a fresh
@@ -122,7 +130,18 @@ class _RedisConnection:
             await trio.aclose_forcefully(wire.stream)
 
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
-        replies = await self._send([self._command(name, args) for name, args in calls])
+        return await self._answered(calls, await self._send(self._commands(calls)))
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        wire = self._wire
+        return wire is not None and wire.send_nowait(self._commands(calls))
+
+    async def replies(self, calls: Sequence[Call]) -> list[object]:
+        return await self._answered(calls, await self._send(self._commands(calls), written=True))
+
+    async def _answered(self, calls: Sequence[Call], replies: list[object]) -> list[object]:
+        """``replies`` to ``calls`` as ``round_trip`` returns them: the calls the server
+        refused with NOSCRIPT sent again, the ``INFO`` replies read."""
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             # The server lost its script cache (a restart): load every script and send
@@ -144,6 +163,9 @@ class _RedisConnection:
                 replies[i] = _online_replicas(info)
         return replies
 
+    def _commands(self, calls: Sequence[Call]) -> list[_Command]:
+        return [self._command(name, args) for name, args in calls]
+
     def _command(self, name: str, args: Sequence[str]) -> _Command:
         if name == RUN_ID:
             return (b"INFO", ("server",))
@@ -155,15 +177,19 @@ class _RedisConnection:
             return (b"INFO", ("replication",))
         return (b"EVALSHA", (self._by_name[name].sha, 0, *self._common, *args))
 
-    async def _send(self, commands: Sequence[_Command]) -> list[object]:
-        """Send ``commands`` in one write; their replies (see the class docstring)."""
+    async def _send(self, commands: Sequence[_Command], written: bool = False) -> list[object]:
+        """Send ``commands`` in one write (``written``: ``send_nowait`` wrote them, on
+        the socket that is still open); their replies (see the class docstring)."""
         wire = self._wire
         reused = wire is not None
         if wire is None:
             wire = self._wire = await self._open()
         try:
             try:
-                replies = await wire.call(commands)
+                if written:
+                    replies = await wire.answers(len(commands))
+                else:
+                    replies = await wire.call(commands)
             except (RedisConnectionError, OSError, trio.BrokenResourceError):
                 if not reused or wire.received:
                     raise
@@ -275,6 +301,10 @@ async def _open_stream(location: TCPLocation, context: ssl.SSLContext | None) ->
     return tls
 
 
+def _packed(commands: Sequence[_Command]) -> bytes:
+    return b"".join([_pack(name, args) for name, args in commands])
+
+
 def _pack(name: bytes, args: tuple[str | int, ...]) -> bytes:
     """One command in the Redis protocol (an array of bulk strings)."""
     out = [b"*%d\r\n$%d\r\n%s\r\n" % (len(args) + 1, len(name), name)]
@@ -288,21 +318,49 @@ class _Wire:
     """One stream to the server and the replies read from it, parsed by coredis's
     parser (RESP3; strings decoded; an error reply is coredis's exception for it)."""
 
-    __slots__ = ("_parser", "received", "stream")
+    __slots__ = ("_parser", "_unsent", "received", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self._parser = Parser()
+        self._unsent = b""  # what ``send_nowait`` left for ``answers`` to write
         self.received = False
-        """Whether anything came back since the last ``call`` began."""
+        """Whether anything came back since the last ``call`` (or ``send_nowait``) began."""
 
     async def call(self, commands: Sequence[_Command]) -> list[object]:
         """Send ``commands`` in one write; their replies, in order (a subscription's
         confirmation is its ``SUBSCRIBE``'s reply)."""
         self.received = False
-        await self.stream.send_all(b"".join([_pack(name, args) for name, args in commands]))
+        await self.stream.send_all(_packed(commands))
+        return await self._replies(len(commands))
+
+    def send_nowait(self, commands: Sequence[_Command]) -> bool:
+        """Write ``commands`` now if the stream is a plain socket that takes some of the
+        bytes without waiting (``answers`` writes the rest); whether it did. A TLS
+        stream, a full or broken socket: nothing is written."""
+        if not isinstance(self.stream, trio.SocketStream):
+            return False
+        data = _packed(commands)
+        try:
+            # trio writes to a socket only in async calls: the OS's write to the (non-
+            # blocking) socket is the same write, without the scheduler's pass after it.
+            written = os.write(self.stream.socket.fileno(), data)
+        except OSError:  # full, broken, or a platform where a socket is no file
+            return False
+        self.received = False
+        self._unsent = data[written:]
+        return True
+
+    async def answers(self, count: int) -> list[object]:
+        """The replies of the ``count`` commands ``send_nowait`` wrote."""
+        unsent, self._unsent = self._unsent, b""
+        if unsent:
+            await self.stream.send_all(unsent)
+        return await self._replies(count)
+
+    async def _replies(self, count: int) -> list[object]:
         replies: list[object] = []
-        while len(replies) < len(commands):
+        while len(replies) < count:
             kind, value = await self.next()
             if kind != DataType.PUSH or cast("list[object]", value)[0] == "subscribe":
                 replies.append(value)

@@ -41,7 +41,13 @@ from trio_taskvisor._keeper import (
     StoreRecovered,
     StoreUnavailable,
 )
-from trio_taskvisor._redis_client import RedisClient, _info_field, _online_replicas
+from trio_taskvisor._redis_client import (
+    RedisClient,
+    _info_field,
+    _online_replicas,
+    _packed,
+    _Wire,
+)
 from trio_taskvisor._slots import AdmissionPolicy
 
 A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
@@ -80,6 +86,73 @@ async def test_requests_of_one_tick_share_one_round_trip(store: RedisSlotStore) 
         for i in range(100):
             await a.reports.wait_for(Owner, task_id=i)
         assert a.keeper.statistics().round_trips - before == 1
+
+
+class Writes:
+    """A ``ServerClient`` that records the calls of each round trip its connections
+    started with ``send_nowait`` (in the caller's task)."""
+
+    def __init__(self, store: RedisSlotStore, instance_id: str) -> None:
+        self._client = RedisClient(store, instance_id)
+        self.written: list[list[str]] = []
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Connection]:
+        async with self._client.connect() as conn:
+            yield _WritesConnection(conn, self.written)
+
+    def refuses_calls(self, error: Exception) -> bool:
+        return self._client.refuses_calls(error)
+
+    def refusal(self, error: Exception, asked: str) -> str:
+        return self._client.refusal(error, asked)
+
+
+class _WritesConnection:
+    def __init__(self, conn: Connection, written: list[list[str]]) -> None:
+        self._conn = conn
+        self._written = written
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        return await self._conn.round_trip(calls)
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        started = self._conn.send_nowait(calls)
+        if started:
+            self._written.append([name for name, _ in calls])
+        return started
+
+    async def replies(self, calls: Sequence[Call]) -> list[object]:
+        return await self._conn.replies(calls)
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        await self._conn.subscribe(channel, deliver, subscribed)
+
+
+async def test_a_release_while_the_loop_waits_is_written_in_the_callers_task(
+    store: RedisSlotStore,
+) -> None:
+    """A release that finds the I/O loop waiting for work starts its round trip in the
+    caller's task, before ``release`` returns; one more in the same tick waits for the
+    next round trip (one at a time). Both hand their slots over."""
+    slow = with_ttl(store, 30.0)  # no renewal (every 10 s) during the test
+    hook = Writes(slow, A)
+    async with open_keeper(slow, A, client=hook) as a, open_keeper(slow, B) as b:
+        for task_id, slot in ((1, "k"), (2, "j")):
+            a.keeper.submit(slot, task_id, QUEUE, 10, False)
+            await a.reports.wait_for(Owner, task_id=task_id)
+            b.keeper.submit(slot, task_id, QUEUE, 10, False)
+            await b.reports.wait_for(Queued, task_id=task_id)
+        assert hook.written == []  # submits wait for the loop
+        a.keeper.release("k", 1, DONE)
+        assert hook.written == [[scripts.RELEASE.name]]
+        a.keeper.release("j", 2, DONE)
+        assert hook.written == [[scripts.RELEASE.name]]
+        with trio.fail_after(2.0):
+            await b.reports.wait_for(Owner, task_id=1)
+            await b.reports.wait_for(Owner, task_id=2)
 
 
 async def test_hand_over_between_keepers_is_pushed(store: RedisSlotStore) -> None:
@@ -131,6 +204,12 @@ class _MessageFirstConnection:
             self._hook.arrived.set()
             await self._hook.delivered.wait()
         return replies
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        return False  # every call through round_trip, where the hook is
+
+    async def replies(self, calls: Sequence[Call]) -> list[object]:
+        raise AssertionError("send_nowait wrote nothing")
 
     async def subscribe(
         self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
@@ -230,6 +309,12 @@ class _RewriteConnection:
 
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
         return await self._conn.round_trip(calls)
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        return self._conn.send_nowait(calls)
+
+    async def replies(self, calls: Sequence[Call]) -> list[object]:
+        return await self._conn.replies(calls)
 
     async def subscribe(
         self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
@@ -699,6 +784,49 @@ async def test_round_trips_after_a_broken_connection_go_on_a_fresh_one(
         named = [c for c in await client.client_list() if c.get("name") == f"taskvisor:{A}"]
         assert len(named) == 1  # the fresh connection, in use
     assert scripts.parse_submit(replies[0]).kind == "owner"
+
+
+async def test_a_round_trip_started_on_a_socket_the_server_closed_goes_once_more(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """``send_nowait`` writes nothing before the first round trip opened the socket. On a
+    socket the server closed while it was idle, the bytes it wrote find no reply: the
+    round trip goes once more, on a fresh socket, as one of ``round_trip`` does."""
+    calls: list[Call] = [
+        (scripts.SUBMIT.name, scripts.submit_args("k", f"{A}/1", "queue", 10, False))
+    ]
+    async with RedisClient(store, A).connect() as conn:
+        assert not conn.send_nowait(calls)
+        await conn.round_trip(calls)
+        assert await client.client_kill(user="default", skipme=True) == 1
+        assert conn.send_nowait(calls)
+        replies = await conn.replies(calls)
+        named = [c for c in await client.client_list() if c.get("name") == f"taskvisor:{A}"]
+        assert len(named) == 1  # the fresh connection, in use
+    assert scripts.parse_submit(replies[0]).kind == "owner"
+
+
+async def test_a_write_the_socket_takes_in_part_is_finished_before_the_replies() -> None:
+    """What the socket does not take at once (4 MB: more than any default buffer) is
+    written before the replies are read, in order."""
+    ours, theirs = trio.socket.socketpair()
+    commands = [(b"ECHO", ("x" * 4_000_000,)), (b"PING", ())]
+    sent = _packed(commands)
+    received = bytearray()
+
+    async def server() -> None:
+        with theirs:
+            while len(received) < len(sent):
+                received.extend(await theirs.recv(1 << 20))
+            await theirs.send(b"+ok\r\n+PONG\r\n")
+
+    async with trio.SocketStream(ours) as stream, trio.open_nursery() as nursery:
+        wire = _Wire(stream)
+        assert wire.send_nowait(commands)
+        nursery.start_soon(server)
+        with trio.fail_after(5):
+            assert await wire.answers(len(commands)) == ["ok", "PONG"]
+    assert received == sent
 
 
 def test_replicas_are_counted_from_info_replication_online_only() -> None:
