@@ -178,11 +178,12 @@ class _RedisConnection:
         return (b"EVALSHA", (self._by_name[name].sha, 0, *self._common, *args))
 
     async def _send(self, commands: Sequence[_Command], written: bool = False) -> list[object]:
-        """Send ``commands`` in one write (``written``: ``send_nowait`` wrote them, on
-        the socket that is still open); their replies (see the class docstring)."""
+        """Send ``commands`` in one write (``written``: ``send_nowait`` wrote them);
+        their replies (see the class docstring)."""
         wire = self._wire
         reused = wire is not None
         if wire is None:
+            written = False  # not on this socket
             wire = self._wire = await self._open()
         try:
             try:
