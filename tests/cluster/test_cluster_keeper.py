@@ -90,16 +90,18 @@ async def test_requests_of_one_tick_share_one_round_trip(store: RedisSlotStore) 
 
 class Writes:
     """A ``ServerClient`` that records the calls of each round trip its connections
-    started with ``send_nowait`` (in the caller's task)."""
+    started with ``send_nowait`` (in the caller's task: ``written``) or sent with
+    ``round_trip`` (``sent``)."""
 
     def __init__(self, store: RedisSlotStore, instance_id: str) -> None:
         self._client = RedisClient(store, instance_id)
         self.written: list[list[str]] = []
+        self.sent: list[list[str]] = []
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Connection]:
         async with self._client.connect() as conn:
-            yield _WritesConnection(conn, self.written)
+            yield _WritesConnection(conn, self)
 
     def refuses_calls(self, error: Exception) -> bool:
         return self._client.refuses_calls(error)
@@ -109,17 +111,18 @@ class Writes:
 
 
 class _WritesConnection:
-    def __init__(self, conn: Connection, written: list[list[str]]) -> None:
+    def __init__(self, conn: Connection, hook: Writes) -> None:
         self._conn = conn
-        self._written = written
+        self._hook = hook
 
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        self._hook.sent.append([name for name, _ in calls])
         return await self._conn.round_trip(calls)
 
     def send_nowait(self, calls: Sequence[Call]) -> bool:
         started = self._conn.send_nowait(calls)
         if started:
-            self._written.append([name for name, _ in calls])
+            self._hook.written.append([name for name, _ in calls])
         return started
 
     async def replies(self, calls: Sequence[Call]) -> list[object]:
@@ -487,6 +490,35 @@ async def test_a_later_lease_is_lost_on_time_after_the_earlier_one_left(
             redis_server.resume()
         assert (lost.task_id, lost.token) == (2, owner.token)
         assert a.reports.time_of(lost) - paused <= 2 * 0.8 * ttl
+
+
+async def test_a_release_written_to_a_paused_server_is_sent_again_after_the_outage(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A release written in the caller's task to a paused server gets no reply within
+    ``connect_timeout``: an outage. It is sent again once the keeper has reconnected (the
+    server may run both: a release is idempotent), and the next entry gets the slot."""
+    slow = with_ttl(store, 30.0)  # the lease would expire (and B claim it) only at 30 s
+    hook = Writes(slow, A)
+    async with open_keeper(slow, A, client=hook) as a, open_keeper(slow, B) as b:
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        b.keeper.submit("k", 1, QUEUE, 10, False)
+        await b.reports.wait_for(Queued, task_id=1)
+        redis_server.pause()
+        try:
+            a.keeper.release("k", 1, DONE)
+            assert hook.written == [[scripts.RELEASE.name]]
+            await a.reports.wait_for(StoreUnavailable)
+        finally:
+            redis_server.resume()
+        with trio.fail_after(4 * slow.connect_timeout):
+            await a.reports.wait_for(StoreRecovered)
+            await b.reports.wait_for(Owner, task_id=1)
+        info = await a.keeper.query("k")
+        assert any(scripts.RELEASE.name in calls for calls in hook.sent)  # sent again
+        assert info is not None
+        assert info.holder == B
 
 
 async def test_restart_refuses_leases_and_resubscribes(
