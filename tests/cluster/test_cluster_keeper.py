@@ -88,20 +88,19 @@ async def test_requests_of_one_tick_share_one_round_trip(store: RedisSlotStore) 
         assert a.keeper.statistics().round_trips - before == 1
 
 
-class Writes:
-    """A ``ServerClient`` that records the calls of each round trip its connections
-    started with ``send_nowait`` (in the caller's task: ``written``) or sent with
-    ``round_trip`` (``sent``)."""
+class Wrapping:
+    """A ``ServerClient`` over the real one, whose connections ``wrap`` dresses."""
 
     def __init__(self, store: RedisSlotStore, instance_id: str) -> None:
         self._client = RedisClient(store, instance_id)
-        self.written: list[list[str]] = []
-        self.sent: list[list[str]] = []
+
+    def wrap(self, conn: Connection) -> Connection:
+        raise NotImplementedError
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Connection]:
         async with self._client.connect() as conn:
-            yield _WritesConnection(conn, self)
+            yield self.wrap(conn)
 
     def refuses_calls(self, error: Exception) -> bool:
         return self._client.refuses_calls(error)
@@ -110,9 +109,44 @@ class Writes:
         return self._client.refusal(error, asked)
 
 
-class _WritesConnection:
-    def __init__(self, conn: Connection, hook: Writes) -> None:
+class Passing:
+    """A ``Connection`` that passes every call on to ``conn``; subclasses hook some."""
+
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        return await self._conn.round_trip(calls)
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        return self._conn.send_nowait(calls)
+
+    async def replies(self, calls: Sequence[Call]) -> list[object]:
+        return await self._conn.replies(calls)
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        await self._conn.subscribe(channel, deliver, subscribed)
+
+
+class Writes(Wrapping):
+    """A ``ServerClient`` that records the calls of each round trip its connections
+    started with ``send_nowait`` (in the caller's task: ``written``) or sent with
+    ``round_trip`` (``sent``)."""
+
+    def __init__(self, store: RedisSlotStore, instance_id: str) -> None:
+        super().__init__(store, instance_id)
+        self.written: list[list[str]] = []
+        self.sent: list[list[str]] = []
+
+    def wrap(self, conn: Connection) -> Connection:
+        return _WritesConnection(conn, self)
+
+
+class _WritesConnection(Passing):
+    def __init__(self, conn: Connection, hook: Writes) -> None:
+        super().__init__(conn)
         self._hook = hook
 
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
@@ -124,14 +158,6 @@ class _WritesConnection:
         if started:
             self._hook.written.append([name for name, _ in calls])
         return started
-
-    async def replies(self, calls: Sequence[Call]) -> list[object]:
-        return await self._conn.replies(calls)
-
-    async def subscribe(
-        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
-    ) -> None:
-        await self._conn.subscribe(channel, deliver, subscribed)
 
 
 async def test_a_release_while_the_loop_waits_is_written_in_the_callers_task(
@@ -173,32 +199,24 @@ async def test_hand_over_between_keepers_is_pushed(store: RedisSlotStore) -> Non
         assert b.reports.time_of(owner) - released < 1.0  # renewals come every 2 s
 
 
-class MessageFirst:
+class MessageFirst(Wrapping):
     """A ``ServerClient`` whose replies to submits in ``slot`` wait until a message about
     ``slot`` has been delivered to the keeper: the order in which a published message
     overtakes the reply of the round trip that queued the entry."""
 
     def __init__(self, store: RedisSlotStore, instance_id: str, slot: str) -> None:
-        self._client = RedisClient(store, instance_id)
+        super().__init__(store, instance_id)
         self.slot = slot
         self.arrived = trio.Event()  # the submit ran on the server; its reply is held
         self.delivered = trio.Event()  # the keeper has the message
 
-    @asynccontextmanager
-    async def connect(self) -> AsyncIterator[Connection]:
-        async with self._client.connect() as conn:
-            yield _MessageFirstConnection(conn, self)
-
-    def refuses_calls(self, error: Exception) -> bool:
-        return self._client.refuses_calls(error)
-
-    def refusal(self, error: Exception, asked: str) -> str:
-        return self._client.refusal(error, asked)
+    def wrap(self, conn: Connection) -> Connection:
+        return _MessageFirstConnection(conn, self)
 
 
-class _MessageFirstConnection:
+class _MessageFirstConnection(Passing):
     def __init__(self, conn: Connection, hook: MessageFirst) -> None:
-        self._conn = conn
+        super().__init__(conn)
         self._hook = hook
 
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
@@ -210,9 +228,6 @@ class _MessageFirstConnection:
 
     def send_nowait(self, calls: Sequence[Call]) -> bool:
         return False  # every call through round_trip, where the hook is
-
-    async def replies(self, calls: Sequence[Call]) -> list[object]:
-        raise AssertionError("send_nowait wrote nothing")
 
     async def subscribe(
         self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
@@ -283,41 +298,24 @@ async def test_hand_over_is_granted_without_a_claim(store: RedisSlotStore) -> No
         assert (info.holder, info.fence_token) == (B, owner.token)
 
 
-class Rewrite:
+class Rewrite(Wrapping):
     """A ``ServerClient`` whose subscription passes each message through ``rewrite``
     (it returns the messages to deliver instead: none, the same twice, ...)."""
 
     def __init__(
         self, store: RedisSlotStore, instance_id: str, rewrite: Callable[[str], list[str]]
     ) -> None:
-        self._client = RedisClient(store, instance_id)
+        super().__init__(store, instance_id)
         self._rewrite = rewrite
 
-    @asynccontextmanager
-    async def connect(self) -> AsyncIterator[Connection]:
-        async with self._client.connect() as conn:
-            yield _RewriteConnection(conn, self._rewrite)
-
-    def refuses_calls(self, error: Exception) -> bool:
-        return self._client.refuses_calls(error)
-
-    def refusal(self, error: Exception, asked: str) -> str:
-        return self._client.refusal(error, asked)
+    def wrap(self, conn: Connection) -> Connection:
+        return _RewriteConnection(conn, self._rewrite)
 
 
-class _RewriteConnection:
+class _RewriteConnection(Passing):
     def __init__(self, conn: Connection, rewrite: Callable[[str], list[str]]) -> None:
-        self._conn = conn
+        super().__init__(conn)
         self._rewrite = rewrite
-
-    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
-        return await self._conn.round_trip(calls)
-
-    def send_nowait(self, calls: Sequence[Call]) -> bool:
-        return self._conn.send_nowait(calls)
-
-    async def replies(self, calls: Sequence[Call]) -> list[object]:
-        return await self._conn.replies(calls)
 
     async def subscribe(
         self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
