@@ -1,7 +1,7 @@
 """The lease keeper end to end: real server, real clock, fake controllers reading reports.
 
-Timing bounds are liveness bounds with at least a 2x margin:
-the exact timing rules run on virtual time in ``test_cluster_keeper_virtual.py``.
+Timing bounds are liveness bounds with at least a 2x margin: the exact timing rule (the
+lost-lease rule, ``LeaseDeadline``) is pure and property-tested in ``test_cluster_values.py``.
 Waits are for reports or keys, never sleeps.
 """
 
