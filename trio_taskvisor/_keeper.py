@@ -1090,15 +1090,18 @@ class LeaseKeeper:
             if isinstance(reply, Exception):
                 self._call_failed(part, reply)
                 continue
-            match part:
+            match part:  # the parts of most batches first (benchmark 10, the 3x50 callers)
+                case _Submit():
+                    if not part.resolved:
+                        self._submitted(part, scripts.parse_submit(reply), sent_at)
+                case _Release(_, eid, outcome):
+                    if scripts.parse_release(reply) == "need_outcome":
+                        self._oblige(_StoreOutcome(eid, encode_outcome(outcome)))
                 case str():  # RUN_ID
                     restarted = self._run_id is not None and reply != self._run_id
                     self._run_id = str(reply)
                 case _Renewal():
                     self._renewed(part, scripts.parse_renew(reply), sent_at)
-                case _Release(_, eid, outcome):
-                    if scripts.parse_release(reply) == "need_outcome":
-                        self._oblige(_StoreOutcome(eid, encode_outcome(outcome)))
                 case _StopOwner():
                     part.token = scripts.parse_stop_owner(reply)
                     part.done.set()
@@ -1119,9 +1122,6 @@ class LeaseKeeper:
                         part.done.set()
                 case _Claim(slot, task_id):
                     self._claimed(slot, task_id, scripts.parse_claim(reply), sent_at)
-                case _Submit():
-                    if not part.resolved:
-                        self._submitted(part, scripts.parse_submit(reply), sent_at)
                 case _Query():
                     if not part.abandoned:
                         part.result = self._slot_info(part.slot, reply)

@@ -19,6 +19,8 @@ import trio
 import trio.testing
 from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_taskvisor import OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor import _redis_scripts as scripts
@@ -43,6 +45,7 @@ from trio_taskvisor._keeper import (
 )
 from trio_taskvisor._redis_client import (
     RedisClient,
+    _head,
     _info_field,
     _online_replicas,
     _packed,
@@ -840,7 +843,7 @@ async def test_a_write_the_socket_takes_in_part_is_finished_before_the_replies()
     """What the socket does not take at once (4 MB: more than any default buffer) is
     written before the replies are read, in order."""
     ours, theirs = trio.socket.socketpair()
-    commands = [(b"ECHO", ("x" * 4_000_000,)), (b"PING", ())]
+    commands = [(_head(b"ECHO"), ("x" * 4_000_000,)), (_head(b"PING"), ())]
     sent = _packed(commands)
     received = bytearray()
 
@@ -857,6 +860,22 @@ async def test_a_write_the_socket_takes_in_part_is_finished_before_the_replies()
         with trio.fail_after(5):
             assert await wire.answers(len(commands)) == ["ok", "PONG"]
     assert received == sent
+
+
+@given(
+    st.binary(min_size=1, max_size=12),
+    st.lists(st.text(max_size=20), max_size=6),
+    st.lists(st.text(max_size=20), max_size=6),
+)
+def test_a_command_packed_with_its_head_packed_once_is_the_whole_command(
+    name: bytes, fixed: list[str], rest: list[str]
+) -> None:
+    """A head packed once (a script's ``EVALSHA``, its sha and the common arguments),
+    then the rest of the arguments: the same bytes as the whole command packed at once,
+    in the Redis protocol (lengths in bytes, not characters)."""
+    parts = [name, *(arg.encode() for arg in fixed + rest)]
+    whole = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+    assert _packed([(_head(name, *fixed), tuple(rest))]) == whole
 
 
 def test_replicas_are_counted_from_info_replication_online_only() -> None:
