@@ -748,7 +748,8 @@ class ClusterSlotMachine(SlotMachine[P]):
 
     def _reasking(self, slot: Slot[P]) -> bool:
         """Whether held work of ``slot`` is being asked again."""
-        return any(task_id in self._reasked for task_id in slot.asking or ())
+        reasked = self._reasked  # mostly empty: no scan (benchmark 10, the 3x50 callers)
+        return bool(reasked) and any(task_id in reasked for task_id in slot.asking or ())
 
     def _rehold(self, slot: Slot[P], entry: Entry[P]) -> None:
         """Hold again work that was asked again and still does not fit: in its place

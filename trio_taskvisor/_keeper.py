@@ -94,7 +94,6 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -1718,8 +1717,11 @@ class LeaseKeeper:
 
     def _report(self, report: Report) -> None:
         """Send a report; the sink takes every report at once (the controller's inbox)."""
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            self._reports.send_nowait(report)  # raises only once nobody reads reports
+        # Not contextlib.suppress: a report per acquisition (benchmark 10, 3x50 callers).
+        try:  # noqa: SIM105
+            self._reports.send_nowait(report)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # raised only once nobody reads reports
 
 
 def describe(exc: BaseException, secrets: Sequence[str]) -> str:
