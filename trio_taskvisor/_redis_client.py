@@ -151,7 +151,8 @@ class _RedisConnection:
         if missing:
             # The server lost its script cache (a restart): load every script and send
             # again only the calls that did not run (a NOSCRIPT call changed nothing).
-            loads = [(_head(b"SCRIPT"), ("LOAD", script.source)) for script in scripts.SCRIPTS]
+            load = _head(b"SCRIPT", "LOAD")
+            loads = [(load, (script.source,)) for script in scripts.SCRIPTS]
             for reply in await self._send(loads):
                 if isinstance(reply, BaseException):
                     raise reply
