@@ -95,7 +95,9 @@ local function tell(i, msg) redis.call('PUBLISH', P .. 'ch:' .. i, cjson.encode(
 
 local function room(slot)
   local wk = P .. 'watch:' .. slot
-  for _, i in ipairs(redis.call('SMEMBERS', wk)) do tell(i, {'room', slot}) end
+  local watchers = redis.call('SMEMBERS', wk)
+  if #watchers == 0 then return end
+  for _, i in ipairs(watchers) do tell(i, {'room', slot}) end
   redis.call('DEL', wk)
 end
 
@@ -125,25 +127,26 @@ local function lease_of(slot)
   return v[1], v[2], v[3]
 end
 
--- Give the free lease to e; return its fence token (a decimal string).
+-- Give the free lease to e; return its fence token (a decimal string) and the server's
+-- TIME. A free lease has no key (every write of one sets its entry), so nothing to
+-- delete, and the fence is read as it is set: two calls fewer per grant (benchmark 10,
+-- the 3x50 callers and hand-over rows).
 local function grant(slot, e)
   local fk = P .. 'fence:' .. slot
   local t = redis.call('TIME')
   local now = t[1] .. string.format('%06d', tonumber(t[2]))
-  local last = redis.call('GET', fk)
-  local token
+  local token = now
+  local last = redis.call('SET', fk, now, 'GET')
   if last and (#last > #now or (#last == #now and last >= now)) then
+    -- the last token is not below the clock (a clock step back, or within its tick)
+    redis.call('SET', fk, last)
     redis.call('INCR', fk)
     token = redis.call('GET', fk)
-  else
-    redis.call('SET', fk, now)
-    token = now
   end
   local lk = P .. 'lease:' .. slot
-  redis.call('DEL', lk)
   redis.call('HSET', lk, 'entry', e, 'token', token)
   redis.call('PEXPIRE', lk, TTL)
-  return token
+  return token, t
 end
 
 -- Milliseconds until a waiter of the slot should claim again: the lease's expiry, or
@@ -159,15 +162,15 @@ end
 -- message, without a claim. The grant is visible to the head's claim and renewal too
 -- (they answer 'owner'), so a lost message costs a round trip, not the grant; a grant
 -- to an entry its process withdrew meanwhile is freed by that withdrawal.
-local function hand_over(slot)
-  if redis.call('EXISTS', P .. 'lease:' .. slot) == 1 then return end
+-- With free set, the caller knows that the lease is free (it has just read or deleted it).
+local function hand_over(slot, free)
+  if not free and redis.call('EXISTS', P .. 'lease:' .. slot) == 1 then return end
   local q = prune(slot)
   local e = q[1]
   if not e then return end
   redis.call('LPOP', P .. 'q:' .. slot)
-  local token = grant(slot, e)
+  local token, t = grant(slot, e)
   room(slot)
-  local t = redis.call('TIME')
   local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(TTL)
   tell(instance_of(e), {'grant', slot, e, token, string.format('%.0f', expiry)})
 end
@@ -268,7 +271,8 @@ _RELEASE: Final = r"""
 -- replies: 'ok' | 'need_outcome' (another process follows e: store its outcome)
 local slot, e, outcome = ARGV[4], ARGV[5], ARGV[6]
 local lk = P .. 'lease:' .. slot
-if redis.call('HGET', lk, 'entry') == e then redis.call('DEL', lk) end
+local holder = redis.call('HGET', lk, 'entry')
+if holder == e then redis.call('DEL', lk) end
 local reply = 'ok'
 local outk = P .. 'out:' .. e
 if outcome ~= '' then
@@ -279,7 +283,7 @@ elseif redis.call('EXISTS', P .. 'jn:' .. e) == 1 then
   if not stored then redis.call('SET', outk, 'pending', 'PX', KEEP); stored = 'pending' end
   if stored == 'pending' then reply = 'need_outcome' end
 end
-hand_over(slot)
+if not holder or holder == e then hand_over(slot, true) end
 return reply
 """
 
