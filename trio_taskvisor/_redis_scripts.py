@@ -50,6 +50,9 @@ lease's expiry on the server's clock, a decimal string of Unix milliseconds),
 ``["done", entry]``; ``["wake", slot]`` (claim now) came from earlier versions of these
 scripts, in place of ``grant``.
 
+``submit`` and ``release`` also have a grouped form (``GROUPED``): several calls in
+one, each run as the script's body and answered as its own call would be.
+
 Every script opens with a header naming the keys it touches (relative to ``P``), its
 own arguments and its reply shapes. Every script takes ``ARGV[1..3] = P, lease_ttl_ms,
 keep_ms`` and its own arguments after them; none uses ``KEYS`` (a single server, not
@@ -1092,6 +1095,55 @@ LIMIT_RELEASE: Final = _script("limit_release", _LIMIT_RELEASE)
 LIMIT_WITHDRAW: Final = _script("limit_withdraw", _LIMIT_WITHDRAW)
 LIMIT_RENEW: Final = _script("limit_renew", _LIMIT_RENEW)
 CLUSTER_LIMIT: Final = _script("cluster_limit", _CLUSTER_LIMIT)
+
+
+@attrs.frozen
+class Grouped:
+    """The grouped form of a script: several of its calls in one (``GROUPED``)."""
+
+    script: Script
+    arity: int
+    """How many arguments of its own each call has."""
+
+
+def _grouped(name: str, body: str, arity: int) -> Grouped:
+    """The script ``name`` (of ``body``) for several calls in one: its own arguments
+    are the calls', ``arity`` each, one call after another; its reply, the array of
+    theirs. Each call runs ``body``, in order, under ``pcall``: a call that fails has
+    its error as its reply, and the calls after it still run, as separate calls would.
+    They share the run's memo of live processes: neither script writes a heartbeat,
+    and no key expires while a script runs."""
+    args = ", ".join(f"ARGV[b + {i}]" for i in range(1, arity + 1))
+    dispatch = f"""
+local function one(ARGV)
+{body}
+end
+local out = {{}}
+for b = 3, #ARGV - 1, {arity} do
+  local ok, r = pcall(one, {{P, TTL, KEEP, {args}}})
+  if not ok and type(r) ~= 'table' then r = redis.error_reply(tostring(r)) end
+  if r == nil then r = false end  -- a hole would end the array
+  out[#out + 1] = r
+end
+return out
+"""
+    source = _PRELUDE + dispatch
+    return Grouped(Script(f"{name}*", source, hashlib.sha1(source.encode()).hexdigest()), arity)
+
+
+GROUPED: Final = {
+    SUBMIT.name: _grouped(SUBMIT.name, _SUBMIT, 5),
+    RELEASE.name: _grouped(RELEASE.name, _RELEASE, 3),
+}
+"""The scripts whose consecutive calls in a round trip go as one call of their grouped
+form, by name. Every keyed item submits once and releases once: one ``EVALSHA`` for the
+submits of a round trip and one for its releases, rather than one each, cut the
+server's CPU per item by a fifth (benchmark 10, the 3x50 callers rows)."""
+
+GROUP_SIZE: Final = 64
+"""The most calls in one grouped call: the server runs no other client's command while
+a script runs, so a burst of thousands of submits goes as several."""
+
 SCRIPTS: Final = (
     SUBMIT,
     CLAIM,
@@ -1106,6 +1158,7 @@ SCRIPTS: Final = (
     LIMIT_WITHDRAW,
     LIMIT_RENEW,
     CLUSTER_LIMIT,
+    *(grouped.script for grouped in GROUPED.values()),
 )
 
 

@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import cast
 
 import coredis
 import pytest
@@ -776,7 +777,8 @@ async def test_a_batch_of_script_calls_that_met_noscript_is_sent_again(
     store: RedisSlotStore, client: coredis.Redis[str]
 ) -> None:
     """A server that lost its scripts (a restart, a failover) answers NOSCRIPT: the
-    scripts are loaded and the calls sent again, so the batch gets the scripts' replies."""
+    scripts are loaded and the calls sent again, so the batch gets the scripts' replies
+    (here two submits, in one call of the grouped form)."""
     await client.script_flush()
     calls: list[Call] = [
         (scripts.SUBMIT.name, scripts.submit_args(slot, f"{A}/{n}", "queue", 10, False))
@@ -799,6 +801,56 @@ async def test_an_error_reply_to_one_script_call_is_that_calls_reply(
         )
     assert not isinstance(replies[0], Exception)
     assert isinstance(replies[1], coredis.exceptions.ResponseError)
+
+
+async def _evalsha_calls(client: coredis.Redis[str]) -> int:
+    stats = await client.info("commandstats")
+    return int(cast("dict[str, int]", stats.get("cmdstat_evalsha", {})).get("calls", 0))
+
+
+async def test_consecutive_submits_and_releases_go_as_one_call_each(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A run of submits (or of releases) in a round trip is one ``EVALSHA`` of the
+    script's grouped form, at most ``GROUP_SIZE`` calls in one; a lone call goes as
+    itself. Each call still gets its own reply, in order."""
+    slots = [f"k{n}" for n in range(scripts.GROUP_SIZE + 6)]
+    submits: list[Call] = [
+        (scripts.SUBMIT.name, scripts.submit_args(slot, f"{A}/{slot}", "queue", 10, False))
+        for slot in slots
+    ]
+    releases: list[Call] = [(scripts.RELEASE.name, (slot, f"{A}/{slot}", "")) for slot in slots[:3]]
+    lone: Call = (scripts.SUBMIT.name, scripts.submit_args("j", f"{A}/j", "queue", 10, False))
+    async with RedisClient(store, A).connect() as conn:
+        await conn.round_trip([])  # the socket's handshake
+        before = await _evalsha_calls(client)
+        replies = await conn.round_trip([*submits, *releases, lone])
+        assert await _evalsha_calls(client) - before == 2 + 1 + 1
+    kinds = [scripts.parse_submit(reply).kind for reply in replies[: len(slots)]]
+    assert kinds == ["owner"] * len(slots)
+    assert [scripts.parse_release(reply) for reply in replies[len(slots) : -1]] == ["ok"] * 3
+    assert scripts.parse_submit(replies[-1]).kind == "owner"
+
+
+async def test_an_error_in_one_call_of_a_group_is_that_calls_reply(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A call of a group that fails (a key of a foreign type; arguments its script
+    cannot read) has its error as its reply; the calls after it still run."""
+    await client.set(f"{store.key_prefix}lease:foreign", "not a hash")
+    calls: list[Call] = [
+        (scripts.SUBMIT.name, scripts.submit_args("k", f"{A}/1", "queue", 10, False)),
+        (scripts.SUBMIT.name, scripts.submit_args("foreign", f"{A}/2", "queue", 10, False)),
+        (scripts.SUBMIT.name, ("k", f"{A}/3", "queue", "many", "0")),  # a busy slot's bound
+        (scripts.SUBMIT.name, scripts.submit_args("j", f"{A}/4", "queue", 10, False)),
+    ]
+    async with RedisClient(store, A).connect() as conn:
+        replies = await conn.round_trip(calls)
+    assert scripts.parse_submit(replies[0]).kind == "owner"
+    assert isinstance(replies[1], coredis.exceptions.WrongTypeError)
+    assert isinstance(replies[2], coredis.exceptions.ResponseError)
+    assert "compare" in str(replies[2])
+    assert scripts.parse_submit(replies[3]).kind == "owner"
 
 
 async def test_round_trips_after_a_broken_connection_go_on_a_fresh_one(

@@ -58,7 +58,7 @@ import trio.from_thread
 import trio.lowlevel
 from cluster_helpers import Inbox, Scripts, open_inboxes
 from conftest import RedisServer
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -563,6 +563,16 @@ class Server:
     def call(self, script: scripts.Script, args: tuple[str, ...]) -> Observed:
         async def step() -> Observed:
             return await self._observe(await self.scripts.call(script, *args))
+
+        return self._run(step)
+
+    def calls(self, calls: list[tuple[scripts.Script, tuple[str, ...]]]) -> Observed:
+        """Run ``calls`` one after another; observe once, after the last (the replies,
+        a list)."""
+
+        async def step() -> Observed:
+            replies = [await self.scripts.call(script, *args) for script, args in calls]
+            return await self._observe(replies)
 
         return self._run(step)
 
@@ -1114,6 +1124,92 @@ def test_scripts_follow_the_model_long(server: Server) -> None:
         lambda: ClusterQueueMachine(server),
         settings=settings(SETTINGS, max_examples=1500, stateful_step_count=80),
     )
+
+
+# -- grouped calls: the same as their calls one at a time ---------------------------------------
+
+GONE = "model-d:4:0000000d"  # no heartbeat: its queued entries are pruned
+grouped_calls = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("submit"),
+            slots,
+            st.sampled_from([*INSTANCES, GONE]),
+            st.integers(1, 4),
+            st.sampled_from(POLICIES),
+            queue_bounds,
+            st.booleans(),
+        ),
+        st.tuples(
+            st.just("release"),
+            slots,
+            st.sampled_from(INSTANCES),
+            st.integers(1, 4),
+            st.sampled_from(["", '{"kind": "succeeded"}']),
+        ),
+    ),
+    min_size=2,
+    max_size=14,
+)
+
+
+def _wire_call(call: tuple[Any, ...]) -> tuple[str, tuple[str, ...]]:
+    name, slot, instance, n, *rest = call
+    if name == "submit":
+        policy, max_queue, watch = rest
+        return name, scripts.submit_args(slot, f"{instance}/{n}", policy, max_queue, watch)
+    return name, (slot, f"{instance}/{n}", *rest)
+
+
+def _masked(value: Any) -> Any:
+    """``value`` without what the server's clock decides: fence tokens, expiry times
+    (decimal strings) and retry hints (numbers)."""
+    if isinstance(value, str) and value.isdigit() and len(value) >= 13:
+        return "<clock>"
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        return "<ms>"
+    if isinstance(value, list | tuple):
+        return [_masked(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _masked(item) for key, item in value.items()}
+    return value
+
+
+def _expiry_class(pttl: int) -> str:
+    return "none" if pttl < 0 else "lease_ttl" if pttl <= TTL_MS else "keep"
+
+
+@settings(
+    SETTINGS,
+    max_examples=60,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(calls=grouped_calls)
+def test_a_grouped_call_answers_as_its_calls_one_at_a_time(
+    server: Server, calls: list[tuple[Any, ...]]
+) -> None:
+    """Random submits and releases (dead heads, every policy, bounded queues, joiners)
+    run once one call at a time and once with each run of consecutive calls of a
+    script as one call of its grouped form: the same replies, keys, expiries and
+    messages, but for what the server's clock decides."""
+    wire = [_wire_call(call) for call in calls]
+    seen = []
+    for grouped in (False, True):
+        server.flushall()
+        server.calls([(scripts.RENEW, scripts.renew_args(i, [], [], [])) for i in INSTANCES])
+        sent: list[tuple[scripts.Script, tuple[str, ...]]] = []
+        for name, run in itertools.groupby(wire, key=lambda call: call[0]):
+            argss = [args for _, args in run]
+            if grouped:
+                group = scripts.GROUPED[name].script
+                sent.append((group, tuple(itertools.chain(*argss))))
+            else:
+                sent += [(_SCRIPT[name], args) for args in argss]
+        observed = server.calls(sent)
+        replies = observed.reply if not grouped else list(itertools.chain(*observed.reply))
+        expiries = {key: _expiry_class(pttl) for key, pttl in observed.pttl.items()}
+        seen.append([*_masked([replies, observed.keys, observed.messages]), expiries])
+    assert seen[0] == seen[1]
 
 
 # -- where the model and the scripts disagreed: each case, replayed on both -------------------
