@@ -200,6 +200,8 @@ class _RedisConnection:
         """The commands of ``calls``, and how many calls each one carries: consecutive
         calls of a script in ``scripts.GROUPED`` go as calls of its grouped form, up to
         ``scripts.GROUP_SIZE`` in each."""
+        if len(calls) == 1:  # a hand-over's release, sent alone: the shortest way
+            return [self._command(*calls[0])], [1]
         commands: list[_Command] = []
         spans: list[int] = []
         for name, run in itertools.groupby(calls, key=_name):

@@ -33,6 +33,10 @@ class) and the messages each instance received, and checks:
 Lease and heartbeat expiry run on the server's clock: the store's ``lease_ttl`` is long
 enough that nothing expires during an example, and "kill" stands for an expiry.
 
+``test_a_grouped_call_answers_as_its_calls_one_at_a_time`` holds the grouped form of
+``submit`` and ``release`` (several calls in one) to the calls one at a time, on the
+server alone: the same replies, keys and messages.
+
 The model was written from the spec's text. Where the scripts answered otherwise, the
 case was decided from the documented rules and the spec: once for the rules against the
 script (a process whose heartbeat expired gets its entries back at the tail, pruned or
