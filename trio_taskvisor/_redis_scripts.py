@@ -1138,7 +1138,7 @@ GROUPED: Final = {
 """The scripts whose consecutive calls in a round trip go as one call of their grouped
 form, by name. Every keyed item submits once and releases once: one ``EVALSHA`` for the
 submits of a round trip and one for its releases, rather than one each, cut the
-server's CPU per item by a fifth (benchmark 10, the 3x50 callers rows)."""
+server's CPU per item by about a sixth (benchmark 10, the 3x50 callers rows)."""
 
 GROUP_SIZE: Final = 64
 """The most calls in one grouped call: the server runs no other client's command while
