@@ -17,7 +17,10 @@ in the same worker processes, on the same server, in the same run.
     the line after ``lock.acquire()``), both ``time.monotonic()``, one system-wide clock
     on Linux. Compared with the Lock polling every 1 ms (``sleep=0.001``) and with the
     default polling; the absolute p50 and p99 of the slot store are set against one
-    ``PING`` round trip. A contended loop (one caller per process taking the slot again
+    ``PING`` round trip. The note gives the machine's floor: one process waking another
+    through the server, with no event loop and no Python work in between (a ``PUBLISH``
+    sent on a raw socket after the same idle gaps, read on a raw socket subscribed in
+    the other process). A contended loop (one caller per process taking the slot again
     at once, trivial body) gives the share of turns that cross processes: the slot store
     is FIFO cluster-wide, the Lock is not.
 10e throughput: 3 worker processes x 50 callers on 1,000 keys (each caller a seeded
@@ -40,11 +43,13 @@ import importlib.util
 import itertools
 import multiprocessing
 import random
+import socket
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 from _harness import Plan, Result, Row, Skipped, Target, percentile, serve_jobs
@@ -188,6 +193,53 @@ def lock_handover(url: str, control: Connection, peer: Connection, *args: Any) -
     return asyncio.run(_lock_handover(url, control, peer, *args))
 
 
+# the machine's floor under a hand-over: one process wakes another through the server
+
+
+def _resp(*args: str) -> bytes:
+    """One command in the Redis protocol."""
+    parts = [b"*%d\r\n" % len(args)]
+    parts += [b"$%d\r\n%s\r\n" % (len(arg), arg.encode()) for arg in args]
+    return b"".join(parts)
+
+
+def wake_floor(
+    url: str, control: Connection, peer: Connection, side: int, channel: str, turns: int
+) -> list[float]:
+    """Side 0 publishes its ``time.monotonic_ns()`` on ``channel`` after the hand-over's
+    idle gaps (``HOLD`` + U(0, 1 ms)); side 1, subscribed, takes the time each message
+    arrives. Blocking sockets, no event loop, so nothing but the machine: the samples
+    (side 1's, in seconds) are the floor under a hand-over's release-to-grant path."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if side:
+            sock.sendall(_resp("SUBSCRIBE", channel))
+            sock.recv(4096)  # the confirmation
+        control.send(("ready",))
+        control.recv()
+        if not side:
+            rng = random.Random(side)
+            for _ in range(turns):
+                time.sleep(HOLD + rng.uniform(0, FAST_POLL))
+                sock.sendall(_resp("PUBLISH", channel, f"<{time.monotonic_ns()}>"))
+                sock.recv(4096)  # the count of receivers
+            sock.sendall(_resp("PUBLISH", channel, "<end>"))
+            sock.recv(4096)
+            return []
+        samples: list[float] = []
+        buffer = b""
+        while data := sock.recv(4096):
+            arrived = time.monotonic_ns()
+            *stamps, buffer = (buffer + data).split(b">")
+            for stamp in stamps:
+                sent = stamp.rpartition(b"<")[2]
+                if sent == b"end":
+                    return samples
+                samples.append((arrived - int(sent)) / 1e9)
+        raise RuntimeError("the server closed the subscription")
+
+
 # contended loop: which process takes the slot next
 
 
@@ -314,6 +366,7 @@ def lock_throughput(url: str, control: Connection, peer: Connection | None, *arg
 
 JOBS: dict[str, Callable[..., Any]] = {
     "store_handover": store_handover,
+    "wake_floor": wake_floor,
     "lock_handover": lock_handover,
     "store_contended": store_contended,
     "lock_contended": lock_contended,
@@ -403,8 +456,12 @@ def _handover(pool: Pool, job: str, turns: int, *shared: Any) -> list[float]:
     results = pool.run_all(job, {0: (0,), 1: (1,)}, shared[0], turns, *shared[1:])
     starts = {**results[0][0], **results[1][0]}
     ends = {**results[0][1], **results[1][1]}
-    samples = [starts[turn] - ends[turn - 1] for turn in range(1, turns)]
-    return samples[min(10, len(samples) // 5) :]  # the first hand-overs warm both sides up
+    return _warm([starts[turn] - ends[turn - 1] for turn in range(1, turns)])
+
+
+def _warm(samples: list[float]) -> list[float]:
+    """``samples`` without the first few, which warm both sides up."""
+    return samples[min(10, len(samples) // 5) :]
 
 
 def _crossing(results: Mapping[int, list[tuple[float, float]]]) -> float:
@@ -447,6 +504,9 @@ def measure(
     pool = Pool(url)
     try:
         store = _handover(pool, "store_handover", handovers, _fresh("bench-ho"))
+        floor = _warm(
+            pool.run_all("wake_floor", {0: (0,), 1: (1,)}, _fresh("bench-floor"), handovers)[1]
+        )
         pair = {0: (), 1: ()}
         crossing = {
             "slot store": _crossing(
@@ -505,7 +565,7 @@ def measure(
                     seconds[name].append(cost)
     finally:
         pool.close()
-    return _rows(store, locks, pings, crossing, seconds, calls, total), {
+    return _rows(store, floor, locks, pings, crossing, seconds, calls, total), {
         "hand-over, 2 supervisors": store,
         **{f"hand-over, Lock sleep={s:g}": lat for s, lat in locks.items()},
     }
@@ -513,6 +573,7 @@ def measure(
 
 def _rows(
     store: list[float],
+    floor: list[float],
     locks: Mapping[float, list[float]],
     pings: list[float],
     crossing: Mapping[str, float],
@@ -562,7 +623,9 @@ def _rows(
             baseline_name="one PING round trip (coredis under trio)",
             note=(
                 "release in A (its body returns) -> start in B (its body starts), "
-                f"strict FIFO; p50 {p50:.2f} / p99 {p99:.2f} ms (targets on an idle machine)"
+                f"strict FIFO; p50 {p50:.2f} / p99 {p99:.2f} ms (targets on an idle machine); "
+                f"the machine's floor (a PUBLISH from raw sockets in A to raw sockets "
+                f"subscribed in B, the same idle gaps) p50 {_ms(floor, 50):.2f} ms"
                 + ("" if locks else f"; turns crossing processes when contended: {shares}")
             ),
             **hand,  # type: ignore[arg-type]
