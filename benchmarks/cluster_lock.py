@@ -20,9 +20,10 @@ in the same worker processes, on the same server, in the same run.
     ``PING`` round trip. The note gives the machine's floor: one process waking another
     through the server, with no event loop and no Python work in between (a ``PUBLISH``
     sent on a raw socket after the same idle gaps, read on a raw socket subscribed in
-    the other process). A contended loop (one caller per process taking the slot again
-    at once, trivial body) gives the share of turns that cross processes: the slot store
-    is FIFO cluster-wide, the Lock is not.
+    the other process), and how much slower Python runs right after such a wake-up (one
+    ``json.loads`` of a grant message, then the same call again). A contended loop (one
+    caller per process taking the slot again at once, trivial body) gives the share of
+    turns that cross processes: the slot store is FIFO cluster-wide, the Lock is not.
 10e throughput: 3 worker processes x 50 callers on 1,000 keys (each caller a seeded
     sequence of random keys), trivial body: ``run_in_slot`` in a supervisor with a slot
     store per process, against the asyncio Lock (1 ms polling) doing the same work in
@@ -41,6 +42,7 @@ import asyncio
 import contextlib
 import importlib.util
 import itertools
+import json
 import multiprocessing
 import random
 import socket
@@ -205,11 +207,13 @@ def _resp(*args: str) -> bytes:
 
 def wake_floor(
     url: str, control: Connection, peer: Connection, side: int, channel: str, turns: int
-) -> list[float]:
+) -> tuple[list[float], list[float], list[float]]:
     """Side 0 publishes its ``time.monotonic_ns()`` on ``channel`` after the hand-over's
     idle gaps (``HOLD`` + U(0, 1 ms)); side 1, subscribed, takes the time each message
-    arrives. Blocking sockets, no event loop, so nothing but the machine: the samples
-    (side 1's, in seconds) are the floor under a hand-over's release-to-grant path."""
+    arrives. Blocking sockets, no event loop, so nothing but the machine: side 1's
+    samples (seconds) are the floor under a hand-over's release-to-grant path. Side 1
+    also times one ``json.loads`` of a grant message right after each arrival, then
+    the same call again: how much slower Python runs just after an idle wake-up."""
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -226,18 +230,30 @@ def wake_floor(
                 sock.recv(4096)  # the count of receivers
             sock.sendall(_resp("PUBLISH", channel, "<end>"))
             sock.recv(4096)
-            return []
+            return [], [], []
         samples: list[float] = []
+        cold: list[float] = []
+        warm: list[float] = []
         buffer = b""
         while data := sock.recv(4096):
             arrived = time.monotonic_ns()
+            start = time.perf_counter()
+            json.loads(_GRANT)
+            again = time.perf_counter()
+            json.loads(_GRANT)
+            cold.append(again - start)
+            warm.append(time.perf_counter() - again)
             *stamps, buffer = (buffer + data).split(b">")
             for stamp in stamps:
                 sent = stamp.rpartition(b"<")[2]
                 if sent == b"end":
-                    return samples
+                    return samples, cold, warm
                 samples.append((arrived - int(sent)) / 1e9)
         raise RuntimeError("the server closed the subscription")
+
+
+_GRANT = '["grant","handover","0f8e3c2a9b7d4e61/17","42"]'
+"""A message as the slot store's scripts push a grant."""
 
 
 # contended loop: which process takes the slot next
@@ -504,9 +520,8 @@ def measure(
     pool = Pool(url)
     try:
         store = _handover(pool, "store_handover", handovers, _fresh("bench-ho"))
-        floor = _warm(
-            pool.run_all("wake_floor", {0: (0,), 1: (1,)}, _fresh("bench-floor"), handovers)[1]
-        )
+        wake = pool.run_all("wake_floor", {0: (0,), 1: (1,)}, _fresh("bench-floor"), handovers)
+        floor = tuple(_warm(samples) for samples in wake[1])
         pair = {0: (), 1: ()}
         crossing = {
             "slot store": _crossing(
@@ -573,7 +588,7 @@ def measure(
 
 def _rows(
     store: list[float],
-    floor: list[float],
+    floor: tuple[list[float], ...],
     locks: Mapping[float, list[float]],
     pings: list[float],
     crossing: Mapping[str, float],
@@ -583,6 +598,7 @@ def _rows(
 ) -> list[Result]:
     shares = ", ".join(f"{name} {share:.0%}" for name, share in crossing.items())
     p50, p99 = _ms(store, 50), _ms(store, 99)
+    wake, cold, warm = floor
     hand = {"unit": "ms", "scale": 1e3}
     rows: list[Result] = []
     skipped = "redis-py is not installed: pip install -e '.[bench]'"
@@ -625,7 +641,9 @@ def _rows(
                 "release in A (its body returns) -> start in B (its body starts), "
                 f"strict FIFO; p50 {p50:.2f} / p99 {p99:.2f} ms (targets on an idle machine); "
                 f"the machine's floor (a PUBLISH from raw sockets in A to raw sockets "
-                f"subscribed in B, the same idle gaps) p50 {_ms(floor, 50):.2f} ms"
+                f"subscribed in B, the same idle gaps) p50 {_ms(wake, 50):.2f} ms; "
+                f"right after that wake-up, one json.loads of a grant takes "
+                f"{_ms(cold, 50) * 1e3:.1f} us, and at once again {_ms(warm, 50) * 1e3:.1f} us"
                 + ("" if locks else f"; turns crossing processes when contended: {shares}")
             ),
             **hand,  # type: ignore[arg-type]
