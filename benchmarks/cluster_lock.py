@@ -205,6 +205,10 @@ def _resp(*args: str) -> bytes:
     return b"".join(parts)
 
 
+_GRANT = '["grant","handover","0f8e3c2a9b7d4e61/17","42"]'
+"""A message as the slot store's scripts push a grant."""
+
+
 def wake_floor(
     url: str, control: Connection, peer: Connection, side: int, channel: str, turns: int
 ) -> tuple[list[float], list[float], list[float]]:
@@ -250,10 +254,6 @@ def wake_floor(
                     return samples, cold, warm
                 samples.append((arrived - int(sent)) / 1e9)
         raise RuntimeError("the server closed the subscription")
-
-
-_GRANT = '["grant","handover","0f8e3c2a9b7d4e61/17","42"]'
-"""A message as the slot store's scripts push a grant."""
 
 
 # contended loop: which process takes the slot next
