@@ -205,7 +205,7 @@ def _resp(*args: str) -> bytes:
     return b"".join(parts)
 
 
-_GRANT = '["grant","handover","0f8e3c2a9b7d4e61/17","42"]'
+_GRANT = '["grant","handover","worker-7:4121:0f8e3c2a/17","42","1765000000000"]'
 """A message as the slot store's scripts push a grant."""
 
 
