@@ -1444,3 +1444,28 @@ async def test_regression_no_attempt_after_stop_before_first_step(
     assert outcome.kind is OutcomeKind.CANCELLED
     assert ran == []
     assert recorder.kinds(EventKind.ATTEMPT_STARTING) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(schedule=st.random_module())
+def test_regression_wait_idle_waits_for_a_rejection_in_flight(schedule: object) -> None:
+    """``wait_idle()`` does not return while a slot's owner is still admitting.
+
+    Found by ``test_random_operation_sequences``: the registry, busy with ``w0``'s stop,
+    queued the admission of the third submission's owner (the slot's), then rejected it
+    (its name was still in use). Until the controller's loop took that decision in, the
+    slot stayed ``ADMITTING`` with an owner neither loop counted, and ``wait_idle()``
+    could return in between. ``schedule`` seeds trio's scheduler: the window opens in a
+    few orders of the tasks only.
+    """
+    q = Work("ok", 0.5)
+    run_case(
+        Config(events=True),
+        [
+            Submit("q", "s2", AdmissionPolicy.QUEUE, q, nowait=True),
+            Cancel(Ref(0), background=True),
+            Submit("q", "s1", AdmissionPolicy.QUEUE, q),
+            Submit("q", "s1", AdmissionPolicy.DROP_IF_RUNNING, q),
+            WaitIdle(),
+        ],
+    )

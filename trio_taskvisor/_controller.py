@@ -320,6 +320,9 @@ class Controller:
         waits.slots = self
         # Submissions in the inbox, by id (wait_slot_idle looks for their slots).
         self._in_inbox: dict[int, Entry[TaskRecord]] = {}
+        # The registry's queued decisions on owners, in the inbox: until the loop takes
+        # a rejection in, its slot is admitting an owner the registry no longer counts.
+        self._decisions = 0
         # Nothing in the controller's custody (in the inbox, queued or held: owners are
         # the registry's, joiners follow other work): what wait_idle() waits for.
         # Derived from that state and set only when it changes, so work that passes
@@ -433,7 +436,9 @@ class Controller:
 
     def _sync_idle(self) -> None:
         machine = self.machine
-        idle = not (self._in_inbox or machine.queued or machine.held or machine.asking)
+        idle = not (
+            self._in_inbox or self._decisions or machine.queued or machine.held or machine.asking
+        )
         if idle is not self._idle:
             self._idle = idle
             self.idle.value = idle
@@ -669,6 +674,7 @@ class Controller:
                 self._report(command)
             case _Decided(entry, accepted):
                 # Stale when the owner has exited meanwhile: the machine ignores it.
+                self._decisions -= 1
                 self.machine.admitted(entry, accepted, trio.current_time())
                 self._apply()
                 if not accepted:
@@ -690,6 +696,8 @@ class Controller:
         entry = rec.entry
         assert isinstance(entry, Entry)
         self._inbox.put_nowait(_Decided(entry, accepted), force=True)  # pyright: ignore[reportUnknownArgumentType]
+        self._decisions += 1
+        self._sync_idle()
 
     def lease_lost(self, rec: TaskRecord) -> str | None:
         keeper = self.keeper
