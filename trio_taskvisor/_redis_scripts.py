@@ -1127,8 +1127,7 @@ for b = 3, #ARGV - 1, {arity} do
 end
 return out
 """
-    source = _PRELUDE + dispatch
-    return Grouped(Script(f"{name}*", source, hashlib.sha1(source.encode()).hexdigest()), arity)
+    return Grouped(_script(f"{name}*", dispatch), arity)
 
 
 GROUPED: Final = {
