@@ -1,9 +1,10 @@
 """Scenario 3: one task that fails R times with zero backoff, then succeeds.
 
 Ours: ``TaskSpec.restartable`` with ``BackoffPolicy.constant(0)`` and ``max_retries=R``,
-so the attempt R + 1 succeeds and the outcome is COMPLETED. Baseline: a bare retry loop
-that opens a fresh ``trio.CancelScope`` per attempt and calls the same failing function.
-Both pay R + 1 calls of the body and R raised exceptions.
+so the attempt R + 1 succeeds and the outcome is COMPLETED (``log_failures=False``).
+Baseline: a bare retry loop that opens a fresh ``trio.CancelScope`` per attempt and
+calls the same failing function. Both pay R + 1 calls of the body and R raised
+exceptions.
 """
 
 from __future__ import annotations
