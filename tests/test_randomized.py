@@ -1453,10 +1453,10 @@ def test_regression_wait_idle_waits_for_a_rejection_in_flight(schedule: object) 
 
     Found by ``test_random_operation_sequences``: the registry, busy with ``w0``'s stop,
     queued the admission of the third submission (by then the owner of ``s1``), then
-    rejected it (its name was still in use). Until the controller's loop took that decision in, the
-    slot stayed ``ADMITTING`` with an owner neither loop counted, and ``wait_idle()``
-    could return in between. ``schedule`` seeds trio's scheduler: the window opens in a
-    few orders of the tasks only.
+    rejected it (its name was still in use). Until the controller's loop took that
+    decision in, the slot stayed ``ADMITTING`` with an owner neither loop counted, and
+    ``wait_idle()`` could return in between. ``schedule`` seeds trio's scheduler: the
+    window opens in a few orders of the tasks only.
     """
     q = Work("ok", 0.5)
     run_case(
