@@ -73,9 +73,10 @@ Decisions the design leaves open:
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
 * ``SlotStoreUnavailableError`` names the last error the client reported (what the
   server was asked, and how it refused), chained as ``__cause__``; without one (the
-  server stayed silent) it says "did not answer within N s". The client's own bounds
-  (connecting, a subscription's confirmation) are half of ``connect_timeout``, so its
-  error arrives before the keeper's bound.
+  server stayed silent) it says "did not answer within N s", as does the WARNING that
+  starts the outage (N: the round trip's bound). The client's own bounds (connecting, a
+  subscription's confirmation) are half of ``connect_timeout``, so its error arrives
+  before the keeper's bound.
 * An owner's lease deadline is also checked when its outcome is committed
   (``lease_lost``), so a body that returns in the instant of the loss ends
   ``LEASE_LOST``, whichever of it and the deadline timer trio runs first.
@@ -1044,8 +1045,9 @@ class LeaseKeeper:
         conn = self._conn
         self._round_trips += 1
         replies: list[object] | None = None
+        why = "a round trip failed"
         if conn is not None:
-            with trio.move_on_after(bound):
+            with trio.move_on_after(bound) as scope:
                 try:
                     if written:
                         replies = await conn.replies(batch.calls)
@@ -1053,8 +1055,10 @@ class LeaseKeeper:
                         replies = await conn.round_trip(batch.calls)
                 except BaseException as exc:
                     self._contain(exc, "a round trip to the slot store failed", "the connection")
+            if scope.cancelled_caught:
+                why = f"it did not answer within {round(bound, 3)!r} s"
         if replies is None or len(replies) != len(batch.calls):
-            self._batch_failed(batch)
+            self._batch_failed(batch, why)
             return False
         return self._batch_done(batch, replies, sent_at)
 
@@ -1291,7 +1295,7 @@ class LeaseKeeper:
 
     # -- failures -------------------------------------------------------------------------------
 
-    def _batch_failed(self, batch: _Batch, why: str = "a round trip failed") -> None:
+    def _batch_failed(self, batch: _Batch, why: str) -> None:
         requeue: list[_Obligation] = []
         for part in batch.parts:
             match part:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import cast
@@ -450,10 +451,11 @@ async def test_takeover_after_the_holder_is_killed(store: RedisSlotStore) -> Non
 
 
 async def test_lease_is_lost_while_the_server_is_paused(
-    store: RedisSlotStore, redis_server: RedisServer
+    store: RedisSlotStore, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No renewal confirmed for 0.8 * lease_ttl: LeaseLost on time although the server
-    never answers; the outage is reported once and its end too."""
+    never answers; the outage is reported once and its end too, and its log line says
+    that the server did not answer, and within how long."""
     ttl = store.lease_ttl
     async with open_keeper(store, A) as a:
         a.keeper.submit("k", 1, QUEUE, 10, False)
@@ -470,6 +472,12 @@ async def test_lease_is_lost_while_the_server_is_paused(
         await a.reports.wait_for(StoreRecovered)
         assert len(a.reports.of(StoreUnavailable)) == 1
         assert len(a.reports.of(LeaseLost)) == 1
+    (line,) = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert re.fullmatch(
+        rf"slot store {re.escape(store.safe_url)} unavailable: it did not answer within "
+        r"[0-9.]+ s",
+        line,
+    ), line
 
 
 async def test_a_later_lease_is_lost_on_time_after_the_earlier_one_left(
