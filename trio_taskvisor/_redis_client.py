@@ -385,6 +385,8 @@ def _pack(head: _Head, args: tuple[str, ...]) -> bytes:
 
 
 _INFO, _DEL, _WAIT = _head(b"INFO"), _head(b"DEL"), _head(b"WAIT")
+_MARKERS = frozenset(map(int, DataType))
+"""The first bytes of the Redis protocol's replies (RESP3's type markers)."""
 
 
 class _Wire:
@@ -447,9 +449,21 @@ class _Wire:
                 return cast("tuple[DataType, object]", reply)
             data = await self.stream.receive_some(65536)
             if not data:
+                if self._parser.can_read():
+                    self._check_rest()
                 raise RedisConnectionError("the server closed the connection")
             self.received = True
             self._parser.feed(bytes(data))
+
+    def _check_rest(self) -> None:
+        """The server closed the connection after bytes that make no complete reply:
+        raise ``InvalidResponse`` when they do not start as a Redis reply does (a server
+        of another protocol answered, often with no CRLF at all, which the parser waits
+        for); a reply cut short is a closed connection. The parser leaves its unread
+        bytes at the start of a line, which a type marker opens."""
+        rest = self._parser.localbuffer.getvalue()[self._parser.bytes_read :]
+        if rest[0] not in _MARKERS:
+            raise InvalidResponse(f"the server closed the connection after {rest[:24]!r}")
 
 
 def _info_field(info: str, field: str) -> str:

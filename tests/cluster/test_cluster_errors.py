@@ -252,12 +252,33 @@ async def tcp_server(answer: bytes | None) -> AsyncIterator[int]:
 HTTP_ANSWER = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
-async def test_a_server_that_is_not_redis_is_named(store: RedisSlotStore) -> None:
-    """An HTTP server on the port: "did not answer in the Redis protocol"."""
-    async with tcp_server(HTTP_ANSWER) as port:
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(HTTP_ANSWER, id="http"),
+        # Python's http.server answers a line it cannot parse with a page, no CRLF in it
+        pytest.param(b"<!DOCTYPE HTML>\n<html lang='en'>\n<p>Error code: 400</p>", id="html"),
+        # PostgreSQL's ErrorResponse to a startup packet it cannot read
+        pytest.param(b"E\x00\x00\x00\x54SFATAL\x00C08P01\x00", id="postgres"),
+    ],
+)
+async def test_a_server_that_is_not_redis_is_named(store: RedisSlotStore, answer: bytes) -> None:
+    """A server of another protocol on the port, which answers and closes: "did not answer
+    in the Redis protocol", also when its answer holds no complete line (it used to read
+    "could not be reached: the server closed the connection")."""
+    async with tcp_server(answer) as port:
         error = await refused_start(store_at(store, f"redis://127.0.0.1:{port}/0"))
     assert "did not answer in the Redis protocol (is it a Redis server?)" in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.InvalidResponse)
+
+
+async def test_a_reply_cut_short_is_a_closed_connection(store: RedisSlotStore) -> None:
+    """A server that closes the connection in the middle of a Redis reply spoke the
+    protocol: the connection was closed, not the protocol wrong."""
+    async with tcp_server(b"$10\r\nhel") as port:
+        error = await refused_start(store_at(store, f"redis://127.0.0.1:{port}/0"))
+    assert "the server closed the connection" in str(error)
+    assert "Redis protocol" not in str(error)
 
 
 async def test_a_failed_tls_handshake_is_named(store: RedisSlotStore) -> None:
