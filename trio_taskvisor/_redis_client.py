@@ -393,12 +393,13 @@ class _Wire:
     """One stream to the server and the replies read from it, parsed by coredis's
     parser (RESP3; strings decoded; an error reply is coredis's exception for it)."""
 
-    __slots__ = ("_parser", "_unsent", "received", "stream")
+    __slots__ = ("_head", "_parser", "_unsent", "received", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self._parser = Parser()
         self._unsent = b""  # what ``send_nowait`` left for ``answers`` to write
+        self._head = b""  # the first bytes the server sent
         self.received = False
         """Whether anything came back since the last ``call`` (or ``send_nowait``) began."""
 
@@ -449,21 +450,16 @@ class _Wire:
                 return cast("tuple[DataType, object]", reply)
             data = await self.stream.receive_some(65536)
             if not data:
-                if self._parser.can_read():
-                    self._check_rest()
+                if self._parser.can_read() and self._head[0] not in _MARKERS:
+                    # Bytes that make no reply are left, and the server's first answer
+                    # did not start as a Redis reply does: a server of another protocol
+                    # answered (often with no CRLF, which the parser waits for).
+                    raise InvalidResponse(f"the server closed the connection after {self._head!r}")
                 raise RedisConnectionError("the server closed the connection")
+            if not self._head:
+                self._head = bytes(data[:24])
             self.received = True
             self._parser.feed(bytes(data))
-
-    def _check_rest(self) -> None:
-        """The server closed the connection after bytes that make no complete reply:
-        raise ``InvalidResponse`` when they do not start as a Redis reply does (a server
-        of another protocol answered, often with no CRLF at all, which the parser waits
-        for); a reply cut short is a closed connection. The parser leaves its unread
-        bytes at the start of a line, which a type marker opens."""
-        rest = self._parser.localbuffer.getvalue()[self._parser.bytes_read :]
-        if rest[0] not in _MARKERS:
-            raise InvalidResponse(f"the server closed the connection after {rest[:24]!r}")
 
 
 def _info_field(info: str, field: str) -> str:
