@@ -303,8 +303,8 @@ class ClusterSlotMachine(SlotMachine[P]):
                 self.queued_in_cluster(task_id, now)
             case Joined(_, task_id, target, local_target, label):
                 self.joined(task_id, local_target, target, label, now)
-            case Rejected(_, task_id, kind):
-                self.rejected(task_id, kind, now)
+            case Rejected(_, task_id, kind, reason):
+                self.rejected(task_id, kind, now, reason)
             case Full(_, task_id, _):
                 self.full(task_id, now)
             case Room(slot):
@@ -412,13 +412,15 @@ class ClusterSlotMachine(SlotMachine[P]):
         self._drop_if_empty(slot)
         return entry
 
-    def rejected(self, task_id: int, kind: RejectionKind, now: float) -> Entry[P] | None:
+    def rejected(
+        self, task_id: int, kind: RejectionKind, now: float, reason: str | None = None
+    ) -> Entry[P] | None:
         """The store rejected ``task_id`` (asked or queued work)."""
         self._due(now)
         entry = self._take_asking(task_id, now) or self._take_queued(task_id, now)
         if entry is None:
             return None
-        self._reject(entry, kind)
+        self._reject(entry, kind, reason)
         self._drop_if_empty(self.slots[entry.key])
         return entry
 

@@ -793,8 +793,8 @@ class Controller:
                 pass  # after the others (see _apply)
             case Stop(entry):
                 self._registry.stop_record(entry.payload)
-            case Reject(entry, kind):
-                self._rejected(entry, kind)
+            case Reject(entry, kind, reason):
+                self._rejected(entry, kind, reason)
                 entry.payload.release()
             case Join(entry, target):
                 # Not released: the wait guard follows its entry to the followed work.
@@ -914,9 +914,11 @@ class Controller:
         if self.keeper is not None:
             await self.keeper.aclose()
 
-    def _rejected(self, entry: Entry[TaskRecord], kind: RejectionKind) -> None:
+    def _rejected(
+        self, entry: Entry[TaskRecord], kind: RejectionKind, reason: str | None = None
+    ) -> None:
         rec = entry.payload
-        outcome = rejected_outcome(kind)
+        outcome = rejected_outcome(kind, reason)
         rec.place(Placement.REJECTED)  # not once placed
         rec.resolve(outcome)
         if self._bus.active:

@@ -20,8 +20,12 @@ Invariants:
 
 * Every submit is resolved exactly once, with a report, within ``connect_timeout`` of
   the call: by its reply, or by the failure or the timeout of its round trip (then
-  ``Rejected(STORE_UNAVAILABLE)``, or ``Full`` when ``wait=True``). A submit that may
-  have reached the server without its reply reaching us is withdrawn (its queue entry
+  ``Rejected(STORE_UNAVAILABLE)``, or ``Full`` when ``wait=True``). An error reply that
+  is no refusal (foreign data in the namespace, a server out of memory) is
+  ``Rejected(STORE_UNAVAILABLE)`` with the error as its reason, even when
+  ``wait=True``: it is no outage, so no recovery would ever ask held work again. A
+  submit that may have reached the server without its reply reaching us, or whose
+  script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
   and any lease it took) in the next successful round trip.
 * Withdrawals, releases, stored outcomes and stop requests are sent until the server
   acknowledges them (or the keeper closes); they are idempotent.
@@ -1143,10 +1147,11 @@ class LeaseKeeper:
         """A call the server answered with an error that is not a refusal (a bug, or
         foreign data in the namespace): the call's work is handled as failed, without an
         outage (refusals are handled by ``_batch_done``)."""
-        logger.error("slot store call failed (%s): %s", type(part).__name__, self._describe(error))
+        described = self._describe(error)
+        logger.error("slot store call failed (%s): %s", type(part).__name__, described)
         match part:
             case _Submit() if not part.resolved:
-                self._fail_submit(part)
+                self._fail_submit(part, f"slot store call failed: {described}")
             case _Query() | _LimitQuery() if not part.abandoned:
                 part.failed = True
                 part.error = ("the query", error)
@@ -1314,22 +1319,27 @@ class LeaseKeeper:
         self._obligations.extendleft(reversed(requeue))
         self._mark_unavailable(why)
 
-    def _fail_submit(self, submit: _Submit) -> None:
-        """Resolve a submit that got no reply: it may have reached the server, so its
+    def _fail_submit(self, submit: _Submit, error: str | None = None) -> None:
+        """Resolve a submit that got no reply, or (``error``) an error reply: it may have
+        reached the server (a script that fails half-way keeps what it wrote), so its
         entry is withdrawn in the next successful round trip."""
         self._resolve_submit(submit)
         if submit.sent:
             self._oblige(_Withdraw(submit.slot, self._eid(submit.task_id), "store_unavailable"))
-            if submit.wait:
+            if submit.wait and error is None:
                 # Held work comes back with the same TaskId: its next attempt needs an
                 # id the withdrawal's marker does not refuse.
                 self._attempts[submit.task_id] = self._attempts.get(submit.task_id, 0) + 1
-        self._report(self._failure_report(submit.slot, submit.task_id, submit.wait))
+        self._report(self._failure_report(submit.slot, submit.task_id, submit.wait, error))
 
-    def _failure_report(self, slot: str, task_id: int, wait: bool) -> Report:
-        if wait:
+    def _failure_report(
+        self, slot: str, task_id: int, wait: bool, error: str | None = None
+    ) -> Report:
+        """An error reply rejects even ``wait=True`` work, with the error as its reason:
+        it is no outage, so no recovery would ever ask it again."""
+        if error is None and wait:
             return Full(slot, task_id, STORE_UNAVAILABLE_REASON)
-        return Rejected(slot, task_id, RejectionKind.STORE_UNAVAILABLE)
+        return Rejected(slot, task_id, RejectionKind.STORE_UNAVAILABLE, error)
 
     def _mark_unavailable(self, why: str) -> None:
         if not self._available:

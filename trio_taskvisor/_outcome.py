@@ -186,9 +186,12 @@ _REJECTED: Final[dict[RejectionKind, TaskOutcome[Any]]] = {
 }
 
 
-def rejected_outcome(rejection: RejectionKind) -> TaskOutcome[Any]:
-    """The outcome of work rejected before its body ran (one shared value per kind)."""
-    return _REJECTED[rejection]
+def rejected_outcome(rejection: RejectionKind, reason: str | None = None) -> TaskOutcome[Any]:
+    """The outcome of work rejected before its body ran (one shared value per kind, but
+    for a ``reason`` of its own)."""
+    if reason is None:
+        return _REJECTED[rejection]
+    return TaskOutcome(OutcomeKind.REJECTED, reason=reason, rejection=rejection)
 
 
 COMPLETED_NONE: Final[TaskOutcome[Any]] = TaskOutcome(OutcomeKind.COMPLETED)

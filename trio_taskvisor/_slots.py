@@ -141,10 +141,12 @@ class Stop(NamedTuple, Generic[P]):
 
 
 class Reject(NamedTuple, Generic[P]):
-    """``entry`` ends ``REJECTED(kind)`` without running."""
+    """``entry`` ends ``REJECTED(kind)`` without running; ``reason`` replaces the kind's
+    usual words."""
 
     entry: Entry[P]
     kind: RejectionKind
+    reason: str | None = None
 
 
 class Detach(NamedTuple, Generic[P]):
@@ -549,8 +551,8 @@ class SlotMachine(Generic[P]):
         self.effects.append(Submitted(entry, f"joined #{int(target.id)}", JOINED))
         self.effects.append(Join(entry, target))
 
-    def _reject(self, entry: Entry[P], kind: RejectionKind) -> None:
-        self.effects.append(Reject(entry, kind))
+    def _reject(self, entry: Entry[P], kind: RejectionKind, reason: str | None = None) -> None:
+        self.effects.append(Reject(entry, kind, reason))
         self._ended(entry)
 
     def _ended(self, entry: Entry[P]) -> None:

@@ -152,11 +152,14 @@ class Joined:
 @attrs.frozen
 class Rejected:
     """``task_id`` was rejected: ``SLOT_BUSY``, ``QUEUE_FULL``, ``SUPERSEDED``,
-    ``STORE_UNAVAILABLE``, ``SHUTTING_DOWN`` (or the reason a server marker names)."""
+    ``STORE_UNAVAILABLE``, ``SHUTTING_DOWN`` (or the reason a server marker names);
+    ``reason`` replaces the kind's usual words (the server's error for a call it
+    answered with one)."""
 
     slot: str
     task_id: int
     kind: RejectionKind
+    reason: str | None = None
 
 
 @attrs.frozen

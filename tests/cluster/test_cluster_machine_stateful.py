@@ -87,6 +87,7 @@ class ClusterMachineModel(RuleBasedStateMachine):
         self.pushed: dict[int, Entry[None]] = {}  # granted on the server, message on its way
         self.lost: set[int] = set()  # owners whose lease was reported lost
         self.follows: dict[int, Entry[None]] = {}  # joiners of remote work
+        self.reasons: dict[int, str] = {}  # rejections reported with words of their own
         self.available = True
         # the registry
         self.awaiting: set[int] = set()
@@ -130,8 +131,9 @@ class ClusterMachineModel(RuleBasedStateMachine):
                     case Admit(entry):
                         self.log[entry.id].append("admit")
                         self.awaiting.add(entry.id)
-                    case Reject(entry, _):
+                    case Reject(entry, _, reason):
                         self.log[entry.id].append("reject")
+                        assert reason == self.reasons.pop(entry.id, None)
                     case Join(entry, _):
                         self.log[entry.id].append("join")
                     case Detach(entry, _):
@@ -247,11 +249,16 @@ class ClusterMachineModel(RuleBasedStateMachine):
         answer=st.integers(0, 7),
         kind=st.sampled_from(STORE_REJECTIONS),
         local=st.booleans(),
+        error=st.booleans(),
     )
-    def answer_ask(self, index: int, answer: int, kind: RejectionKind, local: bool) -> None:
+    def answer_ask(
+        self, index: int, answer: int, kind: RejectionKind, local: bool, error: bool
+    ) -> None:
         """The keeper answers one asked submission with one of the answers the server
         may give it (the lease only while it is free, a queue only for QUEUE and
-        REPLACE, a join only for JOIN, ``Full`` only for wait-mode work)."""
+        REPLACE, a join only for JOIN, ``Full`` only for wait-mode work), or (``error``)
+        rejects it with the server's error as its reason: the reason reaches the
+        rejection."""
         entry = self.pick(self.asked, index)
         if entry is None:
             return
@@ -281,6 +288,11 @@ class ClusterMachineModel(RuleBasedStateMachine):
                     self.report(Joined(key, task_id, f"{OTHER}/9", None, f"{OTHER}#9"))
             case "full":
                 self.report(Full(key, task_id, "cluster queue is full"))
+            case _ if error:
+                self.reasons[task_id] = "slot store call failed: WrongTypeError: ..."
+                self.report(
+                    Rejected(key, task_id, RejectionKind.STORE_UNAVAILABLE, self.reasons[task_id])
+                )
             case _:
                 self.report(Rejected(key, task_id, kind))
 

@@ -264,6 +264,31 @@ async def test_wait_mode_work_is_held_through_an_outage(
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
 
 
+@pytest.mark.parametrize("wait", [False, True])
+async def test_an_error_reply_to_a_submit_rejects_it_with_the_error(
+    store: RedisSlotStore, client: coredis.Redis[str], wait: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server answers a submit with an error (here foreign data: the slot's fence
+    key is a list): the work ends REJECTED(STORE_UNAVAILABLE) at once with the server's
+    error as its reason, wait=True work too (it used to be held until a recovery that
+    never came, for no outage began), and the error is logged once. Other slots work on."""
+    await client.rpush(f"{store.key_prefix}fence:foreign", ["not a token"])
+    async with replica(store) as (sup, recorder):
+        spec = ControllerSpec.queue(quick("foreign"), slot="foreign", wait=wait)
+        with trio.fail_after(2 * store.connect_timeout):
+            outcome = await (await sup.submit(spec)).wait()
+        assert outcome.rejection is RejectionKind.STORE_UNAVAILABLE
+        assert outcome.reason is not None
+        assert outcome.reason.startswith("slot store call failed: WrongTypeError: ")
+        rejected = await recorder.wait_for(EventKind.CONTROLLER_REJECTED)
+        assert rejected.reason == outcome.reason
+        other = await sup.submit(ControllerSpec.queue(quick("other", 1), slot="other"))
+        assert (await other.wait()).value == 1
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.getMessage().startswith("slot store call failed (_Submit): WrongTypeError: ")
+
+
 async def test_shutdown_is_bounded_when_the_server_does_not_answer(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
