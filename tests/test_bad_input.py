@@ -61,6 +61,7 @@ from trio_taskvisor import (
     TaskFailure,
     TaskNameInUseError,
     TaskSpec,
+    TaskWaiter,
     open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
@@ -894,6 +895,58 @@ async def test_controller_calls_without_a_controller_raise_no_controller_error(
             await invoke(call, sup)
         check_message(info.value, "controller")
         await assert_still_works(sup)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda sup: sup.add_nowait(SPEC), id="add-nowait"),
+        pytest.param(
+            lambda sup: sup.submit_nowait(ControllerSpec.queue(SPEC, slot="s")),
+            id="submit-nowait",
+        ),
+        pytest.param(lambda sup: trio.run(sup.add, SPEC), id="add-in-a-trio-run-of-its-own"),
+        pytest.param(
+            lambda sup: sup.prepare_submission(
+                ControllerSpec.queue(SPEC, slot="s")
+            ).submit_nowait(),
+            id="prepared-submit-nowait",
+        ),
+    ],
+)
+async def test_intake_from_another_thread_raises_and_changes_nothing(
+    autojump_clock: Any, call: Callable[[Supervisor], Any]
+) -> None:
+    """Work handed to a supervisor from a worker thread raises ``RuntimeError`` naming
+    the way through ``trio.from_thread``, before it changes anything. Before, the
+    registry's or the controller's loop was taken off its channel and never woken: the
+    supervisor took no more work and its shutdown never ended."""
+    with trio.CancelScope() as bound:
+        async with supervisor(controller=ControllerConfig()) as sup:
+            with pytest.raises(RuntimeError, match=r"thread of its trio run.*trio\.from_thread"):
+                await trio.to_thread.run_sync(call, sup)
+            # (a deadline while a thread runs would be the autojump clock's next stop)
+            bound.deadline = trio.current_time() + 60
+            await assert_still_works(sup)
+    assert not bound.cancelled_caught
+
+
+async def test_intake_from_another_thread_through_trio_from_thread_works(
+    autojump_clock: Any,
+) -> None:
+    """What the error above advises: ``trio.from_thread`` runs the call in the
+    supervisor's thread."""
+    async with supervisor(controller=ControllerConfig()) as sup:
+
+        def from_a_worker_thread() -> list[TaskWaiter[int]]:
+            spec = TaskSpec.once("through", async_fn)
+            return [
+                trio.from_thread.run_sync(sup.add_nowait, spec),
+                trio.from_thread.run(sup.submit, ControllerSpec.queue(spec, slot="s")),
+            ]
+
+        waiters = await trio.to_thread.run_sync(from_a_worker_thread)
+        assert [(await w.wait()).kind for w in waiters] == [OutcomeKind.COMPLETED] * 2
 
 
 async def test_unknown_targets_are_not_errors(autojump_clock: Any) -> None:

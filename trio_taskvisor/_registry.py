@@ -72,6 +72,12 @@ Decisions the design leaves open:
 * ``log_failures``: final ``FAILED``, ``FATAL`` and ``PANICKED`` outcomes are logged
   when they are committed, at ERROR, with the error as ``exc_info`` (none for
   ``PANICKED``) and the task's name, id, outcome and reason in ``extra``.
+* Intake (``check_intake``: ``add``, ``add_nowait``, ``add_batch``, ``submit``,
+  ``submit_nowait``, a prepared submission) from a thread other than the one of the
+  supervisor's trio run raises ``RuntimeError`` before it changes anything: the loops'
+  state and trio's channels belong to that thread (a memory channel's ``send_nowait``
+  from another thread takes the waiting loop off the channel, then fails to wake it,
+  and the loop sleeps for good, and with it the shutdown).
 * A signal during the shutdown (``force_all``) forces every task not yet committed and
   lists it in ``stuck``; forced work from before the shutdown that still runs is listed
   at once too. A ``force_all`` before the registry has taken the shutdown in makes the
@@ -83,6 +89,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple, Protocol, TypeVar
 
@@ -650,6 +657,7 @@ class Registry:
             else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._inbox.wake_at)
         )
         self._intake_closed = False
+        self._thread = threading.get_ident()  # the thread of the supervisor's trio run
         self._live: dict[TaskId, TaskRecord] = {}
         self._names: dict[str, TaskRecord] = {}
         self.registered = 0  # live records whose outcome is not committed
@@ -746,7 +754,14 @@ class Registry:
     # -- intake (the facade's and the controller's tasks) -----------------------------------
 
     def check_intake(self) -> None:
-        """Raise ``SupervisorClosedError`` once the shutdown has begun."""
+        """Raise ``SupervisorClosedError`` once the shutdown has begun, and
+        ``RuntimeError`` in a thread other than the supervisor's."""
+        if threading.get_ident() != self._thread:
+            raise RuntimeError(
+                "a supervisor takes work only in the thread of its trio run; from another "
+                "thread, go through trio.from_thread.run_sync(sup.add_nowait, spec) or "
+                "trio.from_thread.run(sup.add, spec)"
+            )
         if self._intake_closed:
             raise SupervisorClosedError
 
