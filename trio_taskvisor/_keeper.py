@@ -113,8 +113,8 @@ import trio
 
 from . import _redis_scripts as scripts
 from ._config import RedisSlotStore
-from ._exceptions import SlotStoreUnavailableError
-from ._limits import ConcurrencyLimit, Limit, PoolId
+from ._exceptions import ConfigError, SlotStoreUnavailableError
+from ._limits import ConcurrencyLimit, Limit, PoolId, pool_label
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
 from ._slotstore import (
     LOST_LEASE_FRACTION,
@@ -371,8 +371,9 @@ class LimitSink(Protocol):
     def limit_waiting(self, rid: int, blocked: tuple[PoolId, ...]) -> None:
         """The request waits on the server; ``blocked``: its pools without room."""
 
-    def limit_refused(self, rid: int, pool: PoolId, known: str, ours: str) -> None:
-        """The server knows ``pool`` with other settings (``known``); nothing is held."""
+    def limit_refused(self, rid: int, error: ConfigError | SlotStoreUnavailableError) -> None:
+        """Nothing is held, nor will be: the server knows a pool with other settings
+        (``ConfigError``), or answered the request with an error."""
 
     def limit_lost(self, rid: int) -> None:
         """The request's units could not be renewed in time: they count as lost."""
@@ -780,7 +781,11 @@ class LeaseKeeper:
                 if sink is not None:
                     pool = str(reply.pool)
                     ours = next(spec for pid, spec in request.pools if pid == pool)
-                    sink.limit_refused(request.rid, _pool_of(pool), str(reply.known), ours)
+                    error = ConfigError(
+                        f"limit {pool_label(_pool_of(pool))!r} is used across the cluster "
+                        f"with other settings: {reply.known}, got {ours}"
+                    )
+                    sink.limit_refused(request.rid, error)
             case "gone":
                 pass  # withdrawn: the registry no longer waits for it
 
@@ -1160,10 +1165,11 @@ class LeaseKeeper:
                 del self._limits[request.rid]
                 del self._limit_ids[request.w]
                 if self.limit_sink is not None:
-                    pool = request.pools[0][0]
-                    self.limit_sink.limit_refused(
-                        request.rid, _pool_of(pool), f"an error: {self._describe(error)}", ""
-                    )
+                    labels = ", ".join(repr(pool_label(_pool_of(pid))) for pid, _ in request.pools)
+                    message, _ = self._unavailable((f"the units of {labels}", error))
+                    refusal = SlotStoreUnavailableError(message)
+                    refusal.__cause__ = error
+                    self.limit_sink.limit_refused(request.rid, refusal)
             case _StopOwner():
                 part.failed = True
                 part.done.set()

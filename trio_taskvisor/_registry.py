@@ -105,6 +105,7 @@ from ._events import EventKind
 from ._exceptions import (
     ConfigError,
     ResourceLimitError,
+    SlotStoreUnavailableError,
     SupervisorClosedError,
     TaskNameInUseError,
 )
@@ -578,14 +579,10 @@ class _Units:
                 reason="waiting for " + ", ".join(blocked),
             )
 
-    def limit_refused(self, rid: int, pool: PoolId, known: str, ours: str) -> None:
+    def limit_refused(self, rid: int, error: ConfigError | SlotStoreUnavailableError) -> None:
         remote = self.remote.pop(rid, None)
         if remote is None:
             return
-        error = ConfigError(
-            f"limit {pool_label(pool)!r} is used across the cluster with other settings: "
-            f"{known}, got {ours or 'these'}"
-        )
         rec = remote.rec
         if rec is None:
             if remote.task is not None:

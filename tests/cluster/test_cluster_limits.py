@@ -8,6 +8,7 @@ outcomes. The tests with OS processes (a shared pool under SIGKILL and SIGSTOP) 
 
 from __future__ import annotations
 
+import coredis
 import pytest
 import trio
 from cluster_helpers import config, replica
@@ -124,12 +125,42 @@ async def test_other_settings_across_the_cluster_end_the_task_fatal(
             outcome = await waiter_b.wait()
         assert outcome.kind is OutcomeKind.FATAL
         assert isinstance(outcome.error, ConfigError)
-        assert "concurrency 2" in str(outcome.error)
+        assert str(outcome.error) == (
+            "limit 'shared' is used across the cluster with other settings: "
+            "concurrency 2, got concurrency 3"
+        )
         with pytest.raises(ConfigError, match="other settings"):
             async with b.limited(ConcurrencyLimit("shared", 3)):
                 pass  # pragma: no cover
         gate.set()
         assert (await waiter_a.wait()).kind is OutcomeKind.COMPLETED
+
+
+async def test_an_error_reply_to_an_acquisition_ends_the_task_fatal_naming_it(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """The server answers an acquisition with an error (foreign data: the pool's key is
+    a string): the task ends ``FATAL`` with a ``SlotStoreUnavailableError`` that names
+    the units asked for and the server's error (its ``__cause__``), and a block raises
+    it. It used to read as a settings conflict ("... with other settings: an error:
+    WrongTypeError ..., got these", a ``ConfigError``)."""
+    await client.set(f"{store.key_prefix}lp:foreign", "not a hash")
+    limit = ConcurrencyLimit("foreign", 2)
+    async with replica(store) as (sup, _):
+        waiter = await sup.add(TaskSpec.once("t", trio.lowlevel.checkpoint, limits=(limit,)))
+        with trio.fail_after(2 * TTL):
+            outcome = await waiter.wait()
+        assert outcome.kind is OutcomeKind.FATAL
+        assert isinstance(outcome.error, SlotStoreUnavailableError)
+        assert str(outcome.error).startswith(
+            f"slot store {store.safe_url} refused the units of 'foreign': WrongTypeError: "
+        )
+        assert isinstance(outcome.error.__cause__, coredis.exceptions.WrongTypeError)
+        with pytest.raises(SlotStoreUnavailableError, match="refused the units of 'foreign'"):
+            async with sup.limited(limit):
+                pass  # pragma: no cover
+        other = await sup.add(TaskSpec.once("other", trio.lowlevel.checkpoint))
+        assert (await other.wait()).kind is OutcomeKind.COMPLETED
 
 
 async def test_a_rate_pool_counts_starts_of_every_instance(store: RedisSlotStore) -> None:
