@@ -12,7 +12,7 @@ key                     type    content                                      exp
 ``P lease:<slot>``      hash    ``entry``, ``token``, ``stop`` (requester)    lease_ttl
 ``P fence:<slot>``      string  the last fence token of the slot             none
 ``P q:<slot>``          list    entries, FIFO, head at index 0               none
-``P hb:<instance>``     string  heartbeat of a process                       lease_ttl
+``P hb:<instance>``     string  heartbeat: the process's lease_ttl in ms     lease_ttl
 ``P gone:<entry>``      string  why the entry left for good (a RejectionKind)  keep
 ``P out:<entry>``       string  the outcome JSON for joiners, or ``pending``  keep
 ``P jn:<entry>``        set     instances whose joiners follow the entry     keep
@@ -32,7 +32,10 @@ take a free lease; a slot is busy while its lease exists or its queue is not emp
 A script that gives a lease back (``release``, ``withdraw``) hands it to the live head
 at once and pushes the grant to the head's process (``grant``), which starts without a
 claim; ``claim`` remains for a lease that expired (expiries publish nothing) and for a
-process that missed the message (its renewal also answers ``owner``).
+process that missed the message (its renewal also answers ``owner``). A lease lasts the
+``lease_ttl`` of its holder's process, which its heartbeat holds, whoever grants it:
+replicas may run with different ``lease_ttl`` (a rolling change of it), and a holder
+counts on its own (a heartbeat of earlier versions, ``1``, says nothing: the caller's).
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -81,15 +84,18 @@ local P, TTL, KEEP = ARGV[1], ARGV[2], ARGV[3]
 
 local function instance_of(e) return string.match(e, '^(.*)/') end
 
-local alive_memo = {}
-local function alive(i)
-  local a = alive_memo[i]
-  if a == nil then
-    a = redis.call('EXISTS', P .. 'hb:' .. i) == 1
-    alive_memo[i] = a
+-- The heartbeat of process i: the lease TTL it renews with, in ms ('1' from earlier
+-- versions of these scripts), or false when the process is gone.
+local hb_memo = {}
+local function heartbeat(i)
+  local h = hb_memo[i]
+  if h == nil then
+    h = redis.call('GET', P .. 'hb:' .. i)
+    hb_memo[i] = h
   end
-  return a
+  return h
 end
+local function alive(i) return heartbeat(i) ~= false end
 
 -- A queued entry has no gone marker (see the module docstring): only the heartbeat counts.
 local function live(e) return alive(instance_of(e)) end
@@ -130,10 +136,19 @@ local function lease_of(slot)
   return v[1], v[2], v[3]
 end
 
--- Give the free lease to e; return its fence token (a decimal string) and the server's
--- TIME. A free lease has no key (every write of one sets its entry), so nothing to
--- delete, and the fence is read as it is set: two calls fewer per grant (benchmark 10,
--- the 3x50 callers and hand-over rows).
+-- The lease TTL (ms, a string) of e's process: a lease granted to e lasts as long as
+-- its process counts on, which may run with another lease_ttl than the caller's (a
+-- rolling change of it). The caller's own when e's heartbeat does not say.
+local function ttl_of(e)
+  local h = heartbeat(instance_of(e))
+  if h and h ~= '1' then return h end
+  return TTL
+end
+
+-- Give the free lease to e for e's TTL; return its fence token (a decimal string), the
+-- server's TIME and that TTL. A free lease has no key (every write of one sets its
+-- entry), so nothing to delete, and the fence is read as it is set: two calls fewer per
+-- grant (benchmark 10, the 3x50 callers and hand-over rows).
 local function grant(slot, e)
   local fk = P .. 'fence:' .. slot
   local t = redis.call('TIME')
@@ -147,9 +162,10 @@ local function grant(slot, e)
     token = redis.call('GET', fk)
   end
   local lk = P .. 'lease:' .. slot
+  local ttl = ttl_of(e)
   redis.call('HSET', lk, 'entry', e, 'token', token)
-  redis.call('PEXPIRE', lk, TTL)
-  return token, t
+  redis.call('PEXPIRE', lk, ttl)
+  return token, t, ttl
 end
 
 -- Milliseconds until a waiter of the slot should claim again: the lease's expiry, or
@@ -172,9 +188,9 @@ local function hand_over(slot, free)
   local e = q[1]
   if not e then return end
   redis.call('LPOP', P .. 'q:' .. slot)
-  local token, t = grant(slot, e)
+  local token, t, ttl = grant(slot, e)
   room(slot)
-  local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(TTL)
+  local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
   tell(instance_of(e), {'grant', slot, e, token, string.format('%.0f', expiry)})
 end
 """
@@ -346,8 +362,8 @@ _RENEW: Final = r"""
 --          follow:   ['out', outcome] | ['gone', reason] | ['live'] | ['lost']
 local me, parts = ARGV[4], cjson.decode(ARGV[5])
 local expired = redis.call('EXISTS', P .. 'hb:' .. me) == 0
-redis.call('SET', P .. 'hb:' .. me, '1', 'PX', TTL)
-alive_memo[me] = true
+redis.call('SET', P .. 'hb:' .. me, TTL, 'PX', TTL)
+hb_memo[me] = TTL
 
 -- Nothing below changes a lease's fields: read each slot's lease once.
 local lease_memo = {}

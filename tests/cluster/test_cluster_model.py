@@ -166,7 +166,7 @@ class ClusterModel:
 
     def render(self) -> dict[str, object]:
         """Every key the server must hold (without the prefix), with its value."""
-        keys: dict[str, object] = {f"hb:{i}": "1" for i in self.hb}
+        keys: dict[str, object] = {f"hb:{i}": str(TTL_MS) for i in self.hb}
         for slot, lease in self.lease.items():
             fields = {"entry": lease.entry, "token": str(lease.token)}
             if lease.stop is not None:

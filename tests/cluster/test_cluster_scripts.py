@@ -548,6 +548,38 @@ async def test_lease_and_heartbeat_expire_on_the_server(s: Scripts) -> None:
     assert 0 < await s.client.pttl(f"{s.prefix}hb:{A}") <= 1000
 
 
+async def test_a_handed_over_lease_lasts_the_lease_ttl_of_its_holder(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """Replicas may run with different ``lease_ttl`` (a rolling change of it): a release
+    by a process of 1 s hands the lease to the head of a process of 30 s for 30 s, as
+    its heartbeat says, and the other way round for 1 s; the grant's expiry says the
+    same. A heartbeat of earlier versions (``1``) says nothing: the releaser's own."""
+    slow = Scripts(s.client, attrs.evolve(s.store, lease_ttl=30.0))
+    await slow.heartbeat(B)
+    assert await s.get(f"hb:{A}") == "1000"
+    assert await s.get(f"hb:{B}") == "30000"
+
+    async def hand_over(releaser: Scripts, holder: str, head: str, slot: str) -> int:
+        """The lease's time (ms) when ``holder`` released to ``head``, from the grant:
+        its expiry less the grant's time (its fence token, the server's TIME in us);
+        the lease's PTTL agrees."""
+        await s.heartbeat(A)  # (1 s: it may have expired since)
+        token_of(await releaser.submit(slot, entry(holder, 1)))
+        await s.submit(slot, entry(head, 1))
+        assert await releaser.release(slot, entry(holder, 1)) == "ok"
+        pttl = await s.client.pttl(f"{s.prefix}lease:{slot}")
+        _, _, _, token, expiry = await inbox[head].wait_kind("grant", slot)
+        granted = int(expiry) - int(token) // 1000
+        assert granted - 1000 < pttl <= granted
+        return granted
+
+    assert await hand_over(s, A, B, "to-slow") == 30_000
+    assert await hand_over(slow, B, A, "to-fast") == 1_000
+    await s.client.set(f"{s.prefix}hb:{C}", "1", px=30_000)  # of earlier versions
+    assert await hand_over(slow, B, C, "to-earlier") == 30_000
+
+
 # -- limit pools ------------------------------------------------------------------------------
 
 CONC1 = "concurrency 1"

@@ -264,6 +264,40 @@ async def test_wait_mode_work_is_held_through_an_outage(
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
 
 
+async def test_replicas_with_different_lease_ttls_never_overlap(store: RedisSlotStore) -> None:
+    """A rolling change of ``lease_ttl``: replicas of 1 s and of 10 s share a slot. When
+    one of 1 s hands the slot to one of 10 s, the lease lasts 10 s on the server too, so
+    the next replica in line waits for the owner's exit. (The lease used to last the
+    releaser's 1 s: the third replica took the slot 1 s later while the owner still ran,
+    and the owner ended LEASE_LOST at its next renewal.)"""
+    running: set[str] = set()
+    overlaps: list[set[str]] = []
+
+    def hold(name: str, seconds: float) -> TaskSpec:
+        async def body() -> None:
+            if running:
+                overlaps.append({*running, name})
+            running.add(name)
+            try:
+                await trio.sleep(seconds)
+            finally:
+                running.discard(name)
+
+        return TaskSpec.once(name, body)
+
+    short, long = store_like(store, lease_ttl=1.0), store_like(store, lease_ttl=10.0)
+    async with replica(short) as (a, _), replica(long) as (b, _), replica(short) as (c, _):
+        first = await a.submit(ControllerSpec.queue(hold("a", 0.2), slot="s"))
+        waiters = [first]
+        for sup, name in ((b, "b"), (c, "c")):
+            await waiters[-1].wait_placed()
+            waiters.append(await sup.submit(ControllerSpec.queue(hold(name, 2.5), slot="s")))
+        with trio.fail_after(2 * (0.2 + 2.5 + 2.5)):
+            outcomes = [await w.wait() for w in waiters]
+    assert [o.kind for o in outcomes] == [OutcomeKind.COMPLETED] * 3
+    assert overlaps == []
+
+
 @pytest.mark.parametrize("wait", [False, True])
 async def test_an_error_reply_to_a_submit_rejects_it_with_the_error(
     store: RedisSlotStore, client: coredis.Redis[str], wait: bool, caplog: pytest.LogCaptureFixture
