@@ -1025,6 +1025,24 @@ def test_regression_async_generator_function_is_named_as_such() -> None:
     assert "synchronous" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(lambda: async_fn(1), id="lambda"),
+        pytest.param(functools.partial(lambda x: async_fn(x), 1), id="partial-of-a-lambda"),
+    ],
+)
+def test_regression_a_lambda_is_told_how_to_pass_its_call(fn: Callable[[], Any]) -> None:
+    """``lambda: coro()`` (trio's own ``start_soon`` takes it) is told to pass the async
+    function and its arguments; it used to be told to run blocking work in a thread."""
+    with pytest.raises(TypeError) as info:
+        TaskSpec.once("job", fn)
+    check_message(info.value, "<lambda>")
+    assert "even when it returns a coroutine" in str(info.value)
+    assert "TaskSpec.once(name, fn, *args)" in str(info.value)
+    assert "to_thread" not in str(info.value)
+
+
 def test_regression_empty_name_and_slot_messages_show_the_value() -> None:
     with pytest.raises(ConfigError, match="got ''"):
         TaskSpec.once("", async_fn)

@@ -107,6 +107,12 @@ def check_async_callable(fn: object) -> None:
         or inspect.isbuiltin(target)
         or inspect.ismethoddescriptor(target)
     ):
+        if getattr(target, "__name__", None) == "<lambda>":
+            raise TypeError(
+                f"task function must be an async function, got {fn!r}, which is synchronous "
+                "even when it returns a coroutine: pass the async function and its "
+                "arguments (TaskSpec.once(name, fn, *args)), or a functools.partial of it"
+            )
         raise TypeError(
             f"task function must be an async function, got synchronous {fn!r}; "
             "use trio.to_thread.run_sync inside an async function for blocking work"
