@@ -37,8 +37,10 @@ Decisions the design leaves open:
   name the part that is wrong.
 * ``RedisSlotStore``'s durations may be ``int`` or ``float`` (stored as ``float``) and
   must be finite and > 0; ``bool`` and other types are a ``TypeError``.
-  ``replicas_ack_timeout`` must be at least 0.001 s (one millisecond: ``WAIT n 0``
-  would block for ever) and is sent rounded to whole milliseconds; ``None`` stays
+  ``lease_ttl`` must be at least 0.001 s (the server's keys expire in whole
+  milliseconds: less would be sent as 0, which the server refuses), and
+  ``replicas_ack_timeout`` too (``WAIT n 0`` would block for ever); both are sent
+  rounded to whole milliseconds; ``None`` stays
   ``None`` (the field says what was given) and ``ack_timeout`` gives the effective
   value, ``lease_ttl / 10``, so that ``attrs.evolve`` of ``lease_ttl`` moves it too.
 * ``retry_on`` takes exception classes (``BaseException`` subclasses) in a ``tuple``;
@@ -265,15 +267,21 @@ def _check_namespace(namespace: object) -> str:
     return namespace
 
 
+_ONE_MS: Final = 0.001  # the server's unit: shorter durations would be sent as 0
+
+
 def _lease_ttl(value: object) -> float:
-    return positive_seconds("lease_ttl", value)
+    seconds = positive_seconds("lease_ttl", value)
+    if seconds < _ONE_MS:
+        raise ConfigError(
+            "lease_ttl must be at least 0.001 (one millisecond: the server's keys expire "
+            f"in whole milliseconds), got {value!r}"
+        )
+    return seconds
 
 
 def _connect_timeout(value: object) -> float:
     return positive_seconds("connect_timeout", value)
-
-
-_MIN_ACK_TIMEOUT: Final = 0.001
 
 
 def _replicas_ack(value: object) -> int:
@@ -294,7 +302,7 @@ def _replicas_ack_timeout(value: object) -> float | None:
         seconds = float(value)
     except OverflowError:
         raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds < _MIN_ACK_TIMEOUT:
+    if not math.isfinite(seconds) or seconds < _ONE_MS:
         raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}")
     return seconds
 
@@ -332,7 +340,8 @@ class RedisSlotStore(SlotStore):
     namespace: str = attrs.field(default="taskvisor", kw_only=True, converter=_check_namespace)
     """The application's slot namespace on the server: non-empty, no whitespace, ``{`` or ``}``."""
     lease_ttl: float = attrs.field(default=10.0, kw_only=True, converter=_lease_ttl)
-    """Seconds a lease lives on the server without renewal; renewed every ``lease_ttl / 3``."""
+    """Seconds a lease lives on the server without renewal; renewed every ``lease_ttl / 3``.
+    At least 0.001: the server's keys expire in whole milliseconds."""
     connect_timeout: float = attrs.field(default=5.0, kw_only=True, converter=_connect_timeout)
     """Seconds to reach the server at start (``SlotStoreUnavailableError`` past it).
 

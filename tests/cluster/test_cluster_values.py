@@ -455,13 +455,19 @@ def test_namespace_rule(namespace: str) -> None:
 
 
 @given(
-    value=st.integers(-5, 10**400) | st.floats() | st.booleans() | st.none() | st.text(max_size=3),
+    value=st.integers(-5, 10**400)
+    | st.floats()
+    | st.sampled_from([0.001, 0.0009999, 0.0004, 1e-9])
+    | st.booleans()
+    | st.none()
+    | st.text(max_size=3),
     field=st.sampled_from(["lease_ttl", "connect_timeout"]),
 )
 @settings(max_examples=200)
 def test_duration_rule(value: object, field: str) -> None:
-    """Durations: finite numbers > 0 (stored as float); other numbers are a ConfigError;
-    bools and non-numbers a TypeError."""
+    """Durations: finite numbers > 0 (stored as float), ``lease_ttl`` at least 0.001 s
+    (the server's keys expire in whole milliseconds: less would be sent as 0, which it
+    refuses); other numbers are a ConfigError; bools and non-numbers a TypeError."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         with pytest.raises(TypeError):
             RedisSlotStore("redis://h/0", **{field: value})
@@ -470,11 +476,16 @@ def test_duration_rule(value: object, field: str) -> None:
         seconds = float(value)
     except OverflowError:
         seconds = math.inf
-    if math.isfinite(seconds) and seconds > 0:
+    low = 0.001 if field == "lease_ttl" else 0.0
+    if math.isfinite(seconds) and seconds > 0 and seconds >= low:
         store = RedisSlotStore("redis://h/0", **{field: value})
         assert getattr(store, field) == seconds
         assert type(getattr(store, field)) is float
         assert store.keep == max(60.0, 10.0 * store.lease_ttl)
+    elif math.isfinite(seconds) and seconds > 0:
+        rule = r"lease_ttl must be at least 0\.001 \(one millisecond: the server's keys expire"
+        with pytest.raises(ConfigError, match=rule):
+            RedisSlotStore("redis://h/0", **{field: value})
     else:
         with pytest.raises(ConfigError, match=f"{field} must be finite and > 0"):
             RedisSlotStore("redis://h/0", **{field: value})
