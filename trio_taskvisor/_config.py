@@ -40,9 +40,9 @@ Decisions the design leaves open:
   ``lease_ttl`` must be at least 0.001 s (the server's keys expire in whole
   milliseconds: less would be sent as 0, which the server refuses), and
   ``replicas_ack_timeout`` too (``WAIT n 0`` would block for ever); both are sent
-  rounded to whole milliseconds; ``None`` stays
-  ``None`` (the field says what was given) and ``ack_timeout`` gives the effective
-  value, ``lease_ttl / 10``, so that ``attrs.evolve`` of ``lease_ttl`` moves it too.
+  rounded to whole milliseconds. A ``replicas_ack_timeout`` of ``None`` stays ``None``
+  (the field says what was given) and ``ack_timeout`` gives the effective value,
+  ``lease_ttl / 10``, so that ``attrs.evolve`` of ``lease_ttl`` moves it too.
 * ``retry_on`` takes exception classes (``BaseException`` subclasses) in a ``tuple``;
   anything else, a bare class or a list included, is a ``TypeError``.
 """
