@@ -503,6 +503,7 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # ``P lx:<w>``            string  the generation it was granted in, or ``gone``  keep
 # ``P lu:<instance>``     string  the instance's generation (its units' lease)   lease_ttl
 # ``P lseq``              string  the last acceptance number                     live
+# ``P lttl``              string  the longest lease_ttl in use, in ms             2 * value
 # ======================  ======  ===========================================  ===========
 #
 # Units and waiters are leased with their instance: each carries the *generation* of
@@ -528,12 +529,17 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # waits in it.
 #
 # A *group* is a set of pools some requests wait for all at once; its id is the JSON list
-# of its pool ids, sorted. ``live`` is ``2 * lease_ttl`` from the last write or renewal
-# (``limit_renew`` renews the keys of the pools its instance holds units of, and of its
-# waiters): longer than the lease of every instance a key counts for, so nothing an
-# unused namespace held stays behind. The acceptance number is the server's clock in
-# microseconds, or the last number + 1 if that is not above it, so an expired counter
-# never restarts the order.
+# of its pool ids, sorted. ``live`` is twice the longest ``lease_ttl`` in use from the last
+# write or renewal (``limit_renew`` renews the keys of the pools its instance holds units
+# of, and of its waiters): longer than the lease of every instance a key counts for, so
+# nothing an unused namespace held stays behind. Replicas may run with different
+# ``lease_ttl`` (a rolling change of it): ``P lttl`` (a string, ms, expiring at twice its
+# value) holds the longest, said by every acquisition that brings a longer one and by
+# the renewals of the instances that run with it. (A key renewed for the caller's
+# ``lease_ttl`` alone would expire between the renewals of an instance with one more
+# than six times as long, its units with it: a pool then held more than its capacity.)
+# The acceptance number is the server's clock in microseconds, or the last number + 1
+# if that is not above it, so an expired counter never restarts the order.
 
 _LIMITS: Final = r"""
 local function now_ms()
@@ -542,10 +548,22 @@ local function now_ms()
 end
 local NOW = now_ms()
 local function num(x) return string.format('%.17g', x) end
--- Every key below but lx and lu expires LIVE after its last write or renewal: twice the
--- lease of any instance it counts for, so a live holder's or waiter's keys never expire
--- before its instance's units do, and a namespace nobody uses leaves nothing behind.
-local LIVE = 2 * tonumber(TTL)
+-- Every key below but lx, lu and lttl expires LIVE after its last write or renewal:
+-- twice the lease of any instance it counts for (the longest in use, lttl), so a live
+-- holder's or waiter's keys never expire before its instance's units do, and a
+-- namespace nobody uses leaves nothing behind.
+local MY_TTL = tonumber(TTL)
+local LONGEST = tonumber(redis.call('GET', P .. 'lttl') or 0)
+local LIVE = 2 * math.max(MY_TTL, LONGEST)
+-- Say this instance's lease TTL when it is the longest in use (when it equals the
+-- longest, only from a renewal: those keep the key alive while their instance lives).
+local said = false
+local function say_ttl(renewal)
+  if not said and (MY_TTL > LONGEST or (renewal and MY_TTL == LONGEST)) then
+    redis.call('SET', P .. 'lttl', TTL, 'PX', 2 * MY_TTL)
+    said = true
+  end
+end
 
 local gen_memo = {}
 -- the generation of an instance's units (false: none, its units are dead)
@@ -567,6 +585,7 @@ local function my_gen(me)
     gen_memo[me] = g
   end
   redis.call('SET', P .. 'lu:' .. me, g, 'PX', TTL)
+  say_ttl(false)
   return g
 end
 
@@ -967,7 +986,7 @@ do
       end
     end
     if plan then
-      local live = 2 * tonumber(ARGV[2])
+      local live  -- LIVE of the full script, and its say_ttl: for concurrency pools only
       for k, pair in ipairs(pairs_) do
         local lk, new, tat = P .. 'lp:' .. pair[1], plan[k][1], plan[k][2]
         if tat then
@@ -978,6 +997,12 @@ do
           end
           redis.call('PEXPIRE', lk, math.ceil(tat - now) + 1)
         else
+          if not live then
+            local mine = tonumber(ARGV[2])
+            local longest = tonumber(redis.call('GET', P .. 'lttl') or 0)
+            if mine > longest then redis.call('SET', P .. 'lttl', ARGV[2], 'PX', 2 * mine) end
+            live = 2 * math.max(mine, longest)
+          end
           local hk = P .. 'lh:' .. pair[1]
           redis.call('HSET', hk, w, g)
           redis.call('PEXPIRE', hk, live)
@@ -1046,6 +1071,7 @@ _LIMIT_RENEW: Final = r"""
 --          generation is accepted again, at the tail)
 local me, waiters, held = ARGV[4], cjson.decode(ARGV[5]), cjson.decode(ARGV[6] or '[]')
 local g = my_gen(me)
+say_ttl(true)
 for _, pid in ipairs(held) do
   if redis.call('PEXPIRE', P .. 'lh:' .. pid, LIVE) == 1 then
     redis.call('PEXPIRE', P .. 'lp:' .. pid, LIVE)

@@ -8,6 +8,7 @@ outcomes. The tests with OS processes (a shared pool under SIGKILL and SIGSTOP) 
 
 from __future__ import annotations
 
+import attrs
 import coredis
 import pytest
 import trio
@@ -161,6 +162,49 @@ async def test_an_error_reply_to_an_acquisition_ends_the_task_fatal_naming_it(
                 pass  # pragma: no cover
         other = await sup.add(TaskSpec.once("other", trio.lowlevel.checkpoint))
         assert (await other.wait()).kind is OutcomeKind.COMPLETED
+
+
+async def test_a_pool_holds_its_capacity_across_different_lease_ttls(
+    store: RedisSlotStore,
+) -> None:
+    """A rolling change of ``lease_ttl``: a replica of 10 s holds one unit of a pool of 2
+    (renewed every 3.3 s); one of 1 s takes and gives back the other, which renews the
+    pool's keys for twice the longest lease in use, not for its own 2 s. Then its two
+    next attempts still take turns. (The keys used to expire 2 s after that release,
+    the long holder's unit with them, and both attempts ran beside it: 3 holders.)"""
+    pool, gate = ConcurrencyLimit("rolling", 2), trio.Event()
+    running: set[str] = set()
+    most = 0
+
+    def hold(name: str, seconds: float) -> TaskSpec:
+        async def body() -> None:
+            nonlocal most
+            running.add(name)
+            most = max(most, len(running))
+            try:
+                await trio.sleep(seconds)
+            finally:
+                running.discard(name)
+
+        return TaskSpec.once(name, body, limits=(pool,))
+
+    long, short = attrs.evolve(store, lease_ttl=10.0), attrs.evolve(store, lease_ttl=1.0)
+    async with replica(long) as (a, _), replica(short) as (b, _):
+        started = trio.Event()
+        holder = await a.add(held_by(gate, "holder", pool, started))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+        running.add("holder")
+        with trio.fail_after(2 * TTL):
+            assert (await (await b.add(hold("brief", 0.0))).wait()).kind is OutcomeKind.COMPLETED
+        await trio.sleep(2.5)  # past 2 s (the short lease, twice), before 3.3 s
+        waiters = [await b.add(hold(name, 0.5)) for name in ("b1", "b2")]
+        with trio.fail_after(2 * (0.5 + 0.5)):
+            for waiter in waiters:
+                assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+        gate.set()
+        assert (await holder.wait()).kind is OutcomeKind.COMPLETED
+    assert most == 2
 
 
 async def test_a_rate_pool_counts_starts_of_every_instance(store: RedisSlotStore) -> None:

@@ -725,9 +725,9 @@ async def test_a_rate_start_with_room_costs_the_server_few_commands(s: Scripts) 
 
 async def test_a_concurrency_unit_with_room_costs_the_server_few_commands(s: Scripts) -> None:
     """A concurrency pool with room takes the same short way: its holders counted (a
-    dead instance's removed, as the full script removes them), the unit, the keys'
-    expiry and the marker written, and nothing else; a full pool takes the full
-    script, which queues the request."""
+    dead instance's removed, as the full script removes them), the longest lease_ttl in
+    use read (the keys' expiry), the unit, the keys' expiry and the marker written, and
+    nothing else; a full pool takes the full script, which queues the request."""
     spec = "concurrency 2"
     for instance, w in [(A, f"{A}/1"), (B, f"{B}/2")]:
         args = scripts.limit_acquire_args(instance, w, [("c", spec)])
@@ -736,7 +736,7 @@ async def test_a_concurrency_unit_with_room_costs_the_server_few_commands(s: Scr
     reply, calls = await commands_of(s, *scripts.limit_acquire_args(A, f"{A}/3", [("c", spec)]))
     assert reply.kind == "granted"
     assert calls == {
-        "get": 2,  # the marker, B's generation
+        "get": 3,  # the marker, B's generation, the longest lease_ttl in use
         "getex": 1,
         "exists": 1,
         "hmget": 1,
