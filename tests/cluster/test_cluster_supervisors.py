@@ -287,12 +287,11 @@ async def test_replicas_with_different_lease_ttls_never_overlap(store: RedisSlot
 
     short, long = store_like(store, lease_ttl=1.0), store_like(store, lease_ttl=10.0)
     async with replica(short) as (a, _), replica(long) as (b, _), replica(short) as (c, _):
-        first = await a.submit(ControllerSpec.queue(hold("a", 0.2), slot="s"))
-        waiters = [first]
-        for sup, name in ((b, "b"), (c, "c")):
+        waiters = [await a.submit(ControllerSpec.queue(hold("a", 0.2), slot="s"))]
+        for sup, name, seconds in ((b, "b", 1.5), (c, "c", 0.1)):
             await waiters[-1].wait_placed()
-            waiters.append(await sup.submit(ControllerSpec.queue(hold(name, 2.5), slot="s")))
-        with trio.fail_after(2 * (0.2 + 2.5 + 2.5)):
+            waiters.append(await sup.submit(ControllerSpec.queue(hold(name, seconds), slot="s")))
+        with trio.fail_after(2 * (0.2 + 1.5 + 0.1)):
             outcomes = [await w.wait() for w in waiters]
     assert [o.kind for o in outcomes] == [OutcomeKind.COMPLETED] * 3
     assert overlaps == []
