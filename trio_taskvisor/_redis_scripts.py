@@ -15,27 +15,29 @@ key                     type    content                                      exp
 ``P hb:<instance>``     string  heartbeat: the process's lease_ttl in ms     lease_ttl
 ``P gone:<entry>``      string  why the entry left for good (a RejectionKind)  keep
 ``P out:<entry>``       string  the outcome JSON for joiners, or ``pending``  keep
-``P jn:<entry>``        set     instances whose joiners follow the entry     keep
-``P watch:<slot>``      set     instances holding work for room in the queue  lease_ttl
+``P jn:<entry>``        set     instances whose joiners follow the entry     keep (1)
+``P watch:<slot>``      set     instances holding work for room in the queue  lease_ttl (1)
 ``P ch:<instance>``     pubsub  JSON messages to one process
 ======================  ======  ===========================================  ===========
 
-``keep = max(60 s, 10 * lease_ttl)``. An entry is *live* while its instance's heartbeat
-exists and it has no ``gone`` marker. A script that marks an entry gone takes it out of
-its queue in the same call, and none queues an entry that has a marker, so for a queued
-entry only the heartbeat is checked (the model-based tests hold the scripts to the full
-rule). Every script that reads a queue first removes the entries that are not live
-("prune"), telling the watchers ``room`` if it removed any, but for ``renew`` on an entry
-queued behind a lease holder: it cannot be claimed, so one ``LPOS`` says it is still
-queued (the next claim, submit or release prunes). Only the live head of a queue may
-take a free lease; a slot is busy while its lease exists or its queue is not empty.
-A script that gives a lease back (``release``, ``withdraw``) hands it to the live head
-at once and pushes the grant to the head's process (``grant``), which starts without a
-claim; ``claim`` remains for a lease that expired (expiries publish nothing) and for a
-process that missed the message (its renewal also answers ``owner``). A lease lasts the
-``lease_ttl`` of its holder's process, which its heartbeat holds, whoever grants it:
-replicas may run with different ``lease_ttl`` (a rolling change of it), and a holder
-counts on its own (a heartbeat of earlier versions, ``1``, says nothing: the caller's).
+``keep = max(60 s, 10 * lease_ttl)``. (1): the longest of its members', since replicas
+may run with different ``lease_ttl``: a member's call never shortens a set's expiry. An
+entry is *live* while its instance's heartbeat exists and it has no ``gone`` marker. A
+script that marks an entry gone takes it out of its queue in the same call, and none
+queues an entry that has a marker, so for a queued entry only the heartbeat is checked
+(the model-based tests hold the scripts to the full rule). Every script that reads a
+queue first removes the entries that are not live ("prune"), telling the watchers
+``room`` if it removed any, but for ``renew`` on an entry queued behind a lease holder:
+it cannot be claimed, so one ``LPOS`` says it is still queued (the next claim, submit or
+release prunes). Only the live head of a queue may take a free lease; a slot is busy
+while its lease exists or its queue is not empty. A script that gives a lease back
+(``release``, ``withdraw``) hands it to the live head at once and pushes the grant to the
+head's process (``grant``), which starts without a claim; ``claim`` remains for a lease
+that expired (expiries publish nothing) and for a process that missed the message (its
+renewal also answers ``owner``). A lease lasts the ``lease_ttl`` of its holder's process,
+which its heartbeat holds, whoever grants it: replicas may run with different
+``lease_ttl`` (a rolling change of it), and a holder counts on its own (a heartbeat of
+earlier versions, ``1``, says nothing: the caller's).
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -101,6 +103,15 @@ local function alive(i) return heartbeat(i) ~= false end
 local function live(e) return alive(instance_of(e)) end
 
 local function tell(i, msg) redis.call('PUBLISH', P .. 'ch:' .. i, cjson.encode(msg)) end
+
+-- Make key k (a set of instances) last ms from now, unless it lasts longer already: the
+-- replicas that share it may run with different lease_ttl (a rolling change of it), and
+-- a shorter one's call must not cut a longer one's registration short. (PEXPIRE's GT
+-- does this from Redis 7 on; 6.2 is supported.) A key without expiry (PTTL -1) was just
+-- made by the caller's SADD.
+local function last_at_least(k, ms)
+  if redis.call('PTTL', k) < tonumber(ms) then redis.call('PEXPIRE', k, ms) end
+end
 
 local function room(slot)
   local wk = P .. 'watch:' .. slot
@@ -221,7 +232,7 @@ if policy == 'join' then
   local target = q[#q] or holder
   local jk = P .. 'jn:' .. target
   redis.call('SADD', jk, me)
-  redis.call('PEXPIRE', jk, KEEP)
+  last_at_least(jk, KEEP)
   return {'joined', target, hi, retry_ms(slot, q, holder)}
 end
 if policy == 'queue' then
@@ -229,7 +240,7 @@ if policy == 'queue' then
     if watch == '1' then
       local wk = P .. 'watch:' .. slot
       redis.call('SADD', wk, me)
-      redis.call('PEXPIRE', wk, TTL)
+      last_at_least(wk, TTL)
     end
     return {'full', hi, retry_ms(slot, q, holder)}
   end
@@ -448,7 +459,7 @@ for k = 1, #flat, 2 do
   local slot, e = flat[k], flat[k + 1]
   local jk = P .. 'jn:' .. e
   redis.call('SADD', jk, me)
-  redis.call('PEXPIRE', jk, KEEP)
+  last_at_least(jk, KEEP)
   local out = redis.call('GET', P .. 'out:' .. e)
   local item
   if out and out ~= 'pending' then

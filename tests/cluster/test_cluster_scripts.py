@@ -580,6 +580,33 @@ async def test_a_handed_over_lease_lasts_the_lease_ttl_of_its_holder(
     assert await hand_over(slow, B, C, "to-earlier") == 30_000
 
 
+async def test_a_set_of_instances_lasts_the_longest_of_its_members(s: Scripts) -> None:
+    """The ``watch`` and ``jn`` sets of instances are made to last longer by a member's
+    call, never shorter: a replica of 1 s registered after one of 30 s leaves the
+    registration of 30 s (a rolling change of ``lease_ttl``). Before, the last call set
+    its own, and the replica of 30 s missed the ``room`` it waited for."""
+    slow = Scripts(s.client, attrs.evolve(s.store, lease_ttl=30.0))
+    await slow.heartbeat(B)
+    watch, joiners = f"{s.prefix}watch:k", f"{s.prefix}jn:{entry(A, 2)}"  # the tail
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(A, 2), max_queue=1)
+    assert (await slow.submit("k", entry(B, 1), max_queue=1, watch=True))[0] == "full"
+    assert (await s.submit("k", entry(C, 1), max_queue=1, watch=True))[0] == "full"
+    assert await s.client.smembers(watch) == {B, C}
+    assert 29_000 < await s.client.pttl(watch) <= 30_000
+    assert (await slow.submit("k", entry(B, 2), "join"))[0] == "joined"
+    assert (await s.submit("k", entry(C, 2), "join"))[0] == "joined"
+    await s.renew(C, [], [], [("k", entry(A, 2))])
+    assert await s.client.smembers(joiners) == {B, C}
+    assert 299_000 < await s.client.pttl(joiners) <= 300_000  # keep: 10 * 30 s
+    # the other way round, a longer member's call extends the set
+    await s.client.delete([watch])
+    assert (await s.submit("k", entry(C, 1), max_queue=1, watch=True))[0] == "full"
+    assert 0 < await s.client.pttl(watch) <= 1000
+    assert (await slow.submit("k", entry(B, 1), max_queue=1, watch=True))[0] == "full"
+    assert 29_000 < await s.client.pttl(watch) <= 30_000
+
+
 # -- limit pools ------------------------------------------------------------------------------
 
 CONC1 = "concurrency 1"
