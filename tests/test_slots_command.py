@@ -32,7 +32,7 @@ A, B, C = "host-a:11:aaaaaaaa", "host-b:22:bbbbbbbb", "host-c:33:cccccccc"
 def sample() -> ClusterView:
     """A holds t:2 (B queued behind it), B holds t:10 with a stop asked by A (C, whose
     heartbeat is gone, queued behind it), nobody holds t:1 (a hand-over: A's entry heads
-    the queue)."""
+    the queue). A's heartbeat says its lease_ttl, B's (of an earlier version) does not."""
     return assemble(
         leases={
             "t:2": (f"{A}/1", "1700000000000001", None, 900),
@@ -41,6 +41,7 @@ def sample() -> ClusterView:
         },
         queues={"t:2": [f"{B}/5"], "t:10": [f"{C}/9"], "t:1": [f"{A}/3"], "t:empty": []},
         heartbeats={A: 950, B: 1000},
+        lease_ttls={A: 1000},
     )
 
 
@@ -58,8 +59,8 @@ def test_assemble_reads_leases_queues_and_heartbeats() -> None:
         "t:10", B, f"{B}/4", 1700000000000002, 0.45, A, (QueuedEntry(f"{C}/9", C, False),)
     )
     assert view.instances == (
-        InstanceRow(A, 0.95, ("t:2",), 1, 0),
-        InstanceRow(B, 1.0, ("t:10",), 1, 0),
+        InstanceRow(A, 0.95, ("t:2",), 1, 0, lease_ttl=1.0),
+        InstanceRow(B, 1.0, ("t:10",), 1, 0, lease_ttl=None),
     )
     assert view.pools == ()
 
@@ -89,7 +90,9 @@ def test_json_document_has_the_three_lists() -> None:
         "slots_owned": ["t:2"],
         "queued": 1,
         "units_held": 0,
+        "lease_ttl": 1.0,
     }
+    assert document["instances"][1]["lease_ttl"] is None
     assert document["pools"] == []
 
 
@@ -127,11 +130,26 @@ def test_text_names_entries_by_instance_number() -> None:
     assert rows["t:2"] == ["t:2", "1/1", "1700000000000001", "0.9", "s", "1:", "2/5"]
     assert rows["t:10"] == ["t:10", "2/4", "1700000000000002", "0.5", "s!", "1:", "3/9†"]
     assert lines[6] == "instances: 2 live, 1 gone (named by slots)"
-    assert lines[7].split() == ["#", "INSTANCE", "HEARTBEAT", "OWNS", "QUEUED", "UNITS"]
-    assert lines[8].split() == ["1", A, "0.9", "s", "1", "1", "0"]  # 0.95 s, rounded
-    assert lines[9].split() == ["2", B, "1.0", "s", "1", "1", "0"]
+    assert lines[7].split() == [
+        "#", "INSTANCE", "HEARTBEAT", "LEASE", "TTL", "OWNS", "QUEUED", "UNITS"
+    ]  # fmt: skip
+    assert lines[8].split() == ["1", A, "0.9", "s", "1", "s", "1", "1", "0"]  # 0.95 s, rounded
+    assert lines[9].split() == ["2", B, "1.0", "s", "-", "1", "1", "0"]
     assert lines[10].split() == ["3", C, "gone"]
     assert lines[11:] == ["limit pools: 0", "  none on the server"]
+
+
+def test_text_says_when_the_instances_run_with_different_lease_ttl() -> None:
+    """During a rolling change of ``lease_ttl`` each instance shows its own (as the
+    server grants its leases), and the instances' rule says that they differ; a
+    heartbeat that does not say (an earlier version's) is not counted as different."""
+    lease_ttls = {A: 250, B: 30_000}
+    view = assemble({}, {}, {A: 200, B: 29_000, C: 900}, lease_ttls=lease_ttls)
+    lines = text(view)
+    assert lines[3] == "instances: 3 live   lease_ttl differs (a rolling change?)"
+    assert [line.split()[4] for line in lines[5:8]] == ["0.25", "30", "-"]
+    same = assemble({}, {}, {A: 200, B: 29_000, C: 900}, lease_ttls={A: 250, B: 250})
+    assert text(same)[3] == "instances: 3 live"
 
 
 def test_text_of_an_empty_namespace() -> None:

@@ -52,7 +52,7 @@ import itertools
 import math
 import os
 import ssl
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from operator import itemgetter
 from typing import Any, cast
@@ -745,6 +745,9 @@ class Namespace:
     """Instance -> ms left of its heartbeat (live instances only)."""
     pools: dict[str, PoolState] = attrs.field(factory=dict[str, "PoolState"])
     """Pool id (``name`` or ``"name key"``) -> what the server holds for the limit pool."""
+    lease_ttls: dict[str, int] = attrs.field(factory=dict[str, int])
+    """Live instance -> the ``lease_ttl`` it runs with, in ms, as its heartbeat says
+    (a heartbeat of earlier versions, ``1``, says nothing: not in here)."""
 
 
 @attrs.frozen
@@ -761,8 +764,8 @@ class PoolState:
 async def read_namespace(store: RedisSlotStore) -> Namespace:
     """Read the leases, queues and heartbeats of ``store``'s namespace (a checkpoint).
 
-    Plain read commands only (``SCAN``, then one ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL``
-    and ``LRANGE``): no script is loaded, nothing is written, no client name is set.
+    Plain read commands only (``SCAN``, then one ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL``,
+    ``LRANGE`` and ``GET``): no script is loaded, nothing is written, no client name is set.
     Bounded by ``store.connect_timeout``; raises ``SlotStoreUnavailableError`` naming the
     cause (chained) when the server cannot be read.
     """
@@ -820,6 +823,7 @@ async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
                 pipe.lrange(f"{prefix}q:{slot}", 0, -1)
             for instance in instances:
                 pipe.pttl(f"{prefix}hb:{instance}")
+                pipe.get(f"{prefix}hb:{instance}")
         replies = list(pipe.results or ())
     at = iter(replies)
     leases: dict[str, Lease] = {}
@@ -827,7 +831,9 @@ async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
         entry, token, stop = next(at)
         leases[slot] = (entry, token, stop, int(next(at)))
     queues = {slot: [str(e) for e in next(at)] for slot in queue_slots}
-    heartbeats = {i: pttl for i in instances if (pttl := int(next(at))) != -2}
+    heartbeats: dict[str, int] = {}
+    lease_ttls: dict[str, int] = {}
+    _heartbeats(instances, at, heartbeats, lease_ttls)
     pools = await _read_pools(client, prefix, keys)
     named = {instance_of(e) for q in queues.values() for e in q}
     named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
@@ -837,10 +843,26 @@ async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
         async with client.pipeline(transaction=False) as pipe:
             for instance in unknown:
                 pipe.pttl(f"{prefix}hb:{instance}")
-        for instance, pttl in zip(unknown, pipe.results or (), strict=True):
-            if int(pttl) != -2:
-                heartbeats[instance] = int(pttl)
-    return Namespace(leases, queues, heartbeats, pools)
+                pipe.get(f"{prefix}hb:{instance}")
+        _heartbeats(unknown, iter(pipe.results or ()), heartbeats, lease_ttls)
+    return Namespace(leases, queues, heartbeats, pools, lease_ttls)
+
+
+def _heartbeats(
+    instances: Iterable[str],
+    replies: Iterator[Any],
+    heartbeats: dict[str, int],
+    lease_ttls: dict[str, int],
+) -> None:
+    """Take each instance's ``PTTL`` and ``GET`` of its heartbeat from ``replies``; an
+    instance whose heartbeat is gone (``PTTL`` -2) is left out."""
+    for instance in instances:
+        pttl, held = int(next(replies)), next(replies)
+        if pttl == -2:
+            continue
+        heartbeats[instance] = pttl
+        if isinstance(held, str) and held.isdecimal() and held != "1":
+            lease_ttls[instance] = int(held)
 
 
 async def _read_pools(

@@ -79,9 +79,11 @@ def without_times(out: str) -> dict[str, Any]:
 
 async def test_json_shows_two_supervisors_holding_and_queueing(store: RedisSlotStore) -> None:
     """A holds s:1 (B, then A, queued behind it), B holds s:2: every slot, entry,
-    instance and count as the supervisors and ``cluster_slot`` know them."""
+    instance and count as the supervisors and ``cluster_slot`` know them. B runs with
+    twice A's ``lease_ttl`` (a rolling change of it): each instance shows its own."""
     gate = trio.Event()
-    async with replica(store) as (a, rec_a), replica(store) as (b, rec_b):
+    slow = attrs.evolve(store, lease_ttl=2 * store.lease_ttl)
+    async with replica(store) as (a, rec_a), replica(slow) as (b, rec_b):
         a_owner = await a.submit(ControllerSpec.queue(gated(gate), slot="s:1"))
         await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=a_owner.id)
         b_owner = await b.submit(ControllerSpec.queue(gated(gate), slot="s:2"))
@@ -116,7 +118,7 @@ async def test_json_shows_two_supervisors_holding_and_queueing(store: RedisSlotS
             {"entry": entry(ia, int(a_queued.id)), "instance": ia, "live": True},
         ],
     }
-    assert 0 < second.pop("lease_remaining") <= store.lease_ttl
+    assert 0 < second.pop("lease_remaining") <= slow.lease_ttl
     assert second == {
         "slot": "s:2",
         "holder": ib,
@@ -127,14 +129,18 @@ async def test_json_shows_two_supervisors_holding_and_queueing(store: RedisSlotS
     }
     instances = instances_by_id(document)
     assert sorted(instances) == sorted([ia, ib])
-    for instance, owned, queued in ((ia, ["s:1"], 1), (ib, ["s:2"], 1)):
+    for instance, owned, queued, lease_ttl in (
+        (ia, ["s:1"], 1, store.lease_ttl),
+        (ib, ["s:2"], 1, slow.lease_ttl),
+    ):
         row = instances[instance]
-        assert 0 < row.pop("heartbeat_remaining") <= store.lease_ttl
+        assert 0 < row.pop("heartbeat_remaining") <= lease_ttl
         assert row == {
             "instance": instance,
             "slots_owned": owned,
             "queued": queued,
             "units_held": 0,
+            "lease_ttl": lease_ttl,
         }
     assert document["pools"] == []
 
@@ -151,7 +157,8 @@ def quiet_server() -> Iterator[RedisServer]:
 
 async def fill(client: coredis.Redis[str], store: RedisSlotStore) -> None:
     """Through the scripts: A holds s:1, with B and then C (dead) queued; B holds s:2,
-    which A asked to stop (a REPLACE: A heads its queue). Everything lives a minute."""
+    which A asked to stop (a REPLACE: A heads its queue). B's heartbeat is of an earlier
+    version (``1``: it does not say its lease_ttl). Everything lives a minute."""
     scripts = Scripts(client, store)
     await scripts.heartbeat(A, B, C)
     await scripts.submit("s:1", entry(A, 1))
@@ -160,6 +167,7 @@ async def fill(client: coredis.Redis[str], store: RedisSlotStore) -> None:
     await scripts.submit("s:2", entry(B, 4))
     await scripts.submit("s:2", entry(A, 5), "replace")
     await scripts.kill(C)
+    await client.set(f"{store.key_prefix}hb:{B}", "1", px=60_000)
 
 
 async def dump(client: coredis.Redis[str]) -> dict[str, tuple[str, object, bool]]:
@@ -214,7 +222,9 @@ async def test_it_writes_nothing(quiet_server: RedisServer, namespace: str) -> N
     assert slots["s:2"]["stop_requested_by"] == A
     assert [q["entry"] for q in slots["s:2"]["queue"]] == [entry(A, 5)]
     assert [(q["instance"], q["live"]) for q in slots["s:1"]["queue"]] == [(B, True), (C, False)]
-    assert sorted(instances_by_id(json.loads(out_json))) == [A, B]
+    instances = instances_by_id(json.loads(out_json))
+    assert sorted(instances) == [A, B]
+    assert (instances[A]["lease_ttl"], instances[B]["lease_ttl"]) == (60.0, None)
 
 
 async def test_a_user_who_may_only_read_can_run_it(

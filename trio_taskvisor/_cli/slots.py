@@ -1,10 +1,10 @@
 """``python -m trio_taskvisor slots URL``: what a slot store holds, read only.
 
-For operators of a service whose replicas share cluster slots: every slot with its
-lease holder's instance, fence token, lease time left and cluster queue (entries in
-order, each with its instance); every live instance (heartbeat time left, slots owned,
-entries queued, limit units held); every limit pool in use (its kind, units held and by
-whom, live waiters, and a rate pool's time until its next start).
+For operators of a service whose replicas share cluster slots: every slot with its lease
+holder's instance, fence token, lease time left and cluster queue (entries in order, each
+with its instance); every live instance (heartbeat time left, the ``lease_ttl`` it runs
+with, slots owned, entries queued, limit units held); every limit pool in use (its kind,
+units held and by whom, live waiters, and a rate pool's time until its next start).
 
 * By default one snapshot is printed as text; ``--json`` prints it as one JSON document
   (``to_json``: top-level keys ``slots``, ``instances``, ``pools``); ``--watch`` redraws
@@ -14,13 +14,13 @@ whom, live waiters, and a rate pool's time until its next start).
   While watching, a failed read leaves the last view (its title says when it was read)
   with the cause under the title, and the next refresh tries again.
 * It reads with plain commands only: ``SCAN`` for the namespace's keys, then one
-  ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL`` and ``LRANGE`` (one consistent snapshot of
-  the leases, queues and heartbeats it found), and ``PTTL`` of the heartbeats of
-  instances that the queues name but the scan did not find; for limit pools, one
-  ``MULTI``/``EXEC`` of ``TIME``, ``HMGET``, ``HGETALL`` and ``ZRANGE``, then ``GET`` and
-  ``HGET`` of the generations that tell live holders and waiters from dead ones. It
-  never writes, loads no script and sets no client name: a user with read permissions
-  (and ``MULTI``/``EXEC``) is enough.
+  ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL``, ``LRANGE`` and ``GET`` (one consistent
+  snapshot of the leases, queues and heartbeats it found), and ``PTTL`` and ``GET`` of
+  the heartbeats of instances that the queues name but the scan did not find; for limit
+  pools, one ``MULTI``/``EXEC`` of ``TIME``, ``HMGET``, ``HGETALL`` and ``ZRANGE``, then
+  ``GET`` and ``HGET`` of the generations that tell live holders and waiters from dead
+  ones. It never writes, loads no script and sets no client name: a user with read
+  permissions (and ``MULTI``/``EXEC``) is enough.
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
@@ -30,10 +30,13 @@ whom, live waiters, and a rate pool's time until its next start).
 
 The keys it reads (prefix ``tv:{<namespace>}:``): ``lease:<slot>`` (a hash: ``entry``,
 ``token``, ``stop``; its expiry is the lease's), ``q:<slot>`` (a list of entries, head
-first), ``hb:<instance>`` (a process's heartbeat; its expiry is the heartbeat's). An
-entry is ``"<instance>/<task id>"``; a queued entry is live while its instance's
-heartbeat exists. The snapshot's parts are plain values (``ClusterView``) and the text
-is built by pure functions (``render``), so both are tested without a server.
+first), ``hb:<instance>`` (a process's heartbeat: its ``lease_ttl`` in ms, ``1`` from
+earlier versions, which says nothing; its expiry is the heartbeat's). Replicas may run
+with different ``lease_ttl`` values during a rolling change of it: the view shows each
+one's, and says so under the instances' rule while they differ. An entry is
+``"<instance>/<task id>"``; a queued entry is live while its instance's heartbeat exists.
+The snapshot's parts are plain values (``ClusterView``) and the text is built by pure
+functions (``render``), so both are tested without a server.
 """
 
 from __future__ import annotations
@@ -108,6 +111,9 @@ class InstanceRow:
     """Its entries in cluster queues."""
     units_held: int
     """Units of limit pools it holds."""
+    lease_ttl: float | None = None
+    """The ``lease_ttl`` it runs with, in seconds, as its heartbeat says (``None``: a
+    heartbeat of earlier versions, which does not say)."""
 
 
 @attrs.frozen
@@ -156,13 +162,16 @@ def assemble(
     queues: Mapping[str, Sequence[str]],
     heartbeats: Mapping[str, int],
     pools: Mapping[str, tuple[str, Sequence[str], int, float | None]] | None = None,
+    lease_ttls: Mapping[str, int] | None = None,
 ) -> ClusterView:
     """Build the view from what the server held: ``leases`` (slot: entry, token, stop,
     ``PTTL``), ``queues`` (slot: entries, head first), ``heartbeats`` (live instance:
-    ``PTTL``) and ``pools`` (pool id: settings, a live holder's instance per unit, live
-    waiters, a rate pool's ms until a start). A lease without an entry (gone between the
-    scan and the read) is no lease.
+    ``PTTL``), ``pools`` (pool id: settings, a live holder's instance per unit, live
+    waiters, a rate pool's ms until a start) and ``lease_ttls`` (live instance: the
+    ``lease_ttl`` in ms its heartbeat holds, if it says). A lease without an entry (gone
+    between the scan and the read) is no lease.
     """
+    ttls = lease_ttls or {}
     rows: list[PoolRow] = []
     units: dict[str, int] = {}
     for pid, (spec, holders, waiting, next_ms) in (pools or {}).items():
@@ -209,6 +218,7 @@ def assemble(
             slots_owned=tuple(s.slot for s in slots if s.holder == instance),
             queued=sum(q.instance == instance for s in slots for q in s.queue),
             units_held=units.get(instance, 0),
+            lease_ttl=ttls[instance] / 1000 if instance in ttls else None,
         )
         for instance, pttl in sorted(heartbeats.items(), key=lambda item: _natural(item[0]))
     )
@@ -239,6 +249,7 @@ def to_json(view: ClusterView) -> dict[str, Any]:
                 "slots_owned": list(i.slots_owned),
                 "queued": i.queued,
                 "units_held": i.units_held,
+                "lease_ttl": i.lease_ttl,
             }
             for i in view.instances
         ],
@@ -400,11 +411,12 @@ def render(
         for s, holder, lease, queue in zip(view.slots, holders, leases, queues, strict=True)
     ]
 
-    # Instances: #  INSTANCE  HEARTBEAT  OWNS  QUEUED  UNITS, numbered as the slots name them.
+    # Instances: #  INSTANCE  HEARTBEAT  LEASE TTL  OWNS  QUEUED  UNITS, numbered as the
+    # slots name them.
     number_w = len(str(len(labels))) if labels else 1
     instance_w = max([8, *map(len, labels)])
     if width is not None:
-        instance_w = min(instance_w, max(12, width - (number_w + 9 + 5 + 6 + 5 + 10)))
+        instance_w = min(instance_w, max(12, width - (number_w + 9 + 9 + 5 + 6 + 5 + 12)))
 
     def instance_row(name: str, n: int) -> str:
         i = live.get(name)
@@ -414,6 +426,7 @@ def render(
             (str(n), number_w),
             _name(name, instance_w),
             (_time(i.heartbeat_remaining), 9),
+            ("-" if i.lease_ttl is None else f"{i.lease_ttl:g} s", 9),
             (str(len(i.slots_owned)), 5),
             (str(i.queued), 6),
             (str(i.units_held), 5),
@@ -423,6 +436,7 @@ def render(
         ("#", number_w),
         ("INSTANCE", instance_w),
         ("HEARTBEAT", 9),
+        ("LEASE TTL", 9),
         ("OWNS", 5),
         ("QUEUED", 6),
         ("UNITS", 5),
@@ -476,6 +490,8 @@ def render(
     instance_rule = f"instances: {len(view.instances)} live" + (
         f", {gone} gone (named by slots)" if gone else ""
     )
+    if len({i.lease_ttl for i in view.instances if i.lease_ttl is not None}) > 1:
+        instance_rule += "   lease_ttl differs (a rolling change?)"
     if hint:
         room = None if width is None else max(0, width - len(hint) - 2)
         title = (title if room is None else _cut(title, room)).ljust(room or 0) + "  " + hint
@@ -522,7 +538,9 @@ async def read_cluster(store: RedisSlotStore) -> ClusterView:
     pools = {
         pid: (p.spec, p.holders, p.waiting, p.next_start_ms) for pid, p in namespace.pools.items()
     }
-    return assemble(namespace.leases, namespace.queues, namespace.heartbeats, pools)
+    return assemble(
+        namespace.leases, namespace.queues, namespace.heartbeats, pools, namespace.lease_ttls
+    )
 
 
 # -- showing ---------------------------------------------------------------------------------------
