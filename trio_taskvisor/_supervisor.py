@@ -40,6 +40,16 @@ Decisions the design leaves open:
 * ``handle_signals=True`` enters trio's signal receiver before the background starts,
   so that outside the main thread trio's ``RuntimeError`` comes at once (entered
   later, it left a started background waiting for a shutdown nothing began).
+* A signal while the background starts (DESIGN is silent): reaching the slot store
+  (up to ``connect_timeout``) is cut short at once, no block runs, and the signal is
+  raised again once the previous handlers are back (``signal.raise_signal``), as if
+  the supervisor had never had it: SIGTERM's default ends the process, trio's SIGINT
+  handler raises ``KeyboardInterrupt``; after a handler that returns,
+  ``SlotStoreUnavailableError`` names the signal. A signal that comes once the store
+  answered, before the block, starts the shutdown as in the block: the body is
+  cancelled at its first checkpoint. (Before, the signal waited in the receiver until
+  the store answered or ``connect_timeout`` passed; a store that failed then had the
+  signal redelivered by trio, with the error never shown.)
 * Critical tasks: only the first critical failure escalates (a later one, during the
   shutdown it began, is logged as any failure). A crash (a task's non-task
   ``BaseException``) still wins over ``CriticalTaskError``. ``CriticalTaskError`` raised
@@ -208,6 +218,8 @@ class Supervisor:
         self._critical_at = math.inf
         self._received_signal: int | None = None
         self._signal_scope: trio.CancelScope | None = None
+        # Around reaching the slot store at the start: a signal meanwhile cancels it.
+        self._reaching = trio.CancelScope()
 
     def __repr__(self) -> str:
         state = "closed" if self._shutdown.started else "open"
@@ -282,10 +294,18 @@ class Supervisor:
                     self._background = nursery
                     if keeper is not None:
                         # First: nothing starts when the store cannot be reached.
-                        try:
-                            await nursery.start(keeper.run)
-                        except SlotStoreUnavailableError as exc:
-                            unavailable = exc
+                        with self._reaching:
+                            try:
+                                await nursery.start(keeper.run)
+                            except SlotStoreUnavailableError as exc:
+                                unavailable = exc
+                        if self._reaching.cancelled_caught:
+                            assert self._keeper is not None
+                            name = signal.Signals(self._received_signal or 0).name
+                            unavailable = SlotStoreUnavailableError(
+                                f"slot store {self._keeper.store.safe_url} was not reached"
+                                f" yet when {name} came"
+                            )
                     if unavailable is None:
                         await nursery.start(self._bus.run)
                         await nursery.start(self._registry.run)
@@ -831,22 +851,29 @@ class Supervisor:
         with ExitStack() as stack:
             # First, before anything starts: outside the main thread trio raises its
             # RuntimeError here (once the background runs, it would wait for a shutdown
-            # that nothing starts). A signal that comes while the background starts waits
-            # in the receiver for the watcher.
+            # that nothing starts). The watcher runs from then on: a signal while the
+            # background starts cuts reaching the slot store short (``_on_signal``).
             signals = (
                 stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
                 if handle_signals
                 else None
             )
             async with trio.open_nursery() as nursery:
+                if signals is not None:
+                    await nursery.start(sup._watch_signals, signals)
                 try:
                     await nursery.start(sup._run_background)
-                except SlotStoreUnavailableError as exc:
+                except BaseException as exc:
+                    if sup._signal_scope is not None:
+                        sup._signal_scope.cancel(reason="nothing was started")
+                    if not isinstance(exc, SlotStoreUnavailableError):
+                        raise
                     unavailable = exc  # raised bare below: nothing was started
                 else:
                     sup._body_scope = nursery.cancel_scope
-                    if signals is not None:
-                        await nursery.start(sup._watch_signals, signals)
+                    if sup._received_signal is not None:
+                        # It came while the background started, once the store answered.
+                        sup._on_signal(sup._received_signal)
                     try:
                         yield sup
                     except BaseException as exc:
@@ -867,6 +894,11 @@ class Supervisor:
                     if sup._signal_scope is not None:
                         sup._signal_scope.cancel(reason="the shutdown is done")
         if unavailable is not None:
+            if sup._received_signal is not None:
+                # Nothing handles it now (the previous handlers are back): its default
+                # action, as if the supervisor had never received it (SIGTERM ends the
+                # process; SIGINT raises KeyboardInterrupt).
+                signal.raise_signal(sup._received_signal)
             raise unavailable
         crash = sup._crash
         if crash is not None:
@@ -903,12 +935,16 @@ class Supervisor:
     def _on_signal(self, signum: int) -> None:
         if self._received_signal is None:
             self._received_signal = signum
+        if self._body_scope is None:
+            # The background is starting: cut reaching the store short (``_lifetime``
+            # handles a signal that came once it had answered).
+            self._reaching.cancel(reason=f"received {signal.Signals(signum).name}")
+            return
         if self._shutdown.started:
             self._registry.force_all()
             return
         self._start_shutdown(explicit=True)
-        if self._body_scope is not None:
-            self._body_scope.cancel(reason=f"received {signal.Signals(signum).name}")
+        self._body_scope.cancel(reason=f"received {signal.Signals(signum).name}")
 
 
 class PreparedSubmission(Generic[T_co]):

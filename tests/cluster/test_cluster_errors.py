@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -227,11 +230,16 @@ async def test_tls_to_a_plain_server_is_named(
 
 
 @asynccontextmanager
-async def tcp_server(answer: bytes | None) -> AsyncIterator[int]:
+async def tcp_server(
+    answer: bytes | None, connected: trio.Event | None = None
+) -> AsyncIterator[int]:
     """A TCP server on a loopback port that answers ``answer`` to what it receives and
-    closes, or (``None``) never answers; yield its port."""
+    closes, or (``None``) never answers; yield its port. ``connected`` is set once a
+    client connected."""
 
     async def handle(stream: trio.SocketStream) -> None:
+        if connected is not None:
+            connected.set()
         if answer is None:
             await trio.sleep_forever()
         try:
@@ -299,6 +307,75 @@ async def test_only_silence_is_did_not_answer(store: RedisSlotStore) -> None:
         assert time.monotonic() - started >= 0.5
     assert str(error).endswith("did not answer within 0.5 s")
     assert error.__cause__ is None
+
+
+REACHING = """
+import sys, trio
+from trio_taskvisor import ControllerConfig, SupervisorConfig, open_supervisor
+from trio_taskvisor.redis import RedisSlotStore
+
+async def main() -> None:
+    store = RedisSlotStore(sys.argv[1], connect_timeout=60.0)
+    config = SupervisorConfig(controller=ControllerConfig(slot_store=store))
+    try:
+        async with open_supervisor(config, handle_signals=True):
+            print("the block ran", flush=True)
+    except BaseException as exc:
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+        raise
+
+trio.run(main)
+"""
+
+
+async def signalled_while_reaching(signum: signal.Signals, prelude: str = "") -> tuple[int, str]:
+    """Run ``REACHING`` (after ``prelude``) against a silent server and send it ``signum``
+    once it connected: its return code and what it printed."""
+    connected = trio.Event()
+    async with tcp_server(None, connected) as port:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-c", prelude + REACHING, f"redis://127.0.0.1:{port}/0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            with trio.fail_after(30):  # the interpreter's start on a loaded machine
+                await connected.wait()
+            process.send_signal(signum)
+            with trio.fail_after(20):  # a third of connect_timeout
+                await process.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                process.kill()  # (ended already, unless the test failed)
+                await process.wait()
+        assert process.stdout is not None
+        out = (await process.stdout.receive_some(65536)).decode()
+    return process.returncode, out.replace(str(port), "PORT")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_while_reaching_the_store_cuts_it_short(signum: signal.Signals) -> None:
+    """A process that is still reaching a silent store (``connect_timeout`` 60 s) when
+    it gets a signal (``handle_signals=True``) stops reaching it at once, runs no block,
+    and hands the signal to the handler from before the block: SIGTERM's default ends
+    the process, SIGINT's (trio's) raises ``KeyboardInterrupt`` (and Python ends an
+    uncaught one by SIGINT). Before, the signal waited in trio's receiver until
+    ``connect_timeout`` had passed."""
+    returncode, out = await signalled_while_reaching(signum)
+    assert out == ("" if signum == signal.SIGTERM else "KeyboardInterrupt: \n")
+    assert returncode == -signum
+
+
+async def test_a_signal_ignored_before_the_block_leaves_the_error_naming_it() -> None:
+    """SIGINT ignored before the block (as in a shell's background job): the start is
+    still cut short, and ``SlotStoreUnavailableError`` says why."""
+    ignore = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    returncode, out = await signalled_while_reaching(signal.SIGINT, ignore)
+    assert out == (
+        "SlotStoreUnavailableError: slot store redis://127.0.0.1:PORT/0 was not reached yet"
+        " when SIGINT came\n"
+    )
+    assert returncode == 1
 
 
 @pytest.fixture(scope="module")
