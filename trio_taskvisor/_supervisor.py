@@ -66,6 +66,10 @@ Decisions the design leaves open:
 * Automatic names (a spec with ``name=None``, every keyed call): ``f"{qualname}{id}"``,
   reserving no name (see ``_spec``).
 * A target that is neither a ``str`` nor an ``int`` raises ``TypeError``.
+* A slot store in a ``trio.run`` whose ``MockClock`` does not run at real speed (rate
+  other than 1, or autojump) is a ``ConfigError`` at ``open_supervisor``, before
+  anything starts (DESIGN says only that cluster tests use the real clock): its
+  server expires leases in real time, which the keeper counts on this run's clock.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ import builtins
 import logging
 import math
 import signal
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
 from contextvars import ContextVar
@@ -155,6 +160,26 @@ def _check_iterable(what: str, value: object, items: str) -> None:
     # A single item (or a str) where a collection is expected fails here, clearly.
     if isinstance(value, TaskSpec | str) or not isinstance(value, Iterable):
         raise TypeError(f"{what} must be an iterable of {items}, got {value!r}")
+
+
+def _check_real_clock() -> None:
+    """A slot store's server expires leases in real time, which the keeper counts on
+    this run's clock: a ``MockClock`` that does not run at real speed would report a
+    silent server at once under autojump, and renew nothing while it stands still (the
+    server then hands the slot to another owner while this one runs). ``rate=1.0``
+    without autojump runs at real speed; its ``jump()`` is a pause of the process."""
+    if "trio.testing" not in sys.modules:
+        return  # no MockClock can exist
+    from trio.testing import MockClock
+
+    clock = trio.lowlevel.current_clock()
+    if isinstance(clock, MockClock) and (clock.rate != 1.0 or clock.autojump_threshold < math.inf):
+        raise ConfigError(
+            "a slot store needs a clock that runs in real time (its server expires"
+            f" leases in real time), and this trio.run has MockClock(rate={clock.rate!r},"
+            f" autojump_threshold={clock.autojump_threshold!r}): run the tests that use a"
+            " slot store without autojump_clock (or with MockClock(rate=1.0))"
+        )
 
 
 def _check_slot(slot: object) -> None:
@@ -842,6 +867,8 @@ class Supervisor:
         elif not isinstance(config, SupervisorConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"config must be a SupervisorConfig, got {config!r}")
         _check_iterable("subscribers", subscribers, "subscribers")
+        if config.controller is not None and config.controller.slot_store is not None:
+            _check_real_clock()
         sup = cls(config, tuple(subscribers))
         if failures is not None:
             sup._registry.failures = failures

@@ -28,10 +28,11 @@ import pytest
 import trio
 import trio.testing
 from cluster_helpers import Reports, config, open_keeper, replica
-from redis_server import RedisServer, running_server
+from redis_server import RedisServer, free_port, running_server
 
 from trio_taskvisor import (
     AdmissionPolicy,
+    ConfigError,
     EventKind,
     OutcomeError,
     OutcomeKind,
@@ -392,6 +393,42 @@ async def test_unknown_commands_are_named(
     error = await refused_start(store_at(store, server_without_evalsha.url))
     assert "refused the lease scripts as unknown commands: UnknownCommandError" in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.UnknownCommandError)
+
+
+# -- a clock that does not run in real time -----------------------------------------------------
+
+
+async def refused_on(clock: trio.testing.MockClock) -> None:
+    """``open_supervisor`` with a slot store on ``clock``: ``ConfigError`` at once, naming
+    the clock, before any connection (the port has no server)."""
+    store = RedisSlotStore(f"redis://127.0.0.1:{free_port()}/0", namespace="virtual")
+    with pytest.raises(ConfigError) as error:
+        async with open_supervisor(config(store)):
+            pytest.fail("the block must not run")
+    assert str(error.value) == (
+        "a slot store needs a clock that runs in real time (its server expires leases in"
+        " real time), and this trio.run has MockClock(rate=0.0, autojump_threshold="
+        f"{clock.autojump_threshold!r}): run the tests that use a slot store without"
+        " autojump_clock (or with MockClock(rate=1.0))"
+    )
+    assert trio.current_time() == 0.0
+
+
+async def test_a_slot_store_under_autojump_clock_is_refused(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """pytest-trio's ``autojump_clock`` with a slot store: refused. Before, the start
+    failed with "did not answer within 5.0 s" after a few real milliseconds."""
+    await refused_on(autojump_clock)
+
+
+async def test_a_slot_store_on_a_clock_that_stands_still_is_refused(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """A ``MockClock`` that stands still (pytest-trio's ``mock_clock``): refused. Before,
+    with a server there, it started and renewed nothing while the server let its
+    leases expire."""
+    await refused_on(mock_clock)
 
 
 # -- a lease lost in the instant its owner returns -----------------------------------------------
