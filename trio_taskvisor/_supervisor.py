@@ -326,7 +326,8 @@ class Supervisor:
                                 unavailable = exc
                         if self._reaching.cancelled_caught:
                             assert self._keeper is not None
-                            name = signal.Signals(self._received_signal or 0).name
+                            assert self._received_signal is not None
+                            name = signal.Signals(self._received_signal).name
                             unavailable = SlotStoreUnavailableError(
                                 f"slot store {self._keeper.store.safe_url} was not reached"
                                 f" yet when {name} came"
@@ -1042,9 +1043,15 @@ def open_supervisor(
     the body and runs the graceful shutdown; leaving the block then returns normally,
     unless the shutdown raises ``GraceExceededError``. A signal while any shutdown runs
     forces every remaining task at once (they are listed in ``stuck``).
-    ``Supervisor.received_signal`` tells which signal came first. Outside the main
-    thread, ``handle_signals=True`` raises trio's ``RuntimeError`` at once, before
-    anything starts.
+    ``Supervisor.received_signal`` tells which signal came first. A signal while the
+    slot store is still being reached cuts that short: no block runs, and the signal
+    goes to the handler from before (by default SIGTERM ends the process and SIGINT
+    raises ``KeyboardInterrupt``; after one that returns, ``SlotStoreUnavailableError``
+    names the signal). Outside the main thread, ``handle_signals=True`` raises trio's
+    ``RuntimeError`` at once, before anything starts.
+
+    With a slot store, the run's clock must run in real time: a ``MockClock`` other
+    than ``MockClock(rate=1.0)`` (``autojump_clock``) raises ``ConfigError``.
 
     A task marked ``critical`` that ends ``FAILED``, ``FATAL`` or ``PANICKED`` begins the
     shutdown and cancels the body, as a failed child cancels a nursery's body; leaving
