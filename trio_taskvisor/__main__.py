@@ -101,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         description=(
             "What a slot store holds, read only: every cluster slot (its lease holder's "
             "instance, fence token, lease time left, cluster queue head first), every live "
-            "instance (heartbeat time left, slots owned, entries queued, limit units held) "
-            "and every limit pool. It writes nothing. Needs the redis extra: pip install "
-            "'trio_taskvisor[redis]'. Exit status 0, or 2 with a one-line error when the "
-            "store cannot be read."
+            "instance (heartbeat time left, the lease_ttl it runs with, slots owned, entries "
+            "queued, limit units held) and every limit pool. It writes nothing. Needs the "
+            "redis extra: pip install 'trio_taskvisor[redis]'. Exit status 0, or 2 with a "
+            "one-line error when the store cannot be read."
         ),
     )
     slots.set_defaults(command="slots")
