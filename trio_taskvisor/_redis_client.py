@@ -722,6 +722,11 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
         return f"refused {asked}"
     if isinstance(exc, InvalidResponse | ProtocolError):
         return "did not answer in the Redis protocol (is it a Redis server?)"
+    if any(isinstance(link, anyio.EndOfStream) for link in chain):
+        # coredis's connection (the slots command, the sentinels) reached the server,
+        # which closed it before a whole reply: a server of another protocol answers
+        # so when its answer holds no CRLF (coredis keeps no bytes to tell).
+        return "closed the connection before it answered"
     return "could not be reached"
 
 

@@ -3,6 +3,7 @@ open supervisors with a slot store (``replica``) and the bodies their tests subm
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import AsyncIterator, Callable
@@ -293,3 +294,31 @@ def machine(**budgets: int) -> ClusterSlotMachine[None]:
     }
     fields.update(budgets)
     return ClusterSlotMachine(**fields)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def tcp_server(
+    answer: bytes | None, connected: trio.Event | None = None
+) -> AsyncIterator[int]:
+    """A TCP server on a loopback port that answers ``answer`` to what it receives and
+    closes, or (``None``) never answers; yield its port. ``connected`` is set once a
+    client connected."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        if connected is not None:
+            connected.set()
+        if answer is None:
+            await trio.sleep_forever()
+        try:
+            await stream.receive_some(65536)
+            await stream.send_all(answer)
+        except trio.BrokenResourceError:
+            pass
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
+        )
+        yield listeners[0].socket.getsockname()[1]
+        nursery.cancel_scope.cancel(reason="the test server is no longer needed")

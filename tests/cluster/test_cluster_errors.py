@@ -13,21 +13,19 @@ Timing bounds are liveness bounds with wide margins; every wait is bounded by
 
 from __future__ import annotations
 
-import functools
 import logging
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import coredis
 import coredis.exceptions
 import pytest
 import trio
 import trio.testing
-from cluster_helpers import Reports, config, open_keeper, replica
+from cluster_helpers import Reports, config, open_keeper, replica, tcp_server
 from redis_server import RedisServer, free_port, running_server
 
 from trio_taskvisor import (
@@ -228,34 +226,6 @@ async def test_tls_to_a_plain_server_is_named(
     assert time.monotonic() - started < 1.0 + 0.5  # connect_timeout, then the teardown
     assert "did not complete the TLS handshake in time (does the server speak TLS?)" in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
-
-
-@asynccontextmanager
-async def tcp_server(
-    answer: bytes | None, connected: trio.Event | None = None
-) -> AsyncIterator[int]:
-    """A TCP server on a loopback port that answers ``answer`` to what it receives and
-    closes, or (``None``) never answers; yield its port. ``connected`` is set once a
-    client connected."""
-
-    async def handle(stream: trio.SocketStream) -> None:
-        if connected is not None:
-            connected.set()
-        if answer is None:
-            await trio.sleep_forever()
-        try:
-            await stream.receive_some(65536)
-            await stream.send_all(answer)
-        except trio.BrokenResourceError:
-            pass
-        await stream.aclose()
-
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
-        )
-        yield listeners[0].socket.getsockname()[1]
-        nursery.cancel_scope.cancel(reason="the test server is no longer needed")
 
 
 HTTP_ANSWER = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"

@@ -15,7 +15,6 @@ fail and say so, rather than passing without having looked.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -32,7 +31,7 @@ import attrs
 import coredis
 import pytest
 import trio
-from cluster_helpers import Scripts, entry, gated, replica
+from cluster_helpers import Scripts, entry, gated, replica, tcp_server
 from redis_server import RedisServer, free_port, running_server
 from tmux import EXIT, tmux_server
 
@@ -275,19 +274,24 @@ async def test_a_server_that_is_down_exits_2() -> None:
 async def test_a_silent_server_exits_2_after_connect_timeout() -> None:
     """A server that accepts connections and never answers: "did not answer within
     5.0 s" (the store's default ``connect_timeout``), status 2."""
-
-    async def silent(stream: trio.SocketStream) -> None:
-        await trio.sleep_forever()
-
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, host="127.0.0.1"), silent, 0
-        )
-        url = f"redis://127.0.0.1:{listeners[0].socket.getsockname()[1]}/0"
+    async with tcp_server(None) as port:
+        url = f"redis://127.0.0.1:{port}/0"
         status, out, err = await slots_command(url)
-        nursery.cancel_scope.cancel(reason="the silent server is no longer needed")
     assert (status, out) == (2, "")
     assert err == f"error: slot store {url} did not answer within 5.0 s\n"
+
+
+async def test_a_server_that_closes_before_answering_exits_2() -> None:
+    """A server of another protocol that answers without a CRLF and closes (Python's
+    ``http.server`` answers a page so): it was reached, so not "could not be reached"
+    (as it read before), but "closed the connection before it answered"."""
+    async with tcp_server(b"<!DOCTYPE HTML>\n<p>Error code: 400</p>") as port:
+        url = f"redis://127.0.0.1:{port}/0"
+        status, out, err = await slots_command(url)
+    assert (status, out) == (2, "")
+    assert err.startswith(
+        f"error: slot store {url} closed the connection before it answered: ConnectionError: "
+    ), err
 
 
 async def test_wrong_credentials_exit_2(
