@@ -223,6 +223,32 @@ def test_a_failing_test_reports_its_own_error(run_inner: RunInner) -> None:
     result.stdout.no_fnmatch_line("*had to force*")
 
 
+def test_a_test_outside_a_trio_run_is_told_what_it_needs(run_inner: RunInner) -> None:
+    """Without trio mode or the marker, a test using ``supervisor`` (async or not) fails
+    at setup naming what it needs, each one (pytest alone failed the second inside its
+    own fixture code, with a bare AssertionError)."""
+    result = run_inner(
+        """
+        async def test_async(supervisor):
+            pass
+
+        def test_sync(supervisor):
+            pass
+        """,
+        trio_mode=False,
+    )
+    result.assert_outcomes(errors=2)
+    for name in ("test_async", "test_sync"):
+        result.stdout.fnmatch_lines(
+            [
+                f"*{name} uses the supervisor fixture, which runs in the test's trio run: make"
+                " it an async trio test (pytest-trio: trio_mode = true in the pytest"
+                " configuration, or @pytest.mark.trio)*"
+            ]
+        )
+    result.stdout.no_fnmatch_line("*AssertionError*")
+
+
 # -- unobserved failures -------------------------------------------------
 
 

@@ -1,9 +1,11 @@
 """pytest plugin: a supervisor per test, for pytest-trio test suites.
 
 Installed with the package (a ``pytest11`` entry point), so its fixtures are available
-in every test of a project that has trio_taskvisor installed; it defines fixtures and
-markers only (nothing autouse). The async fixture needs pytest-trio: use it in trio
-tests, with ``trio_mode = true`` or ``@pytest.mark.trio``.
+in every test of a project that has trio_taskvisor installed; it defines fixtures,
+markers and one check (nothing autouse). The async fixture needs pytest-trio: use it in
+trio tests, with ``trio_mode = true`` or ``@pytest.mark.trio`` (or anyio's
+``@pytest.mark.anyio`` on the trio backend); a test that uses it otherwise fails at
+setup with a message that says so.
 
 Fixtures
 --------
@@ -106,6 +108,7 @@ from .testing import EventRecorder
 __all__ = [
     "event_recorder",
     "pytest_configure",
+    "pytest_runtest_setup",
     "supervisor",
     "taskvisor_config",
     "taskvisor_subscribers",
@@ -139,6 +142,22 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{_ALLOW_FAILURES}: tasks of the `supervisor` fixture may end FAILED, FATAL or "
         "PANICKED without anyone awaiting their waiters",
     )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that uses ``supervisor`` but runs in no trio run fails at setup, saying what
+    it needs. (pytest alone says that it "requested an async fixture" that nothing
+    handled, and the next such test of the session then fails inside pytest.)"""
+    uses = "supervisor" in getattr(item, "fixturenames", ())
+    runner = item.get_closest_marker("trio") or item.get_closest_marker("anyio")
+    if uses and runner is None:
+        pytest.fail(
+            f"{item.name} uses the supervisor fixture, which runs in the test's trio run: "
+            "make it an async trio test (pytest-trio: trio_mode = true in the pytest "
+            "configuration, or @pytest.mark.trio)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture
