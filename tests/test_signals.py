@@ -23,10 +23,12 @@ from trio_taskvisor import (
     EventKind,
     GraceExceededError,
     OutcomeKind,
+    SupervisorClosedError,
     TaskSpec,
     open_supervisor,
     run,
 )
+from trio_taskvisor._registry import Registry
 from trio_taskvisor.testing import EventRecorder
 
 from helpers import deferring, forever, stubborn, supervisor_config
@@ -69,6 +71,33 @@ async def test_first_signal_cancels_the_body_and_shuts_down_gracefully(
     assert recorder.kinds(EventKind.ALL_STOPPED_WITHIN_GRACE) == [
         EventKind.ALL_STOPPED_WITHIN_GRACE
     ]
+    assert trio.current_time() == 0.0
+
+
+async def test_a_signal_while_the_background_starts_shuts_down_before_the_body(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal that comes while the supervisor's loops start (after the slot store, if
+    any, answered) is handled once they run: the shutdown begins before the body, which
+    cannot add work and is cancelled at its first checkpoint; the block returns
+    normally."""
+    start_registry = Registry.run
+
+    async def signalled_first(self: Registry, **kwargs: Any) -> None:
+        send(signal.SIGTERM)
+        await trio.testing.wait_all_tasks_blocked()  # the watcher takes it
+        await start_registry(self, **kwargs)
+
+    monkeypatch.setattr(Registry, "run", signalled_first)
+    reached: list[str] = []
+    async with open_supervisor(supervisor_config(), handle_signals=True) as sup:
+        assert sup.closing
+        with pytest.raises(SupervisorClosedError):
+            sup.add_nowait(TaskSpec.once("late", forever))
+        await trio.lowlevel.checkpoint()
+        reached.append("after the first checkpoint")  # pragma: no cover
+    assert reached == []
+    assert sup.received_signal == signal.SIGTERM
     assert trio.current_time() == 0.0
 
 
