@@ -1025,6 +1025,19 @@ def test_regression_async_generator_function_is_named_as_such() -> None:
     assert "synchronous" not in str(info.value)
 
 
+def test_regression_a_coroutine_object_is_told_to_pass_the_function() -> None:
+    """``TaskSpec.once(name, fn(x))`` (the call, not the function) is told to pass the
+    function and its arguments, and the coroutine is closed: no "was never awaited"
+    warning follows the error. It used to read "must be callable" and leave the
+    coroutine to warn when collected."""
+    coroutine = async_fn(1)
+    with pytest.raises(TypeError) as info:
+        TaskSpec.once("job", coroutine)
+    check_message(info.value, "coroutine object")
+    assert "TaskSpec.once(name, fn, *args)" in str(info.value)
+    assert coroutine.cr_frame is None  # closed
+
+
 @pytest.mark.parametrize(
     "fn",
     [

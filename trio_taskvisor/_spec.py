@@ -90,6 +90,13 @@ def check_async_callable(fn: object) -> None:
     """Raise ``TypeError`` unless ``fn`` is callable and not a plain sync function."""
     if type(fn) is types.FunctionType and fn.__code__.co_flags & inspect.CO_COROUTINE:
         return  # the common case, without inspect's general checks
+    if inspect.iscoroutine(fn):
+        fn.close()  # never to run: no "was never awaited" warning on top of this error
+        raise TypeError(
+            f"task function must be an async function, got the coroutine object {fn!r}: "
+            "pass the function and its arguments (TaskSpec.once(name, fn, *args)), not "
+            "its call fn(*args)"
+        )
     if not callable(fn):
         raise TypeError(f"task function must be callable, got {fn!r}")
     target: object = fn
