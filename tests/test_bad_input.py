@@ -788,7 +788,7 @@ BAD_CALLS: list[Any] = [
     pytest.param(
         lambda sup: sup.add(ControllerSpec.queue(SPEC)),
         TypeError,
-        "ControllerSpec",
+        "got a ControllerSpec (of the task 'job'): submit() takes it (or add() its .task)",
         id="add-controller-spec",
     ),
     pytest.param(lambda sup: sup.add_nowait(42), TypeError, "42", id="add-nowait-int"),
@@ -810,7 +810,13 @@ BAD_CALLS: list[Any] = [
     pytest.param(lambda sup: sup.cancel(["job"]), TypeError, "['job']", id="cancel-list"),
     pytest.param(lambda sup: sup.cancel(SPEC), TypeError, "TaskSpec", id="cancel-spec"),
     # submit / submit_nowait / prepare_submission
-    pytest.param(lambda sup: sup.submit(SPEC), TypeError, "TaskSpec", id="submit-task-spec"),
+    pytest.param(
+        lambda sup: sup.submit(SPEC),
+        TypeError,
+        "got a TaskSpec (the task 'job'): add() takes it; to submit() it, wrap it, as in "
+        "ControllerSpec.queue(spec, slot=...)",
+        id="submit-task-spec",
+    ),
     pytest.param(lambda sup: sup.submit(None), TypeError, "None", id="submit-none"),
     pytest.param(lambda sup: sup.submit_nowait("job"), TypeError, "'job'", id="submit-nowait"),
     pytest.param(lambda sup: sup.prepare_submission(5), TypeError, "5", id="prepare-int"),

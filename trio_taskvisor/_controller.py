@@ -144,7 +144,7 @@ from ._slotstore import (
     StoreRecovered,
     StoreUnavailable,
 )
-from ._spec import AdmissionPolicy, ControllerSpec, TaskSpec
+from ._spec import AdmissionPolicy, ControllerSpec, TaskSpec, not_a
 from ._waitfor import Edge
 from ._waits import WaitChecker
 
@@ -337,7 +337,7 @@ class Controller:
     def prepare(self, request: ControllerSpec[Any]) -> Entry[TaskRecord]:
         """Build the entry (and its record) of ``request``; allocates the ``TaskId``."""
         if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"expected a ControllerSpec, got {request!r}")
+            raise not_a(ControllerSpec, request)
         key = request.slot_name
         rec = self._new_record(request.task, key)
         rec.listener = self

@@ -553,6 +553,22 @@ def _plain(task: object, slot: object, wait: object) -> bool:
     )
 
 
+def not_a(expected: type[TaskSpec[Any] | ControllerSpec[Any]], got: object) -> TypeError:
+    """The error for ``got`` where an ``expected`` belongs; the two specs mixed up are told
+    which call takes them."""
+    detail = repr(got)
+    task: object = getattr(got, "task", got)
+    name = getattr(task, "name", None)
+    if isinstance(got, ControllerSpec):
+        detail = f"a ControllerSpec (of the task {name!r}): submit() takes it (or add() its .task)"
+    elif isinstance(got, TaskSpec):
+        detail = (
+            f"a TaskSpec (the task {name!r}): add() takes it; to submit() it, wrap it, as in "
+            "ControllerSpec.queue(spec, slot=...)"
+        )
+    return TypeError(f"expected a {expected.__name__}, got {detail}")
+
+
 @attrs.frozen
 class ResolvedSpec:
     """A ``TaskSpec`` with every option resolved against ``TaskDefaults``.

@@ -118,7 +118,7 @@ from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
 from ._slotstore import ClusterSlotInfo, ReportSink, new_instance_id
-from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name
+from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name, not_a
 from ._waiter import TaskWaiter
 from ._waits import WaitChecker
 
@@ -397,7 +397,7 @@ class Supervisor:
         any name does (a keyed call's caller marks its record unreserved).
         """
         if not isinstance(spec, TaskSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"expected a TaskSpec, got {spec!r}")
+            raise not_a(TaskSpec, spec)
         task_id = allocate_id()
         name = spec.name
         if name is None:
@@ -620,7 +620,7 @@ class Supervisor:
         controller = self._require_controller("start_in_slot")
         self._check_open()
         if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"expected a ControllerSpec, got {request!r}")
+            raise not_a(ControllerSpec, request)
         if request.policy is AdmissionPolicy.JOIN:
             raise TypeError("start_in_slot cannot JOIN: a joiner starts no work to wait for")
         entry = controller.prepare(request)
