@@ -406,6 +406,32 @@ async def test_run_in_slot_takes_limits_as_a_task_option(autojump_clock: object)
     assert starts == [0.0, 0.5, 1.0]
 
 
+ONE = ConcurrencyLimit("one", 1)
+
+
+async def test_work_started_in_a_limited_block_does_not_hold_its_pools(
+    autojump_clock: object,
+) -> None:
+    """Supervised work added in a block, and a child task spawned in it, inherit the
+    block's context but hold none of its units: their own ``limited`` waits for the
+    unit (here until the block ends at 1.0) instead of raising ``DeadlockError``. (Both
+    used to raise "which this task already holds": the context carried the block's
+    pools into them.)"""
+    started: list[tuple[str, float]] = []
+
+    async def body(sup: Supervisor, who: str) -> None:
+        async with sup.limited(ONE):
+            started.append((who, trio.current_time()))
+
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        async with sup.limited(ONE):
+            waiter = await sup.add(TaskSpec.once("added", body, sup, "added"))
+            nursery.start_soon(body, sup, "child")
+            await trio.sleep(1.0)
+        assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+    assert sorted(started) == [("added", 1.0), ("child", 1.0)]
+
+
 async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock() -> None:
     async def body(sup: Supervisor) -> None:
         async with sup.limited(EXPORTS):

@@ -126,8 +126,12 @@ if TYPE_CHECKING:
     from ._keeper import LeaseKeeper
 
 logger = logging.getLogger("trio_taskvisor")
-# The concurrency pools held by the enclosing ``limited`` blocks of this task.
-_held_pools: ContextVar[frozenset[PoolId]] = ContextVar("_held_pools", default=frozenset())
+# The concurrency pools held by the enclosing ``limited`` blocks of a task, and that task:
+# a context is copied into the tasks it spawns (a nursery's children, supervised work
+# added in a block), which hold none of them.
+_held_pools: ContextVar[tuple[trio.lowlevel.Task | None, frozenset[PoolId]]] = ContextVar(
+    "_held_pools", default=(None, frozenset())
+)
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 Ts = TypeVarTuple("Ts")
@@ -735,8 +739,9 @@ class Supervisor:
         holds nothing. Works inside and outside supervised work.
 
         Raises ``DeadlockError`` at once when it asks for a concurrency pool that the
-        current attempt (or an enclosing ``limited`` block) of this supervisor already
-        holds, ``ConfigError`` for a limit whose name this supervisor knows with other
+        current attempt (or an enclosing ``limited`` block of the same trio task) of
+        this supervisor already holds (work added and tasks spawned in a block hold
+        none of its units), ``ConfigError`` for a limit whose name this supervisor knows with other
         settings or a pool named twice, and ``SupervisorClosedError`` once the shutdown
         has begun (a block still waiting then raises it at once).
         """
@@ -745,7 +750,10 @@ class Supervisor:
             raise TypeError("limited() takes at least one pool")
         idents = self._pool_ids(check_limits(pools))
         units = self._registry.units()
-        held = _held_pools.get()
+        task = trio.lowlevel.current_task()
+        holder, held = _held_pools.get()
+        if holder is not task:
+            held = frozenset[PoolId]()  # a block of the task that spawned this one
         rec = current_task_context.get(None)
         if rec is not None and rec.supervisor is self:
             held = held | frozenset(rec.policy.limits)
@@ -760,7 +768,7 @@ class Supervisor:
             )
         limits = tuple(pool_parts(pool)[0] for pool in pools)
         request = await units.hold(idents, limits)
-        token = _held_pools.set(held | concurrency)
+        token = _held_pools.set((task, held | concurrency))
         try:
             with trio.CancelScope() as scope:
                 units.guard(request, scope)
