@@ -432,6 +432,18 @@ async def test_work_started_in_a_limited_block_does_not_hold_its_pools(
     assert sorted(started) == [("added", 1.0), ("child", 1.0)]
 
 
+async def test_another_supervisors_block_holds_none_of_this_ones_pools() -> None:
+    """Each supervisor has its own pools: a block of one inside a block of the other, on
+    a limit of the same name, holds a unit of each (it used to raise DeadlockError),
+    while the same supervisor's nested block still does."""
+    async with open_supervisor() as a, open_supervisor() as b, a.limited(ONE), b.limited(ONE):
+        assert [p.held for p in a.limit_snapshot()] == [1]
+        assert [p.held for p in b.limit_snapshot()] == [1]
+        with pytest.raises(DeadlockError, match="one, which this task already holds"):
+            async with a.limited(ONE):
+                pass
+
+
 async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock() -> None:
     async def body(sup: Supervisor) -> None:
         async with sup.limited(EXPORTS):

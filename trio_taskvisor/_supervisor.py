@@ -126,11 +126,12 @@ if TYPE_CHECKING:
     from ._keeper import LeaseKeeper
 
 logger = logging.getLogger("trio_taskvisor")
-# The concurrency pools held by the enclosing ``limited`` blocks of a task, and that task:
-# a context is copied into the tasks it spawns (a nursery's children, supervised work
-# added in a block), which hold none of them.
-_held_pools: ContextVar[tuple[trio.lowlevel.Task | None, frozenset[PoolId]]] = ContextVar(
-    "_held_pools", default=(None, frozenset())
+# The concurrency pools held by the enclosing ``limited`` blocks of a task, each with its
+# supervisor (pools are a supervisor's own), and that task: a context is copied into the
+# tasks it spawns (a nursery's children, supervised work added in a block), which hold
+# none of them.
+_held_pools: ContextVar[tuple[trio.lowlevel.Task | None, frozenset[tuple[object, PoolId]]]] = (
+    ContextVar("_held_pools", default=(None, frozenset()))
 )
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -751,16 +752,17 @@ class Supervisor:
         idents = self._pool_ids(check_limits(pools))
         units = self._registry.units()
         task = trio.lowlevel.current_task()
-        holder, held = _held_pools.get()
+        holder, blocks = _held_pools.get()
         if holder is not task:
-            held = frozenset[PoolId]()  # a block of the task that spawned this one
+            blocks = frozenset[tuple[object, PoolId]]()  # those of the task that spawned it
+        held = {ident for sup, ident in blocks if sup is self}
         rec = current_task_context.get(None)
         if rec is not None and rec.supervisor is self:
-            held = held | frozenset(rec.policy.limits)
+            held.update(rec.policy.limits)
         concurrency = frozenset(
             ident for ident, pool in zip(idents, pools, strict=True) if is_concurrency(pool)
         )
-        again = sorted(pool_label(ident) for ident in concurrency & held)
+        again = sorted(pool_label(ident) for ident in concurrency.intersection(held))
         if again:
             raise DeadlockError(
                 f"limited() asks for {', '.join(again)}, which this task already holds: "
@@ -768,7 +770,7 @@ class Supervisor:
             )
         limits = tuple(pool_parts(pool)[0] for pool in pools)
         request = await units.hold(idents, limits)
-        token = _held_pools.set((task, held | concurrency))
+        token = _held_pools.set((task, blocks | {(self, ident) for ident in concurrency}))
         try:
             with trio.CancelScope() as scope:
                 units.guard(request, scope)
