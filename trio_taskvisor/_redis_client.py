@@ -241,7 +241,7 @@ class _RedisConnection:
         reused = wire is not None
         if wire is None:
             written = False  # not on this socket
-            wire = self._wire = await self._open()
+            wire = self._wire = await self.open_wire()
         try:
             try:
                 if written:
@@ -255,14 +255,14 @@ class _RedisConnection:
                 # server closed it while it was idle (its timeout, a kill). Once more,
                 # on a fresh socket, as a pool would (the scripts' replays are safe).
                 await self.close()
-                wire = self._wire = await self._open()
+                wire = self._wire = await self.open_wire()
                 replies = await wire.call(commands)
         except BaseException:
             await self.close()  # where the next reply would start is unknown
             raise
         return replies
 
-    async def _open(self, *setup: _Command) -> _Wire:
+    async def open_wire(self, *setup: _Command) -> _Wire:
         """A socket to the server (a sentinel's primary confirming its role), past its
         handshake (``HELLO`` with the client's credentials and name, ``SELECT``) and
         the ``setup`` commands; bounded by ``_client_timeout``."""
@@ -317,7 +317,7 @@ class _RedisConnection:
         # is not the round trips' node, the next round trip fails and the keeper opens
         # a fresh connection and subscription. No reconnection here: a broken
         # subscription ends.
-        wire = await self._open((_head(b"SUBSCRIBE"), (channel,)))
+        wire = await self.open_wire((_head(b"SUBSCRIBE"), (channel,)))
         async with wire.stream:
             subscribed()
             while True:
@@ -385,6 +385,10 @@ def _pack(head: _Head, args: tuple[str, ...]) -> bytes:
 
 
 _INFO, _DEL, _WAIT = _head(b"INFO"), _head(b"DEL"), _head(b"WAIT")
+# the slots command's reads
+_MULTI, _EXEC, _SCAN, _TIME = _head(b"MULTI"), _head(b"EXEC"), _head(b"SCAN"), _head(b"TIME")
+_GET, _HGET, _HMGET, _HGETALL = _head(b"GET"), _head(b"HGET"), _head(b"HMGET"), _head(b"HGETALL")
+_PTTL, _LRANGE, _ZRANGE = _head(b"PTTL"), _head(b"LRANGE"), _head(b"ZRANGE")
 _MARKERS = frozenset(map(int, DataType))
 """The first bytes of the Redis protocol's replies (RESP3's type markers)."""
 
@@ -393,7 +397,7 @@ class _Wire:
     """One stream to the server and the replies read from it, parsed by coredis's
     parser (RESP3; strings decoded; an error reply is coredis's exception for it)."""
 
-    __slots__ = ("_head", "_parser", "_unsent", "received", "stream")
+    __slots__ = ("_head", "_parser", "_unsent", "received", "silence", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
@@ -402,12 +406,16 @@ class _Wire:
         self._head = b""  # the first bytes the server sent
         self.received = False
         """Whether anything came back since the last ``call`` (or ``send_nowait``) began."""
+        self.silence = math.inf
+        """Seconds a write or a read may wait for the server before ``TooSlowError`` (the
+        slots command's bound; the keeper bounds its round trips itself)."""
 
     async def call(self, commands: Sequence[_Command]) -> list[object]:
         """Send ``commands`` in one write; their replies, in order (a subscription's
         confirmation is its ``SUBSCRIBE``'s reply)."""
         self.received = False
-        await self.stream.send_all(_packed(commands))
+        with trio.fail_after(self.silence):
+            await self.stream.send_all(_packed(commands))
         return await self._replies(len(commands))
 
     def send_nowait(self, commands: Sequence[_Command]) -> bool:
@@ -448,7 +456,11 @@ class _Wire:
             reply = self._parser.parse(decode=True, encoding="utf-8")
             if not isinstance(reply, NotEnoughData):
                 return cast("tuple[DataType, object]", reply)
-            data = await self.stream.receive_some(65536)
+            if self.silence == math.inf:
+                data = await self.stream.receive_some(65536)
+            else:
+                with trio.fail_after(self.silence):
+                    data = await self.stream.receive_some(65536)
             if not data:
                 if self._parser.can_read() and self._head[0] not in _MARKERS:
                     # Bytes that make no reply are left, and the server's first answer
@@ -722,11 +734,6 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
         return f"refused {asked}"
     if isinstance(exc, InvalidResponse | ProtocolError):
         return "did not answer in the Redis protocol (is it a Redis server?)"
-    if any(isinstance(link, anyio.EndOfStream) for link in chain):
-        # coredis's connection (the slots command, the sentinels) reached the server,
-        # which closed it before a whole reply: a server of another protocol answers
-        # so when its answer holds no CRLF (coredis keeps no bytes to tell).
-        return "closed the connection before it answered"
     return "could not be reached"
 
 
@@ -770,18 +777,24 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
     """Read the leases, queues and heartbeats of ``store``'s namespace (a checkpoint).
 
     Plain read commands only (``SCAN``, then one ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL``,
-    ``LRANGE`` and ``GET``): no script is loaded, nothing is written, no client name is set.
-    Bounded by ``store.connect_timeout``; raises ``SlotStoreUnavailableError`` naming the
-    cause (chained) when the server cannot be read.
+    ``LRANGE`` and ``GET``), on a socket of its own as the keeper's (coredis's commands
+    cost about four times as much to build and read, and a namespace of 50,000 slots took
+    5 s): no script is loaded, nothing is written, no client name is set. Bounded by
+    ``store.connect_timeout`` of silence: connecting and the handshake within it, then
+    each wait for the server's bytes (so a large namespace takes as long as its replies
+    take to read); raises ``SlotStoreUnavailableError`` naming the cause (chained) when
+    the server cannot be read.
     """
     error: Exception | None = None
-    bound = trio.move_on_after(store.connect_timeout)
     try:
-        # Outside the bound: what is left of the client's errors once the bound took
-        # back its own cancellation (a group) is caught too.
-        with bound:
-            async with open_client(store) as client:
-                return await _read(client, store.key_prefix)
+        async with open_client(store) as client:
+            with trio.fail_after(store.connect_timeout):
+                wire = await _RedisConnection(client, store).open_wire()
+            try:
+                wire.silence = store.connect_timeout
+                return await _read(wire, store.key_prefix)
+            finally:
+                await trio.aclose_forcefully(wire.stream)
     except Exception as exc:
         error = (
             first_leaf(cast("ExceptionGroup[Exception]", exc))
@@ -789,8 +802,7 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
             else exc
         )
     url = store.safe_url
-    if bound.cancel_called or error is None:
-        # The client's error, if any, is its view of the bound's cancellation.
+    if isinstance(error, trio.TooSlowError):
         raise SlotStoreUnavailableError(
             f"slot store {url} did not answer within {store.connect_timeout!r} s"
         )
@@ -800,36 +812,57 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
     ) from error
 
 
-async def _scan(client: coredis.Redis[str], prefix: str) -> list[str]:
+async def _ask(wire: _Wire, *commands: _Command) -> list[Any]:
+    """The replies to ``commands`` (a ``MULTI``/``EXEC``'s: those of ``EXEC``); raise the
+    first error reply."""
+    replies: list[Any] = await wire.call(commands)
+    if commands and commands[0][0] == _MULTI:
+        done: Any = replies[-1]  # EXEC's array, or the error of an aborted transaction
+        if isinstance(done, BaseException):
+            raise done
+        replies = done
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies
+
+
+def _in_one(commands: list[_Command]) -> list[_Command]:
+    """``commands`` in one ``MULTI``/``EXEC``: the same moment of the server."""
+    return [(_MULTI, ()), *commands, (_EXEC, ())]
+
+
+async def _scan(wire: _Wire, prefix: str) -> list[str]:
     """Every key of the namespace (a key that exists for the whole scan is in it)."""
     pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
     keys: list[str] = []
-    cursor = 0
+    cursor = "0"
     while True:
-        cursor, batch = await client.scan(cursor, match=pattern, count=_SCAN_COUNT)
+        ((cursor, batch),) = await _ask(
+            wire, (_SCAN, (cursor, "MATCH", pattern, "COUNT", str(_SCAN_COUNT)))
+        )
         keys.extend(batch)
-        if cursor == 0:
+        if cursor == "0":
             return keys
 
 
-async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
-    keys = await _scan(client, prefix)
+async def _read(wire: _Wire, prefix: str) -> Namespace:
+    keys = await _scan(wire, prefix)
     lease_slots = sorted({k[len(prefix) + 6 :] for k in keys if k.startswith(prefix + "lease:")})
     queue_slots = sorted({k[len(prefix) + 2 :] for k in keys if k.startswith(prefix + "q:")})
     instances = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "hb:")})
     replies: list[Any] = []
     if keys:
         # One transaction: the leases, queues and heartbeats of the same moment.
-        async with client.pipeline(transaction=True) as pipe:
-            for slot in lease_slots:
-                pipe.hmget(f"{prefix}lease:{slot}", ["entry", "token", "stop"])
-                pipe.pttl(f"{prefix}lease:{slot}")
-            for slot in queue_slots:
-                pipe.lrange(f"{prefix}q:{slot}", 0, -1)
-            for instance in instances:
-                pipe.pttl(f"{prefix}hb:{instance}")
-                pipe.get(f"{prefix}hb:{instance}")
-        replies = list(pipe.results or ())
+        commands: list[_Command] = []
+        for slot in lease_slots:
+            key = f"{prefix}lease:{slot}"
+            commands += [(_HMGET, (key, "entry", "token", "stop")), (_PTTL, (key,))]
+        commands += [(_LRANGE, (f"{prefix}q:{slot}", "0", "-1")) for slot in queue_slots]
+        for instance in instances:
+            key = f"{prefix}hb:{instance}"
+            commands += [(_PTTL, (key,)), (_GET, (key,))]
+        replies = await _ask(wire, *_in_one(commands))
     at = iter(replies)
     leases: dict[str, Lease] = {}
     for slot in lease_slots:
@@ -839,17 +872,17 @@ async def _read(client: coredis.Redis[str], prefix: str) -> Namespace:
     heartbeats: dict[str, int] = {}
     lease_ttls: dict[str, int] = {}
     _heartbeats(instances, at, heartbeats, lease_ttls)
-    pools = await _read_pools(client, prefix, keys)
+    pools = await _read_pools(wire, prefix, keys)
     named = {instance_of(e) for q in queues.values() for e in q}
     named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
     # Instances that started after the scan: their heartbeat, read now.
     unknown = sorted(named - set(instances))
     if unknown:
-        async with client.pipeline(transaction=False) as pipe:
-            for instance in unknown:
-                pipe.pttl(f"{prefix}hb:{instance}")
-                pipe.get(f"{prefix}hb:{instance}")
-        _heartbeats(unknown, iter(pipe.results or ()), heartbeats, lease_ttls)
+        commands = []
+        for instance in unknown:
+            key = f"{prefix}hb:{instance}"
+            commands += [(_PTTL, (key,)), (_GET, (key,))]
+        _heartbeats(unknown, iter(await _ask(wire, *commands)), heartbeats, lease_ttls)
     return Namespace(leases, queues, heartbeats, pools, lease_ttls)
 
 
@@ -870,35 +903,25 @@ def _heartbeats(
             lease_ttls[instance] = int(held)
 
 
-async def _read_pools(
-    client: coredis.Redis[str], prefix: str, keys: list[str]
-) -> dict[str, PoolState]:
+async def _read_pools(wire: _Wire, prefix: str, keys: list[str]) -> dict[str, PoolState]:
     """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lg:``, ``lw:``, ``lu:``): a holder
     or a waiter is live while its instance's units' key holds the generation it carries;
     a pool's waiters are those of the groups (pool sets) in its ``lq:`` index."""
     pool_ids = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "lp:")})
     if not pool_ids:
         return {}
-    async with client.pipeline(transaction=True) as pipe:
-        pipe.time()
-        for pid in pool_ids:
-            pipe.hmget(f"{prefix}lp:{pid}", ["spec", "tat"])
-            pipe.hgetall(f"{prefix}lh:{pid}")
-            pipe.zrange(f"{prefix}lq:{pid}", 0, -1)
-    results: list[Any] = list(pipe.results or ())
-    # coredis (6.5-6.9) gives the server's TIME as a datetime whose sub-second part is
-    # the microseconds divided by 1000, taken as microseconds: that field holds
-    # milliseconds (at most 1000); a larger one is a fixed coredis's real microseconds.
-    stamp = results[0]
-    if stamp.microsecond <= 1000:
-        now_ms = math.floor(stamp.timestamp()) * 1000 + stamp.microsecond
-    else:
-        now_ms = stamp.timestamp() * 1000
+    commands: list[_Command] = [(_TIME, ())]
+    for pid in pool_ids:
+        commands += [
+            (_HMGET, (f"{prefix}lp:{pid}", "spec", "tat")),
+            (_HGETALL, (f"{prefix}lh:{pid}",)),
+            (_ZRANGE, (f"{prefix}lq:{pid}", "0", "-1")),
+        ]
+    results = await _ask(wire, *_in_one(commands))
+    seconds, micros = results[0]
+    now_ms = int(seconds) * 1000 + int(micros) / 1000
     groups = sorted({str(g) for k in range(len(pool_ids)) for g in results[3 + 3 * k]})
-    async with client.pipeline(transaction=False) as pipe:
-        for group in groups:
-            pipe.zrange(f"{prefix}lg:{group}", 0, -1)
-    lines: list[Any] = list(pipe.results or ())
+    lines = await _ask(wire, *((_ZRANGE, (f"{prefix}lg:{group}", "0", "-1")) for group in groups))
     members = {g: [str(w) for w in ws] for g, ws in zip(groups, lines, strict=True)}
     raw: list[tuple[str, list[str | None], dict[str, str], list[str]]] = []
     for k, pid in enumerate(pool_ids):
@@ -909,12 +932,11 @@ async def _read_pools(
     instances = sorted(
         {instance_of(h) for _, _, held, _ in raw for h in held} | {instance_of(w) for w in waiters}
     )
-    async with client.pipeline(transaction=False) as pipe:
-        for instance in instances:
-            pipe.get(f"{prefix}lu:{instance}")
-        for w in waiters:
-            pipe.hget(f"{prefix}lw:{w}", "gen")
-    replies: list[Any] = list(pipe.results or ())
+    replies = await _ask(
+        wire,
+        *((_GET, (f"{prefix}lu:{instance}",)) for instance in instances),
+        *((_HGET, (f"{prefix}lw:{w}", "gen")) for w in waiters),
+    )
     gens: dict[str, str | None] = dict(zip(instances, replies[: len(instances)], strict=True))
     waiter_gens: dict[str, str | None] = dict(zip(waiters, replies[len(instances) :], strict=True))
     pools: dict[str, PoolState] = {}

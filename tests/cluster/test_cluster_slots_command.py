@@ -15,6 +15,7 @@ fail and say so, rather than passing without having looked.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from redis_server import RedisServer, free_port, running_server
 from tmux import EXIT, tmux_server
 
 from trio_taskvisor import ConcurrencyLimit, ControllerSpec, EventKind, RateLimit
+from trio_taskvisor._redis_client import read_namespace
 from trio_taskvisor.redis import RedisSlotStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,17 +283,50 @@ async def test_a_silent_server_exits_2_after_connect_timeout() -> None:
     assert err == f"error: slot store {url} did not answer within 5.0 s\n"
 
 
-async def test_a_server_that_closes_before_answering_exits_2() -> None:
+async def test_a_server_of_another_protocol_exits_2() -> None:
     """A server of another protocol that answers without a CRLF and closes (Python's
-    ``http.server`` answers a page so): it was reached, so not "could not be reached"
-    (as it read before), but "closed the connection before it answered"."""
+    ``http.server`` answers a page so): named as ``open_supervisor`` names it, "did not
+    answer in the Redis protocol", where it read "could not be reached"."""
     async with tcp_server(b"<!DOCTYPE HTML>\n<p>Error code: 400</p>") as port:
         url = f"redis://127.0.0.1:{port}/0"
         status, out, err = await slots_command(url)
     assert (status, out) == (2, "")
     assert err.startswith(
-        f"error: slot store {url} closed the connection before it answered: ConnectionError: "
+        f"error: slot store {url} did not answer in the Redis protocol (is it a Redis"
+        " server?): InvalidResponse: the server closed the connection after b'<!DOCTYPE"
     ), err
+
+
+async def test_a_slow_read_is_bounded_by_silence_not_by_its_length() -> None:
+    """The read waits ``connect_timeout`` for each of the server's bytes, not for the
+    whole read: a server that sends its reply to ``SCAN`` a byte at a time, 0.1 s apart
+    (1.5 s in all), is read with ``connect_timeout=0.5`` (a large namespace takes as long
+    as its replies take to read; the whole read used to be bounded, and a namespace of
+    50,000 slots failed with "did not answer within 5.0 s")."""
+    hello = b"%1\r\n+server\r\n+valkey\r\n"
+    scan = b"*2\r\n$1\r\n0\r\n*0\r\n"  # cursor 0, no keys: an empty namespace
+
+    async def trickle(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)  # HELLO
+        await stream.send_all(hello)
+        await stream.receive_some(65536)  # SCAN
+        for byte in scan:
+            await trio.sleep(0.1)
+            await stream.send_all(bytes([byte]))
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), trickle, 0
+        )
+        port = listeners[0].socket.getsockname()[1]
+        store = RedisSlotStore(f"redis://127.0.0.1:{port}/0", connect_timeout=0.5)
+        started = time.monotonic()
+        with trio.fail_after(10):
+            namespace = await read_namespace(store)
+        assert time.monotonic() - started >= 1.4
+        nursery.cancel_scope.cancel(reason="the slow server is no longer needed")
+    assert (namespace.leases, namespace.queues, namespace.heartbeats) == ({}, {}, {})
 
 
 async def test_wrong_credentials_exit_2(

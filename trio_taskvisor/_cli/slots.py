@@ -211,12 +211,19 @@ def assemble(
                 queue=queue,
             )
         )
+    owned: dict[str, list[str]] = {}
+    queued: dict[str, int] = {}
+    for s in slots:  # in one pass: a namespace may hold 100,000 slots
+        if s.holder is not None:
+            owned.setdefault(s.holder, []).append(s.slot)
+        for q in s.queue:
+            queued[q.instance] = queued.get(q.instance, 0) + 1
     instances = tuple(
         InstanceRow(
             instance=instance,
             heartbeat_remaining=_seconds(pttl),
-            slots_owned=tuple(s.slot for s in slots if s.holder == instance),
-            queued=sum(q.instance == instance for s in slots for q in s.queue),
+            slots_owned=tuple(owned.get(instance, ())),
+            queued=queued.get(instance, 0),
             units_held=units.get(instance, 0),
             lease_ttl=ttls[instance] / 1000 if instance in ttls else None,
         )
