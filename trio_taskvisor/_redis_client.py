@@ -814,17 +814,20 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
 
 async def _ask(wire: _Wire, *commands: _Command) -> list[Any]:
     """The replies to ``commands`` (a ``MULTI``/``EXEC``'s: those of ``EXEC``); raise the
-    first error reply."""
+    first error reply (in a transaction, a command refused as it was queued comes before
+    the ``EXECABORT`` it causes)."""
     replies: list[Any] = await wire.call(commands)
     if commands and commands[0][0] == _MULTI:
-        done: Any = replies[-1]  # EXEC's array, or the error of an aborted transaction
-        if isinstance(done, BaseException):
-            raise done
-        replies = done
+        _raise_first(replies)
+        replies = replies[-1]
+    _raise_first(replies)
+    return replies
+
+
+def _raise_first(replies: list[Any]) -> None:
     for reply in replies:
         if isinstance(reply, BaseException):
             raise reply
-    return replies
 
 
 def _in_one(commands: list[_Command]) -> list[_Command]:

@@ -244,6 +244,26 @@ async def test_a_user_who_may_only_read_can_run_it(
     assert without_times(as_reader[1]) == without_times(as_default[1])
 
 
+async def test_a_user_who_may_not_run_a_read_command_is_told_so(
+    quiet_server: RedisServer, namespace: str
+) -> None:
+    """A user without ``PTTL``: status 2, the ACL refusal named (not the transaction's
+    ``EXECABORT`` that it causes)."""
+    store = RedisSlotStore(quiet_server.url, namespace=namespace, lease_ttl=60.0)
+    async with coredis.Redis.from_url(quiet_server.url, decode_responses=True) as client:
+        await fill(client, store)
+        rules = ("on", f">{PASSWORD}", "~*", "&*", "-@all", "+@read", "+@connection")
+        await client.acl_setuser(USER, *rules, "+multi", "+exec", "-pttl")
+        reader = f"redis://{USER}:{PASSWORD}@127.0.0.1:{quiet_server.port}/0"
+        status, out, err = await slots_command(reader, "--namespace", namespace)
+    assert (status, out) == (2, "")
+    assert err.endswith(
+        "refused the read commands to this user (an ACL permission is missing): "
+        f"AuthorizationError: User {USER} has no permissions to run the 'pttl' command\n"
+    ), err
+    assert PASSWORD not in err
+
+
 async def test_a_namespace_with_pattern_characters_reads_only_its_own_keys(
     redis_server: RedisServer, client: coredis.Redis[str], namespace: str
 ) -> None:
