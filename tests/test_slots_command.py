@@ -12,7 +12,10 @@ import subprocess
 import sys
 
 import pytest
+import trio
 
+from trio_taskvisor import SlotStoreUnavailableError
+from trio_taskvisor._cli import slots
 from trio_taskvisor._cli.slots import (
     ClusterView,
     InstanceRow,
@@ -23,6 +26,7 @@ from trio_taskvisor._cli.slots import (
     render,
     to_json,
 )
+from trio_taskvisor.redis import RedisSlotStore
 
 from helpers import ROOT
 
@@ -202,6 +206,30 @@ def test_unbounded_text_cuts_nothing() -> None:
     joined = "\n".join(text(view))
     assert "…" not in joined
     assert all(row.instance in joined for row in view.instances)
+
+
+async def test_watch_waits_longer_after_a_long_read(
+    autojump_clock: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--watch`` reads every ``REFRESH`` s, or after ``PACE`` times the last read's
+    time, failed or not: a large namespace's read is one long ``EXEC`` that the server
+    serves nothing else during, and the view must not keep it busy."""
+    took = {"seconds": 0.0}
+
+    async def read_cluster(store: object) -> ClusterView:
+        await trio.sleep(took["seconds"])
+        if took["seconds"] > 1:
+            raise SlotStoreUnavailableError("slot store URL did not answer within 2.0 s")
+        return ClusterView((), ())
+
+    monkeypatch.setattr(slots, "read_cluster", read_cluster)
+    watch = slots._Watch(RedisSlotStore("redis://127.0.0.1"), ClusterView((), ()), 0.0)
+    assert watch.pause == slots.REFRESH == 0.5
+    for seconds, pause in ((0.05, 0.5), (0.3, 1.2), (2.0, 8.0), (0.0, 0.5)):
+        took["seconds"] = seconds
+        await watch.read()
+        assert watch.pause == pause
+    assert watch.error is None
 
 
 # -- errors that need no server ------------------------------------------------------------------

@@ -8,11 +8,12 @@ units held and by whom, live waiters, and a rate pool's time until its next star
 
 * By default one snapshot is printed as text; ``--json`` prints it as one JSON document
   (``to_json``: top-level keys ``slots``, ``instances``, ``pools``); ``--watch`` redraws
-  it every ``REFRESH`` seconds until Ctrl+C (exit status 0), live with ``rich`` when it
-  is installed and stdout is a terminal (fitted to the terminal: 80x24 and up), else
-  by clearing the screen and printing again (into a pipe: frame after frame, whole).
-  While watching, a failed read leaves the last view (its title says when it was read)
-  with the cause under the title, and the next refresh tries again.
+  it every ``REFRESH`` seconds (or, after a read that took long, ``PACE`` times that
+  read's time) until Ctrl+C (exit status 0), live with ``rich`` when it is installed and
+  stdout is a terminal (fitted to the terminal: 80x24 and up), else by clearing the
+  screen and printing again (into a pipe: frame after frame, whole). While watching, a
+  failed read leaves the last view (its title says when it was read) with the cause under
+  the title, and the next refresh tries again.
 * It reads with plain commands only: ``SCAN`` for the namespace's keys, then one
   ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL``, ``LRANGE`` and ``GET`` (one consistent
   snapshot of the leases, queues and heartbeats it found), and ``PTTL`` and ``GET`` of
@@ -61,7 +62,8 @@ if TYPE_CHECKING:
 
     from ..redis import RedisSlotStore
 
-REFRESH: Final = 0.5  # seconds between two reads of --watch
+REFRESH: Final = 0.5  # seconds between two reads of --watch, at least
+PACE: Final = 4  # --watch waits this many times a read's duration before the next
 REDIS_EXTRA: Final = "the slots command needs the redis extra: pip install 'trio_taskvisor[redis]'"
 
 # -- the snapshot -------------------------------------------------------------------------------
@@ -595,8 +597,13 @@ class _Watch:
         self.read_at = read_at
         self.error: str | None = None
         self._failing_since: float | None = None
+        self.pause = REFRESH
+        """Seconds until the next read: ``PACE`` times the last read's, at least ``REFRESH``
+        (a read of a large namespace is one long ``EXEC`` on the server: 50,000 slots,
+        about 130 ms, during which it serves nothing else)."""
 
     async def read(self) -> None:
+        started = trio.current_time()
         try:
             self.view = await read_cluster(self.store)
         except SlotStoreUnavailableError as exc:
@@ -608,6 +615,8 @@ class _Watch:
             self.error = f"UNAVAILABLE since {since}: {cause}"
         else:
             self.read_at, self.error, self._failing_since = time.time(), None, None
+        finally:
+            self.pause = max(REFRESH, PACE * (trio.current_time() - started))
 
     def lines(self, width: int | None, height: int | None) -> list[Line]:
         title = _title(self.store, self.read_at)
@@ -628,7 +637,7 @@ async def _watch_rich(watch: _Watch) -> None:
             size = console.size
             # One line short of the terminal: the last frame stays whole above the prompt.
             live.update(_rich_frame(watch.lines(size.width, size.height - 1)), refresh=True)
-            await trio.sleep(REFRESH)
+            await trio.sleep(watch.pause)
             await watch.read()
 
 
@@ -645,7 +654,7 @@ async def _watch_plain(watch: _Watch) -> None:
                 print("\x1b[H\x1b[2J" + text, flush=True)
             else:
                 print(_text_of(watch.lines(None, None)) + "\n", flush=True)
-            await trio.sleep(REFRESH)
+            await trio.sleep(watch.pause)
             await watch.read()
 
 
