@@ -598,15 +598,18 @@ class _Watch:
         self.error: str | None = None
         self._failing_since: float | None = None
         self.pause = REFRESH
-        """Seconds until the next read: ``PACE`` times the last read's, at least ``REFRESH``
-        (a read of a large namespace is one long ``EXEC`` on the server: 50,000 slots,
-        about 130 ms, during which it serves nothing else)."""
+        """Seconds until the next read: ``PACE`` times the last successful read's, at least
+        ``REFRESH`` (a read of a large namespace is one long ``EXEC`` on the server: 50,000
+        slots, about 130 ms, during which it serves nothing else). After a failed read,
+        ``REFRESH``: the view shows the recovery soon (a read that timed out took
+        ``connect_timeout`` of the server's silence, and cost it nothing)."""
 
     async def read(self) -> None:
         started = trio.current_time()
         try:
             self.view = await read_cluster(self.store)
         except SlotStoreUnavailableError as exc:
+            self.pause = REFRESH
             if self._failing_since is None:
                 self._failing_since = time.time()
             since = time.strftime("%H:%M:%S", time.localtime(self._failing_since))
@@ -615,7 +618,6 @@ class _Watch:
             self.error = f"UNAVAILABLE since {since}: {cause}"
         else:
             self.read_at, self.error, self._failing_since = time.time(), None, None
-        finally:
             self.pause = max(REFRESH, PACE * (trio.current_time() - started))
 
     def lines(self, width: int | None, height: int | None) -> list[Line]:
