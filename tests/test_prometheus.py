@@ -8,10 +8,11 @@ pytest.importorskip("prometheus_client")
 
 import trio
 import trio.testing
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from trio_taskvisor import (
     ConcurrencyLimit,
+    ConfigError,
     ControllerConfig,
     ControllerSpec,
     EventKind,
@@ -189,6 +190,27 @@ def test_unregister_removes_every_metric() -> None:
     registry = CollectorRegistry()
     PrometheusSubscriber(registry).unregister()
     assert list(registry.collect()) == []
+    PrometheusSubscriber(registry)
+
+
+def test_a_second_subscriber_of_one_namespace_is_told_what_to_do() -> None:
+    """Two subscribers of one namespace in one registry (a test suite that makes one per
+    test with the default registry): ``ConfigError`` naming the way out, and the
+    registry left as the first one made it. Before, prometheus_client's "Duplicated
+    timeseries" alone."""
+    registry = CollectorRegistry()
+    first = PrometheusSubscriber(registry)
+    before = generate_latest(registry)
+    with pytest.raises(ConfigError, match=r"already has metrics named as this subscriber's"):
+        PrometheusSubscriber(registry)
+    assert generate_latest(registry) == before
+    # A metric of the application's own under the gauges' names: the same, nothing left.
+    clash = CollectorRegistry()
+    Gauge("taskvisor_slots", "the application's own", registry=clash)
+    with pytest.raises(ConfigError, match="unregister"):
+        PrometheusSubscriber(clash)
+    assert [m.name for m in clash.collect()] == ["taskvisor_slots"]
+    first.unregister()
     PrometheusSubscriber(registry)
 
 

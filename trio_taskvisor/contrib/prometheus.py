@@ -77,27 +77,33 @@ Decisions the design leaves open:
   for the listed slots, ``"other"`` for every other slot, and ``""`` for work added with
   ``add`` (no slot). Do not list a slot called ``"other"``.
 * ``registry=None`` means ``prometheus_client.REGISTRY``, as for ``prometheus_client``'s
-  own metrics; two subscribers with the same ``namespace`` cannot share a registry.
-  ``unregister()`` removes this subscriber's metrics from its registry.
+  own metrics; two subscribers with the same ``namespace`` cannot share a registry (the
+  second raises ``ConfigError`` and registers nothing; so does a subscriber whose metric
+  names the registry already holds). ``unregister()`` removes this subscriber's metrics
+  from its registry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 import attrs
 import trio
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .._config import check_capacity
 from .._events import EventKind, TaskEvent
+from .._exceptions import ConfigError
 from .._outcome import OutcomeKind, RejectionKind
 from .._slots import SlotStatus
 from .._supervisor import Supervisor
 
 __all__ = ["PrometheusSubscriber"]
+
+M = TypeVar("M", bound=Collector)
 
 _RESULTS: Final = {
     EventKind.ATTEMPT_SUCCEEDED: "succeeded",
@@ -170,68 +176,104 @@ class PrometheusSubscriber:
             values = [*sorted(self.slot_labels), _OTHER, _NO_SLOT]
             self._slot_values = tuple((value,) for value in values)
         registry = self.registry
-        self._attempts = Counter(
-            "attempts",
-            "Attempts that ended, by result.",
-            ("result", *slot),
-            namespace=namespace,
-            registry=registry,
-        )
-        self._durations = Histogram(
-            "attempt_duration_seconds",
-            "Duration of attempts that ended, by result.",
-            ("result", *slot),
-            namespace=namespace,
-            registry=registry,
-            buckets=buckets,
-        )
-        self._outcomes = Counter(
-            "outcomes",
-            "Final task outcomes, by kind.",
-            ("outcome", *slot),
-            namespace=namespace,
-            registry=registry,
-        )
-        self._rejections = Counter(
-            "rejections",
-            "Rejected work, by rejection kind.",
-            ("rejection", *slot),
-            namespace=namespace,
-            registry=registry,
-        )
-        self._forced_exits = Counter(
-            "forced_exits",
-            "Force-aborted tasks that physically exited.",
-            slot,
-            namespace=namespace,
-            registry=registry,
-        )
-        self._leases = Counter(
-            "lease_acquisitions",
-            "Cluster slot leases acquired by this process (a new owner each).",
-            slot,
-            namespace=namespace,
-            registry=registry,
-        )
-        self._lost_leases = Counter(
-            "lease_losses",
-            "Owners forced because their cluster slot lease was lost.",
-            slot,
-            namespace=namespace,
-            registry=registry,
-        )
-        self._outages = Counter(
-            "store_outages",
-            "Outages of the slot store (counted once each, when they begin).",
-            namespace=namespace,
-            registry=registry,
-        )
-        self._missed = Counter(
-            "metrics_missed_events",
-            "Events this subscriber lost to a full queue (its counters miss them).",
-            namespace=namespace,
-            registry=registry,
-        )
+        self._collectors: list[Collector] = []
+
+        def made(metric: M) -> M:
+            self._collectors.append(metric)
+            return metric
+
+        try:
+            self._attempts = made(
+                Counter(
+                    "attempts",
+                    "Attempts that ended, by result.",
+                    ("result", *slot),
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._durations = made(
+                Histogram(
+                    "attempt_duration_seconds",
+                    "Duration of attempts that ended, by result.",
+                    ("result", *slot),
+                    namespace=namespace,
+                    registry=registry,
+                    buckets=buckets,
+                )
+            )
+            self._outcomes = made(
+                Counter(
+                    "outcomes",
+                    "Final task outcomes, by kind.",
+                    ("outcome", *slot),
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._rejections = made(
+                Counter(
+                    "rejections",
+                    "Rejected work, by rejection kind.",
+                    ("rejection", *slot),
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._forced_exits = made(
+                Counter(
+                    "forced_exits",
+                    "Force-aborted tasks that physically exited.",
+                    slot,
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._leases = made(
+                Counter(
+                    "lease_acquisitions",
+                    "Cluster slot leases acquired by this process (a new owner each).",
+                    slot,
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._lost_leases = made(
+                Counter(
+                    "lease_losses",
+                    "Owners forced because their cluster slot lease was lost.",
+                    slot,
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._outages = made(
+                Counter(
+                    "store_outages",
+                    "Outages of the slot store (counted once each, when they begin).",
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._missed = made(
+                Counter(
+                    "metrics_missed_events",
+                    "Events this subscriber lost to a full queue (its counters miss them).",
+                    namespace=namespace,
+                    registry=registry,
+                )
+            )
+            self._gauges = _GaugeCollector(self, self._sample)
+            registry.register(self._gauges)
+            self._collectors.append(self._gauges)
+        except ValueError as exc:  # prometheus_client: "Duplicated timeseries ..."
+            self.unregister()
+            raise ConfigError(
+                f"the registry already has metrics named as this subscriber's ({namespace}_"
+                "...): give each subscriber of one registry a namespace of its own, or "
+                "unregister() the earlier one (a test that makes one per test does so at "
+                f"its end): {exc}"
+            ) from exc
         for labels in self._slot_values:
             if labels:
                 self._forced_exits.labels(*labels)
@@ -245,8 +287,6 @@ class PrometheusSubscriber:
             if labels:
                 self._leases.labels(*labels)
                 self._lost_leases.labels(*labels)
-        self._gauges = _GaugeCollector(self, self._sample)
-        self.registry.register(self._gauges)
 
     def __repr__(self) -> str:
         return f"<PrometheusSubscriber namespace={self.namespace!r} name={self.name!r}>"
@@ -258,18 +298,8 @@ class PrometheusSubscriber:
 
     def unregister(self) -> None:
         """Remove every metric of this subscriber from its registry."""
-        for collector in (
-            self._attempts,
-            self._durations,
-            self._outcomes,
-            self._rejections,
-            self._forced_exits,
-            self._leases,
-            self._lost_leases,
-            self._outages,
-            self._missed,
-            self._gauges,
-        ):
+        collectors, self._collectors = self._collectors, []
+        for collector in collectors:
             self.registry.unregister(collector)
 
     async def on_event(self, event: TaskEvent) -> None:
