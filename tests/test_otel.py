@@ -329,11 +329,6 @@ def test_traced_returns_an_async_function_with_the_wrapped_name() -> None:
     TaskSpec.once("t", wrapped)
 
 
-def test_traced_rejects_non_callables() -> None:
-    with pytest.raises(TypeError, match="async callable"):
-        traced(42)  # type: ignore[arg-type]
-
-
 async def test_outside_an_attempt_the_span_has_no_task_attributes(
     tracer: Tracer, exporter: InMemorySpanExporter
 ) -> None:
@@ -417,3 +412,29 @@ async def test_stopped_attempt_whose_nursery_raises_keyboard_interrupt_is_cancel
             await sup.cancel("b")
     (attempt,) = spans(exporter, "b")
     assert attr(attempt, "taskvisor.attempt.result") == "cancelled"
+
+
+def sync_work() -> None:
+    pass
+
+
+async def async_work() -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("make", "shown"),
+    [
+        pytest.param(lambda: sync_work, "synchronous", id="sync"),
+        pytest.param(lambda: lambda: async_work(), "<lambda>", id="lambda"),
+        pytest.param(lambda: async_work(), "coroutine object", id="coroutine"),
+        pytest.param(lambda: 42, "42", id="int"),
+    ],
+)
+def test_traced_checks_its_function_as_a_task_spec_does(make: Any, shown: str) -> None:
+    """``traced`` of what is no async function raises at once, as ``TaskSpec`` does:
+    its wrapper is always async, and a synchronous function used to pass and fail
+    only when an attempt awaited what it returned."""
+    with pytest.raises(TypeError, match="task function must be") as info:
+        traced(make())
+    assert shown in str(info.value)

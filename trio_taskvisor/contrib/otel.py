@@ -80,6 +80,7 @@ from .._events import EventKind, TaskEvent
 from .._exceptions import FatalError, TaskCancelled, split_cancelled
 from .._outcome import OutcomeKind, TaskId
 from .._record import TaskRecord, current_task_context
+from .._spec import check_async_callable
 
 __all__ = ["TracingSubscriber", "traced"]
 
@@ -115,9 +116,11 @@ def traced(
     """Wrap ``fn`` so each call (each attempt) runs in its own span.
 
     The span is a child of the span current in the submitter's captured context.
+    ``fn`` is checked as a ``TaskSpec`` checks its function (``TypeError`` for a
+    synchronous function, a lambda, a coroutine object, ...): the wrapper itself is
+    always an async function, which would hide the mistake until an attempt ran.
     """
-    if not callable(fn):
-        raise TypeError(f"traced() needs an async callable, got {fn!r}")
+    check_async_callable(fn)
     the_tracer = tracer if tracer is not None else trace.get_tracer("trio_taskvisor")
     name = span_name if span_name is not None else getattr(fn, "__qualname__", None)
     if not isinstance(name, str) or not name:
