@@ -103,7 +103,7 @@ from .._supervisor import Supervisor
 
 __all__ = ["PrometheusSubscriber"]
 
-M = TypeVar("M", bound=Collector)
+_M = TypeVar("_M", bound=Collector)
 
 _RESULTS: Final = {
     EventKind.ATTEMPT_SUCCEEDED: "succeeded",
@@ -178,7 +178,7 @@ class PrometheusSubscriber:
         registry = self.registry
         self._collectors: list[Collector] = []
 
-        def made(metric: M) -> M:
+        def made(metric: _M) -> _M:
             self._collectors.append(metric)
             return metric
 
