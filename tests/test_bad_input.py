@@ -568,6 +568,23 @@ async def test_regression_event_recorder_wait_for_unknown_kind_raises_at_once(
     assert event.kind is EventKind.TASK_FINISHED
 
 
+async def test_regression_event_recorder_unknown_field_raises_at_once(
+    autojump_clock: Any,
+) -> None:
+    """A misspelled field (``nmae=``) used to wait for ever: it matched no event, and
+    the recorder's own delivery failed on it. Now ``TypeError`` at the call, naming the
+    fields there are, for ``of`` too."""
+    recorder = EventRecorder()
+    async with open_supervisor(subscribers=[recorder]) as sup:
+        await sup.add(TaskSpec.once("job", async_fn))
+        with pytest.raises(TypeError, match=r"TaskEvent has no field 'nmae'; its fields: .*name"):
+            await recorder.wait_for(EventKind.TASK_FINISHED, nmae="job")
+        with pytest.raises(TypeError, match="'nmae'"):
+            recorder.of(EventKind.TASK_FINISHED, nmae="job")
+        await recorder.wait_for(EventKind.TASK_FINISHED, name="job")
+    assert recorder.of(EventKind.SUBSCRIBER_FAILED) == []
+
+
 def test_regression_args_string_is_not_split_into_characters() -> None:
     with pytest.raises(TypeError, match="'abc'"):
         TaskSpec("job", async_fn, "abc")

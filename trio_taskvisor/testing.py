@@ -6,8 +6,9 @@ constructed outside ``trio.run``, so a pytest fixture can build it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
+import attrs
 import trio
 
 from ._config import check_capacity
@@ -27,6 +28,20 @@ def _kind(kind: EventKind | str) -> EventKind:
         return EventKind(kind)
     except ValueError:
         raise ConfigError(f"unknown event kind {kind!r}") from None
+
+
+_FIELDS: Final = frozenset(attrs.fields_dict(TaskEvent))
+
+
+def _check_fields(fields: dict[str, Any]) -> None:
+    """A field that no ``TaskEvent`` has fails at the call: it would match nothing, and
+    ``wait_for`` would wait for ever."""
+    unknown = sorted(fields.keys() - _FIELDS)
+    if unknown:
+        raise TypeError(
+            f"TaskEvent has no field {', '.join(map(repr, unknown))}; "
+            f"its fields: {', '.join(sorted(_FIELDS))}"
+        )
 
 
 def _matches(event: TaskEvent, kind: EventKind, fields: dict[str, Any]) -> bool:
@@ -57,16 +72,20 @@ class EventRecorder:
         return [e.kind for e in self.events if not wanted or e.kind in wanted]
 
     def of(self, kind: EventKind | str, **fields: Any) -> list[TaskEvent]:
-        """Recorded events of ``kind`` whose attributes equal ``fields``."""
+        """Recorded events of ``kind`` whose attributes equal ``fields`` (``TypeError``
+        for a name that is no ``TaskEvent`` field)."""
         kind = _kind(kind)
+        _check_fields(fields)
         return [e for e in self.events if _matches(e, kind, fields)]
 
     async def wait_for(self, kind: EventKind | str, **fields: Any) -> TaskEvent:
         """Return the first recorded match, waiting for one if there is none yet.
 
-        A checkpoint. ``kind`` is an ``EventKind`` or its string value.
+        A checkpoint. ``kind`` is an ``EventKind`` or its string value; ``TypeError``
+        for a field name that is no ``TaskEvent`` field (it would wait for ever).
         """
         kind = _kind(kind)
+        _check_fields(fields)
         for event in self.events:
             if _matches(event, kind, fields):
                 await trio.lowlevel.checkpoint()
