@@ -553,6 +553,13 @@ def test_event_recorder_accepts_the_string_value_of_a_kind() -> None:
     recorder = EventRecorder()
     assert recorder.of("task_added") == []
     assert recorder.kinds() == []
+    assert recorder.kinds("task_added") == []
+
+
+def test_regression_event_recorder_kinds_checks_the_kinds_it_filters_by() -> None:
+    """``kinds("task_addded")`` used to return ``[]``, whatever was recorded."""
+    with pytest.raises(ConfigError, match="task_addded"):
+        EventRecorder().kinds("task_addded")  # type: ignore[arg-type]
 
 
 async def test_regression_event_recorder_wait_for_unknown_kind_raises_at_once(

@@ -68,8 +68,10 @@ class EventRecorder:
                 wake.set()
 
     def kinds(self, *wanted: EventKind) -> list[EventKind]:
-        """The kinds of the recorded events in order, only ``wanted`` ones if given."""
-        return [e.kind for e in self.events if not wanted or e.kind in wanted]
+        """The kinds of the recorded events in order, only ``wanted`` ones if given (each
+        an ``EventKind`` or its string value, checked as ``of`` checks its ``kind``)."""
+        kinds = {_kind(kind) for kind in wanted}
+        return [e.kind for e in self.events if not kinds or e.kind in kinds]
 
     def of(self, kind: EventKind | str, **fields: Any) -> list[TaskEvent]:
         """Recorded events of ``kind`` whose attributes equal ``fields`` (``TypeError``
