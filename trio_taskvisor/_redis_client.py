@@ -241,7 +241,7 @@ class _RedisConnection:
         reused = wire is not None
         if wire is None:
             written = False  # not on this socket
-            wire = self._wire = await self.open_wire()
+            wire = self._wire = await open_wire(self._client, self._store)
         try:
             try:
                 if written:
@@ -255,60 +255,12 @@ class _RedisConnection:
                 # server closed it while it was idle (its timeout, a kill). Once more,
                 # on a fresh socket, as a pool would (the scripts' replays are safe).
                 await self.close()
-                wire = self._wire = await self.open_wire()
+                wire = self._wire = await open_wire(self._client, self._store)
                 replies = await wire.call(commands)
         except BaseException:
             await self.close()  # where the next reply would start is unknown
             raise
         return replies
-
-    async def open_wire(self, *setup: _Command) -> _Wire:
-        """A socket to the server (a sentinel's primary confirming its role), past its
-        handshake (``HELLO`` with the client's credentials and name, ``SELECT``) and
-        the ``setup`` commands; bounded by ``_client_timeout``."""
-        pool = self._client.connection_pool
-        options = pool.connection_kwargs
-        hello = ["3"]
-        username, password = options.get("username"), options.get("password")
-        if username or password:
-            hello += ["AUTH", username or "default", password or ""]
-        if (name := options.get("client_name")) is not None:
-            hello += ["SETNAME", name]
-        commands: list[_Command] = [(_head(b"HELLO"), tuple(hello))]
-        if db := options.get("db"):
-            commands.append((_head(b"SELECT"), (str(db),)))
-        location: TCPLocation
-        role_at: int | None = None  # where the ROLE reply is, under Sentinel
-        if isinstance(pool, SentinelConnectionPool):
-            role_at = len(commands)
-            commands.append((_head(b"ROLE"), ()))
-            location = await pool.get_primary_location()  # bounded per sentinel
-        else:
-            location = cast("TCPLocation", pool.location)
-        timeout = _client_timeout(self._store)
-        try:
-            with trio.fail_after(timeout):
-                wire = _Wire(await _open_stream(location, options.get("ssl_context")))
-        except trio.TooSlowError:
-            # As coredis's own connection errors: its ConnectionError, the cause chained.
-            late = TimeoutError(f"{timeout:g} s passed")
-            raise RedisConnectionError(f"no connection to {location} in time") from late
-        except (OSError, trio.BrokenResourceError) as exc:
-            # trio's BrokenResourceError of a failed TLS handshake says nothing itself.
-            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else None
-            raise RedisConnectionError(f"no connection to {location}") from (cause or exc)
-        try:
-            # A silent server is the keeper's to time out ("did not answer"); only a
-            # subscription's confirmation has the client's own bound.
-            with trio.fail_after(timeout if setup else math.inf):
-                replies = await wire.call([*commands, *setup])
-            _check_handshake(replies, role_at, location)
-        except BaseException as exc:
-            await trio.aclose_forcefully(wire.stream)
-            if isinstance(exc, trio.TooSlowError):
-                raise TimeoutError(f"no confirmation within {timeout:g} s") from None
-            raise
-        return wire
 
     async def subscribe(
         self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
@@ -317,13 +269,63 @@ class _RedisConnection:
         # is not the round trips' node, the next round trip fails and the keeper opens
         # a fresh connection and subscription. No reconnection here: a broken
         # subscription ends.
-        wire = await self.open_wire((_head(b"SUBSCRIBE"), (channel,)))
+        wire = await open_wire(self._client, self._store, (_head(b"SUBSCRIBE"), (channel,)))
         async with wire.stream:
             subscribed()
             while True:
                 kind, value = await wire.next()
                 if kind == DataType.PUSH and cast("list[object]", value)[0] == "message":
                     deliver(str(cast("list[object]", value)[2]))
+
+
+async def open_wire(client: coredis.Redis[str], store: RedisSlotStore, *setup: _Command) -> _Wire:
+    """A socket to ``client``'s server (a sentinel's primary confirming its role), past
+    its handshake (``HELLO`` with the client's credentials and name, ``SELECT``) and
+    the ``setup`` commands; bounded by ``_client_timeout``. The keeper's connection and
+    the slots command's reads open theirs here."""
+    pool = client.connection_pool
+    options = pool.connection_kwargs
+    hello = ["3"]
+    username, password = options.get("username"), options.get("password")
+    if username or password:
+        hello += ["AUTH", username or "default", password or ""]
+    if (name := options.get("client_name")) is not None:
+        hello += ["SETNAME", name]
+    commands: list[_Command] = [(_head(b"HELLO"), tuple(hello))]
+    if db := options.get("db"):
+        commands.append((_head(b"SELECT"), (str(db),)))
+    location: TCPLocation
+    role_at: int | None = None  # where the ROLE reply is, under Sentinel
+    if isinstance(pool, SentinelConnectionPool):
+        role_at = len(commands)
+        commands.append((_head(b"ROLE"), ()))
+        location = await pool.get_primary_location()  # bounded per sentinel
+    else:
+        location = cast("TCPLocation", pool.location)
+    timeout = _client_timeout(store)
+    try:
+        with trio.fail_after(timeout):
+            wire = _Wire(await _open_stream(location, options.get("ssl_context")))
+    except trio.TooSlowError:
+        # As coredis's own connection errors: its ConnectionError, the cause chained.
+        late = TimeoutError(f"{timeout:g} s passed")
+        raise RedisConnectionError(f"no connection to {location} in time") from late
+    except (OSError, trio.BrokenResourceError) as exc:
+        # trio's BrokenResourceError of a failed TLS handshake says nothing itself.
+        cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else None
+        raise RedisConnectionError(f"no connection to {location}") from (cause or exc)
+    try:
+        # A silent server is the keeper's to time out ("did not answer"); only a
+        # subscription's confirmation has the client's own bound.
+        with trio.fail_after(timeout if setup else math.inf):
+            replies = await wire.call([*commands, *setup])
+        _check_handshake(replies, role_at, location)
+    except BaseException as exc:
+        await trio.aclose_forcefully(wire.stream)
+        if isinstance(exc, trio.TooSlowError):
+            raise TimeoutError(f"no confirmation within {timeout:g} s") from None
+        raise
+    return wire
 
 
 _name = itemgetter(0)
@@ -792,7 +794,7 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
     try:
         async with open_client(store) as client:
             with trio.fail_after(store.connect_timeout):
-                wire = await _RedisConnection(client, store).open_wire()
+                wire = await open_wire(client, store)
             try:
                 wire.silence = store.connect_timeout
                 return await _read(wire, store.key_prefix)
