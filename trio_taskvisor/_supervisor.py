@@ -973,16 +973,16 @@ class Supervisor:
     def _on_signal(self, signum: int) -> None:
         if self._received_signal is None:
             self._received_signal = signum
+        reason = f"received {signal.Signals(signum).name}"
         if self._body_scope is None:
             # The background is starting: cut reaching the store short (``_lifetime``
             # handles a signal that came once it had answered).
-            self._reaching.cancel(reason=f"received {signal.Signals(signum).name}")
-            return
-        if self._shutdown.started:
+            self._reaching.cancel(reason=reason)
+        elif self._shutdown.started:
             self._registry.force_all()
-            return
-        self._start_shutdown(explicit=True)
-        self._body_scope.cancel(reason=f"received {signal.Signals(signum).name}")
+        else:
+            self._start_shutdown(explicit=True)
+            self._body_scope.cancel(reason=reason)
 
 
 class PreparedSubmission(Generic[T_co]):
