@@ -867,9 +867,7 @@ async def _read(wire: _Wire, prefix: str) -> Namespace:
             key = f"{prefix}lease:{slot}"
             commands += [(_HMGET, (key, "entry", "token", "stop")), (_PTTL, (key,))]
         commands += [(_LRANGE, (f"{prefix}q:{slot}", "0", "-1")) for slot in queue_slots]
-        for instance in instances:
-            key = f"{prefix}hb:{instance}"
-            commands += [(_PTTL, (key,)), (_GET, (key,))]
+        commands += _heartbeat_reads(prefix, instances)
         replies = await _ask(wire, *_in_one(commands))
     at = iter(replies)
     leases: dict[str, Lease] = {}
@@ -886,12 +884,14 @@ async def _read(wire: _Wire, prefix: str) -> Namespace:
     # Instances that started after the scan: their heartbeat, read now.
     unknown = sorted(named - set(instances))
     if unknown:
-        commands = []
-        for instance in unknown:
-            key = f"{prefix}hb:{instance}"
-            commands += [(_PTTL, (key,)), (_GET, (key,))]
-        _heartbeats(unknown, iter(await _ask(wire, *commands)), heartbeats, lease_ttls)
+        replies = await _ask(wire, *_heartbeat_reads(prefix, unknown))
+        _heartbeats(unknown, iter(replies), heartbeats, lease_ttls)
     return Namespace(leases, queues, heartbeats, pools, lease_ttls)
+
+
+def _heartbeat_reads(prefix: str, instances: Iterable[str]) -> list[_Command]:
+    """The ``PTTL`` and ``GET`` of each instance's heartbeat, as ``_heartbeats`` takes them."""
+    return [(cmd, (f"{prefix}hb:{instance}",)) for instance in instances for cmd in (_PTTL, _GET)]
 
 
 def _heartbeats(
