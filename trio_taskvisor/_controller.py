@@ -910,9 +910,11 @@ class Controller:
 
     async def close_store(self) -> None:
         """The registry has ended: flush the keeper's withdrawals and releases and stop it
-        (bounded by the store's ``connect_timeout``)."""
+        (bounded by the store's ``connect_timeout``). Blocks of tasks outside the
+        supervisor that still hold cluster units then lose them."""
         if self.keeper is not None:
             await self.keeper.aclose()
+            self._registry.store_closed()
 
     def _rejected(
         self, entry: Entry[TaskRecord], kind: RejectionKind, reason: str | None = None

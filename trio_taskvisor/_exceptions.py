@@ -94,6 +94,8 @@ class LeaseLostError(RuntimeError):
     Raised into the block at once (from its next checkpoint) when this process could not
     renew its units on the slot store's server for ``0.8 * lease_ttl``: another process
     may hold them now. The message names the pools: ``"limit lease lost: <pools>"``.
+    Also raised into a block of a task outside the supervisor that still holds its units
+    when the supervisor's shutdown ends: nothing renews them from then on.
     """
 
 

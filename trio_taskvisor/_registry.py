@@ -598,13 +598,33 @@ class _Units:
         remote = self.remote.get(rid)
         if remote is None or not remote.granted:
             return
-        labels = ", ".join(map(pool_label, remote.idents))
-        remote.lost = f"limit lease lost: {labels}"
+        self._lose(remote, f"limit lease lost: {', '.join(map(pool_label, remote.idents))}")
+
+    def _lose(self, remote: _Remote, reason: str) -> None:
+        remote.lost = reason
         if remote.rec is not None:
             assert self.lose is not None
-            self.lose(remote.rec, remote.lost)
+            self.lose(remote.rec, reason)
         elif remote.scope is not None:
-            remote.scope.cancel(reason=remote.lost)
+            remote.scope.cancel(reason=reason)
+
+    def lose_blocks(self) -> None:
+        """The keeper has stopped: blocks still holding cluster units (tasks outside the
+        supervisor) lose them, as nothing renews them now. Another process takes them
+        once their lease expires; ``LeaseLostError`` tells the block before that."""
+        for remote in self.remote.values():
+            if remote.rec is None and remote.granted and remote.lost is None:
+                labels = [pool_label(i) for i in remote.idents if self._holds(i)]
+                if labels:
+                    self._lose(
+                        remote,
+                        f"limit lease lost: {', '.join(labels)}"
+                        " (the supervisor's shutdown ended during the block)",
+                    )
+
+    def _holds(self, pool: PoolId) -> bool:
+        """Whether a unit of ``pool`` is held (a rate pool's start holds nothing)."""
+        return not isinstance(self.table.settings(pool[0]), RateLimit)
 
     def remote_usage(self) -> dict[PoolId, list[int]]:
         """``pool -> [held, waiting]`` of this process's requests to the cluster."""
@@ -612,10 +632,9 @@ class _Units:
         for remote in self.remote.values():
             for ident in remote.idents:
                 row = usage.setdefault(ident, [0, 0])
-                limit = self.table.settings(ident[0])
                 if not remote.granted:
                     row[1] += 1
-                elif remote.lost is None and not isinstance(limit, RateLimit):
+                elif remote.lost is None and self._holds(ident):
                     row[0] += 1
         return usage
 
@@ -761,6 +780,11 @@ class Registry:
             )
         if self._intake_closed:
             raise SupervisorClosedError
+
+    def store_closed(self) -> None:
+        """The keeper has stopped: ``limited`` blocks still holding cluster units lose them."""
+        if self._units is not None:
+            self._units.lose_blocks()
 
     def close_intake(self) -> None:
         """The shutdown began: refuse intake from now on (``limited`` blocks included)."""

@@ -70,6 +70,14 @@ Decisions the design leaves open:
   other than 1, or autojump) is a ``ConfigError`` at ``open_supervisor``, before
   anything starts (DESIGN says only that cluster tests use the real clock): its
   server expires leases in real time, which the keeper counts on this run's clock.
+* A ``limited()`` block of a task outside the supervisor (another nursery) that still
+  holds cluster units when the shutdown ends, its keeper stopped, has them lost:
+  ``LeaseLostError`` is raised into it, its reason ending "(the supervisor's shutdown
+  ended during the block)". Nothing renews the units from then on, so another process
+  takes them once their lease expires; before, the block ran on meanwhile, and a pool
+  of capacity 1 was held twice. The units are not released (the block may still be
+  running until its next checkpoint): they expire, as a forced owner's lease does.
+  Without a slot store such a block runs on (the pools die with the supervisor).
 """
 
 from __future__ import annotations

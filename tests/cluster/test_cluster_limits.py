@@ -23,6 +23,7 @@ from trio_taskvisor import (
     OutcomeKind,
     RateLimit,
     SlotStoreUnavailableError,
+    Supervisor,
     TaskSpec,
     TaskState,
     open_supervisor,
@@ -388,3 +389,39 @@ async def test_a_long_held_unit_keeps_its_pool_on_the_server(
             await recorder_b.wait_for(EventKind.LIMIT_ACQUIRED)
         await b.remove("b")
         await waiter.wait()
+
+
+async def test_a_block_that_outlives_its_supervisor_loses_its_units(
+    store: RedisSlotStore,
+) -> None:
+    """A block of another nursery still holding a cluster unit when its supervisor's
+    shutdown ends gets ``LeaseLostError`` then: nothing renews the unit any more, and
+    another instance takes it once its lease expires. Before, the block ran on, and the
+    other instance entered while it was still inside (a capacity of 1 held twice)."""
+    pool = ConcurrencyLimit("outlived", 1)
+    order: list[str] = []
+    async with replica(store) as (b, _), trio.open_nursery() as nursery:
+        entered = trio.Event()
+
+        async def first(sup: Supervisor) -> None:
+            try:
+                async with sup.limited(pool):
+                    order.append("a in")
+                    entered.set()
+                    await trio.sleep(4 * TTL)
+                order.append("a out")
+            except LeaseLostError as exc:
+                order.append(f"a: {exc}")
+
+        async with replica(store) as (a, _):
+            nursery.start_soon(first, a)
+            await entered.wait()
+        closed_at = trio.current_time()
+        async with b.limited(pool):
+            order.append("b in")
+            assert trio.current_time() - closed_at < 2 * TTL
+    assert order == [
+        "a in",
+        "a: limit lease lost: outlived (the supervisor's shutdown ended during the block)",
+        "b in",
+    ]
