@@ -46,6 +46,7 @@ import trio.testing
 from trio_taskvisor import (
     AdmissionPolicy,
     BackoffPolicy,
+    ConcurrencyLimit,
     ConfigError,
     ControllerConfig,
     ControllerSpec,
@@ -1140,3 +1141,37 @@ def test_regression_demo_duration_message_names_the_rule_not_a_function(
     error = capsys.readouterr().err
     assert f"argument --duration: must be {shown} of seconds, got {given!r}" in error
     assert "_seconds" not in error
+
+
+async def test_regression_a_context_manager_entered_twice_says_to_call_again(
+    autojump_clock: Any,
+) -> None:
+    """``open_supervisor()``, ``sup.events()`` and ``sup.limited()`` each make one
+    ``async with`` block, as trio's ``CancelScope`` does. A second ``async with`` of the
+    same object (``block = sup.limited(pool)`` kept for a loop) is a ``RuntimeError``
+    that says to call again; before, it was contextlib's ``AttributeError`` about
+    ``args``. The first block was not disturbed, and the supervisor keeps working."""
+    pool = ConcurrencyLimit("reused", 1)
+    manager = open_supervisor()
+    async with manager as sup:
+        block = sup.limited(pool)
+        async with block:
+            pass
+        with pytest.raises(RuntimeError, match=r"^sup\.limited\(\.\.\.\) makes one 'async with'"):
+            async with block:
+                pass
+        stream = sup.events()
+        async with stream:
+            with pytest.raises(RuntimeError, match=r"^sup\.events\(\) makes one 'async with'"):
+                async with stream:
+                    pass
+        assert sup.limit_snapshot() == ()
+        async with sup.limited(pool):
+            assert [view.held for view in sup.limit_snapshot()] == [1]
+    with pytest.raises(
+        RuntimeError,
+        match=r"^open_supervisor\(\.\.\.\) makes one 'async with' block, and this one was "
+        r"entered already: call it again for another$",
+    ):
+        async with manager:
+            pass

@@ -90,7 +90,8 @@ import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, cast
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, cast, final
 
 import attrs
 import trio
@@ -142,6 +143,7 @@ _held_pools: ContextVar[tuple[trio.lowlevel.Task | None, frozenset[tuple[object,
     ContextVar("_held_pools", default=(None, frozenset()))
 )
 T = TypeVar("T")
+_Exit = TypeVar("_Exit", bound=bool | None)  # what a context manager's __aexit__ returns
 T_co = TypeVar("T_co", covariant=True)
 Ts = TypeVarTuple("Ts")
 _CRITICAL_KINDS = (OutcomeKind.FAILED, OutcomeKind.FATAL, OutcomeKind.PANICKED)
@@ -738,8 +740,7 @@ class Supervisor:
 
     # -- limits ------------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def limited(self, *pools: Pool) -> AsyncGenerator[None]:
+    def limited(self, *pools: Pool) -> AbstractAsyncContextManager[None]:
         """Run a block of code holding one unit of every pool in ``pools``, all at once.
 
         Waits until every pool has room (oldest waiter first, as attempts do), then
@@ -754,6 +755,10 @@ class Supervisor:
         settings or a pool named twice, and ``SupervisorClosedError`` once the shutdown
         has begun (a block still waiting then raises it at once).
         """
+        return _Once(self._limited(*pools), "sup.limited(...)")
+
+    @asynccontextmanager
+    async def _limited(self, *pools: Pool) -> AsyncGenerator[None]:
         self._check_open()
         if not pools:
             raise TypeError("limited() takes at least one pool")
@@ -849,7 +854,7 @@ class Supervisor:
     ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[TaskEvent]]:
         """Open a stream of later events; a full stream drops, like a subscriber."""
         check_capacity("capacity", capacity)
-        return self._bus.stream(capacity)
+        return _Once(self._bus.stream(capacity), "sup.events()")
 
     # -- shutdown ------------------------------------------------------------------------------
 
@@ -1082,7 +1087,38 @@ def open_supervisor(
     checkers see the code after the block as reachable even when the body never ends by
     itself (``await trio.sleep_forever()``).
     """
-    return _lifetime(config, subscribers, handle_signals)
+    return _Once(_lifetime(config, subscribers, handle_signals), "open_supervisor(...)")
+
+
+@final
+class _Once(Generic[T, _Exit]):
+    """An async context manager made by a generator, for one ``async with`` block: the
+    second of the same object raises ``RuntimeError``, as trio's ``CancelScope`` does,
+    saying to call again (contextlib's own is an ``AttributeError`` about ``args``)."""
+
+    __slots__ = ("_entered", "_manager", "_what")
+
+    def __init__(self, manager: AbstractAsyncContextManager[T, _Exit], what: str) -> None:
+        self._manager = manager
+        self._what = what
+        self._entered = False
+
+    async def __aenter__(self) -> T:
+        if self._entered:
+            raise RuntimeError(
+                f"{self._what} makes one 'async with' block, and this one was entered "
+                "already: call it again for another"
+            )
+        self._entered = True
+        return await self._manager.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> _Exit:
+        return await self._manager.__aexit__(exc_type, exc, tb)
 
 
 def _lifetime(
