@@ -962,6 +962,78 @@ async def test_intake_from_another_thread_raises_and_changes_nothing(
     assert not bound.cancelled_caught
 
 
+@pytest.mark.parametrize(
+    ("call", "through"),
+    [
+        pytest.param(lambda sup, w: w.wait(), "waiter.wait", id="waiter-wait"),
+        pytest.param(lambda sup, w: sup.wait_idle(), "sup.wait_idle", id="wait-idle"),
+        pytest.param(lambda sup, w: sup.wait_closing(), "sup.wait_closing", id="wait-closing"),
+        pytest.param(lambda sup, w: sup.shutdown(), "sup.shutdown", id="shutdown"),
+        pytest.param(lambda sup, w: sup.remove("held"), "sup.remove, target", id="remove"),
+        pytest.param(lambda sup, w: sup.cancel("held"), "sup.cancel, target", id="cancel"),
+        pytest.param(
+            lambda sup, w: sup.cancel_slot("s"), "sup.cancel_slot, slot", id="cancel-slot"
+        ),
+        pytest.param(
+            lambda sup, w: sup.wait_slot_idle("s"), "sup.wait_slot_idle, slot", id="wait-slot-idle"
+        ),
+        pytest.param(
+            lambda sup, w: sup.cluster_slot("s"), "sup.cluster_slot, slot", id="cluster-slot"
+        ),
+        pytest.param(
+            lambda sup, w: sup.cluster_limit(ConcurrencyLimit("c", 1)),
+            "sup.cluster_limit, pool",
+            id="cluster-limit",
+        ),
+        pytest.param(lambda sup, w: sup.events(), "sup.events", id="events"),
+    ],
+)
+async def test_regression_waits_from_another_trio_run_raise_at_once(
+    autojump_clock: Any, call: Callable[[Supervisor, TaskWaiter[Any]], Any], through: str
+) -> None:
+    """A supervisor's waits awaited in a trio run of another thread raise
+    ``RuntimeError`` at once, naming the way through ``trio.from_thread``, and change
+    nothing. Before, ``waiter.wait()`` and ``wait_idle()`` waited for ever (the other run
+    parked on the supervisor's events), and the supervisor's run then crashed with
+    trio's bare ``AssertionError`` when it set them; ``remove`` and ``cancel`` answered
+    ``False`` for a task that was there; ``shutdown()`` raised "Nursery is closed to new
+    arrivals"; ``cluster_slot`` said the store "is closed"."""
+    gate = trio.Event()
+
+    async def held() -> None:
+        await gate.wait()
+
+    with trio.CancelScope() as bound:
+        async with supervisor(controller=ControllerConfig()) as sup:
+            waiter = await sup.add(TaskSpec.once("held", held))
+
+            async def elsewhere() -> None:
+                with trio.fail_after(10):  # a liveness bound, on that run's real clock
+                    await invoke(lambda sup: call(sup, waiter), sup)
+
+            def in_a_run_of_its_own() -> None:
+                trio.run(elsewhere)
+
+            with pytest.raises(RuntimeError) as info:
+                await trio.to_thread.run_sync(in_a_run_of_its_own)
+            name = through.partition(",")[0]
+            advice = (
+                "read the stream in a task of that run (or give it a subscriber)"
+                if name == "sup.events"
+                else f"from another thread, go through trio.from_thread.run({through})"
+            )
+            assert str(info.value) == (
+                f"{name}() works only in the thread of the supervisor's trio run; {advice}"
+            )
+            bound.deadline = trio.current_time() + 60
+            assert not sup.closing
+            assert [info.name for info in sup.list()] == ["held"]
+            gate.set()
+            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+            await assert_still_works(sup)
+    assert not bound.cancelled_caught
+
+
 async def test_intake_from_another_thread_through_trio_from_thread_works(
     autojump_clock: Any,
 ) -> None:

@@ -781,6 +781,19 @@ class Registry:
         if self._intake_closed:
             raise SupervisorClosedError
 
+    def check_thread(self, call: str, advice: str | None = None) -> None:
+        """``RuntimeError`` for ``call`` in a thread other than the supervisor's: a trio
+        run of its own there would park on this run's events (never woken, then
+        crashing this run when they are set). ``call``: what ``trio.from_thread.run``
+        takes instead (``"sup.remove, target"``), unless ``advice`` says otherwise."""
+        if threading.get_ident() != self._thread:
+            name = call.partition(",")[0]
+            if advice is None:
+                advice = f"from another thread, go through trio.from_thread.run({call})"
+            raise RuntimeError(
+                f"{name}() works only in the thread of the supervisor's trio run; {advice}"
+            )
+
     def store_closed(self) -> None:
         """The keeper has stopped: ``limited`` blocks still holding cluster units lose them."""
         if self._units is not None:

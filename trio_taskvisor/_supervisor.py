@@ -302,6 +302,7 @@ class Supervisor:
 
         Always a checkpoint.
         """
+        self._registry.check_thread("sup.wait_closing")
         await self._shutdown.begun.wait()
 
     # -- the background -------------------------------------------------------------------
@@ -477,6 +478,7 @@ class Supervisor:
         ``True`` only to the caller that claimed the stop; ``False`` for unknown,
         finished or already-stopping targets. Works during and after shutdown.
         """
+        self._registry.check_thread("sup.remove, target")
         claimed, _ = await self._stop(target)
         return claimed
 
@@ -486,6 +488,7 @@ class Supervisor:
         ``True`` only to the claimer. Bound the wait with ``trio.move_on_after``: the
         stop continues when the caller leaves.
         """
+        self._registry.check_thread("sup.cancel, target")
         claimed, rec = await self._stop(target)
         if rec is not None:
             await rec.wait()
@@ -540,6 +543,7 @@ class Supervisor:
         store, ``SlotStoreUnavailableError`` when the server does not answer within
         ``connect_timeout``.
         """
+        self._registry.check_thread("sup.cluster_slot, slot")
         controller = self._require_controller("cluster_slot")
         if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"slot must be a str, got {slot!r}")
@@ -685,6 +689,7 @@ class Supervisor:
         withdrawn all the same, and the stop request is sent once the server answers).
         Cancelling the caller does not stop the cancel.
         """
+        self._registry.check_thread("sup.cancel_slot, slot")
         controller = self._require_controller("cancel_slot")
         _check_slot(slot)
         controller.check_not_owner(slot, "cancel_slot")
@@ -705,6 +710,7 @@ class Supervisor:
         in a cluster slot, ``SlotStoreUnavailableError`` when the server does not answer
         within ``connect_timeout``.
         """
+        self._registry.check_thread("sup.wait_slot_idle, slot")
         controller = self._require_controller("wait_slot_idle")
         _check_slot(slot)
         controller.check_not_owner(slot, "wait_slot_idle")
@@ -809,6 +815,7 @@ class Supervisor:
         anything but a limit or a ``LimitKey``, and ``SlotStoreUnavailableError`` when
         the server does not answer within ``connect_timeout``.
         """
+        self._registry.check_thread("sup.cluster_limit, pool")
         limit, key = pool_parts(pool)
         keeper = self._keeper
         if keeper is None:
@@ -836,6 +843,7 @@ class Supervisor:
 
     async def wait_idle(self) -> None:
         """Wait until no task is registered or alive and no add or submission is in flight."""
+        self._registry.check_thread("sup.wait_idle")
         registry = self._registry.idle
         controller = None if self._controller is None else self._controller.idle
         await trio.lowlevel.checkpoint()
@@ -854,6 +862,9 @@ class Supervisor:
     ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[TaskEvent]]:
         """Open a stream of later events; a full stream drops, like a subscriber."""
         check_capacity("capacity", capacity)
+        self._registry.check_thread(
+            "sup.events", "read the stream in a task of that run (or give it a subscriber)"
+        )
         return _Once(self._bus.stream(capacity), "sup.events()")
 
     # -- shutdown ------------------------------------------------------------------------------
@@ -864,6 +875,7 @@ class Supervisor:
         Raises ``GraceExceededError`` if any task had to be forced; every caller gets
         the same result. Cancelling a caller does not stop the shutdown.
         """
+        self._registry.check_thread("sup.shutdown")
         self._start_shutdown(explicit=True)
         await self._shutdown.wait()
 

@@ -51,6 +51,10 @@ class WaitGuard(Protocol):
     ``wait()`` reads it before calling ``caller()``: most waits are made outside attempts,
     and this spares them a call (benchmark row 1a awaits every waiter)."""
 
+    def check_thread(self, call: str) -> None:
+        """Raise ``RuntimeError`` for ``call`` (``"waiter.wait"``) in a thread other than
+        the supervisor's: it would park a task of another trio run on its events."""
+
     def caller(self) -> object | None:
         """The attempt making the current call if its waits are checked, else ``None``."""
 
@@ -175,9 +179,11 @@ class TaskWaiter(Generic[T_co]):
         when a later change closes the cycle.
         """
         if self._outcome is None:
+            guard = self._guard
+            if guard is not None:
+                guard.check_thread("waiter.wait")
             if self._event is None:
                 self._event = trio.Event()
-            guard = self._guard
             if guard is None or guard.attempt_context.get(None) is None:
                 caller = None
             else:
@@ -222,9 +228,11 @@ class TaskWaiter(Generic[T_co]):
         if isinstance(placement, Placement):
             await trio.lowlevel.checkpoint()
             return placement
+        guard = self._guard
+        if guard is not None:
+            guard.check_thread("waiter.wait_placed")
         if placement is None:
             placement = self._placement = trio.Event()
-        guard = self._guard
         caller = None if guard is None else guard.caller()
         if caller is None:
             await placement.wait()

@@ -109,6 +109,10 @@ class WaitChecker:
 
     # -- the guard (a waiter's task) -----------------------------------------------------------
 
+    def check_thread(self, call: str) -> None:
+        """``RuntimeError`` for ``call`` outside the thread of the supervisor's run."""
+        self._registry.check_thread(call)
+
     def caller(self) -> TaskRecord | None:
         """The running attempt of this supervisor making the call, or ``None``."""
         rec = current_task_context.get(None)
