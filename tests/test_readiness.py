@@ -133,6 +133,43 @@ async def test_a_second_started_in_one_attempt_raises(autojump_clock: trio.abc.C
     assert errors == ["called 'started' twice on the same task status"]
 
 
+async def test_regression_started_from_a_worker_thread_raises_and_start_learns_the_outcome() -> (
+    None
+):
+    """``task_status.started()`` called in a worker thread raises ``RuntimeError`` naming
+    ``trio.from_thread``, before it changes anything; the task then fails and ``start``
+    raises ``OutcomeError`` for it. Before, the status was marked called and the event
+    half set (trio's "must be called from async context" came after): ``start`` waited
+    for ever, though the task's outcome was committed. The real clock: a worker thread
+    runs in real time, and the autojump clock would jump while it does."""
+    errors: list[str] = []
+
+    async def binds_in_a_thread(*, task_status: trio.TaskStatus[int]) -> None:
+        try:
+            await trio.to_thread.run_sync(task_status.started, 8080)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+            raise
+        await trio.sleep_forever()
+
+    async def through_trio(*, task_status: trio.TaskStatus[int]) -> None:
+        await trio.to_thread.run_sync(trio.from_thread.run_sync, task_status.started, 8080)
+        await trio.sleep_forever()
+
+    with trio.fail_after(10):  # a liveness bound
+        async with supervisor() as sup:
+            with pytest.raises(OutcomeError) as info:
+                await sup.start(TaskSpec.once("wrong", binds_in_a_thread))
+            assert info.value.outcome.kind is OutcomeKind.FAILED
+            waiter = await sup.start(TaskSpec.once("right", through_trio))
+            assert waiter.started_value == 8080
+            await sup.cancel("right")
+    assert errors == [
+        "task_status.started() works only in the thread of the supervisor's trio run; from "
+        "a worker thread, go through trio.from_thread.run_sync(task_status.started, value)"
+    ]
+
+
 async def test_start_raises_outcome_error_for_a_task_that_completes_unready(
     autojump_clock: trio.abc.Clock,
 ) -> None:

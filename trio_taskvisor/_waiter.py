@@ -26,7 +26,9 @@ Decisions the design leaves open:
   A second ``started()`` on one attempt's status raises ``RuntimeError`` in every
   attempt, as trio's does; the first ``started()`` of a later attempt, once readiness
   was reached, does nothing. A ``started()`` after the outcome is final (a forced task
-  still running) does nothing either.
+  still running) does nothing either. A ``started()`` in a worker thread raises
+  ``RuntimeError`` before it changes anything (trio's ``Event.set`` there would take
+  the caller of ``start`` off the event, then fail to wake it).
 * ``outcome_nowait()`` (which ``wait()`` ends with) marks the waiter observed: the pytest
   plugin's unobserved-failure check reads that mark.
 """
@@ -34,6 +36,7 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 import contextvars
+import threading
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
@@ -71,13 +74,14 @@ class WaitGuard(Protocol):
 class Readiness:
     """The readiness handshake of work started with ``start`` (``task_status``)."""
 
-    __slots__ = ("event", "reached", "value")
+    __slots__ = ("event", "reached", "thread", "value")
 
     def __init__(self) -> None:
         self.reached = False
         self.value: Any = None
         # Set by the first counting started(), or by the final outcome.
         self.event = trio.Event()
+        self.thread = threading.get_ident()  # the supervisor's trio run's
 
     def status(self) -> AttemptStatus:
         """A fresh status for one attempt."""
@@ -103,8 +107,15 @@ class AttemptStatus:
         """Report readiness: ``Supervisor.start`` returns, ``started_value`` is ``value``.
 
         Only the first attempt that calls it counts. Raises ``RuntimeError`` when called
-        twice in the same attempt.
+        twice in the same attempt, and in a thread other than the supervisor's (a worker
+        thread goes through ``trio.from_thread.run_sync``), before it changes anything.
         """
+        if threading.get_ident() != self._readiness.thread:
+            raise RuntimeError(
+                "task_status.started() works only in the thread of the supervisor's trio "
+                "run; from a worker thread, go through "
+                "trio.from_thread.run_sync(task_status.started, value)"
+            )
         if self._called:
             raise RuntimeError("called 'started' twice on the same task status")
         self._called = True
