@@ -237,7 +237,8 @@ class ClusterLimitInfo:
     """Attempts and ``limited`` blocks waiting for the pool, cluster-wide."""
     next_start_in: float | None
     """A rate pool's seconds until it allows a start (0.0 if now); ``None`` for a
-    concurrency pool."""
+    concurrency pool. At most ``1e9`` (about 31.7 years, the longest the server's
+    scripts count; a ``per`` that long is the only way past it)."""
 
 
 def limit_view(limit: Limit, key: str | None, held: int, waiting: int) -> LimitView:

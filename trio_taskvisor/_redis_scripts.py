@@ -559,6 +559,10 @@ local function now_ms()
 end
 local NOW = now_ms()
 local function num(x) return string.format('%.17g', x) end
+-- The longest wait or expiry a reply or a PEXPIRE carries, in ms (about 31.7 years): a
+-- rate pool's next start may lie further away (``per`` is any finite number), but cjson
+-- prints numbers from 1e14 with an exponent, and redis.call's from 1e17.
+local FAR = 1e12
 -- Every key below but lx, lu and lttl expires LIVE after its last write or renewal:
 -- twice the lease of any instance it counts for (the longest in use, lttl), so a live
 -- holder's or waiter's keys never expire before its instance's units do, and a
@@ -854,7 +858,7 @@ local function tidy(p)
       redis.call('DEL', lk)
     else
       redis.call('HSET', lk, 'spec', p.spec)
-      local ms = math.ceil(p.tat - NOW) + 1
+      local ms = math.min(math.ceil(p.tat - NOW) + 1, FAR)
       if waiting and ms < LIVE then ms = LIVE end
       redis.call('PEXPIRE', lk, ms)
     end
@@ -929,7 +933,7 @@ local function acquire(me, w, pairs_)
   end
   if waiting then keep_waiter(w, pids) else add_waiter(w, pids, g) end
   for _, pid in ipairs(pids) do pool(pid).touched = true end
-  return {'waiting', g, retry and math.ceil(retry) or false, blocked}
+  return {'waiting', g, retry and math.min(math.ceil(retry), FAR) or false, blocked}
 end
 
 -- give back w's units (a concurrency pool's); then grant what fits in its pools (also
@@ -1006,7 +1010,7 @@ do
           else
             redis.call('HSET', lk, 'tat', string.format('%.17g', tat))
           end
-          redis.call('PEXPIRE', lk, math.ceil(tat - now) + 1)
+          redis.call('PEXPIRE', lk, math.min(math.ceil(tat - now) + 1, 1e12))  -- FAR
         else
           if not live then
             local mine = tonumber(ARGV[2])
@@ -1113,7 +1117,7 @@ for i, n in pairs(per) do holders[#holders + 1] = i; holders[#holders + 1] = n e
 local n = live_waiters(pid, false)
 local next_ms = false
 if not p.cap then next_ms = room_in(p) end
-return {p.spec, holders, n, next_ms and math.ceil(next_ms)}
+return {p.spec, holders, n, next_ms and math.min(math.ceil(next_ms), FAR)}
 """
 
 

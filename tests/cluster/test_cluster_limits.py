@@ -425,3 +425,25 @@ async def test_a_block_that_outlives_its_supervisor_loses_its_units(
         "a: limit lease lost: outlived (the supervisor's shutdown ended during the block)",
         "b in",
     ]
+
+
+@pytest.mark.parametrize("per", [1e15, 1e300])
+async def test_a_rate_pool_of_a_very_long_period_waits_and_says_how_long(
+    store: RedisSlotStore, per: float
+) -> None:
+    """A rate pool whose next start is further away than the server's numbers print
+    (``per`` finite, as the contract allows) waits, and ``next_start_in`` says about 31.7
+    years (the longest the scripts count). Before, ``per=1e15`` crashed the supervisor
+    (the waiter's renewal reply read ``1e+18``, which the keeper could not parse) and
+    ``per=1e300`` was refused by the server ("value is not an integer or out of
+    range"), its failed acquisitions left waiting on the server."""
+    pool = RateLimit("far", 1, per=per)
+    async with replica(store) as (sup, _):
+        async with sup.limited(pool):
+            pass
+        with trio.move_on_after(2 * TTL) as waited:  # two renewals of the waiting block
+            async with sup.limited(pool):
+                pytest.fail("a second start within the period")
+        assert waited.cancelled_caught
+        info = await sup.cluster_limit(pool)
+        assert (info.held, info.waiting, info.next_start_in) == (0, 0, 1e9)
