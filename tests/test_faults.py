@@ -64,8 +64,10 @@ from trio_taskvisor import (
     TaskState,
     TaskWaiter,
     current_context,
+    open_supervisor,
     run,
 )
+from trio_taskvisor._registry import Registry
 from trio_taskvisor.testing import EventRecorder
 
 from helpers import (
@@ -1149,3 +1151,30 @@ async def test_cancelled_keyed_call_whose_body_nursery_raises_on_the_stop(
         assert scope.cancelled_caught
         assert trio.current_time() == 1.0
         assert await sup.run_in_slot("k", trio.sleep, 0) is None  # the slot is free again
+
+
+async def test_regression_an_internal_error_propagates_alone(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor's own loop that raises (a bug: here the registry's commit of an
+    outcome, patched to raise) ends ``open_supervisor`` with that error alone. Before,
+    the shutdown's start then failed too, with trio's "Nursery is closed to new
+    arrivals", in the same group."""
+    bug = ValueError("an internal bug")
+
+    def commit(*args: object) -> None:
+        raise bug
+
+    async def service() -> None:
+        async with open_supervisor() as sup:
+            monkeypatch.setattr(Registry, "_commit", commit)
+            await sup.add(TaskSpec.once("quick", trio.sleep, 1.0))
+            await trio.sleep(5.0)
+
+    with pytest.raises(ExceptionGroup) as info:
+        await service()
+    # the bug, and nothing else, in trio's nested groups
+    assert info.value.subgroup(lambda exc: exc is bug) is not None
+    others = info.value.subgroup(lambda e: not isinstance(e, BaseExceptionGroup) and e is not bug)
+    assert others is None
+    assert trio.current_time() == 1.0

@@ -61,12 +61,17 @@ class Shutdown:
         self.stuck: tuple[str, ...] = ()
 
     def start(self, nursery: trio.Nursery, *, explicit: bool) -> None:
-        """Begin the workflow in ``nursery`` unless it has begun; close intake at once."""
+        """Begin the workflow in ``nursery`` unless it has begun; close intake at once.
+
+        A background that already ended (a loop of the supervisor raised: a bug) has
+        nothing left to run: its error is the one that propagates."""
         if self.started:
             return
         self.started = True
         self.begun.set()
         self._registry.close_intake()
+        if self.done.is_set():
+            return
         if explicit and self._bus.active:
             self._bus.publish(EventKind.SHUTDOWN_REQUESTED)
         nursery.start_soon(self._run, name="taskvisor shutdown")
