@@ -187,6 +187,34 @@ async def test_a_wait_for_oneself_raises(autojump_clock: Any) -> None:
     assert body.error == f"wait-for cycle: task {ref(me)} waits for {ref(me)}"
 
 
+async def test_regression_wait_idle_inside_an_attempt_raises(autojump_clock: Any) -> None:
+    """``wait_idle()`` inside an attempt of the same supervisor could never return (the
+    caller is alive until it does): ``DeadlockError`` at once. Before, it waited for ever.
+    Inside another supervisor's attempt it waits as usual."""
+    errors: list[str] = []
+
+    async with supervisor() as sup, supervisor() as other:
+
+        async def waits_for_idle(target: Supervisor) -> str:
+            try:
+                await target.wait_idle()
+            except DeadlockError as exc:
+                errors.append(str(exc))
+                return "deadlock"
+            return f"idle at {trio.current_time()}"
+
+        await other.add(once("busy", job, 2.0))
+        me = await sup.add(once("me", waits_for_idle, sup))
+        with trio.fail_after(60):
+            assert (await me.wait()).value == "deadlock"
+        assert trio.current_time() == 0.0
+        outside = await sup.add(once("outside", waits_for_idle, other))
+        assert (await outside.wait()).value == "idle at 2.0"
+    assert errors == [
+        f"task 'me' ({me.id}) is alive: wait_idle() from inside it would wait for the task itself"
+    ]
+
+
 # -- permit edges ------------------------------------------------------------------------------
 
 

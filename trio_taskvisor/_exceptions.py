@@ -73,6 +73,9 @@ class DeadlockError(RuntimeError):
     work cannot start or finish until the caller's own attempt ends (work queued behind
     the caller's slot, a ``max_concurrent`` permit only the caller could free, two slots
     waiting for each other). The message names every task on the cycle, from the caller.
+    Also raised by ``Supervisor.wait_idle()`` inside an attempt of the same supervisor
+    (the caller's own task is alive until it returns), and by ``limited()`` asking for a
+    concurrency pool the caller already holds.
     """
 
 

@@ -70,6 +70,10 @@ Decisions the design leaves open:
   other than 1, or autojump) is a ``ConfigError`` at ``open_supervisor``, before
   anything starts (DESIGN says only that cluster tests use the real clock): its
   server expires leases in real time, which the keeper counts on this run's clock.
+* ``wait_idle()`` inside an attempt of the same supervisor (or a task spawned in one)
+  raises ``DeadlockError`` at once (DESIGN lists the waits on other work that the
+  cycle rule covers, and not this one): the caller's own task is alive until the call
+  returns, so it could never return. Before, it waited for ever.
 * A ``limited()`` block of a task outside the supervisor (another nursery) that still
   holds cluster units when the shutdown ends, its keeper stopped, has them lost:
   ``LeaseLostError`` is raised into it, its reason ending "(the supervisor's shutdown
@@ -842,8 +846,18 @@ class Supervisor:
         return self._registry.limit_views()
 
     async def wait_idle(self) -> None:
-        """Wait until no task is registered or alive and no add or submission is in flight."""
+        """Wait until no task is registered or alive and no add or submission is in flight.
+
+        Inside an attempt of this supervisor it raises ``DeadlockError`` at once: the
+        caller's own task is alive until the call returns.
+        """
         self._registry.check_thread("sup.wait_idle")
+        caller = self._waits.caller()
+        if caller is not None:
+            raise DeadlockError(
+                f"task {caller.name!r} ({caller.id}) is alive: wait_idle() from inside it "
+                "would wait for the task itself"
+            )
         registry = self._registry.idle
         controller = None if self._controller is None else self._controller.idle
         await trio.lowlevel.checkpoint()
