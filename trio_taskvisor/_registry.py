@@ -673,7 +673,7 @@ class Registry:
             else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._inbox.wake_at)
         )
         self._intake_closed = False
-        self._thread = threading.get_ident()  # the thread of the supervisor's trio run
+        self.thread = threading.get_ident()  # the thread of the supervisor's trio run
         self._live: dict[TaskId, TaskRecord] = {}
         self._names: dict[str, TaskRecord] = {}
         self.registered = 0  # live records whose outcome is not committed
@@ -772,7 +772,7 @@ class Registry:
     def check_intake(self) -> None:
         """Raise ``SupervisorClosedError`` once the shutdown has begun, and
         ``RuntimeError`` in a thread other than the supervisor's."""
-        if threading.get_ident() != self._thread:
+        if threading.get_ident() != self.thread:
             raise RuntimeError(
                 "a supervisor takes work only in the thread of its trio run; from another "
                 "thread, go through trio.from_thread.run_sync(sup.add_nowait, spec) or "
@@ -786,7 +786,7 @@ class Registry:
         run of its own there would park on this run's events (never woken, then
         crashing this run when they are set). ``call``: what ``trio.from_thread.run``
         takes instead (``"sup.remove, target"``), unless ``advice`` says otherwise."""
-        if threading.get_ident() != self._thread:
+        if threading.get_ident() != self.thread:
             name = call.partition(",")[0]
             if advice is None:
                 advice = f"from another thread, go through trio.from_thread.run({call})"

@@ -36,7 +36,7 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 import contextvars
-import threading
+from threading import get_ident
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
@@ -53,6 +53,9 @@ class WaitGuard(Protocol):
     """Set (to its record) inside every attempt: ``caller()`` is ``None`` while unset.
     ``wait()`` reads it before calling ``caller()``: most waits are made outside attempts,
     and this spares them a call (benchmark row 1a awaits every waiter)."""
+
+    thread: int
+    """The ident of the supervisor's thread (its trio run's)."""
 
     def check_thread(self, call: str) -> None:
         """Raise ``RuntimeError`` for ``call`` (``"waiter.wait"``) in a thread other than
@@ -81,7 +84,7 @@ class Readiness:
         self.value: Any = None
         # Set by the first counting started(), or by the final outcome.
         self.event = trio.Event()
-        self.thread = threading.get_ident()  # the supervisor's trio run's
+        self.thread = get_ident()  # the supervisor's trio run's
 
     def status(self) -> AttemptStatus:
         """A fresh status for one attempt."""
@@ -110,7 +113,7 @@ class AttemptStatus:
         twice in the same attempt, and in a thread other than the supervisor's (a worker
         thread goes through ``trio.from_thread.run_sync``), before it changes anything.
         """
-        if threading.get_ident() != self._readiness.thread:
+        if get_ident() != self._readiness.thread:
             raise RuntimeError(
                 "task_status.started() works only in the thread of the supervisor's trio "
                 "run; from a worker thread, go through "
@@ -191,7 +194,7 @@ class TaskWaiter(Generic[T_co]):
         """
         if self._outcome is None:
             guard = self._guard
-            if guard is not None:
+            if guard is not None and get_ident() != guard.thread:
                 guard.check_thread("waiter.wait")
             if self._event is None:
                 self._event = trio.Event()
@@ -240,7 +243,7 @@ class TaskWaiter(Generic[T_co]):
             await trio.lowlevel.checkpoint()
             return placement
         guard = self._guard
-        if guard is not None:
+        if guard is not None and get_ident() != guard.thread:
             guard.check_thread("waiter.wait_placed")
         if placement is None:
             placement = self._placement = trio.Event()

@@ -99,6 +99,7 @@ class WaitChecker:
         self._registry = registry
         self._supervisor = supervisor  # records of other supervisors are not ours
         self.attempt_context = current_task_context  # an attribute: read on every wait()
+        self.thread = registry.thread  # read on every wait() that blocks
         self.slots: SlotEdges | None = None
         self._graph: WaitFor[TaskRecord] = WaitFor(self._state_edges, self._wait_edges)
         self.active = False  # a checked wait is blocked: the hooks have work to do
