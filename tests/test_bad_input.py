@@ -993,11 +993,11 @@ async def test_regression_waits_from_another_trio_run_raise_at_once(
 ) -> None:
     """A supervisor's waits awaited in a trio run of another thread raise
     ``RuntimeError`` at once, naming the way through ``trio.from_thread``, and change
-    nothing. Before, ``waiter.wait()`` and ``wait_idle()`` waited for ever (the other run
-    parked on the supervisor's events), and the supervisor's run then crashed with
-    trio's bare ``AssertionError`` when it set them; ``remove`` and ``cancel`` answered
-    ``False`` for a task that was there; ``shutdown()`` raised "Nursery is closed to new
-    arrivals"; ``cluster_slot`` said the store "is closed"."""
+    nothing. Before, ``waiter.wait()`` waited there until the task ended, and then the
+    supervisor's run crashed with trio's bare ``AssertionError`` (it woke a task of the
+    other run); ``wait_idle()`` and ``wait_closing()`` waited for ever; ``remove`` and
+    ``cancel`` failed with trio's ``AssertionError`` and the supervisor never closed;
+    ``shutdown()`` failed with ``TrioInternalError`` and ended the task ``PANICKED``."""
     gate = trio.Event()
 
     async def held() -> None:
