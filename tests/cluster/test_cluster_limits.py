@@ -436,7 +436,7 @@ async def test_a_rate_pool_of_a_very_long_period_waits_and_says_how_long(
     years (the longest the scripts count). Before, ``per=1e15`` crashed the supervisor
     (the waiter's renewal reply read ``1e+18``, which the keeper could not parse) and
     ``per=1e300`` was refused by the server ("value is not an integer or out of
-    range"), its failed acquisitions left waiting on the server."""
+    range") at every acquisition."""
     pool = RateLimit("far", 1, per=per)
     async with replica(store) as (sup, _):
         async with sup.limited(pool):
