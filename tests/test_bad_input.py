@@ -1247,3 +1247,19 @@ async def test_regression_a_context_manager_entered_twice_says_to_call_again(
     ):
         async with manager:
             pass
+
+
+async def test_regression_a_plain_with_says_async_with(autojump_clock: Any) -> None:
+    """``with sup.limited(pool):`` (the ``async`` forgotten) is a ``TypeError`` that says
+    to use ``async with``; before, Python's own message named contextlib's private
+    ``_AsyncGeneratorContextManager``."""
+    async with open_supervisor() as sup:
+        for manager, what in [
+            (open_supervisor(), r"open_supervisor\(\.\.\.\)"),
+            (sup.events(), r"sup\.events\(\)"),
+            (sup.limited(ConcurrencyLimit("plain", 1)), r"sup\.limited\(\.\.\.\)"),
+        ]:
+            message = rf"^{what} is an async context manager: use 'async with'$"
+            with pytest.raises(TypeError, match=message), manager:
+                pass
+        assert sup.limit_snapshot() == ()

@@ -95,7 +95,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
 from contextvars import ContextVar
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, cast, final
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple, cast, final
 
 import attrs
 import trio
@@ -1120,7 +1120,9 @@ def open_supervisor(
 class _Once(Generic[T, _Exit]):
     """An async context manager made by a generator, for one ``async with`` block: the
     second of the same object raises ``RuntimeError``, as trio's ``CancelScope`` does,
-    saying to call again (contextlib's own is an ``AttributeError`` about ``args``)."""
+    saying to call again (contextlib's own is an ``AttributeError`` about ``args``). A
+    plain ``with`` is told to use ``async with`` (Python's own error names this class).
+    """
 
     __slots__ = ("_entered", "_manager", "_what")
 
@@ -1145,6 +1147,12 @@ class _Once(Generic[T, _Exit]):
         tb: TracebackType | None,
     ) -> _Exit:
         return await self._manager.__aexit__(exc_type, exc, tb)
+
+    def __enter__(self) -> NoReturn:
+        raise TypeError(f"{self._what} is an async context manager: use 'async with'")
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never called: ``__enter__`` raises (both make ``with`` call ``__enter__``)."""
 
 
 def _lifetime(
