@@ -86,7 +86,7 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 import trio
@@ -178,90 +178,55 @@ class PrometheusSubscriber:
         registry = self.registry
         self._collectors: list[Collector] = []
 
-        def made(metric: _M) -> _M:
+        def made(
+            kind: Callable[..., _M], name: str, doc: str, labels: Sequence[str] = (), **extra: Any
+        ) -> _M:
+            """One metric of this subscriber, in its namespace and registry."""
+            metric = kind(name, doc, labels, namespace=namespace, registry=registry, **extra)
             self._collectors.append(metric)
             return metric
 
         try:
             self._attempts = made(
-                Counter(
-                    "attempts",
-                    "Attempts that ended, by result.",
-                    ("result", *slot),
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter, "attempts", "Attempts that ended, by result.", ("result", *slot)
             )
             self._durations = made(
-                Histogram(
-                    "attempt_duration_seconds",
-                    "Duration of attempts that ended, by result.",
-                    ("result", *slot),
-                    namespace=namespace,
-                    registry=registry,
-                    buckets=buckets,
-                )
+                Histogram,
+                "attempt_duration_seconds",
+                "Duration of attempts that ended, by result.",
+                ("result", *slot),
+                buckets=buckets,
             )
             self._outcomes = made(
-                Counter(
-                    "outcomes",
-                    "Final task outcomes, by kind.",
-                    ("outcome", *slot),
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter, "outcomes", "Final task outcomes, by kind.", ("outcome", *slot)
             )
             self._rejections = made(
-                Counter(
-                    "rejections",
-                    "Rejected work, by rejection kind.",
-                    ("rejection", *slot),
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter, "rejections", "Rejected work, by rejection kind.", ("rejection", *slot)
             )
             self._forced_exits = made(
-                Counter(
-                    "forced_exits",
-                    "Force-aborted tasks that physically exited.",
-                    slot,
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter, "forced_exits", "Force-aborted tasks that physically exited.", slot
             )
             self._leases = made(
-                Counter(
-                    "lease_acquisitions",
-                    "Cluster slot leases acquired by this process (a new owner each).",
-                    slot,
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter,
+                "lease_acquisitions",
+                "Cluster slot leases acquired by this process (a new owner each).",
+                slot,
             )
             self._lost_leases = made(
-                Counter(
-                    "lease_losses",
-                    "Owners forced because their cluster slot lease was lost.",
-                    slot,
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter,
+                "lease_losses",
+                "Owners forced because their cluster slot lease was lost.",
+                slot,
             )
             self._outages = made(
-                Counter(
-                    "store_outages",
-                    "Outages of the slot store (counted once each, when they begin).",
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter,
+                "store_outages",
+                "Outages of the slot store (counted once each, when they begin).",
             )
             self._missed = made(
-                Counter(
-                    "metrics_missed_events",
-                    "Events this subscriber lost to a full queue (its counters miss them).",
-                    namespace=namespace,
-                    registry=registry,
-                )
+                Counter,
+                "metrics_missed_events",
+                "Events this subscriber lost to a full queue (its counters miss them).",
             )
             self._gauges = _GaugeCollector(self, self._sample)
             registry.register(self._gauges)
