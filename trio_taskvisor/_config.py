@@ -40,9 +40,14 @@ Decisions the design leaves open:
   ``lease_ttl`` must be at least 0.001 s (the server's keys expire in whole
   milliseconds: less would be sent as 0, which the server refuses), and
   ``replicas_ack_timeout`` too (``WAIT n 0`` would block for ever); both are sent
-  rounded to whole milliseconds. A ``replicas_ack_timeout`` of ``None`` stays ``None``
-  (the field says what was given) and ``ack_timeout`` gives the effective value,
-  ``lease_ttl / 10``, so that ``attrs.evolve`` of ``lease_ttl`` moves it too.
+  rounded to whole milliseconds. Both are at most 1e9 s (about 31.7 years), the longest
+  the scripts count (DESIGN says only "finite and > 0"): a ``lease_ttl`` of 1e15 made
+  the server refuse every limit's units, and 1e18 the lease scripts themselves ("value
+  is not an integer or out of range": their expiries in milliseconds, printed with an
+  exponent), and a ``replicas_ack_timeout`` past 9.2e15 does not fit ``WAIT``'s
+  integer. A ``replicas_ack_timeout`` of ``None`` stays ``None`` (the field says what
+  was given) and ``ack_timeout`` gives the effective value, ``lease_ttl / 10``, so that
+  ``attrs.evolve`` of ``lease_ttl`` moves it too.
 * ``retry_on`` takes exception classes (``BaseException`` subclasses) in a ``tuple``;
   anything else, a bare class or a list included, is a ``TypeError``.
 """
@@ -268,6 +273,8 @@ def _check_namespace(namespace: object) -> str:
 
 
 _ONE_MS: Final = 0.001  # the server's unit: shorter durations would be sent as 0
+_LONGEST: Final = 1e9  # seconds: the scripts count waits and expiries up to 1e12 ms
+_LONGEST_RULE: Final = "at most 1e9 (about 31.7 years: the longest the server's scripts count)"
 
 
 def _lease_ttl(value: object) -> float:
@@ -277,6 +284,8 @@ def _lease_ttl(value: object) -> float:
             "lease_ttl must be at least 0.001 (one millisecond: the server's keys expire "
             f"in whole milliseconds), got {value!r}"
         )
+    if seconds > _LONGEST:
+        raise ConfigError(f"lease_ttl must be {_LONGEST_RULE}, got {value!r}")
     return seconds
 
 
@@ -304,6 +313,8 @@ def _replicas_ack_timeout(value: object) -> float | None:
         raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}") from None
     if not math.isfinite(seconds) or seconds < _ONE_MS:
         raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}")
+    if seconds > _LONGEST:
+        raise ConfigError(f"replicas_ack_timeout must be {_LONGEST_RULE}, got {value!r}")
     return seconds
 
 
@@ -341,7 +352,7 @@ class RedisSlotStore(SlotStore):
     """The application's slot namespace on the server: non-empty, no whitespace, ``{`` or ``}``."""
     lease_ttl: float = attrs.field(default=10.0, kw_only=True, converter=_lease_ttl)
     """Seconds a lease lives on the server without renewal; renewed every ``lease_ttl / 3``.
-    At least 0.001: the server's keys expire in whole milliseconds."""
+    From 0.001 (the server's keys expire in whole milliseconds) to 1e9 (about 31.7 years)."""
     connect_timeout: float = attrs.field(default=5.0, kw_only=True, converter=_connect_timeout)
     """Seconds to reach the server at start (``SlotStoreUnavailableError`` past it).
 
@@ -360,7 +371,7 @@ class RedisSlotStore(SlotStore):
     replicas_ack_timeout: float | None = attrs.field(
         default=None, kw_only=True, converter=_replicas_ack_timeout
     )
-    """Seconds one ``WAIT`` waits for the replicas (finite, ``>= 0.001``); ``None``:
+    """Seconds one ``WAIT`` waits for the replicas (``0.001`` to ``1e9``); ``None``:
     ``lease_ttl / 10`` (see ``ack_timeout``). Unused while ``replicas_ack`` is 0."""
 
     def __repr__(self) -> str:

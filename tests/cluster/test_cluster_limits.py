@@ -18,6 +18,7 @@ from conftest import RedisServer
 from trio_taskvisor import (
     ConcurrencyLimit,
     ConfigError,
+    ControllerSpec,
     EventKind,
     LeaseLostError,
     OutcomeKind,
@@ -447,3 +448,20 @@ async def test_a_rate_pool_of_a_very_long_period_waits_and_says_how_long(
         assert waited.cancelled_caught
         info = await sup.cluster_limit(pool)
         assert (info.held, info.waiting, info.next_start_in) == (0, 0, 1e9)
+
+
+async def test_the_longest_lease_runs_slots_and_both_kinds_of_pool(store: RedisSlotStore) -> None:
+    """``lease_ttl=1e9`` (the longest allowed, about 31.7 years) runs a slot, a
+    concurrency block and a rate block. Before the bound, 1e15 was accepted and then
+    every limit's units were refused ("value is not an integer or out of range": the
+    expiries in milliseconds reached the server with an exponent), and 1e18 the lease
+    scripts themselves."""
+    longest = attrs.evolve(store, lease_ttl=1e9)
+    async with replica(longest) as (sup, _):
+        owned = await sup.submit(ControllerSpec.queue(TaskSpec.once("w", trio.sleep, 0), slot="k"))
+        assert (await owned.wait()).kind is OutcomeKind.COMPLETED
+        async with sup.limited(ConcurrencyLimit("long-c", 1), RateLimit("long-r", 1, per=60.0)):
+            info = await sup.cluster_limit(ConcurrencyLimit("long-c", 1))
+            assert (info.held, info.waiting) == (1, 0)
+    with pytest.raises(ConfigError, match=r"lease_ttl must be at most 1e9 \(about 31\.7 years"):
+        attrs.evolve(store, lease_ttl=1e15)

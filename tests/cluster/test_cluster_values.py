@@ -457,7 +457,7 @@ def test_namespace_rule(namespace: str) -> None:
 @given(
     value=st.integers(-5, 10**400)
     | st.floats()
-    | st.sampled_from([0.001, 0.0009999, 0.0004, 1e-9])
+    | st.sampled_from([0.001, 0.0009999, 0.0004, 1e-9, 1e9, 10**9, 1e9 + 1, 10**9 + 1, 1e15])
     | st.booleans()
     | st.none()
     | st.text(max_size=3),
@@ -465,9 +465,10 @@ def test_namespace_rule(namespace: str) -> None:
 )
 @settings(max_examples=200)
 def test_duration_rule(value: object, field: str) -> None:
-    """Durations: finite numbers > 0 (stored as float), ``lease_ttl`` at least 0.001 s
-    (the server's keys expire in whole milliseconds: less would be sent as 0, which it
-    refuses); other numbers are a ConfigError; bools and non-numbers a TypeError."""
+    """Durations: finite numbers > 0 (stored as float), ``lease_ttl`` from 0.001 s (the
+    server's keys expire in whole milliseconds: less would be sent as 0, which it
+    refuses) to 1e9 s (the longest the scripts count); other numbers are a ConfigError;
+    bools and non-numbers a TypeError."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         with pytest.raises(TypeError):
             RedisSlotStore("redis://h/0", **{field: value})
@@ -476,12 +477,16 @@ def test_duration_rule(value: object, field: str) -> None:
         seconds = float(value)
     except OverflowError:
         seconds = math.inf
-    low = 0.001 if field == "lease_ttl" else 0.0
-    if math.isfinite(seconds) and seconds > 0 and seconds >= low:
+    low, high = (0.001, 1e9) if field == "lease_ttl" else (0.0, math.inf)
+    if math.isfinite(seconds) and seconds > 0 and low <= seconds <= high:
         store = RedisSlotStore("redis://h/0", **{field: value})
         assert getattr(store, field) == seconds
         assert type(getattr(store, field)) is float
         assert store.keep == max(60.0, 10.0 * store.lease_ttl)
+    elif math.isfinite(seconds) and seconds > high:
+        rule = r"lease_ttl must be at most 1e9 \(about 31\.7 years: the longest the server's"
+        with pytest.raises(ConfigError, match=rule):
+            RedisSlotStore("redis://h/0", **{field: value})
     elif math.isfinite(seconds) and seconds > 0:
         rule = r"lease_ttl must be at least 0\.001 \(one millisecond: the server's keys expire"
         with pytest.raises(ConfigError, match=rule):
@@ -510,14 +515,15 @@ def test_replicas_ack_rule(value: object) -> None:
 @given(
     value=st.integers(-5, 10**400)
     | st.floats()
-    | st.sampled_from([0.001, 0.0009999, 1e-9])
+    | st.sampled_from([0.001, 0.0009999, 1e-9, 1e9, 1e9 + 1, 1e16])
     | st.booleans()
     | st.text(max_size=3)
 )
 @settings(max_examples=200)
 def test_replicas_ack_timeout_rule(value: object) -> None:
-    """replicas_ack_timeout: a finite number >= 0.001 s (``WAIT n 0`` blocks for ever),
-    stored as float; other numbers are a ConfigError; bools and non-numbers a TypeError."""
+    """replicas_ack_timeout: a number from 0.001 s (``WAIT n 0`` blocks for ever) to 1e9 s
+    (``WAIT`` takes an integer of milliseconds), stored as float; other numbers are a
+    ConfigError; bools and non-numbers a TypeError."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         with pytest.raises(TypeError, match="replicas_ack_timeout must be a number of seconds"):
             RedisSlotStore("redis://h/0", replicas_ack_timeout=value)
@@ -526,10 +532,14 @@ def test_replicas_ack_timeout_rule(value: object) -> None:
         seconds = float(value)
     except OverflowError:
         seconds = math.inf
-    if math.isfinite(seconds) and seconds >= 0.001:
+    if math.isfinite(seconds) and 0.001 <= seconds <= 1e9:
         store = RedisSlotStore("redis://h/0", replicas_ack_timeout=value)
         assert store.replicas_ack_timeout == store.ack_timeout == seconds
         assert type(store.replicas_ack_timeout) is float
+    elif math.isfinite(seconds) and seconds > 1e9:
+        rule = r"replicas_ack_timeout must be at most 1e9 \(about 31\.7 years"
+        with pytest.raises(ConfigError, match=rule):
+            RedisSlotStore("redis://h/0", replicas_ack_timeout=value)
     else:
         rule = r"replicas_ack_timeout must be finite and >= 0\.001 \(one millisecond: WAIT"
         with pytest.raises(ConfigError, match=rule):
