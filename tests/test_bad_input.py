@@ -928,34 +928,112 @@ async def test_controller_calls_without_a_controller_raise_no_controller_error(
         await assert_still_works(sup)
 
 
+def _in_a_run_of_its_own(enter: Callable[[Supervisor], Any]) -> Callable[[Supervisor], Any]:
+    """Run ``enter(sup)`` (an async call, or an async context manager to enter) in a
+    trio run of the calling thread."""
+
+    async def run(sup: Supervisor) -> None:
+        made = enter(sup)
+        if hasattr(made, "__aenter__"):
+            async with made:
+                pytest.fail("entered from another thread")
+        else:
+            await made
+
+    return lambda sup: trio.run(run, sup)
+
+
 @pytest.mark.parametrize(
-    "call",
+    ("call", "message"),
     [
-        pytest.param(lambda sup: sup.add_nowait(SPEC), id="add-nowait"),
+        pytest.param(
+            lambda sup: sup.add_nowait(SPEC),
+            "sup.add_nowait() works only in the thread of the supervisor's trio run; from "
+            "another thread, go through trio.from_thread.run_sync(sup.add_nowait, spec)",
+            id="add-nowait",
+        ),
         pytest.param(
             lambda sup: sup.submit_nowait(ControllerSpec.queue(SPEC, slot="s")),
+            "sup.submit_nowait() works only in the thread of the supervisor's trio run; from "
+            "another thread, go through trio.from_thread.run_sync(sup.submit_nowait, request)",
             id="submit-nowait",
         ),
-        pytest.param(lambda sup: trio.run(sup.add, SPEC), id="add-in-a-trio-run-of-its-own"),
         pytest.param(
             lambda sup: sup.prepare_submission(
                 ControllerSpec.queue(SPEC, slot="s")
             ).submit_nowait(),
+            "prepared.submit_nowait() works only in the thread of the supervisor's trio run; "
+            "from another thread, go through trio.from_thread.run_sync(prepared.submit_nowait)",
             id="prepared-submit-nowait",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(lambda sup: sup.add(SPEC)),
+            "sup.add() works only in the thread of the supervisor's trio run; from another "
+            "thread, go through trio.from_thread.run(sup.add, spec)",
+            id="add-in-a-trio-run-of-its-own",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(lambda sup: sup.add_batch([SPEC])),
+            "sup.add_batch() works only in the thread of the supervisor's trio run; from "
+            "another thread, go through trio.from_thread.run(sup.add_batch, specs)",
+            id="add-batch",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(lambda sup: sup.submit(ControllerSpec.queue(SPEC, slot="s"))),
+            "sup.submit() works only in the thread of the supervisor's trio run; from another "
+            "thread, go through trio.from_thread.run(sup.submit, request)",
+            id="submit",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(
+                lambda sup: sup.prepare_submission(ControllerSpec.queue(SPEC, slot="s")).submit()
+            ),
+            "prepared.submit() works only in the thread of the supervisor's trio run; from "
+            "another thread, go through trio.from_thread.run(prepared.submit)",
+            id="prepared-submit",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(lambda sup: sup.run_in_slot("s", async_fn)),
+            "sup.run_in_slot() works only in the thread of the supervisor's trio run; from "
+            "another thread, go through trio.from_thread.run(sup.run_in_slot, slot, fn, *args)",
+            id="run-in-slot",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(lambda sup: sup.start(SPEC)),
+            "sup.start() works only in the thread of the supervisor's trio run; from another "
+            "thread, go through trio.from_thread.run(sup.start, spec)",
+            id="start",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(
+                lambda sup: sup.start_in_slot(ControllerSpec.queue(SPEC, slot="s"))
+            ),
+            "sup.start_in_slot() works only in the thread of the supervisor's trio run; from "
+            "another thread, go through trio.from_thread.run(sup.start_in_slot, request)",
+            id="start-in-slot",
+        ),
+        pytest.param(
+            _in_a_run_of_its_own(lambda sup: sup.limited(ConcurrencyLimit("c", 1))),
+            "sup.limited() works only in the thread of the supervisor's trio run; from another "
+            "thread, enter it in an async function of that run (trio.from_thread.run(fn))",
+            id="limited",
         ),
     ],
 )
 async def test_intake_from_another_thread_raises_and_changes_nothing(
-    autojump_clock: Any, call: Callable[[Supervisor], Any]
+    autojump_clock: Any, call: Callable[[Supervisor], Any], message: str
 ) -> None:
     """Work handed to a supervisor from a worker thread raises ``RuntimeError`` naming
-    the way through ``trio.from_thread``, before it changes anything. Before, the
-    registry's or the controller's loop was taken off its channel and never woken: the
-    supervisor took no more work and its shutdown never ended."""
+    the call and the way through ``trio.from_thread``, before it changes anything.
+    Before, the registry's or the controller's loop was taken off its channel and never
+    woken: the supervisor took no more work and its shutdown never ended. (Until the
+    messages named the call, every one advised ``sup.add_nowait`` or ``sup.add``, a
+    ``limited`` block's included.)"""
     with trio.CancelScope() as bound:
         async with supervisor(controller=ControllerConfig()) as sup:
-            with pytest.raises(RuntimeError, match=r"thread of its trio run.*trio\.from_thread"):
+            with pytest.raises(RuntimeError) as info:
                 await trio.to_thread.run_sync(call, sup)
+            assert str(info.value) == message
             # (a deadline while a thread runs would be the autojump clock's next stop)
             bound.deadline = trio.current_time() + 60
             await assert_still_works(sup)

@@ -73,11 +73,13 @@ Decisions the design leaves open:
   when they are committed, at ERROR, with the error as ``exc_info`` (none for
   ``PANICKED``) and the task's name, id, outcome and reason in ``extra``.
 * Intake (``check_intake``: ``add``, ``add_nowait``, ``add_batch``, ``submit``,
-  ``submit_nowait``, a prepared submission) from a thread other than the one of the
-  supervisor's trio run raises ``RuntimeError`` before it changes anything: the loops'
-  state and trio's channels belong to that thread (a memory channel's ``send_nowait``
-  from another thread takes the waiting loop off the channel, then fails to wake it,
-  and the loop sleeps for good, and with it the shutdown).
+  ``submit_nowait``, a prepared submission, ``run_in_slot``, ``start``,
+  ``start_in_slot``, ``limited``) from a thread other than the one of the supervisor's
+  trio run raises ``RuntimeError`` naming the call and its way through
+  ``trio.from_thread``, before it changes anything: the loops' state and trio's
+  channels belong to that thread (a memory channel's ``send_nowait`` from another
+  thread takes the waiting loop off the channel, then fails to wake it, and the loop
+  sleeps for good, and with it the shutdown).
 * A signal during the shutdown (``force_all``) forces every task not yet committed and
   lists it in ``stuck``; forced work from before the shutdown that still runs is listed
   at once too. A ``force_all`` before the registry has taken the shutdown in makes the
@@ -769,15 +771,11 @@ class Registry:
 
     # -- intake (the facade's and the controller's tasks) -----------------------------------
 
-    def check_intake(self) -> None:
-        """Raise ``SupervisorClosedError`` once the shutdown has begun, and
-        ``RuntimeError`` in a thread other than the supervisor's."""
+    def check_intake(self, call: str, advice: str | None = None) -> None:
+        """Raise ``RuntimeError`` for ``call`` in a thread other than the supervisor's
+        (see ``check_thread``), and ``SupervisorClosedError`` once the shutdown has begun."""
         if threading.get_ident() != self.thread:
-            raise RuntimeError(
-                "a supervisor takes work only in the thread of its trio run; from another "
-                "thread, go through trio.from_thread.run_sync(sup.add_nowait, spec) or "
-                "trio.from_thread.run(sup.add, spec)"
-            )
+            self.check_thread(call, advice)
         if self._intake_closed:
             raise SupervisorClosedError
 
@@ -785,11 +783,13 @@ class Registry:
         """``RuntimeError`` for ``call`` in a thread other than the supervisor's: a trio
         run of its own there would park on this run's events (never woken, then
         crashing this run when they are set). ``call``: what ``trio.from_thread.run``
-        takes instead (``"sup.remove, target"``), unless ``advice`` says otherwise."""
+        (``run_sync`` for a ``*_nowait`` call) takes instead (``"sup.remove, target"``),
+        unless ``advice`` says otherwise."""
         if threading.get_ident() != self.thread:
             name = call.partition(",")[0]
             if advice is None:
-                advice = f"from another thread, go through trio.from_thread.run({call})"
+                run = "run_sync" if name.endswith("_nowait") else "run"
+                advice = f"from another thread, go through trio.from_thread.{run}({call})"
             raise RuntimeError(
                 f"{name}() works only in the thread of the supervisor's trio run; {advice}"
             )

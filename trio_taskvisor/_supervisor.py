@@ -407,9 +407,6 @@ class Supervisor:
 
     # -- intake ---------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        self._registry.check_intake()
-
     def _new_record(self, spec: TaskSpec[Any], slot: str | None = None) -> TaskRecord:
         """The record of ``spec``: allocates its ``TaskId``, captures the caller's context.
 
@@ -434,7 +431,7 @@ class Supervisor:
         On return the task is registered; its first attempt may not have started.
         Cancelled after the command was accepted, the add still happens.
         """
-        self._check_open()
+        self._registry.check_intake("sup.add, spec")
         rec = self._new_record(spec)
         await self._registry.add(rec)
         return rec
@@ -444,7 +441,7 @@ class Supervisor:
 
         Raises ``trio.WouldBlock`` when the command channel is full.
         """
-        self._check_open()
+        self._registry.check_intake("sup.add_nowait, spec")
         rec = self._new_record(spec)
         self._registry.add_nowait(rec)
         return rec
@@ -456,7 +453,7 @@ class Supervisor:
         ``ResourceLimitError``; every item then resolves ``REJECTED``. Bodies of an
         accepted batch start only after every item is registered.
         """
-        self._check_open()
+        self._registry.check_intake("sup.add_batch, specs")
         _check_iterable("specs", specs, "TaskSpec")
         recs = [self._new_record(spec) for spec in specs]
         if not recs:
@@ -512,7 +509,7 @@ class Supervisor:
         controller and ``SupervisorClosedError`` after shutdown began.
         """
         controller = self._require_controller("submit")
-        self._check_open()
+        self._registry.check_intake("sup.submit, request")
         entry = controller.prepare(request)
         await controller.submit(entry)
         return entry.payload
@@ -523,7 +520,7 @@ class Supervisor:
         Raises ``trio.WouldBlock`` when the controller's command channel is full.
         """
         controller = self._require_controller("submit_nowait")
-        self._check_open()
+        self._registry.check_intake("sup.submit_nowait, request")
         entry = controller.prepare(request)
         controller.submit_nowait(entry)
         return entry.payload
@@ -575,7 +572,7 @@ class Supervisor:
         that the followed work returns the same type.
         """
         controller = self._require_controller("run_in_slot")
-        self._check_open()
+        self._registry.check_intake("sup.run_in_slot, slot, fn, *args")
         if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"slot must be a str, got {slot!r}")
         spec = TaskSpec.once(None, fn, *args, **task_opts)
@@ -616,7 +613,7 @@ class Supervisor:
         wait closes a wait-for cycle (the task needs a permit the caller holds); the task
         is then stopped the same way.
         """
-        self._check_open()
+        self._registry.check_intake("sup.start, spec")
         rec = self._new_record(spec)
         rec.expect_readiness()
         try:
@@ -641,7 +638,7 @@ class Supervisor:
         ``JOIN`` starts no work of its own and raises ``TypeError``.
         """
         controller = self._require_controller("start_in_slot")
-        self._check_open()
+        self._registry.check_intake("sup.start_in_slot, request")
         if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise not_a(ControllerSpec, request)
         if request.policy is AdmissionPolicy.JOIN:
@@ -769,7 +766,11 @@ class Supervisor:
 
     @asynccontextmanager
     async def _limited(self, *pools: Pool) -> AsyncGenerator[None]:
-        self._check_open()
+        self._registry.check_intake(
+            "sup.limited",
+            "from another thread, enter it in an async function of that run "
+            "(trio.from_thread.run(fn))",
+        )
         if not pools:
             raise TypeError("limited() takes at least one pool")
         idents = self._pool_ids(check_limits(pools))
@@ -1031,7 +1032,7 @@ class PreparedSubmission(Generic[T_co]):
 
     def __init__(
         self,
-        check_open: Callable[[], None],
+        check_open: Callable[[str], None],
         controller: Controller,
         entry: Entry[TaskRecord],
         request: ControllerSpec[T_co],
@@ -1055,7 +1056,7 @@ class PreparedSubmission(Generic[T_co]):
 
     async def submit(self) -> TaskWaiter[T_co]:
         """Submit; waits for controller command capacity (intake only)."""
-        self._check_open()
+        self._check_open("prepared.submit")
         self._claim()
         try:
             await self._controller.submit(self._entry)
@@ -1067,7 +1068,7 @@ class PreparedSubmission(Generic[T_co]):
 
     def submit_nowait(self) -> TaskWaiter[T_co]:
         """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
-        self._check_open()
+        self._check_open("prepared.submit_nowait")
         if self._used:
             self._claim()  # raises: a second use must not send the entry again
         self._controller.submit_nowait(self._entry)
