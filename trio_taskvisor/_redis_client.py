@@ -690,10 +690,11 @@ def _refuses_calls(error: Exception) -> bool:
 
 
 def _acl_refusal(error: Exception) -> bool:
-    """Whether the server refused a command to this user: ``NOPERM``, or a command a
-    script calls ("ACL failure in script: ... no permissions ...")."""
+    """Whether the server refused a command to this user: ``NOPERM``, or a command or a
+    key a script uses ("ACL failure in script: ... no permissions ..." or "... No
+    permissions to access a key")."""
     return isinstance(error, AuthorizationError) or (
-        isinstance(error, ResponseError) and "no permissions" in str(error)
+        isinstance(error, ResponseError) and "no permissions" in str(error).lower()
     )
 
 

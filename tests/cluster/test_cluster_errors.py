@@ -98,11 +98,24 @@ async def test_open_supervisor_raises_when_the_scripts_or_the_subscription_are_r
     assert PASSWORD not in str(error)
 
 
+@pytest.mark.parametrize(
+    "rules",
+    [
+        pytest.param(("+@all", "-exists"), id="a-command"),
+        pytest.param(("resetkeys", "~other:*", "+@all"), id="the-namespace-s-keys"),
+    ],
+)
 async def test_open_supervisor_raises_when_a_command_of_the_scripts_is_refused(
-    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    rules: tuple[str, ...],
 ) -> None:
-    """A user who may run scripts but not a command they call: refused at start too."""
-    await set_user(client, "+@all", "-exists")
+    """A user who may run scripts but not a command they call, or whose key patterns
+    leave out the namespace's keys: refused at start too, and named as a missing ACL
+    permission (the server says "No permissions to access a key" for the second, which
+    read as a bare refusal before)."""
+    await set_user(client, *rules)
     error = await refused_start(store_at(store, user_url(redis_server)))
     assert "refused the lease scripts to this user (an ACL permission is missing)" in str(error)
     assert "ACL failure in script" in str(error)
