@@ -106,7 +106,7 @@ from ._clusterslots import (
     Unfollow,
     Withdraw,
 )
-from ._config import ControllerConfig
+from ._config import ControllerConfig, check_sendable
 from ._events import EventKind
 from ._exceptions import ConfigError, DeadlockError, SupervisorClosedError
 from ._inbox import Inbox, Reply
@@ -339,6 +339,7 @@ class Controller:
         if not isinstance(request, ControllerSpec):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise not_a(ControllerSpec, request)
         key = request.slot_name
+        self.check_slot(key)
         rec = self._new_record(request.task, key)
         rec.listener = self
         timeout = request.queue_timeout
@@ -352,6 +353,12 @@ class Controller:
         )
         rec.entry = entry
         return entry
+
+    def check_slot(self, key: str) -> None:
+        """``ConfigError`` for a slot the slot store's server cannot be sent (see
+        ``check_sendable``); any slot without a store."""
+        if self.keeper is not None:
+            check_sendable("slot", key)
 
     def submit_nowait(self, entry: Entry[TaskRecord]) -> None:
         """Queue ``entry``; ``trio.WouldBlock`` when the inbox is full."""
@@ -481,6 +488,7 @@ class Controller:
         does not answer within ``connect_timeout`` (the withdrawals and the stop request
         are still sent once it answers). After the loop has ended: ``(0, None)``.
         """
+        self.check_slot(key)
         reply: Reply[_SlotCancelled] = Reply()
         try:
             await self._inbox.put(_CancelSlot(key, reply))
@@ -535,6 +543,7 @@ class Controller:
         it is and the slot is still idle here; ``SlotStoreUnavailableError`` when the
         server does not answer within ``connect_timeout``.
         """
+        self.check_slot(key)
         await trio.lowlevel.checkpoint()
         while True:
             await self._wait_locally_idle(key)
@@ -906,6 +915,7 @@ class Controller:
         """Ask the slot store about ``slot`` (``ConfigError`` without one)."""
         if self.keeper is None:
             raise ConfigError("cluster_slot needs a slot store: ControllerConfig(slot_store=...)")
+        self.check_slot(slot)
         return await self.keeper.query(slot)
 
     async def close_store(self) -> None:

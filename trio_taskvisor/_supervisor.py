@@ -101,7 +101,7 @@ import attrs
 import trio
 
 from ._bus import EventBus, Subscriber
-from ._config import RedisSlotStore, SupervisorConfig, check_capacity
+from ._config import RedisSlotStore, SupervisorConfig, check_capacity, check_sendable
 from ._controller import Controller, ControllerSnapshot, LeaseKeeperSeam
 from ._events import TaskEvent
 from ._exceptions import (
@@ -204,6 +204,13 @@ def _check_real_clock() -> None:
 def _check_slot(slot: object) -> None:
     if not isinstance(slot, str):
         raise TypeError(f"slot must be a str, got {slot!r}")
+
+
+def _check_sendable_pool(pool: Pool) -> None:
+    limit, key = pool_parts(pool)
+    check_sendable("limit name", limit.name)
+    if key is not None:
+        check_sendable("limit key", key)
 
 
 def _check_target(target: object) -> None:
@@ -809,7 +816,11 @@ class Supervisor:
     def _pool_ids(self, pools: tuple[Pool, ...]) -> tuple[PoolId, ...]:
         """Learn ``pools``' settings (``ConfigError`` for other settings of a known name).
 
-        With a slot store the server checks the settings again at each acquisition."""
+        With a slot store the server checks the settings again at each acquisition, and
+        the names and keys must be strings it can be sent (``ConfigError``)."""
+        if self._keeper is not None:
+            for pool in pools:
+                _check_sendable_pool(pool)
         return self._registry.pool_ids(pools)
 
     async def cluster_limit(self, pool: Pool) -> ClusterLimitInfo:
@@ -829,6 +840,7 @@ class Supervisor:
                 "cluster_limit needs a slot store: "
                 "ControllerConfig(slot_store=...); limit_snapshot() shows this process"
             )
+        _check_sendable_pool(pool)
         reply = await keeper.limit_query((limit.name, key))
         rate = isinstance(limit, RateLimit)
         next_start = reply.next_start if rate else None

@@ -18,7 +18,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import coredis
 import coredis.exceptions
@@ -30,13 +31,20 @@ from redis_server import RedisServer, free_port, running_server
 
 from trio_taskvisor import (
     AdmissionPolicy,
+    ConcurrencyLimit,
     ConfigError,
+    ControllerConfig,
+    ControllerSpec,
     EventKind,
     OutcomeError,
     OutcomeKind,
+    RateLimit,
     RejectionKind,
     SlotStoreUnavailableError,
+    Supervisor,
+    SupervisorConfig,
     TaskOutcome,
+    TaskSpec,
     open_supervisor,
 )
 from trio_taskvisor._keeper import LeaseLost, Owner
@@ -474,3 +482,87 @@ async def test_keeper_answers_lease_lost_until_the_release(
         assert a.keeper.lease_lost(1) == reason
         a.keeper.release("k", 1, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
         assert a.keeper.lease_lost(1) is None
+
+
+# -- strings the server cannot be sent --------------------------------------------------------
+
+SURROGATE = b"doc-\xff".decode(errors="surrogateescape")  # os.fsdecode of a non-UTF-8 name
+
+
+async def nothing() -> None:
+    await trio.lowlevel.checkpoint()
+
+
+async def through(made: Any) -> None:
+    """Await ``made``, or enter it when it is an async context manager."""
+    if hasattr(made, "__aenter__"):
+        async with made:
+            pytest.fail("entered")
+    else:
+        await made
+
+
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [
+        pytest.param(
+            lambda sup: sup.submit(
+                ControllerSpec.queue(TaskSpec.once("w", nothing), slot=SURROGATE)
+            ),
+            "slot",
+            id="submit",
+        ),
+        pytest.param(
+            lambda sup: sup.submit(ControllerSpec.queue(TaskSpec.once(SURROGATE, nothing))),
+            "slot",
+            id="submit-named-slot",
+        ),
+        pytest.param(lambda sup: sup.run_in_slot(SURROGATE, nothing), "slot", id="run-in-slot"),
+        pytest.param(lambda sup: sup.cluster_slot(SURROGATE), "slot", id="cluster-slot"),
+        pytest.param(lambda sup: sup.cancel_slot(SURROGATE), "slot", id="cancel-slot"),
+        pytest.param(lambda sup: sup.wait_slot_idle(SURROGATE), "slot", id="wait-slot-idle"),
+        pytest.param(
+            lambda sup: sup.add(
+                TaskSpec.once("w", nothing, limits=(ConcurrencyLimit(SURROGATE, 1),))
+            ),
+            "limit name",
+            id="add-limits",
+        ),
+        pytest.param(
+            lambda sup: sup.limited(RateLimit("r", 1).key(SURROGATE)), "limit key", id="limited"
+        ),
+        pytest.param(
+            lambda sup: sup.cluster_limit(ConcurrencyLimit("c", 1).key(SURROGATE)),
+            "limit key",
+            id="cluster-limit",
+        ),
+    ],
+)
+async def test_a_string_the_server_cannot_be_sent_is_refused_at_the_call(
+    store: RedisSlotStore, call: Callable[[Supervisor], Any], what: str
+) -> None:
+    """A slot, limit name or limit key that does not encode as UTF-8 (a lone surrogate,
+    as ``os.fsdecode`` makes of a file name that is not UTF-8) raises ``ConfigError`` at
+    the call, and the store serves everyone else. Before, such a slot failed the
+    keeper's round trip: the store was unavailable to every caller (their work rejected
+    ``STORE_UNAVAILABLE``) until it reconnected, and such a limit was refused by the
+    server's scripts at each acquisition (``SlotStoreUnavailableError``)."""
+    async with replica(store) as (sup, recorder):
+        with trio.fail_after(10):
+            with pytest.raises(ConfigError) as info:
+                await through(call(sup))
+            assert str(info.value) == (
+                f"{what} must encode as UTF-8 to reach the slot store, got {SURROGATE!r} "
+                "(a lone surrogate at index 4)"
+            )
+            waiter = await sup.submit(ControllerSpec.queue(TaskSpec.once("next", nothing)))
+            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+    assert EventKind.CONTROLLER_STORE_UNAVAILABLE not in {event.kind for event in recorder.events}
+
+
+async def test_without_a_slot_store_such_strings_work() -> None:
+    """Nothing is sent without a slot store: the same slot and pool work in one process."""
+    async with open_supervisor(SupervisorConfig(controller=ControllerConfig())) as sup:
+        assert await sup.run_in_slot(SURROGATE, nothing) is None
+        async with sup.limited(ConcurrencyLimit(SURROGATE, 1).key(SURROGATE)):
+            pass

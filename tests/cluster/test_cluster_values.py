@@ -439,12 +439,45 @@ def test_refused_urls_never_quote_the_password(case: tuple[str, str, str]) -> No
         assert text not in repr(refusal.value)
 
 
-@given(namespace=st.text(max_size=12))
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://user:p\udcff@host:6379/0",
+        "redis://host\ud800:6379/0",
+        "redis://host:6379/0?username=\udcff",
+        "redis+sentinel://user:p\udcff@s1:26379/mymaster",
+    ],
+)
+def test_a_url_that_does_not_encode_is_refused_without_quoting_it(url: str) -> None:
+    """A lone surrogate in the URL (``os.fsdecode`` of an argument that is not UTF-8):
+    ConfigError at construction, without quoting the URL. Before, such a password said
+    the server "could not be reached" (a UnicodeEncodeError) when the store opened."""
+    with pytest.raises(ConfigError) as info:
+        RedisSlotStore(url)
+    assert str(info.value) == (
+        "url must encode as UTF-8 to reach the slot store, and it holds a lone surrogate "
+        "(os.fsdecode makes them of bytes that are not UTF-8)"
+    )
+
+
+@given(namespace=st.text(max_size=12) | st.text(st.sampled_from("ab{} \ud800\udcff"), max_size=4))
 @settings(max_examples=200)
 def test_namespace_rule(namespace: str) -> None:
-    """A namespace is accepted iff non-empty, without '{', '}' or whitespace; it makes
-    the key prefix ``tv:{<namespace>}:``."""
-    valid = bool(namespace) and not any(c in "{}" or c.isspace() for c in namespace)
+    """A namespace is accepted iff non-empty, without '{', '}' or whitespace, and it
+    encodes as UTF-8 (no lone surrogate); it makes the key prefix ``tv:{<namespace>}:``."""
+    valid = (
+        bool(namespace)
+        and not any(c in "{}" or c.isspace() for c in namespace)
+        and _encodes(namespace)
+    )
     if valid:
         assert RedisSlotStore("redis://h/0", namespace=namespace).key_prefix == (
             "tv:{" + namespace + "}:"
