@@ -1112,6 +1112,45 @@ async def test_regression_waits_from_another_trio_run_raise_at_once(
     assert not bound.cancelled_caught
 
 
+@pytest.mark.parametrize(
+    ("call", "through"),
+    [
+        pytest.param(lambda sup: sup.list(), "sup.list", id="list"),
+        pytest.param(lambda sup: sup.alive_snapshot(), "sup.alive_snapshot", id="alive-snapshot"),
+        pytest.param(lambda sup: sup.is_alive("held"), "sup.is_alive, name", id="is-alive"),
+        pytest.param(lambda sup: sup.statistics(), "sup.statistics", id="statistics"),
+        pytest.param(
+            lambda sup: sup.controller_snapshot(), "sup.controller_snapshot", id="controller"
+        ),
+        pytest.param(lambda sup: sup.limit_snapshot(), "sup.limit_snapshot", id="limits"),
+    ],
+)
+async def test_regression_reads_from_another_thread_raise(
+    autojump_clock: Any, call: Callable[[Supervisor], Any], through: str
+) -> None:
+    """The supervisor's reads called in another thread raise ``RuntimeError`` naming
+    ``trio.from_thread.run_sync``, as its other calls do. Before, they read the state
+    while the supervisor's thread changed it: ``statistics()`` now and then raised
+    "dictionary changed size during iteration" (once in about a million reads while
+    tasks came and went), and ``controller_snapshot()`` always raised trio's "must be
+    called from async context"."""
+    async with supervisor(controller=ControllerConfig()) as sup:
+        await sup.add(TaskSpec.once("held", trio.sleep_forever))
+        with trio.CancelScope() as bound:
+            with pytest.raises(RuntimeError) as info:
+                await trio.to_thread.run_sync(call, sup)
+            bound.deadline = trio.current_time() + 60
+        assert not bound.cancelled_caught
+        name = through.partition(",")[0]
+        assert str(info.value) == (
+            f"{name}() works only in the thread of the supervisor's trio run; from another "
+            f"thread, go through trio.from_thread.run_sync({through})"
+        )
+        read = await trio.to_thread.run_sync(lambda: trio.from_thread.run_sync(sup.statistics))
+        assert read.registered == 1
+        await sup.cancel("held")
+
+
 async def test_intake_from_another_thread_through_trio_from_thread_works(
     autojump_clock: Any,
 ) -> None:

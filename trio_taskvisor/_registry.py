@@ -771,24 +771,25 @@ class Registry:
 
     # -- intake (the facade's and the controller's tasks) -----------------------------------
 
-    def check_intake(self, call: str, advice: str | None = None) -> None:
+    def check_intake(self, call: str, advice: str | None = None, *, sync: bool = False) -> None:
         """Raise ``RuntimeError`` for ``call`` in a thread other than the supervisor's
         (see ``check_thread``), and ``SupervisorClosedError`` once the shutdown has begun."""
         if threading.get_ident() != self.thread:
-            self.check_thread(call, advice)
+            self.check_thread(call, advice, sync=sync)
         if self._intake_closed:
             raise SupervisorClosedError
 
-    def check_thread(self, call: str, advice: str | None = None) -> None:
+    def check_thread(self, call: str, advice: str | None = None, *, sync: bool = False) -> None:
         """``RuntimeError`` for ``call`` in a thread other than the supervisor's: a trio
         run of its own there would park on this run's events (never woken, then
-        crashing this run when they are set). ``call``: what ``trio.from_thread.run``
-        (``run_sync`` for a ``*_nowait`` call) takes instead (``"sup.remove, target"``),
-        unless ``advice`` says otherwise."""
+        crashing this run when they are set), and a read there would see the state
+        while this thread changes it. ``call``: what ``trio.from_thread.run`` (``run_sync``
+        when ``sync``) takes instead (``"sup.remove, target"``), unless ``advice`` says
+        otherwise."""
         if threading.get_ident() != self.thread:
             name = call.partition(",")[0]
             if advice is None:
-                run = "run_sync" if name.endswith("_nowait") else "run"
+                run = "run_sync" if sync else "run"
                 advice = f"from another thread, go through trio.from_thread.{run}({call})"
             raise RuntimeError(
                 f"{name}() works only in the thread of the supervisor's trio run; {advice}"

@@ -448,7 +448,7 @@ class Supervisor:
 
         Raises ``trio.WouldBlock`` when the command channel is full.
         """
-        self._registry.check_intake("sup.add_nowait, spec")
+        self._registry.check_intake("sup.add_nowait, spec", sync=True)
         rec = self._new_record(spec)
         self._registry.add_nowait(rec)
         return rec
@@ -527,7 +527,7 @@ class Supervisor:
         Raises ``trio.WouldBlock`` when the controller's command channel is full.
         """
         controller = self._require_controller("submit_nowait")
-        self._registry.check_intake("sup.submit_nowait, request")
+        self._registry.check_intake("sup.submit_nowait, request", sync=True)
         entry = controller.prepare(request)
         controller.submit_nowait(entry)
         return entry.payload
@@ -535,12 +535,11 @@ class Supervisor:
     def prepare_submission(self, request: ControllerSpec[T]) -> PreparedSubmission[T]:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
         controller = self._require_controller("prepare_submission")
-        return PreparedSubmission(
-            self._registry.check_intake, controller, controller.prepare(request), request
-        )
+        return PreparedSubmission(self._registry, controller, controller.prepare(request), request)
 
     def controller_snapshot(self) -> ControllerSnapshot:
         """The controller's slots now (atomic; local, even for cluster slots)."""
+        self._registry.check_thread("sup.controller_snapshot", sync=True)
         return self._require_controller("controller_snapshot").snapshot()
 
     async def cluster_slot(self, slot: str) -> ClusterSlotInfo | None:
@@ -728,18 +727,22 @@ class Supervisor:
 
     def list(self) -> tuple[TaskInfo, ...]:
         """Registered and stopping tasks, sorted by id."""
+        self._registry.check_thread("sup.list", sync=True)
         return self._registry.infos()
 
     def alive_snapshot(self) -> tuple[str, ...]:
         """Names with an attempt physically in progress (force-aborted ones too), sorted."""
+        self._registry.check_thread("sup.alive_snapshot", sync=True)
         return self._registry.alive()
 
     def is_alive(self, name: str) -> bool:
         """Whether ``name`` has an attempt physically in progress."""
+        self._registry.check_thread("sup.is_alive, name", sync=True)
         return self._registry.is_alive(name)
 
     def statistics(self) -> SupervisorStatistics:
         """Counters of this supervisor now."""
+        self._registry.check_thread("sup.statistics", sync=True)
         registry = self._registry
         return SupervisorStatistics(
             registered=registry.registered,
@@ -856,6 +859,7 @@ class Supervisor:
 
     def limit_snapshot(self) -> tuple[LimitView, ...]:
         """The limit pools with holders or waiters in this process, sorted by name and key."""
+        self._registry.check_thread("sup.limit_snapshot", sync=True)
         return self._registry.limit_views()
 
     async def wait_idle(self) -> None:
@@ -1040,16 +1044,16 @@ class Supervisor:
 class PreparedSubmission(Generic[T_co]):
     """A submission whose ``TaskId`` is allocated; submit it once."""
 
-    __slots__ = ("_check_open", "_controller", "_entry", "_used", "id", "request")
+    __slots__ = ("_controller", "_entry", "_registry", "_used", "id", "request")
 
     def __init__(
         self,
-        check_open: Callable[[str], None],
+        registry: Registry,
         controller: Controller,
         entry: Entry[TaskRecord],
         request: ControllerSpec[T_co],
     ) -> None:
-        self._check_open = check_open  # the supervisor's intake check
+        self._registry = registry  # for its intake check
         self._controller = controller
         self._entry = entry
         self._used = False
@@ -1068,7 +1072,7 @@ class PreparedSubmission(Generic[T_co]):
 
     async def submit(self) -> TaskWaiter[T_co]:
         """Submit; waits for controller command capacity (intake only)."""
-        self._check_open("prepared.submit")
+        self._registry.check_intake("prepared.submit")
         self._claim()
         try:
             await self._controller.submit(self._entry)
@@ -1080,7 +1084,7 @@ class PreparedSubmission(Generic[T_co]):
 
     def submit_nowait(self) -> TaskWaiter[T_co]:
         """Submit without blocking; raises ``trio.WouldBlock`` when the channel is full."""
-        self._check_open("prepared.submit_nowait")
+        self._registry.check_intake("prepared.submit_nowait", sync=True)
         if self._used:
             self._claim()  # raises: a second use must not send the entry again
         self._controller.submit_nowait(self._entry)
