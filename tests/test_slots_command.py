@@ -143,6 +143,31 @@ def test_text_names_entries_by_instance_number() -> None:
     assert lines[11:] == ["limit pools: 0", "  none on the server"]
 
 
+def test_names_that_do_not_print_are_shown_escaped() -> None:
+    """Slot, instance, task, pool and key names come from the server, written by any
+    process that reaches it: characters that do not print (a line break, a tab, the
+    escape of a terminal's control sequence) are shown as ``repr`` shows them, so that
+    a name neither breaks the table nor drives the operator's terminal. Before, they
+    were printed as they are (a slot named "\\x1b[2J" cleared the screen). The JSON
+    document keeps them as they are (``json.dumps`` escapes them)."""
+    odd = "odd\x1b[2J:9:x"
+    view = assemble(
+        leases={"x\ny": (f"{odd}/\x07", "1", None, 900)},
+        queues={"tab\there": [f"{odd}/2"]},
+        heartbeats={odd: 950},
+        pools={"c\x1b[1m k\rk": ("concurrency 1", (), 0, None)},
+    )
+    lines = text(view)
+    assert all(line.isprintable() for line in lines)
+    assert [line.split()[0] for line in lines[3:5]] == ["tab\\there", "x\\ny"]
+    assert lines[4].split()[1] == "1/\\x07"
+    assert lines[7].split()[1] == "odd\\x1b[2J:9:x"
+    assert lines[10].split()[0] == "c\\x1b[1m[k\\rk]"
+    error = [line for kind, line in render(view, title="T", error="no\x1b[2J") if kind == "error"]
+    assert error == ["no\\x1b[2J"]
+    assert to_json(view)["slots"][0]["slot"] == "tab\there"
+
+
 def test_text_says_when_the_instances_run_with_different_lease_ttl() -> None:
     """During a rolling change of ``lease_ttl`` each instance shows its own (as the
     server grants its leases), and the instances' rule says that they differ; a

@@ -22,6 +22,10 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   ``GET`` and ``HGET`` of the generations that tell live holders and waiters from dead
   ones. It never writes, loads no script and sets no client name: a user with read
   permissions (and ``MULTI``/``EXEC``) is enough.
+* Names (slots, instances, tasks, pools, keys) come from the server, written by any
+  process that reaches it: the text shows each character that does not print (a line
+  break, a tab, a terminal's escape) as ``repr`` does (``_shown``), so that no name
+  breaks the table or drives the terminal; the JSON document keeps them as they are.
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
@@ -291,6 +295,17 @@ _LEASE_W: Final = 7
 _TOKEN_W: Final = 16
 
 
+def _shown(text: str) -> str:
+    """``text`` as plain text on one line: each character that does not print (a line
+    break, a tab, the escape that starts a terminal's control sequence, ...) as its
+    escape, as ``repr`` shows it (``\\n``, ``\\x1b``). Names come from the server, as
+    any process that can reach it wrote them: they must not break the table or drive
+    the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def _cut(text: str, width: int) -> str:
     """``text`` in at most ``width`` columns, its end replaced by ``…`` if cut."""
     if len(text) <= width:
@@ -326,7 +341,7 @@ def _labels(view: ClusterView) -> dict[str, int]:
 
 def _entry_label(entry: str, labels: Mapping[str, int]) -> str:
     instance, _, task = entry.rpartition("/")
-    return f"{labels[instance]}/{task}"
+    return f"{labels[instance]}/{_shown(task)}"
 
 
 def _queue_text(s: SlotRow, labels: Mapping[str, int]) -> str:
@@ -393,7 +408,8 @@ def render(
     holders = ["-" if s.entry is None else _entry_label(s.entry, labels) for s in view.slots]
     queues = [f"{len(s.queue)}: {_queue_text(s, labels)}" if s.queue else "-" for s in view.slots]
     leases = [_time(s.lease_remaining) + ("!" if s.stop_requested_by else "") for s in view.slots]
-    slot_w = max([4, *(len(s.slot) for s in view.slots)])
+    slot_names = [_shown(s.slot) for s in view.slots]
+    slot_w = max([4, *map(len, slot_names)])
     holder_w = max([6, *map(len, holders)])
     if width is not None:
         slot_w = min(slot_w, 20 + max(0, width - 80) // 2)
@@ -410,30 +426,32 @@ def render(
         (
             "row",
             _row(
-                _name(s.slot, slot_w),
+                _name(slot, slot_w),
                 (holder, holder_w),
                 ("-" if s.fence_token is None else str(s.fence_token), _TOKEN_W),
                 (lease, _LEASE_W),
                 (queue, queue_w),
             ),
         )
-        for s, holder, lease, queue in zip(view.slots, holders, leases, queues, strict=True)
+        for s, slot, holder, lease, queue in zip(
+            view.slots, slot_names, holders, leases, queues, strict=True
+        )
     ]
 
     # Instances: #  INSTANCE  HEARTBEAT  LEASE TTL  OWNS  QUEUED  UNITS, numbered as the
     # slots name them.
     number_w = len(str(len(labels))) if labels else 1
-    instance_w = max([8, *map(len, labels)])
+    instance_w = max([8, *(len(_shown(name)) for name in labels)])
     if width is not None:
         instance_w = min(instance_w, max(12, width - (number_w + 9 + 9 + 5 + 6 + 5 + 12)))
 
     def instance_row(name: str, n: int) -> str:
         i = live.get(name)
         if i is None:
-            return _row((str(n), number_w), _name(name, instance_w), ("gone", 9))
+            return _row((str(n), number_w), _name(_shown(name), instance_w), ("gone", 9))
         return _row(
             (str(n), number_w),
-            _name(name, instance_w),
+            _name(_shown(name), instance_w),
             (_time(i.heartbeat_remaining), 9),
             ("-" if i.lease_ttl is None else f"{i.lease_ttl:g} s", 9),
             (str(len(i.slots_owned)), 5),
@@ -455,7 +473,7 @@ def render(
     ]
 
     # Limit pools: POOL  KIND  HELD  WAITING  NEXT START.
-    names = [p.name if p.key is None else f"{p.name}[{p.key}]" for p in view.pools]
+    names = [_shown(p.name if p.key is None else f"{p.name}[{p.key}]") for p in view.pools]
     pool_w = max([4, *map(len, names)])
     if width is not None:
         pool_w = min(pool_w, max(8, width - (11 + 5 + 7 + 10 + 8)))
@@ -506,7 +524,7 @@ def render(
         title = (title if room is None else _cut(title, room)).ljust(room or 0) + "  " + hint
     lines: list[Line] = [("title", title)]
     if error is not None:
-        lines.append(("error", error))
+        lines.append(("error", _shown(error)))
     sections = (
         (slot_rule, slot_head, slot_rows),
         (instance_rule, instance_head, instance_rows),
