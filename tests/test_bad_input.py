@@ -1380,3 +1380,93 @@ async def test_regression_a_plain_with_says_async_with(autojump_clock: Any) -> N
             with pytest.raises(TypeError, match=message), manager:
                 pass
         assert sup.limit_snapshot() == ()
+
+
+# -- exceptions whose str() raises -----------------------------------------------------------
+
+
+class Unprintable(Exception):
+    """An exception whose ``__str__`` raises (an attribute its ``__init__`` never set)."""
+
+    def __str__(self) -> str:
+        raise AttributeError("'Unprintable' object has no attribute 'detail'")
+
+
+async def raise_unprintable() -> None:
+    raise Unprintable
+
+
+ONE_S = BackoffPolicy.constant(1.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "reason"),
+    [
+        pytest.param(TaskSpec.once("t", raise_unprintable), "failed", "", id="once"),
+        pytest.param(
+            TaskSpec.restartable("t", raise_unprintable, backoff=ONE_S, max_retries=1),
+            "failed",
+            "retry limit reached after 1 retry: ",
+            id="max-retries",
+        ),
+        pytest.param(
+            TaskSpec.restartable("t", raise_unprintable, backoff=ONE_S, retry_budget=1.5),
+            "failed",
+            "retry budget of 1.5 s spent: ",
+            id="retry-budget",
+        ),
+        pytest.param(
+            TaskSpec.restartable(
+                "t", raise_unprintable, backoff=ONE_S, restart_limit=RestartLimit(1, 10)
+            ),
+            "failed",
+            "restart limit reached: 1 restart within 10.0 s: ",
+            id="restart-limit",
+        ),
+        pytest.param(
+            TaskSpec.restartable("t", raise_unprintable, retry_on=(KeyError,)),
+            "fatal",
+            "",
+            id="retry-on",
+        ),
+    ],
+)
+async def test_regression_an_exception_whose_str_raises_is_an_outcome(
+    autojump_clock: Any,
+    caplog: pytest.LogCaptureFixture,
+    spec: TaskSpec[Any],
+    kind: str,
+    reason: str,
+) -> None:
+    """A task's exception whose ``str()`` raises ends the task as any failure does; its
+    text reads ``<exception str() failed>``, as in Python's tracebacks (the outcome's
+    ``reason``, the attempt's and the backoff's event, the log). Before, making the
+    attempt's event raised in the actor: the whole supervisor failed with the
+    exception's ``AttributeError`` and the task ended ``CANCELLED``."""
+    recorder = EventRecorder()
+    async with supervisor(recorder, log_failures=True) as sup:
+        outcome = await (await sup.add(spec)).wait()
+        await assert_still_works(sup)
+    assert (outcome.kind.value, outcome.reason) == (kind, reason + "<exception str() failed>")
+    assert isinstance(outcome.error, Unprintable)
+    texts = [e.reason for e in recorder.events if e.kind.name.startswith(("ATTEMPT_", "BACKOFF"))]
+    assert "<exception str() failed>" in texts
+    assert "<exception str() failed>" in caplog.text
+
+
+async def test_regression_a_subscriber_error_whose_str_raises_is_reported(
+    autojump_clock: Any,
+) -> None:
+    """A subscriber's exception whose ``str()`` raises is reported as any subscriber's
+    failure, its reason ``"Unprintable: <exception str() failed>"``."""
+
+    class Failing:
+        async def on_event(self, event: Any) -> None:
+            raise Unprintable
+
+    recorder = EventRecorder()
+    async with supervisor(recorder, subscribers=[Failing()]) as sup:
+        await (await sup.add(TaskSpec.once("t", async_fn))).wait()
+        await assert_still_works(sup)
+    failed = [e for e in recorder.events if e.kind is EventKind.SUBSCRIBER_FAILED]
+    assert failed[0].reason == "Unprintable: <exception str() failed>"

@@ -188,6 +188,32 @@ async def test_fatal_attempts_are_marked_fatal(
     assert attempt.status.status_code is StatusCode.ERROR
 
 
+async def test_an_error_whose_str_raises_is_described_as_python_does(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """The status of an attempt whose exception cannot make its ``str()`` reads
+    ``"<exception str() failed>"`` after the type's name, and its exception event says
+    the same. Before, making it raised in the attempt's span (OpenTelemetry's
+    ``record_exception`` makes it too): the task ended with that error instead of its
+    own."""
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise AttributeError("detail")
+
+    async def broken() -> None:
+        raise Unprintable
+
+    async with open_supervisor() as sup:
+        await (await sup.add(TaskSpec.once("b", traced(broken, tracer=tracer)))).wait()
+    (attempt,) = exporter.get_finished_spans()
+    assert attempt.status.description == "Unprintable: <exception str() failed>"
+    (event,) = attempt.events
+    assert event.name == "exception"
+    assert event.attributes is not None
+    assert event.attributes["exception.message"] == "<exception str() failed>"
+
+
 async def test_timed_out_attempts_are_marked_timed_out(
     autojump_clock: trio.testing.MockClock, tracer: Tracer, exporter: InMemorySpanExporter
 ) -> None:

@@ -72,7 +72,7 @@ import trio
 
 from ._bus import EventBus
 from ._events import BackoffSource, EventKind
-from ._exceptions import FatalError, TaskCancelled, split_cancelled
+from ._exceptions import FatalError, TaskCancelled, error_text, split_cancelled
 from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
 from ._policies import (
     RestartLimit,
@@ -384,7 +384,7 @@ def _end_attempt(
         rec.name,
         rec.slot,
         rec.attempt,
-        None if failure is None else str(failure),
+        None if failure is None else error_text(failure),
         exit_code=None if failure is None else _exit_code(failure),
         duration=None if started is None else trio.current_time() - started,
         timeout=rec.policy.timeout if kind is EventKind.ATTEMPT_TIMED_OUT else None,
@@ -399,7 +399,7 @@ def _not_awaitable(rec: TaskRecord, value: object) -> TypeError:
 def _uncallable(rec: TaskRecord, error: BaseException) -> TaskOutcome[Any]:
     """FATAL: calling the function raised before any awaitable existed (missing
     arguments, say); every later call would raise the same, so none is retried."""
-    reason = f"calling {qualname(rec.fn)} failed: {error}"
+    reason = f"calling {qualname(rec.fn)} failed: {error_text(error)}"
     return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=_exit_code(error))
 
 
@@ -427,7 +427,7 @@ def _plain_failure(
         # Retry: no outcome, so no reason text to build.
         return None, _schedule_retry(rec, host, error, retries)
     outcome: TaskOutcome[Any] = TaskOutcome(
-        kind, error=error, reason=prefix + str(error), exit_code=_exit_code(error)
+        kind, error=error, reason=prefix + error_text(error), exit_code=_exit_code(error)
     )
     return outcome, None
 
@@ -488,14 +488,14 @@ def _streak_failure(
         return CANCELLED, None, retries
     policy = rec.policy
     if status is _FATAL:
-        return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
+        return _ended(OutcomeKind.FATAL, error, error_text(error)), None, retries
     if status is _UNCALLABLE:
         return _uncallable(rec, error), None, retries
     if not policy.restart.restarts_on_failure:
-        return _ended(OutcomeKind.FAILED, error, str(error)), None, retries
+        return _ended(OutcomeKind.FAILED, error, error_text(error)), None, retries
     now = trio.current_time()
     if policy.max_retries is not None and retries >= policy.max_retries:
-        reason = f"{_retry_limit_reached(retries)}: {error}"
+        reason = f"{_retry_limit_reached(retries)}: {error_text(error)}"
         return _ended(OutcomeKind.FAILED, error, reason), None, retries
     delay = policy.backoff.delay_for_retry(retries, host.random)
     at = now + delay
@@ -515,7 +515,7 @@ def _streak_failure(
         reason = policy.restart_limit.reason(error)
         return _ended(OutcomeKind.FAILED, error, reason), None, retries
     if policy.retry_on is not None and not retry_on_matches(error, policy.retry_on):
-        return _ended(OutcomeKind.FATAL, error, str(error)), None, retries
+        return _ended(OutcomeKind.FATAL, error, error_text(error)), None, retries
     if window is not None:
         window.record(at)
     _publish_backoff(rec, host, delay, BackoffSource.FAILURE, error)
@@ -537,11 +537,12 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
     """
     now = trio.current_time()
     extras = rec.extras()
+    text = error_text(error)
     extra = {
         "taskvisor_name": rec.name,
         "taskvisor_task_id": rec.id,
         "taskvisor_attempt": rec.attempt,
-        "taskvisor_reason": str(error),
+        "taskvisor_reason": text,
         "taskvisor_delay": delay,
     }
     if retries == 0:
@@ -552,7 +553,7 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
             rec.id,
             rec.attempt,
             delay,
-            error,
+            text,
             extra=extra,
         )
     elif now - extras.failure_logged >= FAILURE_LINE_INTERVAL:
@@ -564,7 +565,7 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
             retries + 1,
             now - extras.failing_since,
             delay,
-            error,
+            text,
             extra=extra,
         )
 
@@ -595,7 +596,7 @@ def _publish_backoff(
             rec.name,
             rec.slot,
             rec.attempt,
-            None if error is None else str(error),
+            None if error is None else error_text(error),
             delay=delay,
             exit_code=None if error is None else _exit_code(error),
             backoff_source=source,

@@ -37,7 +37,7 @@ import trio
 
 from ._config import check_capacity
 from ._events import EventKind, TaskEvent, new_event
-from ._exceptions import split_cancelled
+from ._exceptions import error_text, split_cancelled
 
 
 class Subscriber(Protocol):
@@ -309,9 +309,8 @@ class EventBus:
         # included), it is the subscriber's.
         if not self.active:
             return
-        failure = self._build(
-            EventKind.SUBSCRIBER_FAILED, name=lane.name, reason=f"{type(exc).__name__}: {exc}"
-        )
+        reason = f"{type(exc).__name__}: {error_text(exc)}"
+        failure = self._build(EventKind.SUBSCRIBER_FAILED, name=lane.name, reason=reason)
         self._failed_origin[failure.seq] = lane
         try:
             self._send.send_nowait(failure)

@@ -32,6 +32,15 @@ from ._outcome import OutcomeError as OutcomeError
 from ._outcome import TaskId, TaskOutcome
 
 
+def error_text(error: BaseException) -> str:
+    """``str(error)``, which the exception of a task may fail to make (a ``__str__`` that
+    raises): then ``"<exception str() failed>"``, as Python's tracebacks print it."""
+    try:
+        return str(error)
+    except Exception:
+        return "<exception str() failed>"
+
+
 class ConfigError(ValueError):
     """A configuration or policy value is invalid; raised where the value is given."""
 

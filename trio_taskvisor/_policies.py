@@ -61,7 +61,7 @@ from typing import ClassVar, cast
 
 import attrs
 
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, error_text
 
 _SAFETY_FLOOR = 0.001
 _DEFAULT_MAX = 30.0
@@ -350,7 +350,7 @@ class RestartLimit:
         return (
             f"restart limit reached: {self.max_restarts} "
             f"{'restart' if self.max_restarts == 1 else 'restarts'} within "
-            f"{float(self.within)!r} s: {error}"
+            f"{float(self.within)!r} s: {error_text(error)}"
         )
 
 
@@ -386,7 +386,7 @@ def retry_budget_spent(first_failure: float, budget: float, at: float) -> bool:
 
 def retry_budget_reason(budget: float, error: BaseException) -> str:
     """The ``TaskOutcome.reason`` of a task its ``retry_budget`` ended."""
-    return f"retry budget of {float(budget)!r} s spent: {error}"
+    return f"retry budget of {float(budget)!r} s spent: {error_text(error)}"
 
 
 def retry_on_matches(error: BaseException, types: tuple[type[BaseException], ...]) -> bool:

@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol, TypeAlias
 
 import attrs
 
+from ._exceptions import error_text
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome
 
 LOST_LEASE_FRACTION: Final = 0.8
@@ -256,7 +257,7 @@ def encode_outcome(outcome: TaskOutcome[Any]) -> str:
         try:
             value = json.dumps(outcome.value, allow_nan=False)
         except Exception as exc:  # any failure of the user's value: it is not transferable
-            value, reason = "null", _NOT_TRANSFERABLE + str(exc)
+            value, reason = "null", _NOT_TRANSFERABLE + error_text(exc)
         else:
             if len(value) > MAX_TRANSFER_CHARS:
                 value, reason = "null", _NOT_TRANSFERABLE + "encoded value exceeds 1 MiB"

@@ -77,7 +77,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .._config import check_capacity
 from .._events import EventKind, TaskEvent
-from .._exceptions import FatalError, TaskCancelled, split_cancelled
+from .._exceptions import FatalError, TaskCancelled, error_text, split_cancelled
 from .._outcome import OutcomeKind, TaskId
 from .._record import TaskRecord, current_task_context
 from .._spec import check_async_callable
@@ -208,8 +208,13 @@ def _finish(
         span.set_attribute("taskvisor.attempt.exit_code", code)
     if result in ("failed", "fatal"):
         assert error is not None
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        text = error_text(error)
+        try:
+            span.record_exception(error)
+        except Exception:  # the SDK makes str(error), which may raise: record what it can
+            message = {"exception.type": type(error).__qualname__, "exception.message": text}
+            span.add_event("exception", message)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {text}"))
     elif result == "timed_out":
         span.set_status(Status(StatusCode.ERROR, "attempt timed out"))
     if result == "force_aborted":
