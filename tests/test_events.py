@@ -660,6 +660,20 @@ async def test_subscriber_without_async_on_event_is_a_type_error(subscriber: obj
             pytest.fail("the supervisor must not start")
 
 
+async def test_the_same_subscriber_twice_is_a_config_error() -> None:
+    """One subscriber object given twice would get (and count) every event twice:
+    ``ConfigError`` naming it. Two subscribers of one name are two subscribers."""
+    recorder = EventRecorder()
+    with pytest.raises(ConfigError, match=r"subscriber <.*EventRecorder.*> is given twice"):
+        async with open_supervisor(subscribers=[recorder, SleepySubscriber(), recorder]):
+            pytest.fail("the supervisor must not start")
+    other = EventRecorder()
+    async with open_supervisor(subscribers=[recorder, other]) as sup:
+        await (await sup.add(TaskSpec.once("t", trio.sleep, 0))).wait()
+    assert [e.kind for e in recorder.events] == [e.kind for e in other.events]
+    assert len({e.seq for e in recorder.events}) == len(recorder.events)
+
+
 @pytest.mark.parametrize("capacity", [0, -1])
 async def test_subscriber_queue_capacity_below_one_is_a_config_error(capacity: int) -> None:
     """open_supervisor rejects a subscriber ``queue_capacity`` below 1 with ConfigError

@@ -15,6 +15,8 @@ Decisions the design leaves open:
   in ``events_dropped`` but not in ``subscriber_dropped``. Closing the receive side
   early ends the stream quietly.
 * Events still queued when the drain deadline passes count as dropped.
+* The same subscriber object given twice is a ``ConfigError``: it would get (and count)
+  every event twice. Two subscribers of one name are fine (their drops add up).
 * A ``BaseException`` from ``on_event`` that is not trio's cancellation
   (``KeyboardInterrupt``, ``SystemExit``) is not isolated: like one from a task, it
   starts the graceful shutdown and propagates bare from ``open_supervisor``; that
@@ -37,7 +39,7 @@ import trio
 
 from ._config import check_capacity
 from ._events import EventKind, TaskEvent, new_event
-from ._exceptions import error_text, split_cancelled
+from ._exceptions import ConfigError, error_text, split_cancelled
 
 
 class Subscriber(Protocol):
@@ -91,6 +93,13 @@ class EventBus:
         self.published = 0
         self.dropped = 0
         self._initial = tuple(_subscriber_lane(s) for s in subscribers)
+        if len({id(s) for s in subscribers}) < len(subscribers):
+            twice = next(
+                s for n, s in enumerate(subscribers) if any(s is t for t in subscribers[:n])
+            )
+            raise ConfigError(
+                f"subscriber {twice!r} is given twice: it would get every event twice"
+            )
         # Called with a BaseException from on_event (KeyboardInterrupt): not isolated.
         self.on_crash = on_crash
 
