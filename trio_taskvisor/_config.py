@@ -49,11 +49,11 @@ Decisions the design leaves open:
   was given) and ``ack_timeout`` gives the effective value, ``lease_ttl / 10``, so that
   ``attrs.evolve`` of ``lease_ttl`` moves it too.
 * Strings sent to the slot store's server must encode as UTF-8 (``check_sendable``): the
-  url and the namespace at construction; with a slot store, slots and limit names and keys at the
-  call that brings them (``ConfigError``). A lone surrogate (``os.fsdecode`` of a file
-  name that is not UTF-8) does not: before, a slot with one made the store unavailable
-  to every caller, and a limit with one was refused at each acquisition. Without a
-  slot store nothing is sent, and such strings work as any other.
+  url (never quoted) and the namespace at construction; with a slot store, slots and
+  limit names and keys at the call that brings them (``ConfigError``). A lone surrogate
+  (``os.fsdecode`` of a file name that is not UTF-8) does not: before, a slot with one
+  made the store unavailable to every caller, and a limit with one was refused at each
+  acquisition. Without a slot store nothing is sent, and such strings work as any other.
 * ``retry_on`` takes exception classes (``BaseException`` subclasses) in a ``tuple``;
   anything else, a bare class or a list included, is a ``TypeError``.
 """
@@ -113,15 +113,7 @@ _SENTINEL_URL_OPTIONS: Final = _URL_OPTIONS | {"sentinel_password"}
 def _check_url(url: object) -> str:
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}")
-    if not url.isascii():
-        try:
-            url.encode()
-        except UnicodeEncodeError:
-            # Not check_sendable: the message must not quote the url (or its password).
-            raise ConfigError(
-                "url must encode as UTF-8 to reach the slot store, and it holds a lone "
-                "surrogate (os.fsdecode makes them of bytes that are not UTF-8)"
-            ) from None
+    check_sendable("url", url, secret=True)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -288,19 +280,20 @@ def _check_namespace(namespace: object) -> str:
     return namespace
 
 
-def check_sendable(what: str, value: str) -> None:
+def check_sendable(what: str, value: str, *, secret: bool = False) -> None:
     """``ConfigError`` unless ``value`` encodes as UTF-8, as every string sent to the slot
     store's server must: a lone surrogate (``os.fsdecode`` of a file name that is not
-    UTF-8 makes them) does not."""
+    UTF-8 makes them) does not. A ``secret`` value (a url) is not quoted."""
     if value.isascii():
         return
     try:
         value.encode()
     except UnicodeEncodeError as exc:
-        raise ConfigError(
-            f"{what} must encode as UTF-8 to reach the slot store, got {value!r} "
-            f"(a lone surrogate at index {exc.start})"
-        ) from None
+        if secret:
+            shown = "it holds a lone surrogate (os.fsdecode makes them of bytes not UTF-8)"
+        else:
+            shown = f"got {value!r} (a lone surrogate at index {exc.start})"
+        raise ConfigError(f"{what} must encode as UTF-8 to reach the slot store, {shown}") from None
 
 
 _ONE_MS: Final = 0.001  # the server's unit: shorter durations would be sent as 0

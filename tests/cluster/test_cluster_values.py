@@ -463,8 +463,8 @@ def test_a_url_that_does_not_encode_is_refused_without_quoting_it(url: str) -> N
     with pytest.raises(ConfigError) as info:
         RedisSlotStore(url)
     assert str(info.value) == (
-        "url must encode as UTF-8 to reach the slot store, and it holds a lone surrogate "
-        "(os.fsdecode makes them of bytes that are not UTF-8)"
+        "url must encode as UTF-8 to reach the slot store, it holds a lone surrogate "
+        "(os.fsdecode makes them of bytes not UTF-8)"
     )
 
 
