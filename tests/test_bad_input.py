@@ -1332,6 +1332,18 @@ def test_regression_demo_duration_message_names_the_rule_not_a_function(
     assert "_seconds" not in error
 
 
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m trio_taskvisor --version`` prints the version and exits 0 (before, it
+    was an "unrecognized arguments" error, status 2)."""
+    import trio_taskvisor
+    from trio_taskvisor.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"trio_taskvisor {trio_taskvisor.__version__}\n"
+
+
 async def test_regression_a_context_manager_entered_twice_says_to_call_again(
     autojump_clock: Any,
 ) -> None:

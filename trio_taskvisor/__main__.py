@@ -2,6 +2,7 @@
 
 Usage::
 
+    python -m trio_taskvisor --version
     python -m trio_taskvisor demo [--duration SECONDS] [--plain | --live] [--seed N]
     python -m trio_taskvisor tour
     python -m trio_taskvisor slots URL [--namespace NS] [--watch | --json]
@@ -37,6 +38,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import __version__
+
 
 def _seconds(text: str) -> float:
     try:
@@ -55,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         description="trio_taskvisor demo and tour, and a look into a cluster's slot store.",
         epilog="python -m trio_taskvisor demo --help: the demo's options and views.",
     )
+    parser.add_argument("--version", action="version", version=f"trio_taskvisor {__version__}")
     parser.set_defaults(command="demo", duration=20.0, plain=None, seed=None)
     commands = parser.add_subparsers(title="commands", metavar="{demo,tour,slots}")
     demo = commands.add_parser(
