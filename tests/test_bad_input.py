@@ -943,85 +943,60 @@ def _in_a_run_of_its_own(enter: Callable[[Supervisor], Any]) -> Callable[[Superv
     return lambda sup: trio.run(run, sup)
 
 
+QUEUED = ControllerSpec.queue(SPEC, slot="s")
+LIMITED_ADVICE = "enter it in an async function of that run (trio.from_thread.run(fn))"
+
+
 @pytest.mark.parametrize(
-    ("call", "message"),
+    ("call", "through"),
     [
+        pytest.param(lambda sup: sup.add_nowait(SPEC), "sup.add_nowait, spec", id="add-nowait"),
         pytest.param(
-            lambda sup: sup.add_nowait(SPEC),
-            "sup.add_nowait() works only in the thread of the supervisor's trio run; from "
-            "another thread, go through trio.from_thread.run_sync(sup.add_nowait, spec)",
-            id="add-nowait",
-        ),
-        pytest.param(
-            lambda sup: sup.submit_nowait(ControllerSpec.queue(SPEC, slot="s")),
-            "sup.submit_nowait() works only in the thread of the supervisor's trio run; from "
-            "another thread, go through trio.from_thread.run_sync(sup.submit_nowait, request)",
+            lambda sup: sup.submit_nowait(QUEUED),
+            "sup.submit_nowait, request",
             id="submit-nowait",
         ),
         pytest.param(
-            lambda sup: sup.prepare_submission(
-                ControllerSpec.queue(SPEC, slot="s")
-            ).submit_nowait(),
-            "prepared.submit_nowait() works only in the thread of the supervisor's trio run; "
-            "from another thread, go through trio.from_thread.run_sync(prepared.submit_nowait)",
+            lambda sup: sup.prepare_submission(QUEUED).submit_nowait(),
+            "prepared.submit_nowait",
             id="prepared-submit-nowait",
         ),
-        pytest.param(
-            _in_a_run_of_its_own(lambda sup: sup.add(SPEC)),
-            "sup.add() works only in the thread of the supervisor's trio run; from another "
-            "thread, go through trio.from_thread.run(sup.add, spec)",
-            id="add-in-a-trio-run-of-its-own",
-        ),
+        pytest.param(_in_a_run_of_its_own(lambda sup: sup.add(SPEC)), "sup.add, spec", id="add"),
         pytest.param(
             _in_a_run_of_its_own(lambda sup: sup.add_batch([SPEC])),
-            "sup.add_batch() works only in the thread of the supervisor's trio run; from "
-            "another thread, go through trio.from_thread.run(sup.add_batch, specs)",
+            "sup.add_batch, specs",
             id="add-batch",
         ),
         pytest.param(
-            _in_a_run_of_its_own(lambda sup: sup.submit(ControllerSpec.queue(SPEC, slot="s"))),
-            "sup.submit() works only in the thread of the supervisor's trio run; from another "
-            "thread, go through trio.from_thread.run(sup.submit, request)",
-            id="submit",
+            _in_a_run_of_its_own(lambda sup: sup.submit(QUEUED)), "sup.submit, request", id="submit"
         ),
         pytest.param(
-            _in_a_run_of_its_own(
-                lambda sup: sup.prepare_submission(ControllerSpec.queue(SPEC, slot="s")).submit()
-            ),
-            "prepared.submit() works only in the thread of the supervisor's trio run; from "
-            "another thread, go through trio.from_thread.run(prepared.submit)",
+            _in_a_run_of_its_own(lambda sup: sup.prepare_submission(QUEUED).submit()),
+            "prepared.submit",
             id="prepared-submit",
         ),
         pytest.param(
             _in_a_run_of_its_own(lambda sup: sup.run_in_slot("s", async_fn)),
-            "sup.run_in_slot() works only in the thread of the supervisor's trio run; from "
-            "another thread, go through trio.from_thread.run(sup.run_in_slot, slot, fn, *args)",
+            "sup.run_in_slot, slot, fn, *args",
             id="run-in-slot",
         ),
         pytest.param(
-            _in_a_run_of_its_own(lambda sup: sup.start(SPEC)),
-            "sup.start() works only in the thread of the supervisor's trio run; from another "
-            "thread, go through trio.from_thread.run(sup.start, spec)",
-            id="start",
+            _in_a_run_of_its_own(lambda sup: sup.start(SPEC)), "sup.start, spec", id="start"
         ),
         pytest.param(
-            _in_a_run_of_its_own(
-                lambda sup: sup.start_in_slot(ControllerSpec.queue(SPEC, slot="s"))
-            ),
-            "sup.start_in_slot() works only in the thread of the supervisor's trio run; from "
-            "another thread, go through trio.from_thread.run(sup.start_in_slot, request)",
+            _in_a_run_of_its_own(lambda sup: sup.start_in_slot(QUEUED)),
+            "sup.start_in_slot, request",
             id="start-in-slot",
         ),
         pytest.param(
             _in_a_run_of_its_own(lambda sup: sup.limited(ConcurrencyLimit("c", 1))),
-            "sup.limited() works only in the thread of the supervisor's trio run; from another "
-            "thread, enter it in an async function of that run (trio.from_thread.run(fn))",
+            "sup.limited",
             id="limited",
         ),
     ],
 )
 async def test_intake_from_another_thread_raises_and_changes_nothing(
-    autojump_clock: Any, call: Callable[[Supervisor], Any], message: str
+    autojump_clock: Any, call: Callable[[Supervisor], Any], through: str
 ) -> None:
     """Work handed to a supervisor from a worker thread raises ``RuntimeError`` naming
     the call and the way through ``trio.from_thread``, before it changes anything.
@@ -1033,7 +1008,17 @@ async def test_intake_from_another_thread_raises_and_changes_nothing(
         async with supervisor(controller=ControllerConfig()) as sup:
             with pytest.raises(RuntimeError) as info:
                 await trio.to_thread.run_sync(call, sup)
-            assert str(info.value) == message
+            name = through.partition(",")[0]
+            run = "run_sync" if name.endswith("_nowait") else "run"
+            advice = (
+                LIMITED_ADVICE
+                if name == "sup.limited"
+                else f"go through trio.from_thread.{run}({through})"
+            )
+            assert str(info.value) == (
+                f"{name}() works only in the thread of the supervisor's trio run; "
+                f"from another thread, {advice}"
+            )
             # (a deadline while a thread runs would be the autojump clock's next stop)
             bound.deadline = trio.current_time() + 60
             await assert_still_works(sup)
