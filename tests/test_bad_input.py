@@ -1437,9 +1437,9 @@ async def test_regression_an_exception_whose_str_raises_is_an_outcome(
 ) -> None:
     """A task's exception whose ``str()`` raises ends the task as any failure does; its
     text reads ``<exception str() failed>``, as in Python's tracebacks (the outcome's
-    ``reason``, the attempt's and the backoff's event, the log). Before, making the
-    attempt's event raised in the actor: the whole supervisor failed with the
-    exception's ``AttributeError`` and the task ended ``CANCELLED``."""
+    ``reason``, the attempt's and the backoff's event, the log). Before, the actor
+    raised the ``AttributeError`` while it built the reason or the attempt's event: the
+    whole supervisor failed with it and the task ended ``CANCELLED``."""
     recorder = EventRecorder()
     async with supervisor(recorder, log_failures=True) as sup:
         outcome = await (await sup.add(spec)).wait()
