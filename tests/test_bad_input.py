@@ -1451,6 +1451,30 @@ async def test_regression_an_exception_whose_str_raises_is_an_outcome(
     assert "<exception str() failed>" in caplog.text
 
 
+async def test_regression_an_exception_whose_exit_code_raises_has_none(
+    autojump_clock: Any,
+) -> None:
+    """An exception of the task whose ``exit_code`` property raises (anything but an
+    ``AttributeError``) has no exit code: the task ends ``FAILED`` as for any error.
+    Before, reading it raised in the actor and the whole supervisor failed with it."""
+
+    class OddCode(Exception):
+        @property
+        def exit_code(self) -> int:
+            raise RuntimeError("no code yet")
+
+    async def raise_odd() -> None:
+        raise OddCode("odd")
+
+    recorder = EventRecorder()
+    async with supervisor(recorder) as sup:
+        outcome = await (await sup.add(TaskSpec.once("t", raise_odd))).wait()
+        await assert_still_works(sup)
+    assert (outcome.kind, outcome.reason, outcome.exit_code) == (OutcomeKind.FAILED, "odd", None)
+    failed = [e for e in recorder.events if e.kind is EventKind.ATTEMPT_FAILED]
+    assert [(e.reason, e.exit_code) for e in failed] == [("odd", None)]
+
+
 async def test_regression_a_subscriber_error_whose_str_raises_is_reported(
     autojump_clock: Any,
 ) -> None:

@@ -193,13 +193,17 @@ async def test_an_error_whose_str_raises_is_described_as_python_does(
 ) -> None:
     """The status of an attempt whose exception cannot make its ``str()`` reads
     ``"<exception str() failed>"`` after the type's name, and its exception event says
-    the same. Before, making it raised in the attempt's span (OpenTelemetry's
-    ``record_exception`` makes it too): the task ended with that error instead of its
-    own."""
+    the same; an ``exit_code`` that raises is no exit code. Before, making either raised
+    in the attempt's span (OpenTelemetry's ``record_exception`` makes the ``str()``
+    too): the task ended with that error instead of its own."""
 
     class Unprintable(Exception):
         def __str__(self) -> str:
             raise AttributeError("detail")
+
+        @property
+        def exit_code(self) -> int:
+            raise RuntimeError("no code yet")
 
     async def broken() -> None:
         raise Unprintable
@@ -208,6 +212,7 @@ async def test_an_error_whose_str_raises_is_described_as_python_does(
         await (await sup.add(TaskSpec.once("b", traced(broken, tracer=tracer)))).wait()
     (attempt,) = exporter.get_finished_spans()
     assert attempt.status.description == "Unprintable: <exception str() failed>"
+    assert attr(attempt, "taskvisor.attempt.exit_code") is None
     (event,) = attempt.events
     assert event.name == "exception"
     assert event.attributes is not None

@@ -72,7 +72,7 @@ import trio
 
 from ._bus import EventBus
 from ._events import BackoffSource, EventKind
-from ._exceptions import FatalError, TaskCancelled, error_text, split_cancelled
+from ._exceptions import FatalError, TaskCancelled, error_text, exit_code_of, split_cancelled
 from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
 from ._policies import (
     RestartLimit,
@@ -139,11 +139,6 @@ class ActorHost(Protocol):
 
     def crashed(self, exc: BaseException, /) -> None:
         """A non-task ``BaseException`` ended the actor: take the supervisor down."""
-
-
-def _exit_code(error: BaseException) -> int | None:
-    code = getattr(error, "exit_code", None)
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> None:
@@ -385,7 +380,7 @@ def _end_attempt(
         rec.slot,
         rec.attempt,
         None if failure is None else error_text(failure),
-        exit_code=None if failure is None else _exit_code(failure),
+        exit_code=None if failure is None else exit_code_of(failure),
         duration=None if started is None else trio.current_time() - started,
         timeout=rec.policy.timeout if kind is EventKind.ATTEMPT_TIMED_OUT else None,
         fence_token=rec.fence_token,
@@ -400,7 +395,7 @@ def _uncallable(rec: TaskRecord, error: BaseException) -> TaskOutcome[Any]:
     """FATAL: calling the function raised before any awaitable existed (missing
     arguments, say); every later call would raise the same, so none is retried."""
     reason = f"calling {qualname(rec.fn)} failed: {error_text(error)}"
-    return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=_exit_code(error))
+    return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=exit_code_of(error))
 
 
 def _timed_out(rec: TaskRecord) -> TimeoutError:
@@ -427,7 +422,7 @@ def _plain_failure(
         # Retry: no outcome, so no reason text to build.
         return None, _schedule_retry(rec, host, error, retries)
     outcome: TaskOutcome[Any] = TaskOutcome(
-        kind, error=error, reason=prefix + error_text(error), exit_code=_exit_code(error)
+        kind, error=error, reason=prefix + error_text(error), exit_code=exit_code_of(error)
     )
     return outcome, None
 
@@ -458,7 +453,7 @@ class _Streak:
 
 
 def _ended(kind: OutcomeKind, error: BaseException, reason: str) -> TaskOutcome[Any]:
-    return TaskOutcome(kind, error=error, reason=reason, exit_code=_exit_code(error))
+    return TaskOutcome(kind, error=error, reason=reason, exit_code=exit_code_of(error))
 
 
 def _healthy(rec: TaskRecord, started: float | None) -> bool:
@@ -598,7 +593,7 @@ def _publish_backoff(
             rec.attempt,
             None if error is None else error_text(error),
             delay=delay,
-            exit_code=None if error is None else _exit_code(error),
+            exit_code=None if error is None else exit_code_of(error),
             backoff_source=source,
             fence_token=rec.fence_token,
         )

@@ -41,6 +41,17 @@ def error_text(error: BaseException) -> str:
         return "<exception str() failed>"
 
 
+def exit_code_of(error: BaseException) -> int | None:
+    """The ``exit_code`` of ``error`` if it has an ``int`` one (``FatalError``,
+    ``TaskFailure``, or any exception of the task's); ``None`` also when reading it
+    raises."""
+    try:
+        code = getattr(error, "exit_code", None)
+    except Exception:
+        return None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
 class ConfigError(ValueError):
     """A configuration or policy value is invalid; raised where the value is given."""
 

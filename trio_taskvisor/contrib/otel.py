@@ -77,7 +77,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .._config import check_capacity
 from .._events import EventKind, TaskEvent
-from .._exceptions import FatalError, TaskCancelled, error_text, split_cancelled
+from .._exceptions import FatalError, TaskCancelled, error_text, exit_code_of, split_cancelled
 from .._outcome import OutcomeKind, TaskId
 from .._record import TaskRecord, current_task_context
 from .._spec import check_async_callable
@@ -203,8 +203,8 @@ def _finish(
     else:
         result = "succeeded"
     span.set_attribute("taskvisor.attempt.result", result)
-    code = getattr(error, "exit_code", None)
-    if isinstance(code, int) and not isinstance(code, bool):
+    code = None if error is None else exit_code_of(error)
+    if code is not None:
         span.set_attribute("taskvisor.attempt.exit_code", code)
     if result in ("failed", "fatal"):
         assert error is not None
