@@ -543,10 +543,12 @@ async def test_a_string_the_server_cannot_be_sent_is_refused_at_the_call(
 ) -> None:
     """A slot, limit name or limit key that does not encode as UTF-8 (a lone surrogate,
     as ``os.fsdecode`` makes of a file name that is not UTF-8) raises ``ConfigError`` at
-    the call, and the store serves everyone else. Before, such a slot failed the
-    keeper's round trip: the store was unavailable to every caller (their work rejected
-    ``STORE_UNAVAILABLE``) until it reconnected, and such a limit was refused by the
-    server's scripts at each acquisition (``SlotStoreUnavailableError``)."""
+    the call, and the store serves everyone else. Before, ``cancel_slot`` of such a slot
+    crashed the supervisor (the controller's loop failed to encode the stop request);
+    the other calls failed the keeper's round trip: the store was unavailable to every
+    caller (their work rejected ``STORE_UNAVAILABLE``) until it reconnected; and such a
+    limit was refused by the server's scripts at each acquisition
+    (``SlotStoreUnavailableError``)."""
     async with replica(store) as (sup, recorder):
         with trio.fail_after(10):
             with pytest.raises(ConfigError) as info:
