@@ -54,6 +54,7 @@ from trio_taskvisor import (
     FatalError,
     NoControllerError,
     OutcomeKind,
+    PreparedSubmission,
     RestartLimit,
     RestartPolicy,
     Supervisor,
@@ -945,6 +946,27 @@ def _in_a_run_of_its_own(enter: Callable[[Supervisor], Any]) -> Callable[[Superv
 
 QUEUED = ControllerSpec.queue(SPEC, slot="s")
 LIMITED_ADVICE = "enter it in an async function of that run (trio.from_thread.run(fn))"
+SYNC_CALLS = {
+    "sup.add_nowait",
+    "sup.submit_nowait",
+    "prepared.submit_nowait",
+    "sup.prepare_submission",
+}
+
+
+def _prepared_elsewhere(
+    use: Callable[[PreparedSubmission[Any]], Any], *, own_run: bool
+) -> Callable[[Supervisor], Any]:
+    """Prepare a submission in the supervisor's thread (through ``trio.from_thread``),
+    then ``use`` it in the calling thread (in a trio run of its own when ``own_run``)."""
+
+    def call(sup: Supervisor) -> Any:
+        prepared = trio.from_thread.run_sync(sup.prepare_submission, QUEUED)
+        if own_run:
+            return _in_a_run_of_its_own(lambda _: use(prepared))(sup)
+        return use(prepared)
+
+    return call
 
 
 @pytest.mark.parametrize(
@@ -957,7 +979,12 @@ LIMITED_ADVICE = "enter it in an async function of that run (trio.from_thread.ru
             id="submit-nowait",
         ),
         pytest.param(
-            lambda sup: sup.prepare_submission(QUEUED).submit_nowait(),
+            lambda sup: sup.prepare_submission(QUEUED),
+            "sup.prepare_submission, request",
+            id="prepare-submission",
+        ),
+        pytest.param(
+            _prepared_elsewhere(lambda prepared: prepared.submit_nowait(), own_run=False),
             "prepared.submit_nowait",
             id="prepared-submit-nowait",
         ),
@@ -971,7 +998,7 @@ LIMITED_ADVICE = "enter it in an async function of that run (trio.from_thread.ru
             _in_a_run_of_its_own(lambda sup: sup.submit(QUEUED)), "sup.submit, request", id="submit"
         ),
         pytest.param(
-            _in_a_run_of_its_own(lambda sup: sup.prepare_submission(QUEUED).submit()),
+            _prepared_elsewhere(lambda prepared: prepared.submit(), own_run=True),
             "prepared.submit",
             id="prepared-submit",
         ),
@@ -1009,7 +1036,7 @@ async def test_intake_from_another_thread_raises_and_changes_nothing(
             with pytest.raises(RuntimeError) as info:
                 await trio.to_thread.run_sync(call, sup)
             name = through.partition(",")[0]
-            run = "run_sync" if name.endswith("_nowait") else "run"
+            run = "run_sync" if name in SYNC_CALLS else "run"
             advice = (
                 LIMITED_ADVICE
                 if name == "sup.limited"

@@ -534,6 +534,7 @@ class Supervisor:
 
     def prepare_submission(self, request: ControllerSpec[T]) -> PreparedSubmission[T]:
         """Allocate the ``TaskId`` of ``request`` now; reserve and publish nothing."""
+        self._registry.check_thread("sup.prepare_submission, request", sync=True)
         controller = self._require_controller("prepare_submission")
         return PreparedSubmission(self._registry, controller, controller.prepare(request), request)
 
