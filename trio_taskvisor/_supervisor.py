@@ -82,6 +82,17 @@ Decisions the design leaves open:
   of capacity 1 was held twice. The units are not released (the block may still be
   running until its next checkpoint): they expire, as a forced owner's lease does.
   Without a slot store such a block runs on (the pools die with the supervisor).
+* Every method that reads or changes the supervisor's state belongs to the thread of
+  its trio run (DESIGN rules only on work handed in): intake, ``prepare_submission``,
+  the waits, and the reads (``list``, ``alive_snapshot``, ``is_alive``,
+  ``statistics``, ``controller_snapshot``, ``limit_snapshot``) raise ``RuntimeError``
+  in another thread, naming the call and its way through ``trio.from_thread``. A read
+  there saw the state while this thread changed it (``statistics()`` now and then
+  raised "dictionary changed size during iteration").
+* With a slot store, slots, limit names and limit keys that the server cannot be sent
+  (a ``str`` that does not encode as UTF-8) raise ``ConfigError`` at the call that
+  brings them (``_config.check_sendable``), not in the keeper's round trip, which every
+  caller shares.
 """
 
 from __future__ import annotations
