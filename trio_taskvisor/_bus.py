@@ -93,13 +93,13 @@ class EventBus:
         self.published = 0
         self.dropped = 0
         self._initial = tuple(_subscriber_lane(s) for s in subscribers)
-        if len({id(s) for s in subscribers}) < len(subscribers):
-            twice = next(
-                s for n, s in enumerate(subscribers) if any(s is t for t in subscribers[:n])
-            )
-            raise ConfigError(
-                f"subscriber {twice!r} is given twice: it would get every event twice"
-            )
+        seen: set[int] = set()
+        for subscriber in subscribers:
+            if id(subscriber) in seen:
+                raise ConfigError(
+                    f"subscriber {subscriber!r} is given twice: it would get every event twice"
+                )
+            seen.add(id(subscriber))
         # Called with a BaseException from on_event (KeyboardInterrupt): not isolated.
         self.on_crash = on_crash
 
