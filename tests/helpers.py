@@ -189,6 +189,16 @@ async def run_spec(spec: TaskSpec, config: SupervisorConfig | None = None) -> Sp
     return SpecRun(outcome, elapsed, recorder)
 
 
+async def invoke(call: Callable[[Supervisor], Any], sup: Supervisor) -> None:
+    """Make the call; await it, or enter it, if that is what it returns."""
+    result = call(sup)
+    if hasattr(result, "__aenter__"):
+        async with result:
+            pass
+    elif hasattr(result, "__await__"):
+        await result
+
+
 async def settle() -> None:
     """Let every task run until all are blocked (``wait_all_tasks_blocked``)."""
     await trio.testing.wait_all_tasks_blocked()

@@ -68,7 +68,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import Service, async_fn, supervisor, sync_fn
+from helpers import Service, async_fn, invoke, supervisor, sync_fn
 
 HUGE = 10**400  # an int too large for a float
 
@@ -103,16 +103,6 @@ async def assert_still_works(sup: Supervisor) -> None:
     if sup.config.controller is not None:
         assert await sup.run_in_slot("slot", job) == "fine"
         assert sup.controller_snapshot().slots == ()
-
-
-async def invoke(call: Callable[[Supervisor], Any], sup: Supervisor) -> None:
-    """Make the call; await it, or enter it, if that is what it returns."""
-    result = call(sup)
-    if hasattr(result, "__aenter__"):
-        async with result:
-            pass
-    elif hasattr(result, "__await__"):
-        await result
 
 
 SPEC = TaskSpec.once("job", async_fn)
@@ -929,19 +919,9 @@ async def test_controller_calls_without_a_controller_raise_no_controller_error(
         await assert_still_works(sup)
 
 
-def _in_a_run_of_its_own(enter: Callable[[Supervisor], Any]) -> Callable[[Supervisor], Any]:
-    """Run ``enter(sup)`` (an async call, or an async context manager to enter) in a
-    trio run of the calling thread."""
-
-    async def run(sup: Supervisor) -> None:
-        made = enter(sup)
-        if hasattr(made, "__aenter__"):
-            async with made:
-                pytest.fail("entered from another thread")
-        else:
-            await made
-
-    return lambda sup: trio.run(run, sup)
+def _in_a_run_of_its_own(call: Callable[[Supervisor], Any]) -> Callable[[Supervisor], Any]:
+    """``invoke`` ``call`` in a trio run of the calling thread."""
+    return lambda sup: trio.run(invoke, call, sup)
 
 
 QUEUED = ControllerSpec.queue(SPEC, slot="s")

@@ -50,6 +50,8 @@ from trio_taskvisor import (
 from trio_taskvisor._keeper import LeaseLost, Owner
 from trio_taskvisor.redis import RedisSlotStore
 
+from helpers import invoke, nothing
+
 TTL = 1.0
 USER, PASSWORD = "tv-acl", "acl-pw"
 
@@ -489,19 +491,6 @@ async def test_keeper_answers_lease_lost_until_the_release(
 SURROGATE = b"doc-\xff".decode(errors="surrogateescape")  # os.fsdecode of a non-UTF-8 name
 
 
-async def nothing() -> None:
-    await trio.lowlevel.checkpoint()
-
-
-async def through(made: Any) -> None:
-    """Await ``made``, or enter it when it is an async context manager."""
-    if hasattr(made, "__aenter__"):
-        async with made:
-            pytest.fail("entered")
-    else:
-        await made
-
-
 @pytest.mark.parametrize(
     ("call", "what"),
     [
@@ -552,7 +541,7 @@ async def test_a_string_the_server_cannot_be_sent_is_refused_at_the_call(
     async with replica(store) as (sup, recorder):
         with trio.fail_after(10):
             with pytest.raises(ConfigError) as info:
-                await through(call(sup))
+                await invoke(call, sup)
             assert str(info.value) == (
                 f"{what} must encode as UTF-8 to reach the slot store, got {SURROGATE!r} "
                 "(a lone surrogate at index 4)"
