@@ -532,6 +532,11 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
     """
     now = trio.current_time()
     extras = rec.extras()
+    if retries == 0:
+        extras.failing_since = now
+    elif now - extras.failure_logged < FAILURE_LINE_INTERVAL:
+        return  # throttled: neither the error's text nor the log record's extra is built
+    extras.failure_logged = now
     text = error_text(error)
     extra = {
         "taskvisor_name": rec.name,
@@ -541,7 +546,6 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
         "taskvisor_delay": delay,
     }
     if retries == 0:
-        extras.failing_since = extras.failure_logged = now
         logger.warning(
             "task %r (%s) attempt %d failed, retrying in %.3g s: %s",
             rec.name,
@@ -551,8 +555,7 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
             text,
             extra=extra,
         )
-    elif now - extras.failure_logged >= FAILURE_LINE_INTERVAL:
-        extras.failure_logged = now
+    else:
         logger.warning(
             "task %r (%s) still failing: %d attempts failed in %.1f s, retrying in %.3g s: %s",
             rec.name,
