@@ -42,8 +42,11 @@ Decisions:
   (and the primary confirms its role with ``ROLE``); since the keeper opens a fresh
   connection after every failed round trip, a failover (even to a frozen primary,
   which would keep a reused client waiting) is followed like a restart of the server.
-  When no primary is found the error says why: no sentinel answered (the first
-  sentinel's error chained), or the sentinels that answered know no such service.
+  When no primary is found the error says why: the sentinels refused the credentials
+  (their own password is the URL's ``sentinel_password``), no sentinel answered (the
+  first sentinel's error chained), or the sentinels that answered know no such service.
+  Credentials the primary refuses say "its primary": with two passwords in one URL, the
+  error tells which one is wrong.
 """
 
 from __future__ import annotations
@@ -543,23 +546,31 @@ class NoPrimaryError(PrimaryNotFoundError):
 
 
 class _Sentinel(coredis.Sentinel[str]):
-    """coredis's ``Sentinel``, whose failure to find a primary says why: no sentinel
-    answered (the first one's error chained), or those that answered know no service of
-    that name (coredis says "No primary found" for both)."""
+    """coredis's ``Sentinel``, whose failure to find a primary says why: the sentinels
+    refused the credentials (the first refusal chained), no sentinel answered (the first
+    one's error chained), or those that answered know no service of that name (coredis
+    raises the refusal itself, and says "No primary found" for the other two)."""
 
     async def discover_primary(self, service_name: str) -> tuple[str, int]:
         errors: list[Exception] = []
         for index, sentinel in enumerate(self.sentinels):
             try:
                 address = await sentinel.sentinel_get_master_addr_by_name(service_name)
-            except (RedisConnectionError, TimeoutError) as exc:
-                errors.append(exc)
+            except (RedisConnectionError, TimeoutError, AuthenticationError) as exc:
+                errors.append(exc)  # the next sentinel may take the credentials
                 continue
             if address:
                 # The sentinel that answered is asked first next time, as coredis does.
                 self.sentinels.insert(0, self.sentinels.pop(index))
                 return str(address[0]), int(address[1])
         where = ", ".join(str(s.connection_pool.location) for s in self.sentinels)
+        refused = [exc for exc in errors if isinstance(exc, AuthenticationError)]
+        if refused:
+            raise NoPrimaryError(
+                f"the sentinels refused the credentials ({where})",
+                "could not ask its sentinels: they refused the credentials (their own"
+                " password is the URL's sentinel_password)",
+            ) from refused[0]
         if len(errors) == len(self.sentinels):
             raise NoPrimaryError(
                 f"no sentinel answered ({where})", "could not reach any sentinel"
@@ -607,7 +618,7 @@ class RedisClient:
     def refusal(self, error: Exception, asked: str) -> str:
         """Say what went wrong from the client's ``error`` (``asked``: what the server
         was asked when it failed)."""
-        return _refusal(error, asked, tls=self._store.url.startswith("rediss"))
+        return _refusal(error, asked, self._store)
 
 
 @asynccontextmanager
@@ -708,10 +719,11 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return chain
 
 
-def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
+def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
     """Say what went wrong from the client's error ``exc`` (``asked``: what the server
-    was asked when it failed): what the server refused, or why it was not a Redis
-    server, or why it could not be reached."""
+    of ``store`` was asked when it failed): what the server refused, or why it was not a
+    Redis server, or why it could not be reached."""
+    tls = store.url.startswith("rediss")
     if isinstance(exc, NoPrimaryError):
         if tls and any(isinstance(link, TimeoutError) for link in _chain(exc)):
             return f"{exc.why} (no TLS handshake completed in time: do they speak TLS?)"
@@ -726,6 +738,8 @@ def _refusal(exc: Exception, asked: str, *, tls: bool) -> str:
         return "failed the TLS handshake"
     if timed_out and asked == "the subscription":
         return "did not confirm the subscription to this process's channel in time"
+    if isinstance(exc, AuthenticationError) and store.sentinel is not None:
+        return "could not use its primary: it refused the credentials (the URL's user and password)"
     if isinstance(exc, AuthenticationError):
         return "refused the credentials"
     if _acl_refusal(exc):
@@ -812,7 +826,7 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
         raise SlotStoreUnavailableError(
             f"slot store {url} did not answer within {store.connect_timeout!r} s"
         )
-    what = _refusal(error, "the read commands", tls=url.startswith("rediss"))
+    what = _refusal(error, "the read commands", store)
     raise SlotStoreUnavailableError(
         f"slot store {url} {what}: {describe(error, secrets_of(store.url))}"
     ) from error

