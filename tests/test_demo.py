@@ -11,7 +11,8 @@ frame taller, names and hints are never cut short, one header after a Ctrl+C, a
 periodic task between runs is ``idle``, the summary repeats the counters' labels, and a
 Ctrl+C ends the run with status 130. Single and double signals also run as plain
 subprocesses (``tests/test_examples.py`` runs the plain view, and the live one without
-``rich``); the board's counting and the header's width are checked directly.
+``rich``), and so does a reader of the plain view (and of the tour) that goes away, as
+``| head`` does; the board's counting and the header's width are checked directly.
 
 tmux is part of the project's machines (``/usr/bin/tmux``); without it the test fails
 and says so, rather than passing without having looked.
@@ -283,6 +284,36 @@ def test_sigterm_exits_143() -> None:
     status, text = _stop_with(signal.SIGTERM, 1)
     assert status == 143, text
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("command", [["demo", "--plain", "--duration", "60"], ["tour"]])
+def test_a_reader_that_goes_away_ends_the_run_quietly(command: list[str], tmp_path: Path) -> None:
+    """``python -m trio_taskvisor demo | head -2``: once the reader closes the pipe, the
+    program writes nothing on stderr (no "--- Logging error ---" per log line, no
+    ``BrokenPipeError`` traceback) and exits 0; the demo ends its 60 s run early (a
+    liveness bound of half of it). Before, both printed a traceback per line on and
+    exited 1, the demo after its whole run."""
+    errors = tmp_path / "stderr"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trio_taskvisor", *command],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            for _ in range(2):
+                assert process.stdout.readline()
+            process.stdout.close()
+            status = process.wait(timeout=30)
+        finally:
+            process.kill()
+            process.wait()
+    assert (status, errors.read_text()) == (0, "")
 
 
 # -- the board and the header, directly -------------------------------------------------------

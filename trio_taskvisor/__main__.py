@@ -39,6 +39,7 @@ import argparse
 import sys
 
 from . import __version__
+from ._cli import drop_stdout
 
 
 def _seconds(text: str) -> float:
@@ -152,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout's reader went away (``| head``) as the demo ended
+        drop_stdout()
+        return 0
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ from .. import (
     open_supervisor,
 )
 from .._logging import says
+from . import StdoutLines
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -172,6 +173,7 @@ class Board:
         self.phase = "starting"
         self.stop_deadline = math.inf
         self.sup: Supervisor | None = None
+        self.scenario: trio.CancelScope | None = None  # the application's run
         # From events (best-effort).
         self.attempts: collections.Counter[EventKind] = collections.Counter()
         self.replaced_running = 0
@@ -206,6 +208,11 @@ class Board:
 
     def elapsed(self) -> float:
         return trio.current_time() - self.t0
+
+    def end_now(self) -> None:
+        """End the application's run before ``duration`` (the shutdown follows)."""
+        if self.scenario is not None:
+            self.scenario.cancel(reason="stdout's reader went away")
 
     def which(self, name: str) -> str:
         """Name task ``name``'s current attempt: ``run 4``, or ``run 4, retry 2``."""
@@ -468,7 +475,7 @@ async def _supervise(board: Board, seed: int | None, plain: bool) -> None:
             board.sup = sup
             board.phase = "running"
             scenario = Scenario(sup, board, rng)
-            with trio.move_on_at(board.t0 + board.duration):
+            with trio.move_on_at(board.t0 + board.duration) as board.scenario:
                 async with trio.open_nursery() as app:
                     await scenario.start(app)
             board.ran = board.elapsed()
@@ -1042,14 +1049,12 @@ def _too_small() -> str | None:
     )
 
 
-async def demo(*, duration: float = 20.0, plain: bool = False, seed: int | None = None) -> Board:
-    """Run the demo for ``duration`` seconds and return its board (for the summary)."""
-    board = Board(duration)
+async def demo(board: Board, *, plain: bool = False, seed: int | None = None) -> None:
+    """Run the demo for ``board.duration`` seconds (it fills the board in)."""
     if plain:
         await _run_plain(board, seed)
     else:
         await _run_live(board, seed)
-    return board
 
 
 def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None = None) -> int:
@@ -1075,15 +1080,18 @@ def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None 
             file=sys.stderr,
         )
         plain = True
+    board = Board(duration)
     if plain:
+        # Read through ``| head``: once the reader goes away, the demo ends early (its
+        # shutdown as usual, unseen).
+        lines = StdoutLines(gone=board.end_now)
+        lines.addFilter(_not_routine)
         logging.basicConfig(
-            stream=sys.stdout,
+            handlers=[lines],
             level=logging.INFO,
             format="%(relativeCreated)7.0f ms  %(levelname)-7s %(message)s",
         )
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(_not_routine)
-    board = trio.run(lambda: demo(duration=duration, plain=plain, seed=seed))
+    trio.run(lambda: demo(board, plain=plain, seed=seed))
     if plain:
         print("summary:")
         for label, text in summary(board):

@@ -47,7 +47,6 @@ functions (``render``), so both are tested without a server.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -60,6 +59,7 @@ import trio
 
 from .. import ConfigError, SlotStoreUnavailableError
 from .._slotstore import instance_of
+from . import drop_stdout
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -735,8 +735,6 @@ def main(
     except KeyboardInterrupt:
         if not watch:
             raise
-    except BrokenPipeError:
-        # The reader of stdout went away (as ``| head`` does): stop quietly, and keep
-        # the interpreter's final flush from failing again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:  # the reader of stdout went away (as ``| head`` does)
+        drop_stdout()
     return 0

@@ -9,7 +9,6 @@ needs nothing beyond the library's own dependencies.
 from __future__ import annotations
 
 import logging
-import sys
 
 import trio
 
@@ -24,6 +23,7 @@ from .. import (
     current_context,
     open_supervisor,
 )
+from . import StdoutLines
 
 
 async def fetch(url: str) -> int:
@@ -74,7 +74,9 @@ async def tour() -> None:
 def main() -> int:
     """Log to stdout and run the tour; the exit status."""
     logging.basicConfig(
-        stream=sys.stdout, level=logging.INFO, format="%(relativeCreated)6.0f ms  %(message)s"
+        handlers=[StdoutLines()],
+        level=logging.INFO,
+        format="%(relativeCreated)6.0f ms  %(message)s",
     )
     trio.run(tour)
     return 0
