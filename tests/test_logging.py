@@ -194,6 +194,57 @@ async def test_a_streak_logs_its_first_failed_attempt_at_warning(
     ]
 
 
+async def test_the_records_name_the_line_that_logs_them(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record's ``funcName`` and ``pathname`` are the library's line that logs it (as
+    ``%(funcName)s`` shows), not the helper every record goes through."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+    async with open_supervisor() as sup:
+        spec = TaskSpec.restartable("poll", failing, max_retries=1)
+        await (await sup.add(spec)).wait()
+    retry, final = [r for r in caplog.records if r.name == LOGGER]
+    assert (retry.funcName, retry.module) == ("_log_retry", "_actor")
+    assert (final.funcName, final.module) == ("_failed", "_registry")
+
+
+class RaisingFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        raise RuntimeError("a filter's bug")
+
+
+@pytest.mark.parametrize("on", ["logger", "handler"])
+async def test_a_filter_that_raises_breaks_nothing(
+    autojump_clock: trio.testing.MockClock, capsys: pytest.CaptureFixture[str], on: str
+) -> None:
+    """The application's logging has a filter that raises, on the ``trio_taskvisor``
+    logger or on one of its handlers (logging lets a filter's error through, where it
+    reports a handler's): the retries and the failure end as they would, and each lost
+    record is reported on stderr as logging reports a handler's error. Before, the
+    first retry's record raised it in the actor, and the whole supervisor failed."""
+    logger = logging.getLogger(LOGGER)
+    handler = ListHandler()
+    target: logging.Filterer = logger if on == "logger" else handler
+    raising = RaisingFilter()
+    target.addFilter(raising)
+    logger.addHandler(handler)
+    try:
+        async with open_supervisor() as sup:
+            spec = TaskSpec.restartable("poll", failing, max_retries=1)
+            outcome = await (await sup.add(spec)).wait()
+    finally:
+        logger.removeHandler(handler)
+        target.removeFilter(raising)
+    assert (outcome.kind, outcome.reason) == (
+        OutcomeKind.FAILED,
+        "retry limit reached after 1 retry: boom",
+    )
+    err = capsys.readouterr().err
+    assert err.count("--- Logging error ---") == 2  # the retry, the final failure
+    assert "RuntimeError: a filter's bug" in err
+    assert "Message: 'task %r (%s) attempt %d failed, retrying in %.3g s: %s'" in err
+
+
 async def test_each_new_streak_logs_its_first_failure(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -73,6 +73,7 @@ import trio
 from ._bus import EventBus
 from ._events import BackoffSource, EventKind
 from ._exceptions import FatalError, TaskCancelled, error_text, exit_code_of, split_cancelled
+from ._logging import log
 from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
 from ._policies import (
     RestartLimit,
@@ -113,8 +114,6 @@ _TIMED_OUT: Final = _Status.TIMED_OUT
 _FATAL: Final = _Status.FATAL
 _CANCELLED: Final = _Status.CANCELLED
 _UNCALLABLE: Final = _Status.UNCALLABLE
-
-logger = logging.getLogger("trio_taskvisor")
 
 
 class ActorHost(Protocol):
@@ -546,7 +545,8 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
         "taskvisor_delay": delay,
     }
     if retries == 0:
-        logger.warning(
+        log(
+            logging.WARNING,
             "task %r (%s) attempt %d failed, retrying in %.3g s: %s",
             rec.name,
             rec.id,
@@ -556,7 +556,8 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
             extra=extra,
         )
     else:
-        logger.warning(
+        log(
+            logging.WARNING,
             "task %r (%s) still failing: %d attempts failed in %.1f s, retrying in %.3g s: %s",
             rec.name,
             rec.id,

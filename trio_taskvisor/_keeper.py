@@ -115,6 +115,7 @@ from . import _redis_scripts as scripts
 from ._config import RedisSlotStore
 from ._exceptions import ConfigError, SlotStoreUnavailableError
 from ._limits import ConcurrencyLimit, Limit, PoolId, pool_label
+from ._logging import log
 from ._outcome import OutcomeKind, RejectionKind, TaskOutcome, rejected_outcome
 from ._slotstore import (
     LOST_LEASE_FRACTION,
@@ -142,8 +143,6 @@ from ._slotstore import (
     parse_entry_id,
 )
 from ._spec import AdmissionPolicy
-
-logger = logging.getLogger("trio_taskvisor")
 
 # An Enum member's ``value`` is a Python-level descriptor call in CPython 3.11; a submit
 # reads it once per call (benchmark 10, the 3x50 callers rows).
@@ -1153,7 +1152,7 @@ class LeaseKeeper:
         foreign data in the namespace): the call's work is handled as failed, without an
         outage (refusals are handled by ``_batch_done``)."""
         described = self._describe(error)
-        logger.error("slot store call failed (%s): %s", type(part).__name__, described)
+        log(logging.ERROR, "slot store call failed (%s): %s", type(part).__name__, described)
         match part:
             case _Submit() if not part.resolved:
                 self._fail_submit(part, f"slot store call failed: {described}")
@@ -1351,7 +1350,7 @@ class LeaseKeeper:
         if not self._available:
             return
         self._available = False
-        logger.warning("slot store %s unavailable: %s", self.store.safe_url, why)
+        log(logging.WARNING, "slot store %s unavailable: %s", self.store.safe_url, why)
         for submit in list(self._submits.values()):
             if not submit.sent:
                 self._fail_submit(submit)
@@ -1379,7 +1378,7 @@ class LeaseKeeper:
                     self._available = True
                     self._error = None
                     self._recovered_at = trio.current_time()
-                    logger.info("slot store %s recovered", self.store.safe_url)
+                    log(logging.INFO, "slot store %s recovered", self.store.safe_url)
                     self._report(StoreRecovered())
                     return
             self._quiet = True
@@ -1519,7 +1518,7 @@ class LeaseKeeper:
         # cancellation of a connection causes (a dropped connection's subscription).
         quiet = self._quiet or self._closing or trio.current_effective_deadline() == -math.inf
         level = logging.DEBUG if quiet else logging.WARNING
-        logger.log(level, "%s: %s", what, self._describe(exc))
+        log(level, "%s: %s", what, self._describe(exc))
 
     def _describe(self, exc: BaseException) -> str:
         """``exc``'s text without credentials (a group: its leaves)."""
@@ -1567,7 +1566,7 @@ class LeaseKeeper:
             message = json.loads(text)
             kind = message[0]
         except (ValueError, TypeError, IndexError, KeyError):
-            logger.debug("ignored a malformed slot store message: %r", text[:200])
+            log(logging.DEBUG, "ignored a malformed slot store message: %r", text[:200])
             return
         match message:
             case ["grant", str(slot), str(eid), str(token), *_] if token.isdigit():
@@ -1598,7 +1597,7 @@ class LeaseKeeper:
                     self._renew_now = True
                     self._io_wakeup.set()
             case _:
-                logger.debug("ignored a slot store message of kind %r", kind)
+                log(logging.DEBUG, "ignored a slot store message of kind %r", kind)
 
     # -- bookkeeping -------------------------------------------------------------------------
 

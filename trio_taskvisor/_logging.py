@@ -15,6 +15,9 @@ Subscribing a ``LoggingSubscriber`` (or a subclass) turns off the supervisor's o
 from __future__ import annotations
 
 import logging
+import sys
+import traceback
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -44,6 +47,34 @@ _FAILED_OUTCOMES: Final = {
     OutcomeKind.FORCE_ABORTED: logging.ERROR,
     OutcomeKind.PANICKED: logging.ERROR,
 }
+
+
+_LOGGER: Final = logging.getLogger("trio_taskvisor")
+
+
+def log(
+    level: int,
+    msg: str,
+    *args: object,
+    exc_info: BaseException | None = None,
+    extra: Mapping[str, object] | None = None,
+) -> None:
+    """Write one of the library's own records (a failure, a retry, an outage, ...) to
+    the ``trio_taskvisor`` logger, from the caller's line, never raising into the loop
+    that logs. Logging hands a handler's own errors to its ``handleError``, but lets a
+    filter's through (a logger's or a handler's ``filter`` that raises): such an error
+    is reported as logging reports a handler's ("--- Logging error ---" and its
+    traceback on stderr, when ``logging.raiseExceptions``) and the record is lost."""
+    try:
+        _LOGGER.log(level, msg, *args, exc_info=exc_info, extra=extra, stacklevel=2)
+    except Exception:
+        if logging.raiseExceptions and sys.stderr is not None:
+            try:
+                sys.stderr.write("--- Logging error ---\n")
+                traceback.print_exc(file=sys.stderr)
+                sys.stderr.write(f"Message: {msg!r}\nArguments: {args!r}\n")
+            except Exception:
+                pass
 
 
 def _level(event: TaskEvent) -> int:

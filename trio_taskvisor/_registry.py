@@ -113,6 +113,7 @@ from ._exceptions import (
 )
 from ._inbox import Inbox, Reply
 from ._limits import Limit, LimitView, Pool, PoolId, RateLimit, limit_view, pool_label
+from ._logging import log
 from ._outcome import (
     FORCE_ABORTED,
     PANICKED,
@@ -126,7 +127,6 @@ from ._outcome import (
 from ._pools import PoolTable, Request
 from ._record import TaskRecord, TaskState, current_task_context
 
-logger = logging.getLogger("trio_taskvisor")
 R = TypeVar("R")
 # A module global: an Enum class's attribute lookup is not specialised by the interpreter
 # (its metaclass has a __getattr__), and every registered task is placed (row 1a).
@@ -1313,7 +1313,8 @@ class Registry:
         if self.failures is not None:
             self.failures.append((rec, rec.joiners()))
         if self.log_failures:
-            logger.error(
+            log(
+                logging.ERROR,
                 "task %r (%s) ended %s: %s",
                 rec.name,
                 rec.id,
@@ -1377,7 +1378,8 @@ class Registry:
         if self._live and not self._warned:
             self._warned = True
             names = ", ".join(repr(name) for name in sorted(r.name for r in self._live.values()))
-            logger.warning(
+            log(
+                logging.WARNING,
                 "shutdown is waiting for the physical exit of %d force-aborted task(s): %s",
                 len(self._live),
                 names,

@@ -135,7 +135,7 @@ from ._limits import (
     pool_label,
     pool_parts,
 )
-from ._logging import LoggingSubscriber
+from ._logging import LoggingSubscriber, log
 from ._outcome import OutcomeError, OutcomeKind, TaskId, TaskOutcome, allocate_id
 from ._record import TaskRecord, current_task_context
 from ._registry import Registry, TaskInfo
@@ -149,7 +149,6 @@ from ._waits import WaitChecker
 if TYPE_CHECKING:
     from ._keeper import LeaseKeeper
 
-logger = logging.getLogger("trio_taskvisor")
 # The concurrency pools held by the enclosing ``limited`` blocks of a task, each with its
 # supervisor (pools are a supervisor's own), and that task: a context is copied into the
 # tasks it spawns (a nursery's children, supervised work added in a block), which hold
@@ -390,7 +389,8 @@ class Supervisor:
             self._crash = exc
         elif exc is not self._crash:
             # Only the first one propagates; never drop a later one silently.
-            logger.error(
+            log(
+                logging.ERROR,
                 "%s raised during the shutdown after %s; only the first is re-raised",
                 type(exc).__name__,
                 type(self._crash).__name__,
@@ -406,7 +406,8 @@ class Supervisor:
             return  # only the first one escalates; a later one is logged as any failure
         self._critical = CriticalTaskError(outcome, rec.id, rec.name)
         self._critical_at = trio.current_time()
-        logger.error(
+        log(
+            logging.ERROR,
             "critical task %r (%s) ended %s: %s: shutting down",
             rec.name,
             rec.id,
@@ -1015,11 +1016,11 @@ class Supervisor:
         # not order tasks within one); one it raised later, once cancelled, gives way.
         if critical is not None and (body_error is None or body_failed_at > sup._critical_at):
             if shutdown_error is not None:
-                logger.error("shutdown after a critical task's failure: %s", shutdown_error)
+                log(logging.ERROR, "shutdown after a critical task's failure: %s", shutdown_error)
             raise critical from body_error
         if body_error is not None:
             if shutdown_error is not None:
-                logger.error("shutdown after a failed body: %s", shutdown_error)
+                log(logging.ERROR, "shutdown after a failed body: %s", shutdown_error)
             raise body_error
         if shutdown_error is not None:
             raise shutdown_error
