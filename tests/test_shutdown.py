@@ -16,15 +16,18 @@ import trio
 import trio.testing
 
 from trio_taskvisor import (
+    DeadlockError,
     EventKind,
     GraceExceededError,
     OutcomeKind,
+    Supervisor,
     SupervisorClosedError,
     TaskEvent,
     TaskNameInUseError,
     TaskSpec,
     TaskWaiter,
     current_context,
+    open_supervisor,
     run,
 )
 from trio_taskvisor.testing import EventRecorder
@@ -564,3 +567,74 @@ async def test_no_waiter_left_pending_after_shutdown(autojump_clock: trio.abc.Cl
         OutcomeKind.REJECTED,
         OutcomeKind.REJECTED,
     ]
+
+
+class ShutsDown:
+    """A subscriber that awaits ``sup.shutdown()`` when task ``t`` finishes, in its
+    ``on_event`` or in a task it spawns there; it records what it gets."""
+
+    def __init__(self, spawned: bool) -> None:
+        self.spawned = spawned
+        self.sup: Supervisor | None = None
+        self.kinds: list[EventKind] = []
+        self.error: BaseException | None = None
+
+    async def on_event(self, event: TaskEvent) -> None:
+        self.kinds.append(event.kind)
+        if event.kind is EventKind.TASK_FINISHED:
+            if self.spawned:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._shut_down)
+            else:
+                await self._shut_down()
+
+    async def _shut_down(self) -> None:
+        assert self.sup is not None
+        try:
+            await self.sup.shutdown()
+        except DeadlockError as exc:
+            self.error = exc
+
+
+@pytest.mark.parametrize("spawned", [False, True], ids=["on_event", "spawned"])
+async def test_shutdown_in_a_subscriber_begins_and_raises_deadlock_error(
+    autojump_clock: trio.abc.Clock, spawned: bool
+) -> None:
+    """The shutdown ends by draining the subscribers: one whose ``on_event`` awaits
+    ``sup.shutdown()`` begins it and gets ``DeadlockError`` at once, then every later
+    event, and the shutdown ends without waiting for the drain's deadline. Before, the
+    call waited until that deadline cancelled it, and the later events were lost."""
+    subscriber = ShutsDown(spawned)
+    async with open_supervisor(subscribers=[subscriber]) as sup:
+        subscriber.sup = sup
+        await sup.add(TaskSpec.once("t", trio.sleep, 1.0))
+        await sup.wait_closing()
+    assert trio.current_time() == 1.0
+    assert isinstance(subscriber.error, DeadlockError)
+    assert str(subscriber.error) == (
+        "sup.shutdown() in the on_event of subscriber 'ShutsDown' cannot wait for the "
+        "shutdown, which ends by draining the subscribers, this one included: it has "
+        "begun, and ends once on_event returns"
+    )
+    finished = subscriber.kinds.index(EventKind.TASK_FINISHED)
+    assert subscriber.kinds[finished + 1 :] == [
+        EventKind.TASK_REMOVED,
+        EventKind.SHUTDOWN_REQUESTED,
+        EventKind.ALL_STOPPED_WITHIN_GRACE,
+    ]
+
+
+async def test_shutdown_in_another_supervisors_subscriber_waits(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A subscriber of supervisor A may await B's shutdown: B's drain does not wait
+    for A's subscribers."""
+    subscriber = ShutsDown(spawned=False)
+    async with open_supervisor(subscribers=[subscriber]) as a, open_supervisor() as b:
+        subscriber.sup = b
+        await b.add(TaskSpec.once("u", trio.sleep, 2.0))
+        await a.add(TaskSpec.once("t", trio.sleep, 1.0))
+        await b.wait_closing()
+        await a.wait_idle()
+    assert subscriber.error is None
+    assert b.closing

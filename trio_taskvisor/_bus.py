@@ -25,10 +25,14 @@ Decisions the design leaves open:
   ``Cancelled`` is removed: only ``Exception`` instances left are an isolated failure
   (``SUBSCRIBER_FAILED``) and the ``Cancelled`` part is re-raised to the lane's scope;
   anything else is handled as above, without its ``Cancelled``.
+* ``lane_of_caller()`` names the subscriber whose ``on_event`` makes a call (or a task
+  it spawned: a context variable, inherited as the task record's is): the supervisor's
+  ``shutdown()`` cannot wait there, since the shutdown's drain waits for that call.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -50,6 +54,9 @@ class Subscriber(Protocol):
     """
 
     async def on_event(self, event: TaskEvent, /) -> None: ...
+
+
+_current_lane: contextvars.ContextVar[_Lane] = contextvars.ContextVar("trio_taskvisor_lane")
 
 
 class _Lane:
@@ -239,7 +246,14 @@ class EventBus:
             except trio.ClosedResourceError:
                 pass
 
+    def lane_of_caller(self) -> str | None:
+        """The name of this bus's subscriber whose ``on_event`` (or a task it spawned)
+        is the caller, or ``None``."""
+        lane = _current_lane.get(None)
+        return lane.name if lane is not None and lane in self._lanes else None
+
     async def _run_lane(self, lane: _Lane) -> None:
+        _current_lane.set(lane)
         recv = lane.recv
         deliver = lane.deliver
         try:

@@ -74,6 +74,12 @@ Decisions the design leaves open:
   raises ``DeadlockError`` at once (DESIGN lists the waits on other work that the
   cycle rule covers, and not this one): the caller's own task is alive until the call
   returns, so it could never return. Before, it waited for ever.
+* ``shutdown()`` in a subscriber's ``on_event`` (or a task spawned there) starts the
+  shutdown and raises ``DeadlockError`` at once (DESIGN is silent): the shutdown's
+  drain waits for that ``on_event`` to return. Before, it waited until the drain
+  deadline (``subscriber_shutdown_timeout``) cancelled it, and the subscriber lost
+  every later event. The shutdown begins, as the caller asked; only the wait is
+  refused.
 * A ``limited()`` block of a task outside the supervisor (another nursery) that still
   holds cluster units when the shutdown ends, its keeper stopped, has them lost:
   ``LeaseLostError`` is raised into it, its reason ending "(the supervisor's shutdown
@@ -918,9 +924,20 @@ class Supervisor:
 
         Raises ``GraceExceededError`` if any task had to be forced; every caller gets
         the same result. Cancelling a caller does not stop the shutdown.
+
+        In a subscriber's ``on_event`` (of this supervisor) it starts the shutdown and
+        raises ``DeadlockError`` at once: the shutdown ends by draining the subscribers,
+        so it waits for that ``on_event`` to return.
         """
         self._registry.check_thread("sup.shutdown")
         self._start_shutdown(explicit=True)
+        subscriber = self._bus.lane_of_caller()
+        if subscriber is not None:
+            raise DeadlockError(
+                f"sup.shutdown() in the on_event of subscriber {subscriber!r} cannot wait "
+                "for the shutdown, which ends by draining the subscribers, this one "
+                "included: it has begun, and ends once on_event returns"
+            )
         await self._shutdown.wait()
 
     # -- the lifetime ----------------------------------------------------------------------
