@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 from trio_taskvisor import (
+    ConfigError,
     EventKind,
     GraceExceededError,
     OutcomeKind,
@@ -200,6 +201,72 @@ async def test_the_previous_handlers_are_back_after_the_block(
     async with open_supervisor(supervisor_config(), handle_signals=True):
         assert signal.getsignal(signal.SIGINT) is not before[0]
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+SECOND = (
+    "another supervisor of this trio run handles signals already (handle_signals=True): a "
+    "signal reaches only the receiver opened last, so one of the two would never see it; "
+    "handle them in the outermost supervisor only, whose shutdown ends the others' blocks"
+)
+
+
+async def refused_second(how: str) -> ConfigError:
+    """Open a second supervisor that handles signals (``run`` or ``open_supervisor``)."""
+
+    async def second() -> None:
+        if how == "run":
+            await run([TaskSpec.once("t", forever)], handle_signals=True)
+        else:
+            async with open_supervisor(handle_signals=True):
+                pytest.fail("the block must not run")  # pragma: no cover
+
+    with pytest.raises(ConfigError) as refused:
+        await second()
+    return refused.value
+
+
+@pytest.mark.parametrize("how", ["nested", "beside", "run"])
+async def test_a_second_supervisor_handling_signals_is_refused(
+    autojump_clock: trio.abc.Clock, how: str
+) -> None:
+    """One supervisor of a run handles signals at a time: a second one (in the first's
+    block, beside it in another task, or a ``run``) raises ``ConfigError`` before
+    anything starts, and the first still gets the signal. Before, the second took it
+    alone: a nested one shut down on SIGTERM and the outer one ran on."""
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    errors: list[ConfigError] = []
+
+    async def beside() -> None:
+        errors.append(await refused_second("nested"))
+
+    async with (
+        trio.open_nursery() as nursery,
+        open_supervisor(supervisor_config(), handle_signals=True) as first,
+    ):
+        handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+        if how == "beside":
+            nursery.start_soon(beside)  # outside the first's block
+            await trio.testing.wait_all_tasks_blocked()
+        else:
+            errors.append(await refused_second(how))
+        assert [str(error) for error in errors] == [SECOND]
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+        send(signal.SIGTERM)
+        await trio.sleep_forever()
+    assert first.received_signal == signal.SIGTERM
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+async def test_supervisors_may_handle_signals_one_after_the_other(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Once the first block is left, another supervisor of the run may handle them."""
+    async with open_supervisor(supervisor_config(), handle_signals=True):
+        pass
+    async with open_supervisor(supervisor_config(), handle_signals=True) as second:
+        send(signal.SIGINT)
+        await trio.sleep_forever()
+    assert second.received_signal == signal.SIGINT
 
 
 async def test_a_body_error_after_the_signal_still_propagates(

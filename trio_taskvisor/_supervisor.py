@@ -40,6 +40,13 @@ Decisions the design leaves open:
 * ``handle_signals=True`` enters trio's signal receiver before the background starts,
   so that outside the main thread trio's ``RuntimeError`` comes at once (entered
   later, it left a started background waiting for a shutdown nothing began).
+* One supervisor of a trio run handles signals at a time (DESIGN is silent): a second
+  ``handle_signals=True`` while one is open, nested or beside it, raises
+  ``ConfigError`` before anything starts. Python keeps one handler per signal, so
+  only the receiver opened last would get SIGTERM: before, the other supervisor (the
+  outer one of two nested) went on running through the SIGTERM meant to stop the
+  process, and one closing first put the process's default handler back under the
+  other.
 * A signal while the background starts (DESIGN is silent): reaching the slot store
   (up to ``connect_timeout``) is cut short at once, no block runs, and the signal is
   raised again once the previous handlers are back (``signal.raise_signal``), as if
@@ -161,6 +168,10 @@ if TYPE_CHECKING:
 # none of them.
 _held_pools: ContextVar[tuple[trio.lowlevel.Task | None, frozenset[tuple[object, PoolId]]]] = (
     ContextVar("_held_pools", default=(None, frozenset()))
+)
+# The supervisor of this run whose block handles signals (``handle_signals=True``).
+_signals_handled_by: trio.lowlevel.RunVar[Supervisor | None] = trio.lowlevel.RunVar(
+    "taskvisor_signals", default=None
 )
 T = TypeVar("T")
 _Exit = TypeVar("_Exit", bound=bool | None)  # what a context manager's __aexit__ returns
@@ -982,6 +993,16 @@ class Supervisor:
                 if handle_signals
                 else None
             )
+            if signals is not None:
+                if _signals_handled_by.get() is not None:
+                    raise ConfigError(
+                        "another supervisor of this trio run handles signals already "
+                        "(handle_signals=True): a signal reaches only the receiver opened "
+                        "last, so one of the two would never see it; handle them in the "
+                        "outermost supervisor only, whose shutdown ends the others' blocks"
+                    )
+                _signals_handled_by.set(sup)
+                stack.callback(_signals_handled_by.set, None)
             async with trio.open_nursery() as nursery:
                 if signals is not None:
                     await nursery.start(sup._watch_signals, signals)
@@ -1144,7 +1165,8 @@ def open_supervisor(
     goes to the handler from before (by default SIGTERM ends the process and SIGINT
     raises ``KeyboardInterrupt``; after one that returns, ``SlotStoreUnavailableError``
     names the signal). Outside the main thread, ``handle_signals=True`` raises trio's
-    ``RuntimeError`` at once, before anything starts.
+    ``RuntimeError`` at once, before anything starts; while another supervisor of the
+    run handles signals, ``ConfigError`` (one handles them: the outermost).
 
     With a slot store, the run's clock must run in real time: a ``MockClock`` other
     than ``MockClock(rate=1.0)`` (``autojump_clock``) raises ``ConfigError``.
