@@ -75,6 +75,7 @@ from coredis.constants.resp import DataType
 from coredis.exceptions import (
     AuthenticationError,
     AuthorizationError,
+    BusyLoadingError,
     InvalidResponse,
     NoScriptError,
     PrimaryNotFoundError,
@@ -693,11 +694,29 @@ def _tls_context(target: SentinelTarget) -> ssl.SSLContext | None:
 
 def _refuses_calls(error: Exception) -> bool:
     """Whether an error reply refuses the keeper's calls as such (permissions, a Redis
-    Cluster node, a read-only replica, unknown commands), not one call's data."""
-    return _acl_refusal(error) or isinstance(
-        error,
-        AuthenticationError | RedisClusterError | ReadOnlyError | UnknownCommandError,
+    Cluster node, a read-only replica, unknown commands, a server that takes no call
+    for now), not one call's data."""
+    return (
+        _acl_refusal(error)
+        or isinstance(
+            error,
+            AuthenticationError
+            | RedisClusterError
+            | ReadOnlyError
+            | UnknownCommandError
+            | BusyLoadingError,
+        )
+        or (isinstance(error, ResponseError) and str(error).startswith(_FOR_NOW))
     )
+
+
+_FOR_NOW = ("BUSY ", "MASTERDOWN ", "NOREPLICAS ", "OOM ")
+"""The error codes of a server that takes no call for now, whatever the call: another
+client's script or function runs past ``busy-reply-threshold``, a replica lost its
+primary, too few replicas for ``min-replicas-to-write``, ``maxmemory`` reached (coredis
+keeps these codes in the text; ``LOADING``, a restart that reads its data set, is its
+``BusyLoadingError``). Each call of a round trip gets it: an outage, as a refusal is,
+where it failed the calls one by one (a submit rejected, a release dropped)."""
 
 
 def _acl_refusal(error: Exception) -> bool:
@@ -742,6 +761,8 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
         return "could not use its primary: it refused the credentials (the URL's user and password)"
     if isinstance(exc, AuthenticationError):
         return "refused the credentials"
+    if isinstance(exc, BusyLoadingError):
+        return f"refused {asked} while it loads its data set"
     if _acl_refusal(exc):
         return f"refused {asked} to this user (an ACL permission is missing)"
     if isinstance(exc, RedisClusterError):

@@ -4,7 +4,8 @@ A server that answers but refuses something (the scripts, the credentials, the d
 number, TLS, the Redis protocol itself) is named in ``SlotStoreUnavailableError`` with
 the client's error as ``__cause__``; "did not answer within N s" is only for a server
 that stays silent. A refusal that starts while the supervisor runs is one outage with
-capped backoff, never a loop without a pause. A lease lost in the instant its owner's
+capped backoff, never a loop without a pause; so is a server that takes no call for now
+(``BUSY`` while another client's script runs, ``LOADING``, ``OOM``, ...). A lease lost in the instant its owner's
 body returns still ends the owner ``LEASE_LOST``.
 
 Timing bounds are liveness bounds with wide margins; every wait is bounded by
@@ -26,7 +27,7 @@ import coredis.exceptions
 import pytest
 import trio
 import trio.testing
-from cluster_helpers import Reports, config, open_keeper, replica, tcp_server
+from cluster_helpers import Reports, config, gated, open_keeper, quick, replica, tcp_server
 from redis_server import RedisServer, free_port, running_server
 
 from trio_taskvisor import (
@@ -48,6 +49,7 @@ from trio_taskvisor import (
     open_supervisor,
 )
 from trio_taskvisor._keeper import LeaseLost, Owner
+from trio_taskvisor._redis_client import RedisClient
 from trio_taskvisor.redis import RedisSlotStore
 
 from helpers import invoke, nothing
@@ -214,6 +216,111 @@ async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
         assert done == ["ran"]
         assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+
+
+BUSY_FOR_1_S = """
+local started = redis.call('TIME')
+while true do
+    local now = redis.call('TIME')
+    if (now[1] - started[1]) * 1000000 + (now[2] - started[2]) > 1000000 then return 1 end
+end
+"""
+
+
+async def until_busy(probe: coredis.Redis[str]) -> None:
+    """Wait until the server answers ``BUSY`` (a readiness poll of the server's state)."""
+    with trio.fail_after(5):
+        while True:
+            try:
+                await probe.ping()
+            except coredis.exceptions.ResponseError as exc:
+                if str(exc).startswith("BUSY "):
+                    return
+            await trio.sleep(0.01)
+
+
+async def test_a_server_busy_with_another_clients_script_is_one_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another client's script runs past ``busy-reply-threshold``: the server answers
+    ``BUSY`` to every call for now. That is one outage, as a refusal is: new
+    ``wait=False`` work is rejected ``STORE_UNAVAILABLE``, ``wait=True`` work is held,
+    an owner that returns meanwhile has its release sent once the script ended, and
+    the held work then takes its slot. Before, the calls sent between two renewals
+    failed one by one ("slot store call failed"): the submit was rejected with the
+    server's text, and a release was dropped (its slot free only once its lease had
+    expired)."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    with running_server(extra=("--busy-reply-threshold", "50")) as server:
+        store = RedisSlotStore(server.url, lease_ttl=3.0, connect_timeout=2.0)
+        async with (
+            coredis.Redis.from_url(server.url, decode_responses=True) as other,
+            coredis.Redis.from_url(server.url, decode_responses=True) as probe,
+            replica(store) as (sup, recorder),
+            trio.open_nursery() as nursery,
+        ):
+            gate = trio.Event()
+            owner = await sup.submit(ControllerSpec.queue(gated(gate, "owner"), slot="s"))
+            with trio.fail_after(5):
+                await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="s")
+
+            async def run_script() -> None:
+                await other.eval(BUSY_FOR_1_S, [], [])
+
+            nursery.start_soon(run_script)
+            await until_busy(probe)
+            rejected = await sup.submit(ControllerSpec.queue(quick("r"), slot="t"))
+            with trio.fail_after(5):
+                outcome = await rejected.wait()
+            assert (outcome.rejection, outcome.reason) == (
+                RejectionKind.STORE_UNAVAILABLE,
+                "slot store is unavailable",
+            )
+            held = await sup.submit(ControllerSpec.queue(quick("h", "held"), slot="s", wait=True))
+            gate.set()
+            with trio.fail_after(10):
+                assert (await owner.wait()).value == "owner"
+                assert (await held.wait()).value == "held"
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+        assert [r for r in caplog.records if "call failed" in r.getMessage()] == []
+        unavailable = [r.getMessage() for r in caplog.records if "unavailable:" in r.getMessage()]
+        assert len(unavailable) == 1
+        assert "ResponseError: BUSY " in unavailable[0]
+
+
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        (
+            coredis.exceptions.BusyLoadingError("Valkey is loading the dataset in memory"),
+            "refused the lease scripts while it loads its data set",
+        ),
+        (
+            coredis.exceptions.ResponseError("MASTERDOWN Link with MASTER is down"),
+            "refused the lease scripts",
+        ),
+        (
+            coredis.exceptions.ResponseError("NOREPLICAS Not enough good replicas to write."),
+            "refused the lease scripts",
+        ),
+        (
+            coredis.exceptions.ResponseError("OOM command not allowed when used memory > x"),
+            "refused the lease scripts",
+        ),
+    ],
+)
+def test_a_server_that_takes_no_call_for_now_refuses_every_call(
+    error: Exception, says: str
+) -> None:
+    """Each code of a server that takes no call for now (``LOADING`` after a restart
+    with persistence among them) is a refusal of the calls as such, an outage; an
+    error of one call's own (a script's) is not."""
+    client = RedisClient(RedisSlotStore("redis://127.0.0.1:1/0"), "i")
+    assert client.refuses_calls(error)
+    assert client.refusal(error, "the lease scripts") == says
+    script_error = coredis.exceptions.ResponseError("ERR user_script:1: bad argument")
+    assert not client.refuses_calls(script_error)
 
 
 # -- the cause, named --------------------------------------------------------------------------
