@@ -10,6 +10,10 @@ run (``backoff_source=SUCCESS``) is routine: DEBUG; a retry's is INFO.
 
 Subscribing a ``LoggingSubscriber`` (or a subclass) turns off the supervisor's own
 ``log_failures`` records: its records already cover every failure.
+
+``log`` writes those records, and every other record of the library's own (outages,
+retries, a shutdown's trouble): the application's logging never raises through it into
+a loop (a filter that raises loses its record, reported on stderr).
 """
 
 from __future__ import annotations

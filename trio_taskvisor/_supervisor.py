@@ -169,9 +169,9 @@ if TYPE_CHECKING:
 _held_pools: ContextVar[tuple[trio.lowlevel.Task | None, frozenset[tuple[object, PoolId]]]] = (
     ContextVar("_held_pools", default=(None, frozenset()))
 )
-# The supervisor of this run whose block handles signals (``handle_signals=True``).
-_signals_handled_by: trio.lowlevel.RunVar[Supervisor | None] = trio.lowlevel.RunVar(
-    "taskvisor_signals", default=None
+# Whether a supervisor's block of this run handles signals (``handle_signals=True``).
+_signals_handled: trio.lowlevel.RunVar[bool] = trio.lowlevel.RunVar(
+    "taskvisor_signals", default=False
 )
 T = TypeVar("T")
 _Exit = TypeVar("_Exit", bound=bool | None)  # what a context manager's __aexit__ returns
@@ -994,15 +994,15 @@ class Supervisor:
                 else None
             )
             if signals is not None:
-                if _signals_handled_by.get() is not None:
+                if _signals_handled.get():
                     raise ConfigError(
                         "another supervisor of this trio run handles signals already "
                         "(handle_signals=True): a signal reaches only the receiver opened "
                         "last, so one of the two would never see it; handle them in the "
                         "outermost supervisor only, whose shutdown ends the others' blocks"
                     )
-                _signals_handled_by.set(sup)
-                stack.callback(_signals_handled_by.set, None)
+                _signals_handled.set(True)
+                stack.callback(_signals_handled.set, False)
             async with trio.open_nursery() as nursery:
                 if signals is not None:
                     await nursery.start(sup._watch_signals, signals)
