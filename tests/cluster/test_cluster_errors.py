@@ -5,8 +5,8 @@ number, TLS, the Redis protocol itself) is named in ``SlotStoreUnavailableError`
 the client's error as ``__cause__``; "did not answer within N s" is only for a server
 that stays silent. A refusal that starts while the supervisor runs is one outage with
 capped backoff, never a loop without a pause; so is a server that takes no call for now
-(``BUSY`` while another client's script runs, ``LOADING``, ``OOM``, ...). A lease lost in the instant its owner's
-body returns still ends the owner ``LEASE_LOST``.
+(``BUSY`` while another client's script runs, ``LOADING``, ``OOM``, ...). A lease lost
+in the instant its owner's body returns still ends the owner ``LEASE_LOST``.
 
 Timing bounds are liveness bounds with wide margins; every wait is bounded by
 ``trio.fail_after``.
