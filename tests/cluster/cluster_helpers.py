@@ -11,11 +11,13 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import coredis
+import pytest
 import trio
 from coredis.retry import NoRetryPolicy
 
 from trio_taskvisor import (
     ControllerConfig,
+    SlotStoreUnavailableError,
     Supervisor,
     SupervisorConfig,
     TaskSpec,
@@ -251,6 +253,15 @@ async def open_keeper(
 def config(store: RedisSlotStore, **controller: int) -> SupervisorConfig:
     """A supervisor config (``grace=1``) whose controller uses ``store``."""
     return SupervisorConfig(grace=1.0, controller=ControllerConfig(slot_store=store, **controller))
+
+
+async def refused_start(store: RedisSlotStore) -> SlotStoreUnavailableError:
+    """Open a supervisor of ``config(store)`` that must not start (within 10 s); return
+    its error."""
+    with trio.fail_after(10), pytest.raises(SlotStoreUnavailableError) as error:
+        async with open_supervisor(config(store)):
+            pytest.fail("the block must not run")
+    return error.value
 
 
 @asynccontextmanager

@@ -27,7 +27,16 @@ import coredis.exceptions
 import pytest
 import trio
 import trio.testing
-from cluster_helpers import Reports, config, gated, open_keeper, quick, replica, tcp_server
+from cluster_helpers import (
+    Reports,
+    config,
+    gated,
+    open_keeper,
+    quick,
+    refused_start,
+    replica,
+    tcp_server,
+)
 from redis_server import RedisServer, free_port, running_server
 
 from trio_taskvisor import (
@@ -62,14 +71,6 @@ def store_at(store: RedisSlotStore, url: str, connect_timeout: float = 1.0) -> R
     return RedisSlotStore(
         url, namespace=store.namespace, lease_ttl=TTL, connect_timeout=connect_timeout
     )
-
-
-async def refused_start(store: RedisSlotStore) -> SlotStoreUnavailableError:
-    """Open a supervisor that must not start; return its error."""
-    with trio.fail_after(10), pytest.raises(SlotStoreUnavailableError) as error:
-        async with open_supervisor(config(store)):
-            pytest.fail("the block must not run")
-    return error.value
 
 
 async def set_user(client: coredis.Redis[str], *rules: str) -> None:

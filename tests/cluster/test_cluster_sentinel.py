@@ -44,7 +44,7 @@ from collections.abc import Iterator
 import pytest
 import replica_harness
 import trio
-from cluster_helpers import config, gated, quick, replica
+from cluster_helpers import gated, quick, refused_start, replica
 from redis_server import free_port
 from replica_harness import Record, ReplicaProcess, open_replicas
 from sentinel_topology import (
@@ -55,7 +55,7 @@ from sentinel_topology import (
     running_topology,
 )
 
-from trio_taskvisor import ControllerSpec, EventKind, SlotStoreUnavailableError, open_supervisor
+from trio_taskvisor import ControllerSpec, EventKind, SlotStoreUnavailableError
 from trio_taskvisor._cli import slots
 from trio_taskvisor._redis_client import NoPrimaryError, read_namespace
 from trio_taskvisor.redis import RedisSlotStore
@@ -186,13 +186,6 @@ async def test_slots_command_reads_through_the_sentinels(
 
 
 # -- start-up errors -----------------------------------------------------------------------------
-
-
-async def refused_start(store: RedisSlotStore) -> SlotStoreUnavailableError:
-    with trio.fail_after(10), pytest.raises(SlotStoreUnavailableError) as error:
-        async with open_supervisor(config(store)):
-            pytest.fail("the block must not run")
-    return error.value
 
 
 async def test_unknown_service_is_named_at_start(
