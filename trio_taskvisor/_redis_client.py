@@ -43,7 +43,8 @@ Decisions:
   connection after every failed round trip, a failover (even to a frozen primary,
   which would keep a reused client waiting) is followed like a restart of the server.
   When no primary is found the error says why: the sentinels refused the credentials
-  (their own password is the URL's ``sentinel_password``), no sentinel answered (the
+  (their own password is the URL's ``sentinel_password``) or the ``SENTINEL`` command to
+  this user (an ACL; the next sentinel is asked first), no sentinel answered (the
   first sentinel's error chained), or the sentinels that answered know no such service.
   Credentials the primary refuses say "its primary": with two passwords in one URL, the
   error tells which one is wrong.
@@ -548,16 +549,22 @@ class NoPrimaryError(PrimaryNotFoundError):
 
 class _Sentinel(coredis.Sentinel[str]):
     """coredis's ``Sentinel``, whose failure to find a primary says why: the sentinels
-    refused the credentials (the first refusal chained), no sentinel answered (the first
-    one's error chained), or those that answered know no service of that name (coredis
-    raises the refusal itself, and says "No primary found" for the other two)."""
+    refused the credentials or, to this user, the ``SENTINEL`` command (the first refusal
+    chained), no sentinel answered (the first one's error chained), or those that answered
+    know no service of that name (coredis raises the refusals themselves, read as the
+    primary's, and says "No primary found" for the other two)."""
 
     async def discover_primary(self, service_name: str) -> tuple[str, int]:
         errors: list[Exception] = []
         for index, sentinel in enumerate(self.sentinels):
             try:
                 address = await sentinel.sentinel_get_master_addr_by_name(service_name)
-            except (RedisConnectionError, TimeoutError, AuthenticationError) as exc:
+            except (
+                RedisConnectionError,
+                TimeoutError,
+                AuthenticationError,
+                AuthorizationError,
+            ) as exc:
                 errors.append(exc)  # the next sentinel may take the credentials
                 continue
             if address:
@@ -572,6 +579,13 @@ class _Sentinel(coredis.Sentinel[str]):
                 "could not ask its sentinels: they refused the credentials (their own"
                 " password is the URL's sentinel_password)",
             ) from refused[0]
+        forbidden = [exc for exc in errors if isinstance(exc, AuthorizationError)]
+        if forbidden:
+            raise NoPrimaryError(
+                f"the sentinels refused the SENTINEL command ({where})",
+                "could not ask its sentinels: they refused the SENTINEL command to this"
+                " user (an ACL permission is missing)",
+            ) from forbidden[0]
         if len(errors) == len(self.sentinels):
             raise NoPrimaryError(
                 f"no sentinel answered ({where})", "could not reach any sentinel"

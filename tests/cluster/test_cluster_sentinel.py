@@ -48,6 +48,7 @@ from cluster_helpers import gated, quick, refused_start, replica
 from redis_server import free_port
 from replica_harness import Record, ReplicaProcess, open_replicas
 from sentinel_topology import (
+    SERVICE,
     GuardedTopology,
     SentinelTopology,
     command,
@@ -310,6 +311,35 @@ async def test_refused_credentials_say_whose(
     for text in (str(error), str(read.value)):
         assert text.startswith(f"slot store {store.safe_url} {says}")
         assert "wrong-pw" not in text
+
+
+async def test_a_sentinel_refusing_the_sentinel_command_is_named_and_passed_over(
+    guarded: GuardedTopology, namespace: str
+) -> None:
+    """A sentinel whose ACL refuses this user the ``SENTINEL`` command: alone, the error
+    names the sentinels' refusal at once (it read as the primary's ACL before); followed
+    by a sentinel that allows it, the supervisor starts (the refusal ended the search)."""
+    forbidding = guarded.open_sentinel.port
+    assert command(forbidding, "ACL", "SETUSER", "default", "-sentinel") == "OK"
+    try:
+        url = f"redis+sentinel://:{PRIMARY_PW}@127.0.0.1:{forbidding}/{SERVICE}/0"
+        store = RedisSlotStore(url, namespace=namespace)
+        started = time.monotonic()
+        error = await refused_start(store)
+        assert time.monotonic() - started < 1.0  # an answer, not a timeout
+        assert str(error).startswith(
+            f"slot store {store.safe_url} could not ask its sentinels: they refused the"
+            " SENTINEL command to this user (an ACL permission is missing): NoPrimaryError"
+        )
+        guarded_port = guarded.sentinels[0].port
+        hosts = f"127.0.0.1:{forbidding},127.0.0.1:{guarded_port}"
+        url = f"redis+sentinel://:{PRIMARY_PW}@{hosts}/{SERVICE}/0?sentinel_password={SENTINEL_PW}"
+        store = RedisSlotStore(url, namespace=namespace, lease_ttl=TTL, connect_timeout=1.0)
+        with trio.fail_after(store.connect_timeout):
+            async with replica(store) as (sup, _):
+                assert await sup.cluster_slot("s") is None
+    finally:
+        assert command(forbidding, "ACL", "SETUSER", "default", "+sentinel") == "OK"
 
 
 @pytest.mark.parametrize("both", [False, True])
