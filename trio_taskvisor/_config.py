@@ -17,11 +17,23 @@ Decisions the design leaves open:
   (never healthy, no budget); ``0`` is a ``ConfigError`` for both (they must be > 0).
 * ``RedisSlotStore.url`` is checked when the store is built: scheme ``redis`` or
   ``rediss``, a host, an optional port (1 to 65535) and an optional database path
-  (``/0``). The query options ``db``, ``username`` and ``password``, and with
-  ``rediss`` the ``ssl_*`` options, are passed on to coredis as it documents them; any
-  other option is a ``ConfigError`` naming it. Percent-escapes in the user name and
-  password are decoded, so a password may contain ``@``, ``:`` or ``/`` as ``%40``,
-  ``%3A``, ``%2F``.
+  (``/0``). The query options ``db``, ``username`` and ``password`` are passed on to
+  coredis as it documents them; any other option is a ``ConfigError`` naming it, and
+  so is an option given twice (coredis reads the first, a Sentinel URL read the last)
+  or a database in both the path and ``db`` that differ. Percent-escapes in the user
+  name and password are decoded, so a password may contain ``@``, ``:`` or ``/`` as
+  ``%40``, ``%3A``, ``%2F``.
+* TLS (``rediss``, ``rediss+sentinel``) checks the server as trio and browsers do: its
+  certificate against the system's CAs (or ``ssl_ca_certs``, a file or a directory)
+  and its host name against the certificate (DESIGN is silent; coredis checks no host
+  name unless ``ssl_check_hostname`` says so, and accepted any certificate a trusted CA
+  issued, for any name). ``ssl_check_hostname=false`` turns the name check off,
+  ``ssl_cert_reqs=none`` both. The options' values are checked when the store is built
+  (``ssl_cert_reqs``: ``none``, ``optional`` or ``required``; ``ssl_check_hostname``:
+  a boolean word; ``ssl_keyfile`` only with ``ssl_certfile``; ``ssl_certfile`` alone is
+  a file holding the key too): before, a wrong value failed each connection ("could
+  not be reached: KeyError") or was read as true, and a lone ``ssl_certfile`` was
+  ignored. The files are read when a socket opens; one that cannot be read is named.
 * A Sentinel URL, ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
   (``rediss+sentinel://`` for TLS to the sentinels and the data nodes), is parsed here
   into a ``SentinelTarget``: one or more sentinels (an omitted port is Sentinel's
@@ -141,7 +153,10 @@ def _check_url(url: object) -> str:
     db = parts.path.strip("/")
     if db and not db.isdigit():
         raise ConfigError("url path must be a database number, as in redis://host:6379/0")
-    _check_options(parts.query, tls=parts.scheme == "rediss")
+    options = _check_options(parts.query, tls=parts.scheme == "rediss")
+    _check_db(db, options)
+    if parts.scheme == "rediss":
+        _tls_settings(options)
     return url
 
 
@@ -153,6 +168,8 @@ def _check_options(query: str, *, tls: bool, sentinel: bool = False) -> dict[str
     (the last value of each)."""
     options: dict[str, str] = {}
     for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in options:
+            raise ConfigError(f"url option {name!r} must be given once")
         if name == "cluster":
             raise ConfigError(
                 "url option 'cluster' is not supported: the store runs on one server "
@@ -175,6 +192,67 @@ def _check_options(query: str, *, tls: bool, sentinel: bool = False) -> dict[str
     return options
 
 
+def _check_db(path: str, options: dict[str, str]) -> None:
+    """A database named both in the path and by ``db`` must be the same number."""
+    if path and "db" in options and int(path) != int(options["db"]):
+        raise ConfigError("url must name its database once: its path and its option 'db' differ")
+
+
+@attrs.frozen
+class TLSSettings:
+    """How a TLS URL's sockets check the server: its ``ssl_*`` options, checked (the
+    files are read when a socket opens)."""
+
+    verify: bool = True
+    """Check the server's certificate (``ssl_cert_reqs`` other than ``none``)."""
+    check_hostname: bool = True
+    """Check the certificate names the host (``ssl_check_hostname``; default: ``verify``)."""
+    ca_certs: str | None = None
+    """A file or directory of CA certificates to trust, besides the system's."""
+    certfile: str | None = None
+    """This client's certificate (with its key, unless ``keyfile``)."""
+    keyfile: str | None = None
+    """The key of ``certfile``."""
+
+
+_CERT_REQS: Final = ("none", "optional", "required")
+_BOOLEAN_WORDS: Final = {
+    word: value
+    for words, value in (("1 t true y yes", True), ("0 f false n no", False))
+    for word in words.split()
+}
+
+
+def _tls_settings(options: dict[str, str]) -> TLSSettings:
+    """The checked ``ssl_*`` options of a TLS URL, or a ``ConfigError`` naming one."""
+    cert_reqs = options.get("ssl_cert_reqs", "optional")
+    if cert_reqs not in _CERT_REQS:
+        raise ConfigError("url option 'ssl_cert_reqs' must be none, optional or required")
+    verify = cert_reqs != "none"
+    check_hostname: bool | None = verify
+    if "ssl_check_hostname" in options:
+        check_hostname = _BOOLEAN_WORDS.get(options["ssl_check_hostname"].lower())
+        if check_hostname is None:
+            raise ConfigError("url option 'ssl_check_hostname' must be true or false")
+        if check_hostname and not verify:
+            raise ConfigError(
+                "url option 'ssl_check_hostname' cannot be true with ssl_cert_reqs=none "
+                "(no certificate is checked)"
+            )
+    for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+        if name in options and not options[name]:
+            raise ConfigError(f"url option {name!r} must name a file")
+    if "ssl_keyfile" in options and "ssl_certfile" not in options:
+        raise ConfigError("url option 'ssl_keyfile' needs 'ssl_certfile', its certificate")
+    return TLSSettings(
+        verify=verify,
+        check_hostname=bool(check_hostname),
+        ca_certs=options.get("ssl_ca_certs"),
+        certfile=options.get("ssl_certfile"),
+        keyfile=options.get("ssl_keyfile"),
+    )
+
+
 @attrs.frozen
 class SentinelTarget:
     """What a ``redis+sentinel://`` URL names: the sentinels to ask, the service they
@@ -193,10 +271,8 @@ class SentinelTarget:
     """The data nodes' password (the URL's user part, else the ``password`` option)."""
     sentinel_password: str | None = attrs.field(repr=False)
     """The sentinels' own password (the ``sentinel_password`` option)."""
-    tls: bool
-    """Whether the sentinels and the data nodes are reached over TLS (``rediss+sentinel``)."""
-    tls_options: tuple[tuple[str, str], ...]
-    """The URL's ``ssl_*`` options, for both kinds of node."""
+    tls: TLSSettings | None
+    """TLS to the sentinels and the data nodes (``rediss+sentinel``), else ``None``."""
 
 
 def _sentinel_address(text: str) -> tuple[str, int]:
@@ -256,7 +332,9 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
             # Some clients read redis://secret@host as a password, others as a user.
             raise ConfigError("url user part must be [user]:password@ (with a ':')")
         username, password = unquote(name) or None, unquote(secret) or None
-    db = path[1] if len(path) == 2 and path[1] else options.get("db", "0")
+    db = path[1] if len(path) == 2 and path[1] else ""
+    _check_db(db, options)
+    db = db or options.get("db", "0")
     return SentinelTarget(
         sentinels=sentinels,
         service=unquote(path[0]),
@@ -264,8 +342,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         username=username or options.get("username") or None,
         password=password or options.get("password") or None,
         sentinel_password=options.get("sentinel_password") or None,
-        tls=tls,
-        tls_options=tuple(sorted((k, v) for k, v in options.items() if k in _TLS_OPTIONS)),
+        tls=_tls_settings(options) if tls else None,
     )
 
 
@@ -358,7 +435,8 @@ class RedisSlotStore(SlotStore):
 
     ``url`` is ``redis://[[user]:password@]host[:port][/db]`` or ``rediss://`` (TLS),
     with the query options ``db``, ``username``, ``password``, and with ``rediss`` the
-    ``ssl_*`` options (any other option is a ``ConfigError``); or, for a primary under
+    ``ssl_*`` options (any other option is a ``ConfigError``; TLS checks the server's
+    certificate and its host name unless they say otherwise); or, for a primary under
     Sentinel, ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
     (``rediss+sentinel://`` for TLS), with ``sentinel_password`` for the sentinels' own
     password: the primary is asked of the sentinels at every connection. ``namespace``
@@ -426,6 +504,17 @@ class RedisSlotStore(SlotStore):
         if urlsplit(self.url).scheme in _SENTINEL_SCHEMES:
             return parse_sentinel_url(self.url)
         return None
+
+    @property
+    def tls(self) -> TLSSettings | None:
+        """How its sockets check the server over TLS; ``None`` without TLS."""
+        target = self.sentinel
+        if target is not None:
+            return target.tls
+        parts = urlsplit(self.url)
+        if parts.scheme != "rediss":
+            return None
+        return _tls_settings(_check_options(parts.query, tls=True))
 
     @property
     def key_prefix(self) -> str:

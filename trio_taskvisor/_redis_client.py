@@ -93,7 +93,7 @@ from coredis.pool import SentinelConnectionPool
 from coredis.retry import NoRetryPolicy
 
 from . import _redis_scripts as scripts
-from ._config import RedisSlotStore, SentinelTarget
+from ._config import RedisSlotStore, TLSSettings
 from ._exceptions import SlotStoreUnavailableError
 from ._keeper import (
     BYE,
@@ -643,6 +643,7 @@ async def open_client(
     """A fresh coredis client of ``store``, without retries, bounded by
     ``_client_timeout``: of its one server, or of the primary its sentinels name when
     a connection opens. Closed at the end of the block."""
+    tls = _tls_context(store.tls)
     target = store.sentinel
     if target is None:
         client: coredis.Redis[str] = coredis.Redis.from_url(
@@ -652,12 +653,12 @@ async def open_client(
             retry_policy=NoRetryPolicy(),
             connect_timeout=_client_timeout(store),
             client_name=client_name,
+            ssl_context=tls,
         )
         client.connection_pool.connection_class = _TCPConnection
         async with client:
             yield client
         return
-    tls = _tls_context(target)
     # Each sentinel gets its share of the client's bound, for connecting and for its
     # answer: a sentinel that is down or frozen must leave time to ask the others.
     share = _client_timeout(store) / len(target.sentinels)
@@ -686,23 +687,35 @@ async def open_client(
             yield primary
 
 
-def _tls_context(target: SentinelTarget) -> ssl.SSLContext | None:
-    """The TLS context of a ``rediss+sentinel`` URL's ``ssl_*`` options, as coredis
-    builds it for ``rediss://`` (certificates optional unless ``ssl_cert_reqs`` says)."""
-    if not target.tls:
+class TLSFileError(Exception):
+    """A file a TLS option names could not be loaded (the error chained)."""
+
+    def __init__(self, option: str, path: str) -> None:
+        super().__init__(f"{option}={path}")
+        self.option = option
+
+
+def _tls_context(settings: TLSSettings | None) -> ssl.SSLContext | None:
+    """The TLS context of a ``rediss`` URL's checked ``ssl_*`` options (``None``: no
+    TLS), for the data nodes and the sentinels alike; its files are read here."""
+    if settings is None:
         return None
-    options = dict(target.tls_options)
     context = ssl.create_default_context()
-    if "ssl_certfile" in options and "ssl_keyfile" in options:
-        context.load_cert_chain(options["ssl_certfile"], options["ssl_keyfile"])
-    if "ssl_ca_certs" in options:
-        context.load_verify_locations(options["ssl_ca_certs"])
-    context.check_hostname = options.get("ssl_check_hostname", "").lower() in {"1", "true", "yes"}
-    context.verify_mode = {
-        "none": ssl.CERT_NONE,
-        "optional": ssl.CERT_OPTIONAL,
-        "required": ssl.CERT_REQUIRED,
-    }.get(options.get("ssl_cert_reqs", "optional"), ssl.CERT_OPTIONAL)
+    context.check_hostname = settings.check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED if settings.verify else ssl.CERT_NONE
+    files = (("ssl_ca_certs", settings.ca_certs), ("ssl_certfile", settings.certfile))
+    for option, path in files:
+        if path is None:
+            continue
+        try:
+            if option == "ssl_certfile":
+                context.load_cert_chain(path, settings.keyfile)
+            elif os.path.isdir(path):
+                context.load_verify_locations(capath=path)
+            else:
+                context.load_verify_locations(cafile=path)
+        except (OSError, ssl.SSLError) as exc:
+            raise TLSFileError(option, path) from exc
     return context
 
 
@@ -761,12 +774,16 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
         if tls and any(isinstance(link, TimeoutError) for link in _chain(exc)):
             return f"{exc.why} (no TLS handshake completed in time: do they speak TLS?)"
         return exc.why
+    if isinstance(exc, TLSFileError):
+        return f"could not load the file of its url option {exc.option!r}"
     if isinstance(exc, StalePrimaryError):
         return "named a primary that is no longer one (a failover in progress?)"
     chain = _chain(exc)
     timed_out = any(isinstance(link, TimeoutError) for link in chain)
     if tls and timed_out and asked == "the connection":
         return "did not complete the TLS handshake in time (does the server speak TLS?)"
+    if any(isinstance(link, ssl.SSLCertVerificationError) for link in chain):
+        return "failed the TLS handshake: its certificate did not pass the checks"
     if any(isinstance(link, ssl.SSLError) for link in chain):
         return "failed the TLS handshake"
     if timed_out and asked == "the subscription":

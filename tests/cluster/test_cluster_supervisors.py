@@ -16,13 +16,14 @@ import logging
 import pathlib
 import ssl
 import time
+from collections.abc import AsyncIterator
 
 import coredis
 import pytest
 import trio
 import trio.testing
 import trustme
-from cluster_helpers import config, gated, quick, replica
+from cluster_helpers import config, gated, quick, refused_start, replica
 from conftest import RedisServer
 
 from trio_taskvisor import (
@@ -137,22 +138,22 @@ async def _pump(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
         await sink.aclose()
 
 
-async def test_round_trips_and_grants_over_tls(
-    store: RedisSlotStore, redis_server: RedisServer, tmp_path: pathlib.Path
-) -> None:
-    """``rediss://`` with a CA to verify: the store's round trips and its subscription
-    (a grant pushed to the next owner's process) work over TLS. The test server has no
-    TLS of its own: a TLS terminator in front of it, as a proxy would be."""
+@contextlib.asynccontextmanager
+async def tls_terminator(
+    redis_server: RedisServer, tmp_path: pathlib.Path, name: str = "127.0.0.1"
+) -> AsyncIterator[tuple[int, pathlib.Path, list[int]]]:
+    """A TLS terminator in front of the test server (which has no TLS of its own), as a
+    proxy would be, with a certificate for ``name`` from a CA of its own: yields its
+    port, the CA's file and its connections' count (a one-item list)."""
     ca = trustme.CA()
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca.issue_cert(name).configure_cert(server_context)
     ca_file = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
-    connections = 0
+    connections = [0]
 
     async def terminate(stream: trio.SSLStream[trio.SocketStream]) -> None:
-        nonlocal connections
-        connections += 1
+        connections[0] += 1
         upstream = await trio.open_tcp_stream("127.0.0.1", redis_server.port)
         async with stream, upstream, trio.open_nursery() as pumps:
             pumps.start_soon(_pump, stream, upstream)
@@ -165,7 +166,16 @@ async def test_round_trips_and_grants_over_tls(
             0,
             server_context,
         )
-        port = listeners[0].transport_listener.socket.getsockname()[1]
+        yield listeners[0].transport_listener.socket.getsockname()[1], ca_file, connections
+        nursery.cancel_scope.cancel(reason="the test is over")
+
+
+async def test_round_trips_and_grants_over_tls(
+    store: RedisSlotStore, redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    """``rediss://`` with a CA to verify: the store's round trips and its subscription
+    (a grant pushed to the next owner's process) work over TLS."""
+    async with tls_terminator(redis_server, tmp_path) as (port, ca_file, connections):
         url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca_file}&ssl_cert_reqs=required"
         tls = store_like(store, url, lease_ttl=30.0)  # renewals every 10 s
         gate = trio.Event()
@@ -177,8 +187,43 @@ async def test_round_trips_and_grants_over_tls(
             with trio.fail_after(5):  # the pushed grant: no renewal for 10 s
                 outcome = await after.wait()
             assert (outcome.kind, outcome.value) == (OutcomeKind.COMPLETED, 7)
-        assert connections == 4  # each supervisor: its round trips and its subscription
-        nursery.cancel_scope.cancel(reason="the test is over")
+        assert connections == [4]  # each supervisor: its round trips and its subscription
+
+
+async def test_tls_checks_the_host_name_by_default(
+    store: RedisSlotStore, redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    """A certificate a trusted CA issued for another name is refused at start, saying
+    so (coredis checked no host name: any certificate of a trusted CA passed, a
+    man in the middle's too); ``ssl_check_hostname=false`` lets it pass."""
+    async with tls_terminator(redis_server, tmp_path, "cache.example") as (port, ca_file, _):
+        url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca_file}"
+        error = await refused_start(store_like(store, url))
+        assert "failed the TLS handshake: its certificate did not pass the checks" in str(error)
+        assert "IP address mismatch" in str(error)
+        unchecked = store_like(store, f"{url}&ssl_check_hostname=false")
+        async with replica(unchecked) as (sup, _):
+            assert await sup.cluster_slot("s") is None
+
+
+async def test_a_tls_file_that_cannot_be_read_is_named(
+    store: RedisSlotStore, redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    """A CA file that is not there, or a client certificate that is not one, is named by
+    its option at start, at once (it said "could not be reached" before, and a lone
+    ``ssl_certfile`` was ignored)."""
+    async with tls_terminator(redis_server, tmp_path) as (port, ca_file, _):
+        base = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs="
+        for query, option, cause in [
+            (tmp_path / "missing.pem", "ssl_ca_certs", "FileNotFoundError"),
+            (f"{ca_file}&ssl_certfile={ca_file}", "ssl_certfile", "SSLError"),
+        ]:
+            started = time.monotonic()
+            error = await refused_start(store_like(store, f"{base}{query}"))
+            assert time.monotonic() - started < 1.0
+            said = f"could not load the file of its url option {option!r}: TLSFileError: {option}="
+            assert said in str(error)
+            assert f"({cause}: " in str(error)
 
 
 # -- wait-mode work ------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor import _redis_scripts as scripts
-from trio_taskvisor._config import RedisSlotStore, SentinelTarget
+from trio_taskvisor._config import RedisSlotStore, SentinelTarget, TLSSettings
 from trio_taskvisor._keeper import secrets_of
 from trio_taskvisor._redis_scripts import Reply
 from trio_taskvisor._slotstore import (
@@ -360,12 +360,18 @@ def urls_with_secrets(draw: st.DrawFn) -> tuple[str, str, list[str]]:
     url, shown = url + tail, shown + tail
     other_keys = ["db", "username"] + (["ssl_cert_reqs"] if scheme == "rediss" else [])
     params = draw(
-        st.lists(st.tuples(password_keys() | st.sampled_from(other_keys), secrets), max_size=3)
+        st.lists(
+            st.tuples(password_keys() | st.sampled_from(other_keys), secrets),
+            max_size=3,
+            unique_by=lambda param: unquote(param[0]),  # each option once
+        )
     )
     for index, (key, value) in enumerate(params):
         sep = "?" if index == 0 else "&"
         if key == "db":
-            value = str(len(value))  # a database number
+            value = str(len(value) if db is None else db)  # the path's database, if any
+        if key == "ssl_cert_reqs":
+            value = draw(st.sampled_from(["none", "optional", "required"]))
         url += f"{sep}{key}={escaped(value)}"
         if unquote_plus(key).lower() == "password":
             shown += f"{sep}{key}=***"
@@ -607,6 +613,9 @@ def test_url_must_be_text(url: object) -> None:
         ("db=0&protocol_version=2", "url option 'protocol_version' is not supported"),
         ("ssl_cert_reqs=none", r"url option 'ssl_cert_reqs' needs a rediss:// \(TLS\) url"),
         ("db=x", "url option 'db' must be a database number"),
+        ("db=1&db=2", "url option 'db' must be given once"),
+        ("password=a&password=b", "url option 'password' must be given once"),
+        ("db=1", "url must name its database once: its path and its option 'db' differ"),
     ],
 )
 def test_unsupported_url_options_are_refused(query: str, named: str) -> None:
@@ -619,8 +628,67 @@ def test_unsupported_url_options_are_refused(query: str, named: str) -> None:
 def test_supported_url_options_are_accepted() -> None:
     """``db``, ``username``, ``password``, and with ``rediss`` the ``ssl_*`` options."""
     RedisSlotStore("redis://h/?db=3&username=u&password=p")
+    RedisSlotStore("redis://h/3?db=3")  # the same database twice
     tls = "ssl_cert_reqs=required&ssl_ca_certs=/ca.pem&ssl_check_hostname=true"
     RedisSlotStore(f"rediss://h/0?{tls}&ssl_certfile=/c.pem&ssl_keyfile=/k.pem")
+
+
+@pytest.mark.parametrize(
+    ("query", "settings"),
+    [
+        ("", TLSSettings(verify=True, check_hostname=True)),
+        ("ssl_cert_reqs=required", TLSSettings(verify=True, check_hostname=True)),
+        ("ssl_cert_reqs=optional", TLSSettings(verify=True, check_hostname=True)),
+        ("ssl_check_hostname=False", TLSSettings(verify=True, check_hostname=False)),
+        ("ssl_check_hostname=n", TLSSettings(verify=True, check_hostname=False)),
+        ("ssl_cert_reqs=none", TLSSettings(verify=False, check_hostname=False)),
+        (
+            "ssl_cert_reqs=none&ssl_check_hostname=no",
+            TLSSettings(verify=False, check_hostname=False),
+        ),
+        ("ssl_certfile=/both.pem", TLSSettings(certfile="/both.pem")),
+        (
+            "ssl_ca_certs=/ca&ssl_certfile=/c.pem&ssl_keyfile=/k.pem",
+            TLSSettings(ca_certs="/ca", certfile="/c.pem", keyfile="/k.pem"),
+        ),
+    ],
+)
+def test_tls_checks_the_certificate_and_the_host_name_by_default(
+    query: str, settings: TLSSettings
+) -> None:
+    """TLS checks the server's certificate and its host name unless told otherwise (as
+    trio does; coredis checked no host name), the same for a Sentinel URL."""
+    assert RedisSlotStore(f"rediss://h/0?{query}").tls == settings
+    assert RedisSlotStore(f"rediss+sentinel://s/svc?{query}").tls == settings
+    assert RedisSlotStore("redis://h/0").tls is None
+    assert RedisSlotStore("redis+sentinel://s/svc").tls is None
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("ssl_cert_reqs=bogus", "url option 'ssl_cert_reqs' must be none, optional or required"),
+        ("ssl_cert_reqs=REQUIRED", "url option 'ssl_cert_reqs' must be none, optional or "),
+        ("ssl_cert_reqs=", "url option 'ssl_cert_reqs' must be none, optional or required"),
+        ("ssl_check_hostname=maybe", "url option 'ssl_check_hostname' must be true or false"),
+        ("ssl_check_hostname=", "url option 'ssl_check_hostname' must be true or false"),
+        (
+            "ssl_cert_reqs=none&ssl_check_hostname=true",
+            "url option 'ssl_check_hostname' cannot be true with ssl_cert_reqs=none",
+        ),
+        ("ssl_ca_certs=", "url option 'ssl_ca_certs' must name a file"),
+        ("ssl_certfile=", "url option 'ssl_certfile' must name a file"),
+        ("ssl_keyfile=/k.pem", "url option 'ssl_keyfile' needs 'ssl_certfile', its certificate"),
+        ("ssl_ca_certs=/a&ssl_ca_certs=/b", "url option 'ssl_ca_certs' must be given once"),
+    ],
+)
+def test_bad_tls_options_are_refused_when_the_store_is_built(query: str, message: str) -> None:
+    """A TLS option's value is checked when the store is built (a wrong one failed each
+    connection as "could not be reached: KeyError", or was read as true)."""
+    for url in (f"rediss://h/0?{query}", f"rediss+sentinel://s/svc?{query}"):
+        with pytest.raises(ConfigError) as refusal:
+            RedisSlotStore(url)
+        assert str(refusal.value).startswith(message)
 
 
 @pytest.mark.parametrize(
@@ -656,8 +724,7 @@ def test_url_error_names_the_bad_port(netloc: str, port: str) -> None:
                 username=None,
                 password=None,
                 sentinel_password=None,
-                tls=False,
-                tls_options=(),
+                tls=None,
             ),
         ),
         (
@@ -669,8 +736,7 @@ def test_url_error_names_the_bad_port(netloc: str, port: str) -> None:
                 username="app",
                 password="p@ss",
                 sentinel_password="sp",
-                tls=False,
-                tls_options=(),
+                tls=None,
             ),
         ),
         (
@@ -682,8 +748,7 @@ def test_url_error_names_the_bad_port(netloc: str, port: str) -> None:
                 username="u",
                 password="pw",
                 sentinel_password=None,
-                tls=True,
-                tls_options=(("ssl_cert_reqs", "none"),),
+                tls=TLSSettings(verify=False, check_hostname=False),
             ),
         ),
     ],
