@@ -20,7 +20,10 @@ Decisions the design leaves open:
   (``/0``). The query options ``db``, ``username`` and ``password`` are passed on to
   coredis as it documents them; any other option is a ``ConfigError`` naming it, and
   so is an option given twice (coredis reads the first, a Sentinel URL read the last)
-  or a database in both the path and ``db`` that differ. Percent-escapes in the user
+  or a value given in the URL's body and as an option that differ: the path's database
+  and ``db``, the user part's name or password and ``username`` or ``password``
+  (coredis took the ``db`` option and the user part, the Sentinel parser the path and
+  the user part; the same value twice is accepted). Percent-escapes in the user
   name and password are decoded, so a password may contain ``@``, ``:`` or ``/`` as
   ``%40``, ``%3A``, ``%2F``.
 * TLS (``rediss``, ``rediss+sentinel``) checks the server as trio and browsers do: its
@@ -154,7 +157,9 @@ def _check_url(url: object) -> str:
     if db and not db.isdigit():
         raise ConfigError("url path must be a database number, as in redis://host:6379/0")
     options = _check_options(parts.query, tls=parts.scheme == "rediss")
-    _check_db(db, options)
+    userinfo = parts.netloc.rpartition("@")[0]
+    name, colon, secret = userinfo.partition(":")
+    _check_given_once(options, db, unquote(name), unquote(secret) if colon else None)
     if parts.scheme == "rediss":
         _tls_settings(options)
     return url
@@ -192,10 +197,20 @@ def _check_options(query: str, *, tls: bool, sentinel: bool = False) -> dict[str
     return options
 
 
-def _check_db(path: str, options: dict[str, str]) -> None:
-    """A database named both in the path and by ``db`` must be the same number."""
-    if path and "db" in options and int(path) != int(options["db"]):
-        raise ConfigError("url must name its database once: its path and its option 'db' differ")
+def _check_given_once(
+    options: dict[str, str], db: str, username: str | None, password: str | None
+) -> None:
+    """What the URL gives both in its body (the path's database, the user part) and as
+    an option must be the same: coredis and the Sentinel parser would each take one."""
+    written = (("db", "database", "path", db), ("username", "user name", "user part", username))
+    for name, what, where, value in (*written, ("password", "password", "user part", password)):
+        option = options.get(name)
+        if not value or not option:
+            continue
+        if value != option and not (name == "db" and int(value) == int(option)):
+            raise ConfigError(
+                f"url must give its {what} once: its {where} and its option {name!r} differ"
+            )
 
 
 @attrs.frozen
@@ -333,7 +348,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
             raise ConfigError("url user part must be [user]:password@ (with a ':')")
         username, password = unquote(name) or None, unquote(secret) or None
     db = path[1] if len(path) == 2 and path[1] else ""
-    _check_db(db, options)
+    _check_given_once(options, db, username, password)
     db = db or options.get("db", "0")
     return SentinelTarget(
         sentinels=sentinels,

@@ -343,13 +343,16 @@ def urls_with_secrets(draw: st.DrawFn) -> tuple[str, str, list[str]]:
     found: list[str] = []
     shown = url = f"{scheme}://"
     form = draw(st.sampled_from(["none", "user:pw", ":pw", "pw", "user"]))
+    given: dict[str, str] = {}  # the user part's name and password, as options must repeat them
     if form != "none":
         raw = draw(st.booleans())
         secret = draw(raw_secrets) if raw else draw(secrets)
         written = secret if raw else escaped(secret)
         found += [written, secret]
+        given = {"password": secret} if ":" in form else {"username": unquote(written)}
         if form == "user:pw":
             user = draw(names)
+            given["username"] = user
             url, shown = f"{url}{user}:{written}@", f"{shown}{user}:***@"
         else:
             if form != ":pw":
@@ -372,6 +375,7 @@ def urls_with_secrets(draw: st.DrawFn) -> tuple[str, str, list[str]]:
             value = str(len(value) if db is None else db)  # the path's database, if any
         if key == "ssl_cert_reqs":
             value = draw(st.sampled_from(["none", "optional", "required"]))
+        value = given.get(unquote(key), value)  # a user part's value, given once
         url += f"{sep}{key}={escaped(value)}"
         if unquote_plus(key).lower() == "password":
             shown += f"{sep}{key}=***"
@@ -615,7 +619,7 @@ def test_url_must_be_text(url: object) -> None:
         ("db=x", "url option 'db' must be a database number"),
         ("db=1&db=2", "url option 'db' must be given once"),
         ("password=a&password=b", "url option 'password' must be given once"),
-        ("db=1", "url must name its database once: its path and its option 'db' differ"),
+        ("db=1", "url must give its database once: its path and its option 'db' differ"),
     ],
 )
 def test_unsupported_url_options_are_refused(query: str, named: str) -> None:
@@ -623,6 +627,26 @@ def test_unsupported_url_options_are_refused(query: str, named: str) -> None:
     silently, and others change what the keeper relies on) is a ConfigError naming it."""
     with pytest.raises(ConfigError, match=named):
         RedisSlotStore(f"redis://h:6379/0?{query}")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://u:p@h/0?password=q", "its password once: its user part and its option "),
+        ("redis://u:p@h/0?username=v", "its user name once: its user part and its option "),
+        ("redis://u@h/0?username=v", "its user name once: its user part and its option "),
+        ("redis+sentinel://u:p@s/svc?password=q", "its password once: its user part and "),
+        ("redis+sentinel://u:p@s/svc/2?db=3", "its database once: its path and its option "),
+    ],
+)
+def test_a_value_given_twice_must_be_the_same(url: str, message: str) -> None:
+    """The user part and the path against the options: coredis took the user part and
+    the ``db`` option, the Sentinel parser the user part and the path; two different
+    values are refused (the same value twice is accepted)."""
+    with pytest.raises(ConfigError) as refusal:
+        RedisSlotStore(url)
+    assert str(refusal.value).startswith(f"url must give {message}")
+    RedisSlotStore("redis://u:p@h/2?password=p&username=u&db=02")
 
 
 def test_supported_url_options_are_accepted() -> None:
