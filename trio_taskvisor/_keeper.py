@@ -62,9 +62,14 @@ Decisions the design leaves open:
   sends its process the grant, which the keeper reports as ``Owner`` without a round
   trip. That lease's deadline counts from the sending of the last round trip that
   found the entry still queued (the grant came later). A claim confirms the grant
-  instead (the server then extends the lease) when the message comes so late that the
-  lease would count as lost within a renewal interval (a pause), and for an entry a
-  renewal re-submitted (the message may be of a grant of its earlier place).
+  instead (the server then extends the lease) for an entry a renewal re-submitted (the
+  message may be of a grant of its earlier place).
+* Any grant (a reply, a pushed message) that comes so late that its lease would count
+  as lost within a renewal interval (a paused or slow server: a lease counts from its
+  request's sending) is not acted on: its entry stays queued (reported ``Queued`` if it
+  was a submission's) and a claim confirms the grant with a fresh deadline. Acted on,
+  its work would end ``LEASE_LOST`` as it started (DESIGN is silent; section 16 gives a
+  grant that replicas did not acknowledge the same treatment).
 * A message about a slot (a grant, a wake-up) that arrives before the reply of the
   round trip that queued this process's entry there (the subscription is another
   connection) is kept until that reply, then acted on.
@@ -520,7 +525,8 @@ class LeaseKeeper:
         self._leases: dict[int, _Lease] = {}
         # slot -> entries, oldest first -> when the last round trip that found the entry
         # queued was sent (no later than any grant of it since), or None once a renewal
-        # re-submitted it (a grant message may then be of its earlier place)
+        # re-submitted it (a grant message may then be of its earlier place) or a grant
+        # came too late to trust (each grant is confirmed by a claim)
         self._queued: dict[str, dict[int, float | None]] = {}
         self._queued_slot: dict[int, str] = {}
         self._follows: dict[int, _Follow] = {}
@@ -1205,8 +1211,7 @@ class LeaseKeeper:
                     elif entries[task_id] is not None:
                         entries[task_id] = sent_at
                     if item.claimable:
-                        self._claims[task_id] = slot
-                        self._io_wakeup.set()
+                        self._claim(slot, task_id)
                 case _:
                     assert_never(kind)
         for (joiner, follow), answer in zip(renewal.follows, reply.follows, strict=True):
@@ -1243,6 +1248,8 @@ class LeaseKeeper:
         match kind:
             case "owner":
                 self._own(slot, task_id, reply.token, sent_at)
+                if self._queued_slot.get(task_id) == slot:  # late: it waits for its claim
+                    self._report(Queued(slot, task_id, reply.detail))
                 self._displaced(slot, reply.detail)
             case "queued":
                 self._enqueue(slot, task_id, sent_at)
@@ -1625,7 +1632,17 @@ class LeaseKeeper:
         )
 
     def _own(self, slot: str, task_id: int, token: int | None, sent_at: float) -> None:
+        """``task_id`` was granted ``slot``'s lease by a round trip sent at ``sent_at``:
+        its work starts. Unless the grant comes late (a paused or slow server): its lease
+        would count as lost within a renewal interval, or already does, and the work would
+        end ``LEASE_LOST`` as it starts. It stays queued here, and a claim confirms the
+        grant with a fresh deadline (or finds it gone)."""
         assert token is not None
+        margin = LOST_LEASE_FRACTION * self.store.lease_ttl - self._interval
+        if sent_at + margin < trio.current_time():
+            self._enqueue(slot, task_id, None)
+            self._claim(slot, task_id)
+            return
         rule = LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
         self._leases[task_id] = _Lease(slot, task_id, token, rule)
         self._wake_timers(rule.deadline)
@@ -1653,7 +1670,7 @@ class LeaseKeeper:
         del self._follows[joiner]
         self._report(FollowedOutcome(joiner, outcome))
 
-    def _enqueue(self, slot: str, task_id: int, since: float) -> None:
+    def _enqueue(self, slot: str, task_id: int, since: float | None) -> None:
         self._queued.setdefault(slot, {})[task_id] = since
         self._queued_slot[task_id] = slot
 
@@ -1670,8 +1687,7 @@ class LeaseKeeper:
             return
         entries = self._queued.get(slot)
         if entries:
-            self._claims[next(iter(entries))] = slot
-            self._io_wakeup.set()
+            self._claim(slot, next(iter(entries)))
         elif any(submit.sent and submit.slot == slot for submit in self._submits.values()):
             # The wake-up overtook the reply that queues our entry: keep it until then.
             self._early_wakes.add(slot)
@@ -1699,20 +1715,21 @@ class LeaseKeeper:
         trip that found the entry queued: the server granted the lease after that, so it
         holds the lease at least ``lease_ttl`` from then."""
         since = self._queued[slot][task_id]
-        margin = LOST_LEASE_FRACTION * self.store.lease_ttl - self._interval
-        if since is None or since + margin < trio.current_time() or self.store.replicas_ack:
+        if since is None or self.store.replicas_ack:
             # Re-submitted by a renewal (the message may be of a grant of its earlier
-            # place), or the message comes late (a pause): the lease would count as
-            # lost within a renewal interval, or already has. A claim confirms the grant
-            # with a fresh deadline, or finds it gone (the entry then goes to the tail).
-            # With replicas_ack, the message was published before the grant's WAIT:
-            # the claim's own WAIT confirms that replicas hold it.
-            self._claims[task_id] = slot
-            self._io_wakeup.set()
+            # place), or with replicas_ack, where the message was published before the
+            # grant's WAIT (the claim's own WAIT confirms that replicas hold it). A
+            # claim confirms the grant with a fresh deadline, or finds it gone (the entry
+            # then goes to the tail).
+            self._claim(slot, task_id)
             return
         self._dequeue(task_id)
         self._claims.pop(task_id, None)
         self._own(slot, task_id, token, since)
+
+    def _claim(self, slot: str, task_id: int) -> None:
+        self._claims[task_id] = slot
+        self._io_wakeup.set()
 
     def _retry(self, slot: str, retry: float | None) -> None:
         """Claim again once the lease (or the head's heartbeat) has expired on the

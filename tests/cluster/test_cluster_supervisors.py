@@ -429,6 +429,32 @@ async def test_caller_cancelled_while_the_server_is_paused_leaves_no_lease(
         assert await b.cluster_slot("s") is None
 
 
+@pytest.mark.parametrize("queued", [False, True])
+async def test_a_grant_too_late_to_trust_is_confirmed_before_its_work_starts(
+    store: RedisSlotStore, redis_server: RedisServer, queued: bool
+) -> None:
+    """The server pauses (SIGSTOP; or ``CLIENT PAUSE``) while a submission is on the wire,
+    for longer than a lease may go unconfirmed (``0.8 * lease_ttl``), and then grants it:
+    a lease counts from its request's sending, so that grant is already as good as lost.
+    Its work waits for a claim to confirm it, then runs and completes (it ended
+    ``LEASE_LOST`` before, without ever starting). ``queued``: the grant comes from a
+    renewal that finds the entry at the head (its owner was released meanwhile)."""
+    gate = trio.Event()
+    async with replica(store) as (sup, _), replica(store) as (other, recorder):
+        if queued:
+            owner = await other.submit(ControllerSpec.queue(gated(gate), slot="s"))
+            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        redis_server.pause()
+        waiter = await sup.submit(ControllerSpec.queue(quick("late", 7), slot="s"))
+        await trio.sleep(1.5 * TTL)  # real time, past 0.8 * TTL (and under connect_timeout)
+        if queued:
+            gate.set()
+        redis_server.resume()
+        with trio.fail_after(2 * 2.0):  # a claim, within connect_timeout, 2x margin
+            outcome = await waiter.wait()
+        assert (outcome.kind, outcome.value) == (OutcomeKind.COMPLETED, 7), outcome.reason
+
+
 async def test_restarting_owner_keeps_its_lease_and_token(store: RedisSlotStore) -> None:
     """A restartable owner keeps one lease (one token) for all its attempts: another
     process's work waits for the task's end, not for an attempt's."""
