@@ -67,9 +67,11 @@ Decisions the design leaves open:
 * Any grant (a reply, a pushed message) that comes so late that its lease would count
   as lost within a renewal interval (a paused or slow server: a lease counts from its
   request's sending) is not acted on: its entry stays queued (reported ``Queued`` if it
-  was a submission's) and a claim confirms the grant with a fresh deadline. Acted on,
-  its work would end ``LEASE_LOST`` as it started (DESIGN is silent; section 16 gives a
-  grant that replicas did not acknowledge the same treatment).
+  was a submission's) and a claim confirms the grant with a fresh deadline. Limit units
+  granted so late wait as their request's waiter for a renewal to confirm them. Acted
+  on, the work would end ``LEASE_LOST`` as it started, and a ``limited`` block get
+  ``LeaseLostError`` as it entered (DESIGN is silent; section 16 gives a grant that
+  replicas did not acknowledge the same treatment).
 * A message about a slot (a grant, a wake-up) that arrives before the reply of the
   round trip that queued this process's entry there (the subscription is another
   connection) is kept until that reply, then acted on.
@@ -760,8 +762,12 @@ class LeaseKeeper:
         sink = self.limit_sink
         match reply.kind:
             case "granted":
-                if reply.gen != self._gen:
-                    self._renew_now = True  # learn when its generation was renewed
+                late = not request.rate_only and self._too_late(self._gen_at)
+                if reply.gen != self._gen or late:
+                    # Learn when its generation was renewed: the renewal asks again for
+                    # it as a waiter, and its answer comes with a fresh deadline.
+                    request.state = "waiting"
+                    self._renew_now = True
                     self._io_wakeup.set()
                     return
                 request.state, request.gen = "held", reply.gen
@@ -1638,8 +1644,7 @@ class LeaseKeeper:
         end ``LEASE_LOST`` as it starts. It stays queued here, and a claim confirms the
         grant with a fresh deadline (or finds it gone)."""
         assert token is not None
-        margin = LOST_LEASE_FRACTION * self.store.lease_ttl - self._interval
-        if sent_at + margin < trio.current_time():
+        if self._too_late(sent_at):
             self._enqueue(slot, task_id, None)
             self._claim(slot, task_id)
             return
@@ -1647,6 +1652,13 @@ class LeaseKeeper:
         self._leases[task_id] = _Lease(slot, task_id, token, rule)
         self._wake_timers(rule.deadline)
         self._report(Owner(slot, task_id, token))
+
+    def _too_late(self, sent_at: float) -> bool:
+        """Whether a lease (or units) whose last confirmation was sent at ``sent_at``
+        counts as lost within a renewal interval, or already does: a grant that comes
+        so late (a paused or slow server) is confirmed before it is acted on."""
+        margin = LOST_LEASE_FRACTION * self.store.lease_ttl - self._interval
+        return sent_at + margin < trio.current_time()
 
     def _lose(self, lease: _Lease, reason: str) -> None:
         if self._leases.get(lease.task_id) is lease:

@@ -342,6 +342,44 @@ async def test_waiters_wait_through_an_outage(
         assert (info.held, info.waiting) == (0, 0)
 
 
+async def test_units_granted_too_late_to_trust_are_confirmed_first(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """The server pauses (SIGSTOP) while a block's and an attempt's acquisitions are on
+    the wire, longer than units may go unconfirmed (``0.8 * lease_ttl``), then grants
+    them: units count from their request's sending, so these are as good as lost. A
+    renewal confirms them first; then the block and the attempt run to their end (the
+    block got ``LeaseLostError`` at once before, and the attempt ended ``LEASE_LOST``)."""
+    pool = ConcurrencyLimit("late", 2)
+    async with replica(store) as (sup, _):
+        ran: list[str] = []
+
+        async def work(name: str) -> str:
+            await trio.sleep(TTL / 5)  # real time: the lost units would be forced here
+            ran.append(name)
+            return name
+
+        async def block() -> None:
+            async with sup.limited(pool):
+                await work("block")
+
+        redis_server.pause()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(block)
+                waiter = await sup.add(TaskSpec.once("attempt", work, "attempt", limits=(pool,)))
+                await trio.sleep(1.5 * TTL)  # real time, past 0.8 * TTL
+                redis_server.resume()
+                with trio.fail_after(4 * TTL):
+                    outcome = await waiter.wait()
+            assert (outcome.kind, outcome.value) == (OutcomeKind.COMPLETED, "attempt")
+        finally:
+            redis_server.resume()
+        assert sorted(ran) == ["attempt", "block"]
+        info = await sup.cluster_limit(pool)
+        assert (info.held, info.waiting) == (0, 0)
+
+
 async def test_a_stop_while_waiting_withdraws_the_request(store: RedisSlotStore) -> None:
     """A task removed while it waits for a cluster pool ends ``CANCELLED`` and leaves
     the pool's line on the server."""
