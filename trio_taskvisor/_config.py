@@ -169,8 +169,8 @@ def _check_options(query: str, *, tls: bool, sentinel: bool = False) -> dict[str
     """Refuse query options the store does not support: coredis would ignore unknown
     names silently, and the others (``connect_timeout``, ``client_name``, ``noreply``,
     ...) change settings the lease keeper relies on. Names are decoded as coredis
-    decodes them; values are never quoted (one may be a password). Return the options
-    (the last value of each)."""
+    decodes them; values are never quoted (one may be a password), and each option is
+    given once. Return the options."""
     options: dict[str, str] = {}
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name in options:
@@ -202,8 +202,12 @@ def _check_given_once(
 ) -> None:
     """What the URL gives both in its body (the path's database, the user part) and as
     an option must be the same: coredis and the Sentinel parser would each take one."""
-    written = (("db", "database", "path", db), ("username", "user name", "user part", username))
-    for name, what, where, value in (*written, ("password", "password", "user part", password)):
+    given = (
+        ("db", "database", "path", db),
+        ("username", "user name", "user part", username),
+        ("password", "password", "user part", password),
+    )
+    for name, what, where, value in given:
         option = options.get(name)
         if not value or not option:
             continue
