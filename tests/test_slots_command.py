@@ -225,6 +225,51 @@ def test_text_fits_the_terminal(width: int, height: int, slots: int, instances: 
         assert line.split()[2].startswith("10000000000000")  # the whole fence token
 
 
+WIDE = "顧客:東京支店の請求書作成ジョブ-第二四半期"  # 25 characters, 48 columns
+EMOJI = "🎉tenant🎉-with-a-longer-name🎉🎉"
+COMBINING = "cafe\u0301-tenant-with-combining-marks-e\u0301\u0301"
+
+
+def wide_view() -> ClusterView:
+    names = (WIDE, EMOJI, COMBINING, "ascii-tenant")
+    return assemble(
+        leases={name: (f"{A}/{n}", str(10**15 + n), None, 900) for n, name in enumerate(names)},
+        queues={name: [f"{B}/{n + 10}"] for n, name in enumerate(names)},
+        heartbeats={A: 950, B: 950},
+        pools={f"テナント {WIDE}": ("concurrency 3", (A,), 1, None)},
+    )
+
+
+@pytest.mark.parametrize("width", [80, 120, None])
+def test_wide_and_combining_characters_keep_the_columns(width: int | None) -> None:
+    """Names in CJK or with emoji (two columns a character) or with combining marks
+    (none) are measured in terminal columns: every row's columns start where its head's
+    do, and no line is wider than the terminal. Before, the characters were counted: the
+    columns went out of line, and a row of wide names wider than the terminal wrapped."""
+    lines = text(wide_view(), width, None if width is None else 24)
+    columns = slots._cells
+    if width is not None:
+        assert all(columns(line) <= width for line in lines), lines
+    head = next(line for line in lines if line.startswith("SLOT"))
+    rows = lines[lines.index(head) + 1 : lines.index(head) + 5]
+    for line in rows:
+        fence = line.index(" 10000000000000") + 1
+        assert columns(line[:fence]) == columns(head[: head.index("FENCE")]), rows
+    if width is None:
+        assert "…" not in "\n".join(lines)
+    elif width == 80:
+        assert any("…" in line for line in rows)  # the wide name was cut, in columns
+
+
+def test_cutting_counts_columns() -> None:
+    """A cut never splits a wide character past the width: it stops one column short."""
+    assert slots._cut(WIDE, 10) == "顧客:東京…"  # 2 + 2 + 1 + 2 + 2 + 1 = 10 columns
+    assert slots._cut(WIDE, 11) == "顧客:東京…"  # the next character would take 12
+    assert slots._cut_middle(WIDE, 11) == "顧客:…半期"
+    assert slots._cells(COMBINING) == len(COMBINING) - 3
+    assert slots._cut(COMBINING, 5) == "cafe\u0301…"
+
+
 def test_unbounded_text_cuts_nothing() -> None:
     """Printed once (no ``--watch``), names and queues are shown whole."""
     view = many(2, 30)

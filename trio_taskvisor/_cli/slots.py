@@ -26,6 +26,9 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   process that reaches it: the text shows each character that does not print (a line
   break, a tab, a terminal's escape) as ``repr`` does (``_shown``), so that no name
   breaks the table or drives the terminal; the JSON document keeps them as they are.
+  Names are measured and cut in terminal columns (``_cells``: a CJK character or an
+  emoji takes two, a combining mark none), so that the columns stay in line and no
+  line outgrows the terminal.
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
@@ -51,6 +54,7 @@ import re
 import shutil
 import sys
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -306,20 +310,51 @@ def _shown(text: str) -> str:
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
+def _cells(text: str) -> int:
+    """The terminal columns ``text`` takes: two for a wide or full-width character (CJK,
+    most emoji), none for a combining mark or a format character, one for the others
+    (as ``wcwidth`` counts them, from the ``unicodedata`` tables)."""
+    if text.isascii():
+        return len(text)
+    return sum(map(_char_cells, text))
+
+
+def _char_cells(char: str) -> int:
+    if unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _head(text: str, cells: int) -> str:
+    """The longest start of ``text`` in at most ``cells`` columns."""
+    taken = 0
+    for end, char in enumerate(text):
+        taken += _char_cells(char)
+        if taken > cells:
+            return text[:end]
+    return text
+
+
 def _cut(text: str, width: int) -> str:
     """``text`` in at most ``width`` columns, its end replaced by ``…`` if cut."""
-    if len(text) <= width:
+    if _cells(text) <= width:
         return text
-    return text[: max(0, width - 1)] + "…"
+    return _head(text, max(0, width - 1)) + "…"
 
 
 def _cut_middle(text: str, width: int) -> str:
     """``text`` in at most ``width`` columns, its middle replaced by ``…`` if cut: names
     often differ only at their end ("tenant:12", "host:pid:8f3a...")."""
-    if len(text) <= width:
+    if _cells(text) <= width:
         return text
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+    head = _head(text, (width - 1) // 2)
+    tail = _head(text[::-1], width - 1 - _cells(head))[::-1]
+    return head + "…" + tail
+
+
+def _pad(text: str, width: int) -> str:
+    """``text`` filled with spaces to ``width`` columns."""
+    return text + " " * (width - _cells(text))
 
 
 def _time(seconds: float | None) -> str:
@@ -376,7 +411,7 @@ def _budgets(room: int, slots: int, instances: int, pools: int) -> tuple[int, in
 
 def _row(*cells: tuple[str, int]) -> str:
     """Cells cut to their widths, two spaces apart (a width of 0: the cell as it is)."""
-    return "  ".join(text if w == 0 else _cut(text, w).ljust(w) for text, w in cells).rstrip()
+    return "  ".join(text if w == 0 else _pad(_cut(text, w), w) for text, w in cells).rstrip()
 
 
 def _name(text: str, width: int) -> tuple[str, int]:
@@ -409,8 +444,8 @@ def render(
     queues = [f"{len(s.queue)}: {_queue_text(s, labels)}" if s.queue else "-" for s in view.slots]
     leases = [_time(s.lease_remaining) + ("!" if s.stop_requested_by else "") for s in view.slots]
     slot_names = [_shown(s.slot) for s in view.slots]
-    slot_w = max([4, *map(len, slot_names)])
-    holder_w = max([6, *map(len, holders)])
+    slot_w = max([4, *map(_cells, slot_names)])
+    holder_w = max([6, *map(_cells, holders)])
     if width is not None:
         slot_w = min(slot_w, 20 + max(0, width - 80) // 2)
     fixed_w = slot_w + holder_w + _TOKEN_W + _LEASE_W + 8
@@ -441,7 +476,7 @@ def render(
     # Instances: #  INSTANCE  HEARTBEAT  LEASE TTL  OWNS  QUEUED  UNITS, numbered as the
     # slots name them.
     number_w = len(str(len(labels))) if labels else 1
-    instance_w = max([8, *(len(_shown(name)) for name in labels)])
+    instance_w = max([8, *(_cells(_shown(name)) for name in labels)])
     if width is not None:
         instance_w = min(instance_w, max(12, width - (number_w + 9 + 9 + 5 + 6 + 5 + 12)))
 
@@ -474,7 +509,7 @@ def render(
 
     # Limit pools: POOL  KIND  HELD  WAITING  NEXT START.
     names = [_shown(p.name if p.key is None else f"{p.name}[{p.key}]") for p in view.pools]
-    pool_w = max([4, *map(len, names)])
+    pool_w = max([4, *map(_cells, names)])
     if width is not None:
         pool_w = min(pool_w, max(8, width - (11 + 5 + 7 + 10 + 8)))
     pool_head = _row(("POOL", pool_w), ("KIND", 11), ("HELD", 5), ("WAITING", 7), ("NEXT START", 0))
@@ -509,7 +544,7 @@ def render(
         legend.append("n/t = instance n, task t")
     shown: list[str] = []
     for part in legend:
-        if width is None or len(slot_rule) + 3 + len("; ".join([*shown, part])) <= width:
+        if width is None or _cells(slot_rule) + 3 + len("; ".join([*shown, part])) <= width:
             shown.append(part)
     if shown:
         slot_rule += "   " + "; ".join(shown)
@@ -520,8 +555,8 @@ def render(
     if len({i.lease_ttl for i in view.instances if i.lease_ttl is not None}) > 1:
         instance_rule += "   lease_ttl differs (a rolling change?)"
     if hint:
-        room = None if width is None else max(0, width - len(hint) - 2)
-        title = (title if room is None else _cut(title, room)).ljust(room or 0) + "  " + hint
+        room = None if width is None else max(0, width - _cells(hint) - 2)
+        title = (title if room is None else _pad(_cut(title, room), room)) + "  " + hint
     lines: list[Line] = [("title", title)]
     if error is not None:
         lines.append(("error", _shown(error)))
