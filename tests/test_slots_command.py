@@ -270,6 +270,21 @@ def test_cutting_counts_columns() -> None:
     assert slots._cut(COMBINING, 5) == "cafe\u0301…"
 
 
+def test_skipped_keys_are_named_within_the_terminal() -> None:
+    """Keys of another kind (written by something else) are named on one line under the
+    title, cut to the width, and counted in the height; a byte that is not UTF-8 (read
+    as a surrogate escape) shows as ``\\xff``."""
+    full = many(60, 4)
+    skipped = tuple(f"tv:{{ns}}:lease:foreign-{n}\udcff" for n in range(30))
+    view = ClusterView(full.slots, full.instances, full.pools, skipped)
+    lines = text(view, 80, 24)
+    assert len(lines) <= 24
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[1].startswith("skipped 30 keys of another kind: tv:{ns}:lease:foreign-0\\xff, ")
+    assert lines[1].endswith("…")
+    assert any(line.endswith(" more slots") for line in lines)
+
+
 def test_unbounded_text_cuts_nothing() -> None:
     """Printed once (no ``--watch``), names and queues are shown whole."""
     view = many(2, 30)

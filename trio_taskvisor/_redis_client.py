@@ -86,6 +86,7 @@ from coredis.exceptions import (
     ResponseError,
     StalePrimaryError,
     UnknownCommandError,
+    WrongTypeError,
 )
 from coredis.exceptions import ConnectionError as RedisConnectionError
 from coredis.parser import NotEnoughData, Parser
@@ -367,15 +368,15 @@ async def _open_stream(location: TCPLocation, context: ssl.SSLContext | None) ->
     return tls
 
 
-def _packed(commands: Sequence[_Command]) -> bytes:
-    return b"".join([_pack(head, args) for head, args in commands])
+def _packed(commands: Sequence[_Command], errors: str = "strict") -> bytes:
+    return b"".join([_pack(head, args, errors) for head, args in commands])
 
 
-def _bulk(args: Iterable[str]) -> bytes:
-    """``args`` as the Redis protocol's bulk strings."""
+def _bulk(args: Iterable[str], errors: str = "strict") -> bytes:
+    """``args`` as the Redis protocol's bulk strings (``errors``: of their encoding)."""
     out: list[bytes] = []
     for arg in args:
-        data = arg.encode()
+        data = arg.encode("utf-8", errors)
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
 
@@ -385,10 +386,23 @@ def _head(name: bytes, *fixed: str) -> _Head:
     return (1 + len(fixed), b"$%d\r\n%s\r\n%s" % (len(name), name, _bulk(fixed)))
 
 
-def _pack(head: _Head, args: tuple[str, ...]) -> bytes:
+def _pack(head: _Head, args: tuple[str, ...], errors: str = "strict") -> bytes:
     """One command in the Redis protocol (an array of bulk strings)."""
     count, packed = head
-    return b"*%d\r\n%s%s" % (count + len(args), packed, _bulk(args))
+    return b"*%d\r\n%s%s" % (count + len(args), packed, _bulk(args, errors))
+
+
+def _decoded(value: object) -> object:
+    """``value`` (a reply) with the strings the parser left as bytes (not UTF-8) as text,
+    their bytes as surrogate escapes (``_packed`` with the same errors gives them back)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, list):
+        return [_decoded(item) for item in cast("list[object]", value)]
+    if isinstance(value, dict):
+        items = cast("dict[object, object]", value).items()
+        return {_decoded(key): _decoded(item) for key, item in items}
+    return value
 
 
 _INFO, _DEL, _WAIT = _head(b"INFO"), _head(b"DEL"), _head(b"WAIT")
@@ -404,7 +418,7 @@ class _Wire:
     """One stream to the server and the replies read from it, parsed by coredis's
     parser (RESP3; strings decoded; an error reply is coredis's exception for it)."""
 
-    __slots__ = ("_head", "_parser", "_unsent", "received", "silence", "stream")
+    __slots__ = ("_head", "_parser", "_unsent", "errors", "received", "silence", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
@@ -416,6 +430,10 @@ class _Wire:
         self.silence = math.inf
         """Seconds a write or a read may wait for the server before ``TooSlowError`` (the
         slots command's bound; the keeper bounds its round trips itself)."""
+        self.errors = "strict"
+        """How strings that are not UTF-8 pass: ``strict`` (the keeper's, which writes
+        only UTF-8: they stay bytes), or ``surrogateescape`` (the slots command's, reading
+        what any process wrote: replies' and commands' strings carry them as text)."""
 
     async def call(self, commands: Sequence[_Command]) -> list[object]:
         """Send ``commands`` in one write; their replies, in order (a subscription's
@@ -425,7 +443,7 @@ class _Wire:
             await self.stream.send_all(_packed(commands))
         else:
             with trio.fail_after(self.silence):
-                await self.stream.send_all(_packed(commands))
+                await self.stream.send_all(_packed(commands, self.errors))
         return await self._replies(len(commands))
 
     def send_nowait(self, commands: Sequence[_Command]) -> bool:
@@ -465,7 +483,8 @@ class _Wire:
         while True:
             reply = self._parser.parse(decode=True, encoding="utf-8")
             if not isinstance(reply, NotEnoughData):
-                return cast("tuple[DataType, object]", reply)
+                kind, value = cast("tuple[DataType, object]", reply)
+                return kind, value if self.errors == "strict" else _decoded(value)
             if self.silence == math.inf:
                 data = await self.stream.receive_some(65536)
             else:
@@ -832,6 +851,9 @@ class Namespace:
     lease_ttls: dict[str, int] = attrs.field(factory=dict[str, int])
     """Live instance -> the ``lease_ttl`` it runs with, in ms, as its heartbeat says
     (a heartbeat of earlier versions, ``1``, says nothing: not in here)."""
+    skipped: list[str] = attrs.field(factory=list[str])
+    """Keys of the namespace of another kind than this version writes (``WRONGTYPE``:
+    written by something else), read as missing."""
 
 
 @attrs.frozen
@@ -864,6 +886,7 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
                 wire = await open_wire(client, store)
             try:
                 wire.silence = store.connect_timeout
+                wire.errors = "surrogateescape"  # names any process wrote, not UTF-8 too
                 return await _read(wire, store.key_prefix)
             finally:
                 await trio.aclose_forcefully(wire.stream)
@@ -884,16 +907,32 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
     ) from error
 
 
-async def _ask(wire: _Wire, *commands: _Command) -> list[Any]:
+async def _ask(wire: _Wire, skipped: list[str], *commands: _Command) -> list[Any]:
     """The replies to ``commands`` (a ``MULTI``/``EXEC``'s: those of ``EXEC``); raise the
     first error reply (in a transaction, a command refused as it was queued comes before
-    the ``EXECABORT`` it causes)."""
+    the ``EXECABORT`` it causes), except ``WRONGTYPE``: its key, of a kind this version
+    does not write, reads as missing, and goes into ``skipped``."""
     replies: list[Any] = await wire.call(commands)
     if commands and commands[0][0] == _MULTI:
         _raise_first(replies)
-        replies = replies[-1]
+        replies, commands = replies[-1], commands[1:-1]
+    for index, ((head, args), reply) in enumerate(zip(commands, replies, strict=True)):
+        if isinstance(reply, WrongTypeError) and head in _MISSING:
+            replies[index] = _MISSING[head](args)
+            skipped.append(args[0])
     _raise_first(replies)
     return replies
+
+
+_MISSING: dict[_Head, Callable[[tuple[str, ...]], object]] = {
+    _HMGET: lambda args: [None] * (len(args) - 1),
+    _LRANGE: lambda _: [],
+    _ZRANGE: lambda _: [],
+    _HGETALL: lambda _: {},
+    _GET: lambda _: None,
+    _HGET: lambda _: None,
+}
+"""What each read command answers for a missing key."""
 
 
 def _raise_first(replies: list[Any]) -> None:
@@ -914,7 +953,7 @@ async def _scan(wire: _Wire, prefix: str) -> list[str]:
     cursor = "0"
     while True:
         ((cursor, batch),) = await _ask(
-            wire, (_SCAN, (cursor, "MATCH", pattern, "COUNT", str(_SCAN_COUNT)))
+            wire, [], (_SCAN, (cursor, "MATCH", pattern, "COUNT", str(_SCAN_COUNT)))
         )
         keys.extend(batch)
         if cursor == "0":
@@ -923,6 +962,7 @@ async def _scan(wire: _Wire, prefix: str) -> list[str]:
 
 async def _read(wire: _Wire, prefix: str) -> Namespace:
     keys = await _scan(wire, prefix)
+    skipped: list[str] = []
     lease_slots = sorted({k[len(prefix) + 6 :] for k in keys if k.startswith(prefix + "lease:")})
     queue_slots = sorted({k[len(prefix) + 2 :] for k in keys if k.startswith(prefix + "q:")})
     instances = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "hb:")})
@@ -935,7 +975,7 @@ async def _read(wire: _Wire, prefix: str) -> Namespace:
             commands += [(_HMGET, (key, "entry", "token", "stop")), (_PTTL, (key,))]
         commands += [(_LRANGE, (f"{prefix}q:{slot}", "0", "-1")) for slot in queue_slots]
         commands += _heartbeat_reads(prefix, instances)
-        replies = await _ask(wire, *_in_one(commands))
+        replies = await _ask(wire, skipped, *_in_one(commands))
     at = iter(replies)
     leases: dict[str, Lease] = {}
     for slot in lease_slots:
@@ -945,15 +985,15 @@ async def _read(wire: _Wire, prefix: str) -> Namespace:
     heartbeats: dict[str, int] = {}
     lease_ttls: dict[str, int] = {}
     _heartbeats(instances, at, heartbeats, lease_ttls)
-    pools = await _read_pools(wire, prefix, keys)
+    pools = await _read_pools(wire, prefix, keys, skipped)
     named = {instance_of(e) for q in queues.values() for e in q}
     named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
     # Instances that started after the scan: their heartbeat, read now.
     unknown = sorted(named - set(instances))
     if unknown:
-        replies = await _ask(wire, *_heartbeat_reads(prefix, unknown))
+        replies = await _ask(wire, skipped, *_heartbeat_reads(prefix, unknown))
         _heartbeats(unknown, iter(replies), heartbeats, lease_ttls)
-    return Namespace(leases, queues, heartbeats, pools, lease_ttls)
+    return Namespace(leases, queues, heartbeats, pools, lease_ttls, sorted(set(skipped)))
 
 
 def _heartbeat_reads(prefix: str, instances: Iterable[str]) -> list[_Command]:
@@ -978,7 +1018,9 @@ def _heartbeats(
             lease_ttls[instance] = int(held)
 
 
-async def _read_pools(wire: _Wire, prefix: str, keys: list[str]) -> dict[str, PoolState]:
+async def _read_pools(
+    wire: _Wire, prefix: str, keys: list[str], skipped: list[str]
+) -> dict[str, PoolState]:
     """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lg:``, ``lw:``, ``lu:``): a holder
     or a waiter is live while its instance's units' key holds the generation it carries;
     a pool's waiters are those of the groups (pool sets) in its ``lq:`` index."""
@@ -992,11 +1034,13 @@ async def _read_pools(wire: _Wire, prefix: str, keys: list[str]) -> dict[str, Po
             (_HGETALL, (f"{prefix}lh:{pid}",)),
             (_ZRANGE, (f"{prefix}lq:{pid}", "0", "-1")),
         ]
-    results = await _ask(wire, *_in_one(commands))
+    results = await _ask(wire, skipped, *_in_one(commands))
     seconds, micros = results[0]
     now_ms = int(seconds) * 1000 + int(micros) / 1000
     groups = sorted({str(g) for k in range(len(pool_ids)) for g in results[3 + 3 * k]})
-    lines = await _ask(wire, *((_ZRANGE, (f"{prefix}lg:{group}", "0", "-1")) for group in groups))
+    lines = await _ask(
+        wire, skipped, *((_ZRANGE, (f"{prefix}lg:{group}", "0", "-1")) for group in groups)
+    )
     members = {g: [str(w) for w in ws] for g, ws in zip(groups, lines, strict=True)}
     raw: list[tuple[str, list[str | None], dict[str, str], list[str]]] = []
     for k, pid in enumerate(pool_ids):
@@ -1009,6 +1053,7 @@ async def _read_pools(wire: _Wire, prefix: str, keys: list[str]) -> dict[str, Po
     )
     replies = await _ask(
         wire,
+        skipped,
         *((_GET, (f"{prefix}lu:{instance}",)) for instance in instances),
         *((_HGET, (f"{prefix}lw:{w}", "gen")) for w in waiters),
     )

@@ -281,6 +281,41 @@ async def test_a_namespace_with_pattern_characters_reads_only_its_own_keys(
     assert list(instances_by_id(document)) == [A]
 
 
+async def test_keys_that_are_not_utf8_or_of_another_kind_are_shown_or_skipped(
+    redis_server: RedisServer, client: coredis.Redis[str], namespace: str
+) -> None:
+    """Keys that something else wrote into the namespace: names that are not UTF-8 are
+    shown with their bytes escaped (``\\xff``), keys of another kind are skipped and
+    named, and the rest is shown. Before, either made the whole read fail ("could not be
+    reached: TypeError", "refused the read commands: WrongTypeError")."""
+    scripts = Scripts(client, RedisSlotStore(redis_server.url, namespace=namespace, lease_ttl=60.0))
+    await scripts.heartbeat(A)
+    await scripts.submit("ours", entry(A, 1))
+    prefix = f"tv:{{{namespace}}}:".encode()
+    await client.hset(prefix + b"lease:bin\xff", {"entry": f"{A}/2".encode(), "token": "7"})
+    await client.pexpire(prefix + b"lease:bin\xff", 60_000)
+    await client.rpush(prefix + b"q:bin\xff", [b"host\xfe:1:x/3"])
+    await client.set(prefix + b"lease:a-string", "not a hash")
+    await client.hset(prefix + b"q:a-hash", {"not": "a list"})
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace)
+    assert (status, err) == (0, ""), err
+    lines = out.splitlines()
+    assert lines[1] == (
+        f"skipped 2 keys of another kind: tv:{{{namespace}}}:lease:a-string, "
+        f"tv:{{{namespace}}}:q:a-hash"
+    )
+    rows = {line.split()[0]: line.split() for line in lines if line.startswith(("bin", "ours"))}
+    assert rows["bin\\xff"][1:3] == ["1/2", "7"]
+    assert rows["bin\\xff"][-1] == "2/3†"  # host\xfe:1:x, whose heartbeat is not there
+    assert rows["ours"][1] == "1/1"
+    assert "host\\xfe:1:x" in out
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace, "--json")
+    assert (status, err) == (0, ""), err
+    slots = {row["slot"]: row for row in json.loads(out)["slots"]}
+    assert slots["bin\udcff"]["fence_token"] == 7  # the bytes as surrogate escapes
+    assert slots.keys() == {"bin\udcff", "ours"}
+
+
 # -- when the store cannot be read ----------------------------------------------------------------
 
 

@@ -29,6 +29,11 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   Names are measured and cut in terminal columns (``_cells``: a CJK character or an
   emoji takes two, a combining mark none), so that the columns stay in line and no
   line outgrows the terminal.
+* What something else wrote into the namespace does not stop the view (DESIGN is
+  silent): names that are not UTF-8 are read as surrogate escapes (shown ``\\xff``, in
+  the JSON document as they are), keys of a kind this version does not write
+  (``WRONGTYPE``) read as missing and are named under the title, and a fence token
+  that is no number is none. Before, either failed the whole read.
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
@@ -152,6 +157,9 @@ class ClusterView:
     """Live instances, sorted by id (numbers in ids by value)."""
     pools: tuple[PoolRow, ...] = ()
     """Limit pools, sorted by name and key."""
+    skipped: tuple[str, ...] = ()
+    """Keys of the namespace of a kind this version does not write (written by
+    something else), read as missing (not in the JSON document, whose keys are fixed)."""
 
 
 def _seconds(pttl_ms: int) -> float | None:
@@ -173,13 +181,15 @@ def assemble(
     heartbeats: Mapping[str, int],
     pools: Mapping[str, tuple[str, Sequence[str], int, float | None]] | None = None,
     lease_ttls: Mapping[str, int] | None = None,
+    skipped: Sequence[str] = (),
 ) -> ClusterView:
     """Build the view from what the server held: ``leases`` (slot: entry, token, stop,
     ``PTTL``), ``queues`` (slot: entries, head first), ``heartbeats`` (live instance:
     ``PTTL``), ``pools`` (pool id: settings, a live holder's instance per unit, live
     waiters, a rate pool's ms until a start) and ``lease_ttls`` (live instance: the
-    ``lease_ttl`` in ms its heartbeat holds, if it says). A lease without an entry (gone
-    between the scan and the read) is no lease.
+    ``lease_ttl`` in ms its heartbeat holds, if it says); ``skipped``: keys of another
+    kind, read as missing. A lease without an entry (gone between the scan and the read)
+    is no lease; a fence token that is no number (written by something else) is none.
     """
     ttls = lease_ttls or {}
     rows: list[PoolRow] = []
@@ -215,7 +225,7 @@ def assemble(
                 slot=slot,
                 holder=None if entry is None else instance_of(entry),
                 entry=entry,
-                fence_token=None if token is None else int(token),
+                fence_token=int(token) if token is not None and token.isdecimal() else None,
                 lease_remaining=None if entry is None else _seconds(pttl),
                 stop_requested_by=stop,
                 queue=queue,
@@ -239,7 +249,7 @@ def assemble(
         )
         for instance, pttl in sorted(heartbeats.items(), key=lambda item: _natural(item[0]))
     )
-    return ClusterView(tuple(slots), instances, tuple(rows))
+    return ClusterView(tuple(slots), instances, tuple(rows), tuple(skipped))
 
 
 def to_json(view: ClusterView) -> dict[str, Any]:
@@ -301,13 +311,21 @@ _TOKEN_W: Final = 16
 
 def _shown(text: str) -> str:
     """``text`` as plain text on one line: each character that does not print (a line
-    break, a tab, the escape that starts a terminal's control sequence, ...) as its
-    escape, as ``repr`` shows it (``\\n``, ``\\x1b``). Names come from the server, as
-    any process that can reach it wrote them: they must not break the table or drive
-    the operator's terminal."""
+    break, a tab, the escape that starts a terminal's control sequence, a byte that is
+    not UTF-8, ...) as its escape, as ``repr`` shows it (``\\n``, ``\\x1b``, ``\\xff``).
+    Names come from the server, as any process that can reach it wrote them: they must
+    not break the table or drive the operator's terminal."""
     if text.isprintable():
         return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    """A character that does not print, as ``repr`` shows it; a byte that was not UTF-8
+    (read as a surrogate escape) as ``\\xff``."""
+    if "\udc80" <= char <= "\udcff":
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return repr(char)[1:-1]
 
 
 def _cells(text: str) -> int:
@@ -529,8 +547,10 @@ def render(
 
     budgets = (len(slot_rows), len(instance_rows), len(pool_rows))
     if height is not None:
-        # The title, the error, three rules and three heads (or "none") are always shown.
-        budgets = _budgets(max(3, height - 7 - (error is not None)), *budgets)
+        # The title, the error and the skipped keys, three rules and three heads (or
+        # "none") are always shown.
+        notes = (error is not None) + bool(view.skipped)
+        budgets = _budgets(max(3, height - 7 - notes), *budgets)
     held = sum(s.holder is not None for s in view.slots)
     queued = sum(len(s.queue) for s in view.slots)
     slot_rule = f"slots: {len(view.slots)}, {held} held, {queued} queued"
@@ -560,6 +580,9 @@ def render(
     lines: list[Line] = [("title", title)]
     if error is not None:
         lines.append(("error", _shown(error)))
+    if view.skipped:
+        keys = ", ".join(map(_shown, view.skipped))
+        lines.append(("error", f"skipped {len(view.skipped)} keys of another kind: {keys}"))
     sections = (
         (slot_rule, slot_head, slot_rows),
         (instance_rule, instance_head, instance_rows),
@@ -601,7 +624,12 @@ async def read_cluster(store: RedisSlotStore) -> ClusterView:
         pid: (p.spec, p.holders, p.waiting, p.next_start_ms) for pid, p in namespace.pools.items()
     }
     return assemble(
-        namespace.leases, namespace.queues, namespace.heartbeats, pools, namespace.lease_ttls
+        namespace.leases,
+        namespace.queues,
+        namespace.heartbeats,
+        pools,
+        namespace.lease_ttls,
+        namespace.skipped,
     )
 
 
