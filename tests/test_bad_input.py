@@ -1498,3 +1498,46 @@ async def test_regression_a_subscriber_error_whose_str_raises_is_reported(
         await assert_still_works(sup)
     failed = [e for e in recorder.events if e.kind is EventKind.SUBSCRIBER_FAILED]
     assert failed[0].reason == "Unprintable: <exception str() failed>"
+
+
+# -- keywords that are no task option -------------------------------------------------------------
+
+
+async def add(x: int, *, y: int = 0) -> int:
+    return x + y
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: TaskSpec.once("t", add, 1, y=2), id="once"),
+        pytest.param(lambda: TaskSpec.restartable("t", add, 1, y=2), id="restartable"),
+        pytest.param(lambda: TaskSpec.periodic("t", 1.0, add, 1, y=2), id="periodic"),
+    ],
+)
+def test_a_keyword_meant_for_the_function_names_the_constructor(make: Callable[[], Any]) -> None:
+    """A keyword argument of the task's function given to a constructor, whose keywords
+    are task options: the error names the constructor and says where the keyword goes
+    (Python's own said ``TaskSpec.__init__() got an unexpected keyword argument``)."""
+    with pytest.raises(TypeError) as error:
+        make()
+    text = str(error.value)
+    assert text.startswith("TaskSpec.")
+    assert "() got an unexpected keyword argument 'y': it takes the task options" in text
+    assert text.endswith("goes in functools.partial(fn, y=...)")
+
+
+def test_restart_given_to_a_constructor_says_it_is_the_constructors_own() -> None:
+    """``restart`` is a field of ``TaskSpec``, not an option: the constructor's own."""
+    with pytest.raises(TypeError, match=r"'restart': its restart policy is its own; build "):
+        TaskSpec.once("t", add, 1, restart=RestartPolicy.ON_FAILURE)  # type: ignore[call-arg]
+
+
+async def test_run_in_slot_names_itself_for_a_keyword_meant_for_the_function() -> None:
+    config = SupervisorConfig(controller=ControllerConfig())
+    async with open_supervisor(config) as sup:
+        with pytest.raises(
+            TypeError, match=r"^run_in_slot\(\) got an unexpected keyword argument 'y'"
+        ):
+            await sup.run_in_slot("s", add, 1, y=2)  # type: ignore[call-arg]
+        assert await sup.run_in_slot("s", functools.partial(add, y=2), 1) == 3

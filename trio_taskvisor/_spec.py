@@ -45,7 +45,7 @@ import enum
 import functools
 import inspect
 import types
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import Any, Final, Generic, TypeAlias, TypedDict, TypeVar, TypeVarTuple, Unpack
 
@@ -243,6 +243,29 @@ class TaskOptions(TypedDict, total=False):
 OPTIONS: Final = ("restart", *TaskOptions.__annotations__)
 """Every option of a ``TaskSpec`` that ``TaskDefaults`` resolves, in declaration order."""
 _OTHER_OPTIONS: Final = attrgetter(*TaskOptions.__annotations__)
+_OPTION_NAMES: Final = frozenset(TaskOptions.__annotations__)
+
+
+def check_task_options(caller: str, options: Mapping[str, object]) -> None:
+    """Raise ``TypeError`` naming ``caller`` for a keyword that is no task option: a
+    keyword argument meant for the task's function, most often (Python's own error
+    named ``TaskSpec.__init__``, and not why)."""
+    for name in options:
+        if name in _OPTION_NAMES:
+            continue
+        unexpected = f"{caller}() got an unexpected keyword argument {name!r}"
+        if name == "restart":
+            raise TypeError(
+                f"{unexpected}: its restart policy is its own; build TaskSpec(name, fn, "
+                "args, restart=...) for another"
+            )
+        raise TypeError(
+            f"{unexpected}: it takes the task options as keywords "
+            f"({', '.join(TaskOptions.__annotations__)}); a keyword argument of the "
+            f"function goes in functools.partial(fn, {name}=...)"
+        )
+
+
 _N_OTHER: Final = len(TaskOptions.__annotations__)
 
 
@@ -343,6 +366,7 @@ class TaskSpec(Generic[T_co]):
         """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``)."""
         if not options:
             return _trusted(name, fn, args, RestartPolicy.NEVER)
+        check_task_options("TaskSpec.once", options)
         return TaskSpec(
             name,
             fn,
@@ -362,6 +386,7 @@ class TaskSpec(Generic[T_co]):
         """Retry retryable failures with backoff; stop after a success."""
         if not options:
             return _trusted(name, fn, args, RestartPolicy.ON_FAILURE)
+        check_task_options("TaskSpec.restartable", options)
         return TaskSpec(
             name,
             fn,
@@ -383,6 +408,7 @@ class TaskSpec(Generic[T_co]):
         restart = RestartPolicy.always(every)
         if not options:
             return _trusted(name, fn, args, restart)
+        check_task_options("TaskSpec.periodic", options)
         return TaskSpec(
             name,
             fn,

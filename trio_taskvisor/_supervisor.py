@@ -155,7 +155,15 @@ from ._registry import Registry, TaskInfo
 from ._shutdown import Shutdown
 from ._slots import Entry
 from ._slotstore import ClusterSlotInfo, ReportSink, new_instance_id
-from ._spec import AdmissionPolicy, ControllerSpec, Resolver, TaskSpec, auto_name, not_a
+from ._spec import (
+    AdmissionPolicy,
+    ControllerSpec,
+    Resolver,
+    TaskSpec,
+    auto_name,
+    check_task_options,
+    not_a,
+)
 from ._waiter import TaskWaiter
 from ._waits import WaitChecker
 
@@ -611,6 +619,8 @@ class Supervisor:
         self._registry.check_intake("sup.run_in_slot, slot, fn, *args")
         if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"slot must be a str, got {slot!r}")
+        if task_opts:
+            check_task_options("run_in_slot", task_opts)
         spec = TaskSpec.once(None, fn, *args, **task_opts)
         request: ControllerSpec[T]
         if policy is AdmissionPolicy.QUEUE:  # the constructors' fast path (row 5)
