@@ -1541,3 +1541,12 @@ async def test_run_in_slot_names_itself_for_a_keyword_meant_for_the_function() -
         ):
             await sup.run_in_slot("s", add, 1, y=2)  # type: ignore[call-arg]
         assert await sup.run_in_slot("s", functools.partial(add, y=2), 1) == 3
+
+
+def test_a_type_error_takes_the_article_of_its_type() -> None:
+    """"must be an AdmissionPolicy" (it read "a AdmissionPolicy"), "must be a bool"."""
+    spec = TaskSpec.once("t", add, 1)
+    with pytest.raises(TypeError, match=r"^policy must be an AdmissionPolicy, got 'queue'$"):
+        ControllerSpec(spec, "queue", "s")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^wait must be a bool, got 'yes'$"):
+        ControllerSpec.queue(spec, slot="s", wait="yes")  # type: ignore[arg-type]

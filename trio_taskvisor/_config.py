@@ -553,7 +553,8 @@ def check_type(what: str, value: object, cls: type, *, optional: bool = False) -
     """Raise ``TypeError`` unless ``value`` is a ``cls`` (or ``None`` when ``optional``)."""
     if not isinstance(value, cls) and not (optional and value is None):
         suffix = " or None" if optional else ""
-        raise TypeError(f"{what} must be a {cls.__name__}{suffix}, got {value!r}")
+        article = "an" if cls.__name__[0] in "AEIOUaeiou" else "a"
+        raise TypeError(f"{what} must be {article} {cls.__name__}{suffix}, got {value!r}")
 
 
 def check_duration(what: str, value: object) -> float:
