@@ -591,20 +591,25 @@ class _Sentinel(coredis.Sentinel[str]):
                 self.sentinels.insert(0, self.sentinels.pop(index))
                 return str(address[0]), int(address[1])
         where = ", ".join(str(s.connection_pool.location) for s in self.sentinels)
-        refused = [exc for exc in errors if isinstance(exc, AuthenticationError)]
-        if refused:
-            raise NoPrimaryError(
-                f"the sentinels refused the credentials ({where})",
-                "could not ask its sentinels: they refused the credentials (their own"
-                " password is the URL's sentinel_password)",
-            ) from refused[0]
-        forbidden = [exc for exc in errors if isinstance(exc, AuthorizationError)]
-        if forbidden:
-            raise NoPrimaryError(
-                f"the sentinels refused the SENTINEL command ({where})",
-                "could not ask its sentinels: they refused the SENTINEL command to this"
-                " user (an ACL permission is missing)",
-            ) from forbidden[0]
+        refusals = (
+            (
+                AuthenticationError,
+                "the credentials",
+                " (their own password is the URL's sentinel_password)",
+            ),
+            (
+                AuthorizationError,
+                "the SENTINEL command",
+                " to this user (an ACL permission is missing)",
+            ),
+        )
+        for kind, what, why in refusals:
+            refused = [exc for exc in errors if isinstance(exc, kind)]
+            if refused:
+                raise NoPrimaryError(
+                    f"the sentinels refused {what} ({where})",
+                    f"could not ask its sentinels: they refused {what}{why}",
+                ) from refused[0]
         if len(errors) == len(self.sentinels):
             raise NoPrimaryError(
                 f"no sentinel answered ({where})", "could not reach any sentinel"
