@@ -1544,7 +1544,8 @@ async def test_run_in_slot_names_itself_for_a_keyword_meant_for_the_function() -
 
 
 def test_a_type_error_takes_the_article_of_its_type() -> None:
-    """"must be an AdmissionPolicy" (it read "a AdmissionPolicy"), "must be a bool"."""
+    """The message reads "must be an AdmissionPolicy" (it read "a AdmissionPolicy"), and
+    "must be a bool"."""
     spec = TaskSpec.once("t", add, 1)
     with pytest.raises(TypeError, match=r"^policy must be an AdmissionPolicy, got 'queue'$"):
         ControllerSpec(spec, "queue", "s")  # type: ignore[arg-type]
