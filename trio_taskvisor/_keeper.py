@@ -1253,8 +1253,7 @@ class LeaseKeeper:
         kind = reply.kind
         match kind:
             case "owner":
-                self._own(slot, task_id, reply.token, sent_at)
-                if self._queued_slot.get(task_id) == slot:  # late: it waits for its claim
+                if not self._own(slot, task_id, reply.token, sent_at):  # late: claimed
                     self._report(Queued(slot, task_id, reply.detail))
                 self._displaced(slot, reply.detail)
             case "queued":
@@ -1637,21 +1636,22 @@ class LeaseKeeper:
             target if parsed is None else parsed.label,
         )
 
-    def _own(self, slot: str, task_id: int, token: int | None, sent_at: float) -> None:
+    def _own(self, slot: str, task_id: int, token: int | None, sent_at: float) -> bool:
         """``task_id`` was granted ``slot``'s lease by a round trip sent at ``sent_at``:
         its work starts. Unless the grant comes late (a paused or slow server): its lease
         would count as lost within a renewal interval, or already does, and the work would
         end ``LEASE_LOST`` as it starts. It stays queued here, and a claim confirms the
-        grant with a fresh deadline (or finds it gone)."""
+        grant with a fresh deadline (or finds it gone). Return whether it was owned."""
         assert token is not None
         if self._too_late(sent_at):
             self._enqueue(slot, task_id, None)
             self._claim(slot, task_id)
-            return
+            return False
         rule = LeaseDeadline.acquired(sent_at, self.store.lease_ttl)
         self._leases[task_id] = _Lease(slot, task_id, token, rule)
         self._wake_timers(rule.deadline)
         self._report(Owner(slot, task_id, token))
+        return True
 
     def _too_late(self, sent_at: float) -> bool:
         """Whether a lease (or units) whose last confirmation was sent at ``sent_at``

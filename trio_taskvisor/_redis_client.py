@@ -440,7 +440,7 @@ class _Wire:
         confirmation is its ``SUBSCRIBE``'s reply)."""
         self.received = False
         if self.silence == math.inf:  # the keeper's: no scope per round trip
-            await self.stream.send_all(_packed(commands))
+            await self.stream.send_all(_packed(commands, self.errors))
         else:
             with trio.fail_after(self.silence):
                 await self.stream.send_all(_packed(commands, self.errors))
@@ -452,7 +452,7 @@ class _Wire:
         stream, a full or broken socket: nothing is written."""
         if not isinstance(self.stream, trio.SocketStream):
             return False
-        data = _packed(commands)
+        data = _packed(commands, self.errors)
         try:
             # trio writes to a socket only in async calls: the OS's write to the (non-
             # blocking) socket is the same write, without the scheduler's pass after it.
@@ -667,8 +667,8 @@ async def open_client(
     """A fresh coredis client of ``store``, without retries, bounded by
     ``_client_timeout``: of its one server, or of the primary its sentinels name when
     a connection opens. Closed at the end of the block."""
-    tls = _tls_context(store.tls)
     target = store.sentinel
+    tls = _tls_context(store.tls if target is None else target.tls)
     if target is None:
         client: coredis.Redis[str] = coredis.Redis.from_url(
             store.url,

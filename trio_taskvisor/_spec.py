@@ -244,6 +244,7 @@ OPTIONS: Final = ("restart", *TaskOptions.__annotations__)
 """Every option of a ``TaskSpec`` that ``TaskDefaults`` resolves, in declaration order."""
 _OTHER_OPTIONS: Final = attrgetter(*TaskOptions.__annotations__)
 _OPTION_NAMES: Final = frozenset(TaskOptions.__annotations__)
+_N_OTHER: Final = len(TaskOptions.__annotations__)
 
 
 def check_task_options(caller: str, options: Mapping[str, object]) -> None:
@@ -264,9 +265,6 @@ def check_task_options(caller: str, options: Mapping[str, object]) -> None:
             f"({', '.join(TaskOptions.__annotations__)}); a keyword argument of the "
             f"function goes in functools.partial(fn, {name}=...)"
         )
-
-
-_N_OTHER: Final = len(TaskOptions.__annotations__)
 
 
 @attrs.frozen(weakref_slot=False)
