@@ -830,6 +830,8 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
         return f"refused {asked}"
     if isinstance(exc, InvalidResponse | ProtocolError):
         return "did not answer in the Redis protocol (is it a Redis server?)"
+    if any("max number of clients" in str(link) for link in chain):
+        return "refused the connection: it has as many clients as its maxclients allows"
     return "could not be reached"
 
 

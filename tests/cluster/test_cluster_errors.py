@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -356,6 +357,20 @@ async def test_tls_to_a_plain_server_is_named(
     error = await refused_start(store_at(store, f"rediss://127.0.0.1:{redis_server.port}/0"))
     assert time.monotonic() - started < 1.0 + 0.5  # connect_timeout, then the teardown
     assert "did not complete the TLS handshake in time (does the server speak TLS?)" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
+
+
+async def test_a_server_with_no_room_for_another_client_is_named(store: RedisSlotStore) -> None:
+    """A server at its ``maxclients`` answers a new connection with an error and closes
+    it: it refused the connection, it was reached (it used to read "could not be
+    reached: ConnectionError: max number of clients reached")."""
+    with running_server(extra=("--maxclients", "1")) as server:
+        with socket.create_connection(("127.0.0.1", server.port)) as only_client:
+            only_client.sendall(b"PING\r\n")
+            assert only_client.recv(16) == b"+PONG\r\n"
+            error = await refused_start(store_at(store, server.url))
+    assert "refused the connection: it has as many clients as its maxclients allows" in str(error)
+    assert "could not be reached" not in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
 
 
