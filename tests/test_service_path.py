@@ -522,6 +522,43 @@ async def test_a_call_that_raises_fails_start(autojump_clock: trio.abc.Clock) ->
     assert info.value.outcome.kind is OutcomeKind.FATAL
 
 
+async def takes_no_status() -> None:
+    await trio.sleep(1.0)
+
+
+async def needs_a_status(*, task_status: trio.TaskStatus[None]) -> None:
+    task_status.started()
+
+
+async def test_start_of_a_function_without_task_status_says_what_to_do(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``start()`` passes ``task_status``, as ``nursery.start`` does: a function that
+    takes none ends FATAL with Python's error and what to do about it."""
+    async with open_supervisor() as sup:
+        with pytest.raises(OutcomeError) as info:
+            await sup.start(TaskSpec("server", takes_no_status, ()))
+    assert info.value.outcome.reason == (
+        "calling takes_no_status failed: "
+        "takes_no_status() got an unexpected keyword argument 'task_status'"
+        " (start() and start_in_slot() pass task_status, as nursery.start does:"
+        " give the function a task_status keyword, or add or submit the work)"
+    )
+
+
+async def test_add_of_a_function_that_needs_task_status_says_what_to_do(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``add()`` passes no ``task_status``: a function that requires one is named."""
+    async with open_supervisor() as sup:
+        outcome = await (await sup.add(TaskSpec("server", needs_a_status, ()))).wait()
+    assert outcome.kind is OutcomeKind.FATAL
+    assert outcome.reason == (
+        "calling needs_a_status failed: needs_a_status() missing 1 required keyword-only"
+        " argument: 'task_status' (only start() and start_in_slot() pass task_status)"
+    )
+
+
 async def test_a_non_awaitable_result_keeps_its_reason(autojump_clock: trio.abc.Clock) -> None:
     """A call that returns (not raises) a non-awaitable: FATAL with ``str(error)``."""
 

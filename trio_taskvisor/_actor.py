@@ -393,8 +393,21 @@ def _not_awaitable(rec: TaskRecord, value: object) -> TypeError:
 def _uncallable(rec: TaskRecord, error: BaseException) -> TaskOutcome[Any]:
     """FATAL: calling the function raised before any awaitable existed (missing
     arguments, say); every later call would raise the same, so none is retried."""
-    reason = f"calling {qualname(rec.fn)} failed: {error_text(error)}"
+    reason = f"calling {qualname(rec.fn)} failed: {error_text(error)}{_status_hint(error)}"
     return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=exit_code_of(error))
+
+
+def _status_hint(error: BaseException) -> str:
+    """What to do when the function and the call disagree on ``task_status``."""
+    text = str(error) if isinstance(error, TypeError) else ""
+    if "unexpected keyword argument 'task_status'" in text:
+        return (
+            " (start() and start_in_slot() pass task_status, as nursery.start does:"
+            " give the function a task_status keyword, or add or submit the work)"
+        )
+    if "required" in text and "'task_status'" in text:
+        return " (only start() and start_in_slot() pass task_status)"
+    return ""
 
 
 def _timed_out(rec: TaskRecord) -> TimeoutError:

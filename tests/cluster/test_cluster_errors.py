@@ -364,11 +364,13 @@ async def test_a_server_with_no_room_for_another_client_is_named(store: RedisSlo
     """A server at its ``maxclients`` answers a new connection with an error and closes
     it: it refused the connection, it was reached (it used to read "could not be
     reached: ConnectionError: max number of clients reached")."""
-    with running_server(extra=("--maxclients", "1")) as server:
-        with socket.create_connection(("127.0.0.1", server.port)) as only_client:
-            only_client.sendall(b"PING\r\n")
-            assert only_client.recv(16) == b"+PONG\r\n"
-            error = await refused_start(store_at(store, server.url))
+    with (
+        running_server(extra=("--maxclients", "1")) as server,
+        socket.create_connection(("127.0.0.1", server.port)) as only_client,
+    ):
+        only_client.sendall(b"PING\r\n")
+        assert only_client.recv(16) == b"+PONG\r\n"
+        error = await refused_start(store_at(store, server.url))
     assert "refused the connection: it has as many clients as its maxclients allows" in str(error)
     assert "could not be reached" not in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
