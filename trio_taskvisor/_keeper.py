@@ -79,6 +79,16 @@ Decisions the design leaves open:
   least ``lease_ttl / 3`` later still finds no outcome (the target's process may store
   one meanwhile: each check registers the joiner again, so a release after a server
   restart still asks for the outcome).
+* At start, a failure that may pass by itself is tried again with the reconnection's
+  backoff until ``connect_timeout``: nothing listens on the port yet, the connection
+  drops, the server is at its ``maxclients`` or takes no call for now (``LOADING``,
+  ``BUSY``, ...), too few replicas are connected for ``replicas_ack``. Then the error
+  names the last failure. A refusal of the store's settings (credentials, permissions,
+  the database, TLS, the protocol, the commands) and what the sentinels answer raise at
+  once: waiting would not change them. DESIGN section 10 bounds the start by
+  ``connect_timeout`` and is silent on trying again within it; it raised at the first
+  failure, so a replica that started alongside its server, or during the server's
+  restart, failed in milliseconds.
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
@@ -239,6 +249,11 @@ class ServerClient(Protocol):
     def refusal(self, error: Exception, asked: str) -> str:
         """What went wrong, from the client's ``error`` (``asked``: what the server was
         asked): what the server refused, or why it was not reached."""
+        ...
+
+    def may_pass(self, error: Exception) -> bool:
+        """Whether a failure may pass by itself (no connection, a server that takes no
+        call for now), not a refusal of the store's settings."""
         ...
 
 
@@ -900,7 +915,7 @@ class LeaseKeeper:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 with trio.move_on_after(self.store.connect_timeout):
-                    connected = await self._connect(self.store.connect_timeout)
+                    connected = await self._first_connect()
                 if connected:
                     self._available = self._started = True
                     nursery.start_soon(self._timers)
@@ -1395,6 +1410,22 @@ class LeaseKeeper:
                     return
             self._quiet = True
             self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
+
+    async def _first_connect(self) -> bool:
+        """Connect at start (the caller bounds it by ``connect_timeout``): a failure
+        that may pass by itself (nothing listens yet, a server that loads its data set,
+        too few replicas connected) is tried again with the reconnection's backoff;
+        any other ends the start at once."""
+        while not await self._connect(self.store.connect_timeout):
+            if self._error is None:
+                return False
+            error = self._error[1]
+            if not isinstance(error, ReplicaShortfall) and not self._client.may_pass(error):
+                return False
+            self._quiet = True
+            self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
+            await trio.sleep(self._backoff)
+        return True
 
     async def _connect(self, bound: float) -> bool:
         """Open a fresh connection, renew on it, subscribe; return whether all worked

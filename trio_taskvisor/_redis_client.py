@@ -659,6 +659,21 @@ class RedisClient:
         was asked when it failed)."""
         return _refusal(error, asked, self._store)
 
+    def may_pass(self, error: Exception) -> bool:
+        """Whether a failure may pass by itself: no connection (nothing listens yet, a
+        dropped connection, a server at its ``maxclients``), a server that takes no
+        call for now, a primary that is no longer one; not a refusal of this store's
+        settings (credentials, permissions, the database, TLS, the protocol, the
+        commands, the sentinels' answers) nor silence."""
+        if isinstance(error, BusyLoadingError | StalePrimaryError):
+            return True
+        if isinstance(error, ResponseError):
+            return str(error).startswith(_FOR_NOW)
+        return isinstance(error, RedisConnectionError) and not any(
+            isinstance(link, ProtocolError | ssl.SSLError | TimeoutError | TLSFileError)
+            for link in _chain(error)
+        )
+
 
 @asynccontextmanager
 async def open_client(

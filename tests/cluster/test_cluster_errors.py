@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -321,8 +322,109 @@ def test_a_server_that_takes_no_call_for_now_refuses_every_call(
     client = RedisClient(RedisSlotStore("redis://127.0.0.1:1/0"), "i")
     assert client.refuses_calls(error)
     assert client.refusal(error, "the lease scripts") == says
+    assert client.may_pass(error)  # a start waits for it
     script_error = coredis.exceptions.ResponseError("ERR user_script:1: bad argument")
     assert not client.refuses_calls(script_error)
+    assert not client.may_pass(script_error)
+
+
+def tls_failure() -> Exception:
+    error = coredis.exceptions.ConnectionError("handshake")
+    error.__cause__ = ssl.SSLCertVerificationError("certificate verify failed")
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "passes"),
+    [
+        (coredis.exceptions.ConnectionError("no connection to 127.0.0.1:1"), True),
+        (coredis.exceptions.ConnectionError("max number of clients reached"), True),
+        (coredis.exceptions.AuthenticationFailureError("WRONGPASS"), False),
+        (coredis.exceptions.AuthorizationError("NOPERM"), False),
+        (coredis.exceptions.ResponseError("ERR DB index is out of range"), False),
+        (coredis.exceptions.UnknownCommandError("ERR unknown command 'EVALSHA'"), False),
+        (coredis.exceptions.ProtocolError("not a Redis reply"), False),
+        (coredis.exceptions.InvalidResponse("HTTP/1.1 400"), False),
+        (tls_failure(), False),
+    ],
+)
+def test_only_what_may_pass_by_itself_is_tried_again_at_start(
+    error: Exception, passes: bool
+) -> None:
+    """No connection may pass (nothing listens yet, maxclients); a refusal of the
+    store's settings will not."""
+    assert RedisClient(RedisSlotStore("redis://127.0.0.1:1/0"), "i").may_pass(error) is passes
+
+
+# -- a start before the server is ready -----------------------------------------------------
+
+
+async def test_a_start_waits_for_a_server_that_comes_up_within_connect_timeout(
+    store: RedisSlotStore,
+) -> None:
+    """Nothing listens on the port yet (a server that restarts, or starts with the
+    replicas): ``open_supervisor`` tries again with the reconnection's backoff and
+    starts once the server answers. It raised at once before ("could not be reached")."""
+    with running_server() as server:
+        server.stop()
+        started = time.monotonic()
+        async with trio.open_nursery() as nursery:
+
+            async def start_server_later() -> None:
+                await trio.sleep(0.3)
+                await trio.to_thread.run_sync(server.start)
+
+            nursery.start_soon(start_server_later)
+            with trio.fail_after(5):
+                async with replica(store_at(store, server.url, connect_timeout=5.0)) as (sup, _):
+                    assert await sup.run_in_slot("s", nothing) is None
+        assert time.monotonic() - started >= 0.3
+
+
+async def test_a_start_waits_for_a_server_that_takes_no_call_for_now() -> None:
+    """A server busy with another client's script (``BUSY``, as ``LOADING`` after a
+    restart is) at start: the start waits for it, within ``connect_timeout``."""
+    with running_server(extra=("--busy-reply-threshold", "50")) as server:
+        store = RedisSlotStore(server.url, lease_ttl=TTL, connect_timeout=5.0)
+        async with (
+            coredis.Redis.from_url(server.url, decode_responses=True) as other,
+            coredis.Redis.from_url(server.url, decode_responses=True) as probe,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def run_script() -> None:
+                await other.eval(BUSY_FOR_1_S, [], [])
+
+            nursery.start_soon(run_script)
+            await until_busy(probe)
+            with trio.fail_after(5):
+                async with replica(store) as (sup, _):
+                    assert await sup.run_in_slot("s", nothing) is None
+
+
+async def test_a_start_that_stays_unreached_names_the_last_failure_after_connect_timeout(
+    store: RedisSlotStore,
+) -> None:
+    """Nothing comes up: after ``connect_timeout`` the error names the last failure,
+    with the client's error as cause (not "did not answer": the port refused)."""
+    started = time.monotonic()
+    error = await refused_start(store_at(store, f"redis://127.0.0.1:{free_port()}/0", 0.5))
+    assert time.monotonic() - started >= 0.5
+    assert "could not be reached: ConnectionError: no connection to 127.0.0.1" in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
+
+
+async def test_a_start_that_is_refused_as_configured_raises_at_once(
+    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """What waiting would not change (here the credentials; the ACL, database, TLS and
+    protocol tests around say the same) still raises at once."""
+    await set_user(client, "+@all")
+    started = time.monotonic()
+    url = user_url(redis_server, "not-" + PASSWORD)
+    error = await refused_start(store_at(store, url, connect_timeout=5.0))
+    assert time.monotonic() - started < 2.5
+    assert "refused the credentials" in str(error)
 
 
 # -- the cause, named --------------------------------------------------------------------------

@@ -113,6 +113,9 @@ class Wrapping:
     def refusal(self, error: Exception, asked: str) -> str:
         return self._client.refusal(error, asked)
 
+    def may_pass(self, error: Exception) -> bool:
+        return self._client.may_pass(error)
+
 
 class Passing:
     """A ``Connection`` that passes every call on to ``conn``; subclasses hook some."""
