@@ -559,11 +559,13 @@ class _PrimaryPool(SentinelConnectionPool):
 
 
 class NoPrimaryError(PrimaryNotFoundError):
-    """The sentinels named no primary for the service; ``why`` says what they answered."""
+    """The sentinels named no primary for the service; ``why`` says what they answered,
+    ``passes`` whether it may pass by itself (no sentinel could be connected to)."""
 
-    def __init__(self, message: str, why: str) -> None:
+    def __init__(self, message: str, why: str, *, passes: bool = False) -> None:
         super().__init__(message)
         self.why = why
+        self.passes = passes
 
 
 class _Sentinel(coredis.Sentinel[str]):
@@ -612,7 +614,9 @@ class _Sentinel(coredis.Sentinel[str]):
                 ) from refused[0]
         if len(errors) == len(self.sentinels):
             raise NoPrimaryError(
-                f"no sentinel answered ({where})", "could not reach any sentinel"
+                f"no sentinel answered ({where})",
+                "could not reach any sentinel",
+                passes=all(_may_pass(exc) for exc in errors),
             ) from errors[0]
         raise NoPrimaryError(
             f"the sentinels that answered know no service {service_name!r} ({where})",
@@ -660,19 +664,8 @@ class RedisClient:
         return _refusal(error, asked, self._store)
 
     def may_pass(self, error: Exception) -> bool:
-        """Whether a failure may pass by itself: no connection (nothing listens yet, a
-        dropped connection, a server at its ``maxclients``), a server that takes no
-        call for now, a primary that is no longer one; not a refusal of this store's
-        settings (credentials, permissions, the database, TLS, the protocol, the
-        commands, the sentinels' answers) nor silence."""
-        if isinstance(error, BusyLoadingError | StalePrimaryError):
-            return True
-        if isinstance(error, ResponseError):
-            return str(error).startswith(_FOR_NOW)
-        return isinstance(error, RedisConnectionError) and not any(
-            isinstance(link, ProtocolError | ssl.SSLError | TimeoutError | TLSFileError)
-            for link in _chain(error)
-        )
+        """Whether a failure may pass by itself (see ``_may_pass``)."""
+        return _may_pass(error)
 
 
 @asynccontextmanager
@@ -783,6 +776,24 @@ primary, too few replicas for ``min-replicas-to-write``, ``maxmemory`` reached (
 keeps these codes in the text; ``LOADING``, a restart that reads its data set, is its
 ``BusyLoadingError``). Each call of a round trip gets it: an outage, as a refusal is,
 where it failed the calls one by one (a submit rejected, a release dropped)."""
+
+
+def _may_pass(error: Exception) -> bool:
+    """Whether a failure may pass by itself: no connection (nothing listens yet, a
+    dropped connection, a server at its ``maxclients``; no sentinel either), a server
+    that takes no call for now, a primary that is no longer one; not a refusal of the
+    store's settings (credentials, permissions, the database, TLS, the protocol, the
+    commands, a service the sentinels do not know) nor silence."""
+    if isinstance(error, NoPrimaryError):
+        return error.passes
+    if isinstance(error, BusyLoadingError | StalePrimaryError):
+        return True
+    if isinstance(error, ResponseError):
+        return str(error).startswith(_FOR_NOW)
+    return isinstance(error, RedisConnectionError) and not any(
+        isinstance(link, ProtocolError | ssl.SSLError | TimeoutError | TLSFileError)
+        for link in _chain(error)
+    )
 
 
 def _acl_refusal(error: Exception) -> bool:

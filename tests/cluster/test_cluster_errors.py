@@ -60,7 +60,7 @@ from trio_taskvisor import (
     open_supervisor,
 )
 from trio_taskvisor._keeper import LeaseLost, Owner
-from trio_taskvisor._redis_client import RedisClient
+from trio_taskvisor._redis_client import NoPrimaryError, RedisClient
 from trio_taskvisor.redis import RedisSlotStore
 
 from helpers import invoke, nothing
@@ -346,6 +346,8 @@ def tls_failure() -> Exception:
         (coredis.exceptions.ProtocolError("not a Redis reply"), False),
         (coredis.exceptions.InvalidResponse("HTTP/1.1 400"), False),
         (tls_failure(), False),
+        (NoPrimaryError("no sentinel answered", "could not reach", passes=True), True),
+        (NoPrimaryError("know no service 'x'", "found no service 'x'"), False),
     ],
 )
 def test_only_what_may_pass_by_itself_is_tried_again_at_start(

@@ -205,10 +205,13 @@ async def test_unknown_service_is_named_at_start(
 
 
 async def test_no_reachable_sentinel_is_named_at_start(namespace: str) -> None:
-    """No sentinel listens: named, with the first sentinel's error chained."""
+    """No sentinel listens: tried again until ``connect_timeout`` (they may be starting
+    too), then named, with the first sentinel's error chained."""
     url = f"redis+sentinel://:pw-secret@127.0.0.1:{free_port()},127.0.0.1:{free_port()}/svc"
-    store = RedisSlotStore(url, namespace=namespace, connect_timeout=2.0)
+    store = RedisSlotStore(url, namespace=namespace, connect_timeout=0.5)
+    started = time.monotonic()
     error = await refused_start(store)
+    assert time.monotonic() - started >= 0.5
     assert str(error).startswith(
         f"slot store {store.safe_url} could not reach any sentinel: NoPrimaryError: "
         "no sentinel answered"
