@@ -80,12 +80,12 @@ Decisions the design leaves open:
   one meanwhile: each check registers the joiner again, so a release after a server
   restart still asks for the outcome).
 * At start, a failure that may pass by itself is tried again with the reconnection's
-  backoff until ``connect_timeout``: nothing listens on the port yet, the connection
-  drops, the server is at its ``maxclients`` or takes no call for now (``LOADING``,
-  ``BUSY``, ...), too few replicas are connected for ``replicas_ack``. Then the error
-  names the last failure. A refusal of the store's settings (credentials, permissions,
-  the database, TLS, the protocol, the commands) and what the sentinels answer raise at
-  once: waiting would not change them. DESIGN section 10 bounds the start by
+  backoff until ``connect_timeout``: nothing listens on the port yet (nor on the
+  sentinels'), the connection drops, the server is at its ``maxclients`` or takes no
+  call for now (``LOADING``, ``BUSY``, ...), too few replicas are connected for
+  ``replicas_ack``. Then the error names the last failure. A refusal of the store's
+  settings (credentials, permissions, the database, TLS, the protocol, the commands, a
+  service the sentinels do not know) raises at once: waiting would not change it. DESIGN section 10 bounds the start by
   ``connect_timeout`` and is silent on trying again within it; it raised at the first
   failure, so a replica that started alongside its server, or during the server's
   restart, failed in milliseconds.
