@@ -85,10 +85,10 @@ Decisions the design leaves open:
   call for now (``LOADING``, ``BUSY``, ...), too few replicas are connected for
   ``replicas_ack``. Then the error names the last failure. A refusal of the store's
   settings (credentials, permissions, the database, TLS, the protocol, the commands, a
-  service the sentinels do not know) raises at once: waiting would not change it. DESIGN section 10 bounds the start by
-  ``connect_timeout`` and is silent on trying again within it; it raised at the first
-  failure, so a replica that started alongside its server, or during the server's
-  restart, failed in milliseconds.
+  service the sentinels do not know) raises at once: waiting would not change it.
+  DESIGN section 10 bounds the start by ``connect_timeout`` and is silent on trying
+  again within it; it raised at the first failure, so a replica that started alongside
+  its server, or during the server's restart, failed in milliseconds.
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.

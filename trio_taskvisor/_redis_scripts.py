@@ -1404,16 +1404,24 @@ class RenewReply:
     follows: tuple[Reply[FollowKind], ...]
 
 
-def renew_items(raw: object) -> list[list[object]]:
-    """The three parts of a raw ``renew`` reply (the script answers in JSON, where an
-    empty part is ``{}``), unparsed."""
+def _json_reply(raw: object) -> object:
+    """A script's reply in JSON, decoded. A string that another client wrote into the
+    namespace with bytes that are not UTF-8 (which the client leaves the whole reply as
+    bytes for) passes with those bytes as surrogate escapes."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "surrogateescape")
     if not isinstance(raw, str):  # a bad reply is a ValueError throughout this module
         raise ValueError(f"unexpected script reply {raw!r}")  # noqa: TRY004
     try:
-        parts = json.loads(raw)
+        return json.loads(raw)
     except ValueError:
         raise ValueError(f"unexpected script reply {raw!r}") from None
-    return [_items(part or [], 0) for part in _items(parts, 3)]
+
+
+def renew_items(raw: object) -> list[list[object]]:
+    """The three parts of a raw ``renew`` reply (the script answers in JSON, where an
+    empty part is ``{}``), unparsed."""
+    return [_items(part or [], 0) for part in _items(_json_reply(raw), 3)]
 
 
 def parse_renew(raw: object) -> RenewReply:
@@ -1554,12 +1562,7 @@ class LimitRenewReply:
 
 def parse_limit_renew(raw: object) -> LimitRenewReply:
     """Parse a raw ``limit_renew`` reply."""
-    if not isinstance(raw, str):
-        raise ValueError(f"unexpected script reply {raw!r}")  # noqa: TRY004
-    try:
-        gen, items = _items(json.loads(raw), 2)
-    except ValueError:
-        raise ValueError(f"unexpected script reply {raw!r}") from None
+    gen, items = _items(_json_reply(raw), 2)
     return LimitRenewReply(str(gen), tuple(map(parse_limit, _items(items or [], 0))))
 
 

@@ -715,6 +715,31 @@ async def test_keeper_answers_lease_lost_until_the_release(
         assert a.keeper.lease_lost(1) is None
 
 
+# -- strings another client wrote -----------------------------------------------------------
+
+
+async def test_bytes_not_utf8_in_a_lease_stop_are_a_stop_not_a_crash(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """Another client writes bytes that are not UTF-8 into an owner's lease (its
+    ``stop`` field, where a process asks the owner to stop): the next renewal reads
+    them as a stop request, as any requester's, and the supervisor goes on. Before, the
+    renewal's reply could not be parsed ("unexpected script reply b'[[..."), and the
+    keeper's error ended the supervisor and all its work."""
+    async with replica(store) as (sup, recorder):
+        gate = trio.Event()
+        owner = await sup.submit(ControllerSpec.queue(gated(gate, "owner"), slot="s"))
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="s")
+        async with coredis.Redis.from_url(redis_server.url) as raw:
+            await raw.hset(f"{store.key_prefix}lease:s", {"stop": b"\xff\xfe"})
+        with trio.fail_after(5):
+            assert (await owner.wait()).kind is OutcomeKind.CANCELLED
+            (stop,) = recorder.of(EventKind.CONTROLLER_REMOTE_STOP)
+            assert await sup.run_in_slot("s", nothing) is None
+    assert stop.slot == "s"
+
+
 # -- strings the server cannot be sent --------------------------------------------------------
 
 SURROGATE = b"doc-\xff".decode(errors="surrogateescape")  # os.fsdecode of a non-UTF-8 name

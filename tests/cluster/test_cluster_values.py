@@ -952,6 +952,16 @@ def test_renew_reply_parses_every_item_kind() -> None:
     assert scripts.parse_renew("[{},{},{}]") == scripts.RenewReply((), (), ())
 
 
+def test_renew_reply_with_bytes_not_utf8_keeps_them_as_surrogate_escapes() -> None:
+    """A string another client wrote with bytes that are not UTF-8 (the client leaves
+    such a reply as bytes): read, its bytes as surrogate escapes."""
+    parsed = scripts.parse_renew(b'[["\xff\xfe"],[],[["out","\xff"]]]')
+    assert parsed.leases == ("\udcff\udcfe",)
+    assert parsed.follows == (Reply("out", detail="\udcff"),)
+    limits = scripts.parse_limit_renew(b'["g\xff", []]')
+    assert limits.gen == "g\udcff"
+
+
 @pytest.mark.parametrize(
     "raw",
     [
