@@ -534,29 +534,37 @@ async def test_start_of_a_function_without_task_status_says_what_to_do(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """``start()`` passes ``task_status``, as ``nursery.start`` does: a function that
-    takes none ends FATAL with Python's error and what to do about it."""
+    takes none ends FATAL with DESIGN's reason, and its error says what to do (a note,
+    which its traceback shows)."""
     async with open_supervisor() as sup:
         with pytest.raises(OutcomeError) as info:
             await sup.start(TaskSpec("server", takes_no_status, ()))
-    assert info.value.outcome.reason == (
+    outcome = info.value.outcome
+    assert outcome.reason == (
         "calling takes_no_status failed: "
         "takes_no_status() got an unexpected keyword argument 'task_status'"
-        " (start() and start_in_slot() pass task_status, as nursery.start does:"
-        " give the function a task_status keyword, or add or submit the work)"
     )
+    assert outcome.error is not None
+    assert outcome.error.__notes__ == [
+        "start() and start_in_slot() pass task_status, as nursery.start does: give the"
+        " function a task_status keyword argument, or add or submit the work instead"
+    ]
 
 
 async def test_add_of_a_function_that_needs_task_status_says_what_to_do(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    """``add()`` passes no ``task_status``: a function that requires one is named."""
+    """``add()`` passes no ``task_status``: the error of a function that requires one
+    says so."""
     async with open_supervisor() as sup:
         outcome = await (await sup.add(TaskSpec("server", needs_a_status, ()))).wait()
     assert outcome.kind is OutcomeKind.FATAL
     assert outcome.reason == (
         "calling needs_a_status failed: needs_a_status() missing 1 required keyword-only"
-        " argument: 'task_status' (only start() and start_in_slot() pass task_status)"
+        " argument: 'task_status'"
     )
+    assert outcome.error is not None
+    assert outcome.error.__notes__ == ["only start() and start_in_slot() pass task_status"]
 
 
 async def test_a_non_awaitable_result_keeps_its_reason(autojump_clock: trio.abc.Clock) -> None:

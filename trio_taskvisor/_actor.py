@@ -393,21 +393,22 @@ def _not_awaitable(rec: TaskRecord, value: object) -> TypeError:
 def _uncallable(rec: TaskRecord, error: BaseException) -> TaskOutcome[Any]:
     """FATAL: calling the function raised before any awaitable existed (missing
     arguments, say); every later call would raise the same, so none is retried."""
-    reason = f"calling {qualname(rec.fn)} failed: {error_text(error)}{_status_hint(error)}"
+    reason = f"calling {qualname(rec.fn)} failed: {error_text(error)}"
+    _note_task_status(error)
     return TaskOutcome(OutcomeKind.FATAL, error=error, reason=reason, exit_code=exit_code_of(error))
 
 
-def _status_hint(error: BaseException) -> str:
-    """What to do when the function and the call disagree on ``task_status``."""
+def _note_task_status(error: BaseException) -> None:
+    """Say what to do, as a note on ``error`` (its traceback shows it; the reason stays
+    DESIGN's), when the function and the call disagree on ``task_status``."""
     text = str(error) if isinstance(error, TypeError) else ""
     if "unexpected keyword argument 'task_status'" in text:
-        return (
-            " (start() and start_in_slot() pass task_status, as nursery.start does:"
-            " give the function a task_status keyword, or add or submit the work)"
+        error.add_note(
+            "start() and start_in_slot() pass task_status, as nursery.start does: give the"
+            " function a task_status keyword argument, or add or submit the work instead"
         )
-    if "required" in text and "'task_status'" in text:
-        return " (only start() and start_in_slot() pass task_status)"
-    return ""
+    elif "required" in text and "'task_status'" in text:
+        error.add_note("only start() and start_in_slot() pass task_status")
 
 
 def _timed_out(rec: TaskRecord) -> TimeoutError:
