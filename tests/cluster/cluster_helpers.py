@@ -309,14 +309,17 @@ def machine(**budgets: int) -> ClusterSlotMachine[None]:
 
 @asynccontextmanager
 async def tcp_server(
-    answer: bytes | None, connected: trio.Event | None = None
+    answer: bytes | None, connected: trio.Event | None = None, connections: int = 1
 ) -> AsyncIterator[int]:
     """A TCP server on a loopback port that answers ``answer`` to what it receives and
-    closes, or (``None``) never answers; yield its port. ``connected`` is set once a
-    client connected."""
+    closes, or (``None``) never answers; yield its port. ``connected`` is set once
+    ``connections`` clients connected."""
+    accepted = 0
 
     async def handle(stream: trio.SocketStream) -> None:
-        if connected is not None:
+        nonlocal accepted
+        accepted += 1
+        if connected is not None and accepted >= connections:
             connected.set()
         if answer is None:
             await trio.sleep_forever()

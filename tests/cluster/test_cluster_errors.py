@@ -551,11 +551,17 @@ trio.run(main)
 """
 
 
-async def signalled_while_reaching(signum: signal.Signals, prelude: str = "") -> tuple[int, str]:
-    """Run ``REACHING`` (after ``prelude``) against a silent server and send it ``signum``
-    once it connected: its return code and what it printed."""
+LOADING = b"-LOADING Redis is loading the dataset in memory\r\n"
+
+
+async def signalled_while_reaching(
+    signum: signal.Signals, prelude: str = "", answer: bytes | None = None
+) -> tuple[int, str]:
+    """Run ``REACHING`` (after ``prelude``) against a silent server (or one that answers
+    ``answer``) and send it ``signum`` once it connected (``answer``: connected again,
+    having tried once): its return code and what it printed."""
     connected = trio.Event()
-    async with tcp_server(None, connected) as port:
+    async with tcp_server(answer, connected, 1 if answer is None else 2) as port:
         process = await trio.lowlevel.open_process(
             [sys.executable, "-c", prelude + REACHING, f"redis://127.0.0.1:{port}/0"],
             stdout=subprocess.PIPE,
@@ -587,6 +593,13 @@ async def test_a_signal_while_reaching_the_store_cuts_it_short(signum: signal.Si
     returncode, out = await signalled_while_reaching(signum)
     assert out == ("" if signum == signal.SIGTERM else "KeyboardInterrupt: \n")
     assert returncode == -signum
+
+
+async def test_a_signal_while_the_start_tries_again_cuts_it_short() -> None:
+    """The same while the start tries again a server that answers ``LOADING`` (it
+    waits up to ``connect_timeout`` for such a server)."""
+    returncode, out = await signalled_while_reaching(signal.SIGTERM, answer=LOADING)
+    assert (returncode, out) == (-signal.SIGTERM, "")
 
 
 async def test_a_signal_ignored_before_the_block_leaves_the_error_naming_it() -> None:
