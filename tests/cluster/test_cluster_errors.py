@@ -416,6 +416,30 @@ async def test_a_start_that_stays_unreached_names_the_last_failure_after_connect
     assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
 
 
+async def test_a_start_names_silence_when_its_last_attempt_meets_silence(
+    store: RedisSlotStore,
+) -> None:
+    """The port refuses, then a server that never answers listens on it: the error
+    names the silence of the attempt still under way, not the earlier refusal."""
+    port = free_port()
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+
+        async def listen_later() -> None:
+            await trio.sleep(0.2)
+            listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+            await trio.serve_listeners(silent, listeners)
+
+        nursery.start_soon(listen_later)
+        error = await refused_start(store_at(store, f"redis://127.0.0.1:{port}/0", 1.0))
+        nursery.cancel_scope.cancel()
+    assert str(error).endswith("did not answer within 1.0 s")
+    assert error.__cause__ is None
+
+
 async def test_a_start_that_is_refused_as_configured_raises_at_once(
     store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
 ) -> None:
