@@ -415,6 +415,14 @@ def _spec_of(limit: Limit) -> str:
     return scripts.spec_text("rate", 0, limit.rate, limit.per, limit.burst)
 
 
+def _other_settings(pool: str, known: str, ours: str) -> ConfigError:
+    """The server knows ``pool`` (its wire id) with the settings ``known``, not ``ours``."""
+    return ConfigError(
+        f"limit {pool_label(_pool_of(pool))!r} is used across the cluster "
+        f"with other settings: {known}, got {ours}"
+    )
+
+
 @attrs.define(eq=False)
 class _Query:
     slot: str
@@ -721,11 +729,13 @@ class LeaseKeeper:
             pools = tuple(pid for pid, _ in request.pools)
             self._oblige(_LimitRelease(request.w, pools, request.state != "held"))
 
-    async def limit_query(self, ident: PoolId) -> scripts.PoolReply:
-        """Ask the server about one pool; wait for the answer (always a checkpoint).
+    async def limit_query(self, ident: PoolId, limit: Limit) -> scripts.PoolReply:
+        """Ask the server about one pool of ``limit``; wait for the answer (always a
+        checkpoint).
 
         Raises ``SlotStoreUnavailableError`` when the server does not answer within
-        ``connect_timeout``.
+        ``connect_timeout``, ``ConfigError`` when the server knows the pool with other
+        settings (its answer would be about another pool than the one asked about).
         """
         if self._closing or not self._running:
             await trio.lowlevel.checkpoint()
@@ -735,8 +745,12 @@ class LeaseKeeper:
         self._io_wakeup.set()
         with trio.move_on_after(self.store.connect_timeout):
             await query.done.wait()
-            if not query.failed and query.result is not None:
-                return query.result
+            reply = query.result
+            if not query.failed and reply is not None:
+                ours = _spec_of(limit)
+                if reply.spec is not None and reply.spec != ours:
+                    raise _other_settings(query.pool, reply.spec, ours)
+                return reply
         query.abandoned = True
         error = query.error or (None if self._available else self._error)
         message, cause = self._unavailable(error)
@@ -807,11 +821,7 @@ class LeaseKeeper:
                 if sink is not None:
                     pool = str(reply.pool)
                     ours = next(spec for pid, spec in request.pools if pid == pool)
-                    error = ConfigError(
-                        f"limit {pool_label(_pool_of(pool))!r} is used across the cluster "
-                        f"with other settings: {reply.known}, got {ours}"
-                    )
-                    sink.limit_refused(request.rid, error)
+                    sink.limit_refused(request.rid, _other_settings(pool, str(reply.known), ours))
             case "gone":
                 pass  # withdrawn: the registry no longer waits for it
 

@@ -870,9 +870,11 @@ class Supervisor:
         """Ask the slot store's server about one limit pool, cluster-wide. A checkpoint.
 
         Counts the units held and the waiters of every process (a pool nobody uses:
-        all zero). Raises ``ConfigError`` without a slot store, ``TypeError`` for
-        anything but a limit or a ``LimitKey``, and ``SlotStoreUnavailableError`` when
-        the server does not answer within ``connect_timeout``.
+        all zero). Raises ``ConfigError`` without a slot store, or when the cluster
+        uses the pool with other settings (kind, capacity, rate, per or burst: the
+        answer would be about that pool), ``TypeError`` for anything but a limit or a
+        ``LimitKey``, and ``SlotStoreUnavailableError`` when the server does not answer
+        within ``connect_timeout``.
         """
         self._registry.check_thread("sup.cluster_limit, pool")
         limit, key = pool_parts(pool)
@@ -884,7 +886,7 @@ class Supervisor:
                 "ControllerConfig(slot_store=...); limit_snapshot() shows this process"
             )
         _check_sendable_pool(pool)
-        reply = await keeper.limit_query((limit.name, key))
+        reply = await keeper.limit_query((limit.name, key), limit)
         rate = isinstance(limit, RateLimit)
         next_start = reply.next_start if rate else None
         if rate and next_start is None:

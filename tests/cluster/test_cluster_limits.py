@@ -299,6 +299,36 @@ async def test_cluster_limit_needs_a_slot_store() -> None:
             await sup.cluster_limit(ConcurrencyLimit("x", 1))
 
 
+async def test_cluster_limit_of_a_pool_used_with_other_settings_raises(
+    store: RedisSlotStore,
+) -> None:
+    """``cluster_limit`` of a pool the cluster uses with other settings raises the
+    ``ConfigError`` an acquisition gets: the answer would be about another pool (a
+    concurrency pool asked about as a rate pool read "nothing held, a start allowed
+    now"). With the same settings, or for a pool nobody uses, it answers."""
+    gate = trio.Event()
+    shared = ConcurrencyLimit("shared", 2)
+    async with replica(store) as (a, _), replica(store) as (b, _):
+        started = trio.Event()
+        waiter = await a.add(held_by(gate, "a", shared, started))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+            for other, ours in [
+                (ConcurrencyLimit("shared", 3), "concurrency 3"),
+                (RateLimit("shared", 10), "rate 10 per 1.0 burst 1"),
+            ]:
+                with pytest.raises(ConfigError) as info:
+                    await b.cluster_limit(other)
+                assert str(info.value) == (
+                    "limit 'shared' is used across the cluster with other settings: "
+                    f"concurrency 2, got {ours}"
+                )
+            assert (await b.cluster_limit(shared)).held == 1
+            assert (await b.cluster_limit(RateLimit("unused", 10))).next_start_in == 0.0
+        gate.set()
+        assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+
+
 async def test_cluster_limit_raises_during_an_outage(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
