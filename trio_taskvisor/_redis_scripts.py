@@ -1288,7 +1288,13 @@ def _ms(value: object) -> float:
 
 
 def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None else _shown(value)
+
+
+def _shown(value: object) -> str:
+    """A string of a reply as text; bytes that are not UTF-8 (a name another client
+    wrote) escaped as the ``slots`` command shows them (``\\xff``), not as a ``repr``."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def _items(raw: object, minimum: int = 1) -> list[object]:
@@ -1580,7 +1586,7 @@ def parse_cluster_limit(raw: object) -> PoolReply:
     """Parse a raw ``cluster_limit`` reply."""
     spec, flat, waiting, next_ms = _items(raw, 4)
     pairs = _items(flat or [], 0)
-    holders = {str(pairs[k]): int(str(pairs[k + 1])) for k in range(0, len(pairs), 2)}
+    holders = {_shown(pairs[k]): int(str(pairs[k + 1])) for k in range(0, len(pairs), 2)}
     return PoolReply(
         _text(spec),
         holders,

@@ -772,9 +772,24 @@ async def test_bytes_not_utf8_in_a_lease_stop_are_a_stop_not_a_crash(
             await raw.hset(f"{store.key_prefix}lease:s", {"stop": b"\xff\xfe"})
         with trio.fail_after(5):
             assert (await owner.wait()).kind is OutcomeKind.CANCELLED
-            (stop,) = recorder.of(EventKind.CONTROLLER_REMOTE_STOP)
+            await recorder.wait_for(EventKind.CONTROLLER_REMOTE_STOP, slot="s")
             assert await sup.run_in_slot("s", nothing) is None
-    assert stop.slot == "s"
+
+
+async def test_a_holder_not_utf8_is_shown_escaped_by_cluster_slot(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """``cluster_slot`` of a slot whose lease another client wrote with a holder that is
+    not UTF-8: its bytes escaped, as the ``slots`` command shows them (it read as the
+    ``repr`` of bytes, ``"b'h\\xff'"``)."""
+    async with coredis.Redis.from_url(redis_server.url) as raw:
+        await raw.hset(f"{store.key_prefix}lease:s", {"entry": b"h\xff/1", "token": b"5"})
+        await raw.pexpire(f"{store.key_prefix}lease:s", 10_000)
+    async with replica(store) as (sup, _):
+        with trio.fail_after(5):
+            info = await sup.cluster_slot("s")
+    assert info is not None
+    assert (info.holder, info.fence_token) == ("h\\xff", 5)
 
 
 # -- strings the server cannot be sent --------------------------------------------------------

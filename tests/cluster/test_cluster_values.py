@@ -952,6 +952,13 @@ def test_renew_reply_parses_every_item_kind() -> None:
     assert scripts.parse_renew("[{},{},{}]") == scripts.RenewReply((), (), ())
 
 
+def test_names_not_utf8_in_query_replies_are_shown_escaped() -> None:
+    """A holder (or a pool's holder instance) that is not UTF-8: escaped, not a repr."""
+    assert scripts.parse_cluster_slot([b"h\xff", "5", 1000, 0]).holder == "h\\xff"
+    reply = scripts.parse_cluster_limit(["concurrency 2", [b"i\xfe", 1], 0, None])
+    assert reply.holders == {"i\\xfe": 1}
+
+
 def test_renew_reply_with_bytes_not_utf8_keeps_them_as_surrogate_escapes() -> None:
     """A string another client wrote with bytes that are not UTF-8 (the client leaves
     such a reply as bytes): read, its bytes as surrogate escapes."""
