@@ -85,7 +85,8 @@ Decisions the design leaves open:
   call for now (``LOADING``, ``BUSY``, ...), too few replicas are connected for
   ``replicas_ack``. Then the error names the last failure. A refusal of the store's
   settings (credentials, permissions, the database, TLS, the protocol, the commands, a
-  service the sentinels do not know) raises at once: waiting would not change it.
+  service the sentinels do not know) raises at once: waiting would not change it, and
+  a heartbeat the start's renewal wrote is deleted (the subscription came after it).
   DESIGN section 10 bounds the start by ``connect_timeout`` and is silent on trying
   again within it; it raised at the first failure, so a replica that started alongside
   its server, or during the server's restart, failed in milliseconds.
@@ -116,6 +117,7 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -1432,12 +1434,23 @@ class LeaseKeeper:
                 return False
             error = self._error[1]
             if not isinstance(error, ReplicaShortfall) and not self._client.may_pass(error):
+                await self._goodbye()
                 return False
             self._quiet = True
             self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
             await trio.sleep(self._backoff)
             self._error = None
         return True
+
+    async def _goodbye(self) -> None:
+        """A start that failed after its renewal (the subscription refused) wrote this
+        process's heartbeat: delete it, so that no other process, nor the ``slots``
+        command, counts this one as live for ``lease_ttl``. Best effort: its error is
+        not the start's."""
+        if self._conn is None:
+            return
+        with trio.move_on_after(self.store.connect_timeout), contextlib.suppress(Exception):
+            await self._conn.round_trip([(BYE, (self.instance_id,))])
 
     async def _connect(self, bound: float) -> bool:
         """Open a fresh connection, renew on it, subscribe; return whether all worked

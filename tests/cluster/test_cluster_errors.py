@@ -103,7 +103,9 @@ async def test_open_supervisor_raises_when_the_scripts_or_the_subscription_are_r
 ) -> None:
     """A user the server lets PING but not run scripts (an ACL without ``+@scripting``),
     or not subscribe to any channel (``resetchannels``): ``open_supervisor`` raises at
-    once, naming what was refused; the block never runs."""
+    once, naming what was refused; the block never runs. No heartbeat of the process
+    is left: its renewal, which came before the refused subscription, wrote one, and
+    the ``slots`` command counted the process live for ``lease_ttl``."""
     await set_user(client, "+@all", rule)
     started = time.monotonic()
     error = await refused_start(store_at(store, user_url(redis_server)))
@@ -111,6 +113,7 @@ async def test_open_supervisor_raises_when_the_scripts_or_the_subscription_are_r
     assert f"refused {asked} to this user (an ACL permission is missing)" in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.AuthorizationError)
     assert PASSWORD not in str(error)
+    assert await client.keys(f"{store.key_prefix}hb:*") == set()
 
 
 @pytest.mark.parametrize(
