@@ -848,6 +848,8 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
         return f"refused {asked} to this user (an ACL permission is missing)"
     if isinstance(exc, RedisClusterError):
         return f"refused {asked}: it is a Redis Cluster node, which the store does not support"
+    if isinstance(exc, ReadOnlyError):
+        return f"refused {asked}: it is a read-only replica (the URL must name the primary)"
     if isinstance(exc, ResponseError):
         if "DB index" in str(exc):
             return "refused the database number"

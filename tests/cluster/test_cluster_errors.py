@@ -491,6 +491,16 @@ async def test_tls_to_a_plain_server_is_named(
     assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
 
 
+async def test_a_replica_is_named(store: RedisSlotStore, redis_server: RedisServer) -> None:
+    """A URL that names a read-only replica: refused at once, and named as such (it read
+    as a bare refusal of the scripts, with the server's text)."""
+    with running_server(extra=("--replicaof", "127.0.0.1", str(redis_server.port))) as replica_:
+        error = await refused_start(store_at(store, replica_.url))
+    said = "refused the lease scripts: it is a read-only replica (the URL must name the primary)"
+    assert said in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.ReadOnlyError)
+
+
 async def test_a_server_with_no_room_for_another_client_is_named(store: RedisSlotStore) -> None:
     """A server at its ``maxclients`` answers a new connection with an error and closes
     it: it refused the connection, it was reached (it used to read "could not be
