@@ -604,6 +604,18 @@ local function my_gen(me)
   return g
 end
 
+-- A rate pool's tat is never more than a full burst ahead of the clock that set it: one
+-- further ahead tells of a server clock that stepped back (a failover to a node whose
+-- clock is behind, a clock set back), which would hold every start back by the step.
+-- It is set to now plus a full burst, as if a burst was just spent, and written so (1 ms
+-- of slack for rounding). The fast path of limit_acquire needs no such check: a tat that
+-- far ahead has no room, and sends it here.
+local function capped_tat(tat, now, burst, interval)
+  local full = now + burst * interval
+  if tat > full + 1 then return full end
+  return tat
+end
+
 local pools = {}  -- pool id -> state, read once per script
 local function pool(pid)
   local p = pools[pid]
@@ -620,6 +632,17 @@ local function pool(pid)
           p.held = p.held + 1
         else
           redis.call('HDEL', hk, flat[k])
+        end
+      end
+    else
+      local rate, per, burst = string.match(p.spec, '^rate (%d+) per (%S+) burst (%d+)$')
+      if rate then
+        p.interval = tonumber(per) * 1000 / tonumber(rate)
+        p.burst = tonumber(burst)
+        local tat = capped_tat(p.tat, NOW, p.burst, p.interval)
+        if tat ~= p.tat then
+          p.tat, p.touched = tat, true  -- tidy sets its key's expiry
+          redis.call('HSET', P .. 'lp:' .. pid, 'tat', num(tat))
         end
       end
     end
@@ -1477,6 +1500,14 @@ def pool_wire_id(name: str, key: str | None) -> str:
     """A pool's id on the server: the limit's name, then ``" " + key`` for a keyed pool
     (a name holds no whitespace, so the first space splits them)."""
     return name if key is None else f"{name} {key}"
+
+
+def capped_tat(tat: float, now: float, burst: int, interval: float) -> float:
+    """A rate pool's ``tat`` as the scripts read it (``capped_tat`` in their Lua; ms): one
+    more than a full burst ahead of ``now`` tells of a server clock that stepped back,
+    and counts from ``now`` as a burst just spent."""
+    full = now + burst * interval
+    return full if tat > full + 1 else tat
 
 
 def spec_text(kind: str, capacity: int, rate: int, per: float, burst: int) -> str:

@@ -29,6 +29,7 @@ from trio_taskvisor import (
     TaskState,
     open_supervisor,
 )
+from trio_taskvisor._redis_client import read_namespace
 from trio_taskvisor.redis import RedisSlotStore
 
 TTL = 1.0
@@ -516,6 +517,31 @@ async def test_a_rate_pool_of_a_very_long_period_waits_and_says_how_long(
         assert waited.cancelled_caught
         info = await sup.cluster_limit(pool)
         assert (info.held, info.waiting, info.next_start_in) == (0, 0, 1e9)
+
+
+async def test_a_server_clock_that_stepped_back_holds_a_rate_pool_back_one_interval(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A rate pool's ``tat`` an hour ahead of the server's clock, as a clock that
+    stepped back leaves it (a failover to a node whose clock is behind; a clock set
+    back): the next start waits one interval, as after a burst just spent, and
+    ``cluster_limit`` and the ``slots`` view say so. Before, every start waited for the
+    hour."""
+    pool = RateLimit("stepped", 10, per=1.0)  # an interval of 100 ms, a burst of 1
+    ahead = int((await client.time()).timestamp() * 1000) + 3_600_000
+    key = f"{store.key_prefix}lp:stepped"
+    await client.hset(key, {"spec": "rate 10 per 1.0 burst 1", "tat": str(ahead)})
+    await client.pexpire(key, 3_600_000)
+    async with replica(store) as (sup, _):
+        info = await sup.cluster_limit(pool)
+        assert info.next_start_in is not None
+        assert 0.0 < info.next_start_in <= 0.1
+        (state,) = (await read_namespace(store)).pools.values()
+        assert state.next_start_ms is not None
+        assert 0.0 < state.next_start_ms <= 100.0
+        with trio.fail_after(2 * TTL):
+            async with sup.limited(pool):
+                pass
 
 
 async def test_the_longest_lease_runs_slots_and_both_kinds_of_pool(store: RedisSlotStore) -> None:

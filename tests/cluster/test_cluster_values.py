@@ -952,6 +952,24 @@ def test_renew_reply_parses_every_item_kind() -> None:
     assert scripts.parse_renew("[{},{},{}]") == scripts.RenewReply((), (), ())
 
 
+@given(
+    st.floats(min_value=-1e15, max_value=1e15),
+    st.floats(min_value=0, max_value=1e13),
+    st.integers(min_value=1, max_value=1000),
+    st.floats(min_value=1e-3, max_value=1e9),
+)
+def test_a_tat_is_capped_at_a_full_burst_ahead(
+    tat: float, now: float, burst: int, interval: float
+) -> None:
+    """A rate pool's ``tat`` more than a full burst ahead of the clock (a clock that
+    stepped back) reads as a burst just spent; any other stays as it is."""
+    capped = scripts.capped_tat(tat, now, burst, interval)
+    assert capped <= tat  # never later than the pool's own
+    assert capped - (burst - 1) * interval <= now + interval + 1  # one interval at most
+    if tat <= now + burst * interval:  # a tat that GCRA itself can have
+        assert capped == tat
+
+
 def test_names_not_utf8_in_query_replies_are_shown_escaped() -> None:
     """A holder (or a pool's holder instance) that is not UTF-8: escaped, not a repr."""
     assert scripts.parse_cluster_slot([b"h\xff", "5", 1000, 0]).holder == "h\\xff"
