@@ -616,6 +616,12 @@ local function capped_tat(tat, now, burst, interval)
   return tat
 end
 
+-- a rate spec's interval (ms) and burst (nothing for another spec)
+local function rate_of(spec)
+  local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
+  if rate then return tonumber(per) * 1000 / tonumber(rate), tonumber(burst) end
+end
+
 local pools = {}  -- pool id -> state, read once per script
 local function pool(pid)
   local p = pools[pid]
@@ -635,10 +641,8 @@ local function pool(pid)
         end
       end
     else
-      local rate, per, burst = string.match(p.spec, '^rate (%d+) per (%S+) burst (%d+)$')
-      if rate then
-        p.interval = tonumber(per) * 1000 / tonumber(rate)
-        p.burst = tonumber(burst)
+      p.interval, p.burst = rate_of(p.spec)
+      if p.interval then
         local tat = capped_tat(p.tat, NOW, p.burst, p.interval)
         if tat ~= p.tat then
           p.tat, p.touched = tat, true  -- tidy sets its key's expiry
@@ -657,16 +661,7 @@ local function settle_spec(p, spec)
   redis.call('HDEL', P .. 'lp:' .. p.pid, 'tat')
   local cap = string.match(spec, '^concurrency (%d+)$')
   if cap then p.cap = tonumber(cap); return end
-  local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
-  p.interval = tonumber(per) * 1000 / tonumber(rate)
-  p.burst = tonumber(burst)
-end
-
-local function rate_params(p)
-  if p.cap or p.interval then return end
-  local rate, per, burst = string.match(p.spec, '^rate (%d+) per (%S+) burst (%d+)$')
-  p.interval = tonumber(per) * 1000 / tonumber(rate)
-  p.burst = tonumber(burst)
+  p.interval, p.burst = rate_of(spec)
 end
 
 -- milliseconds until the pool has room (0: now; false: only a release can give it)
@@ -675,7 +670,6 @@ local function room_in(p)
     if p.held < p.cap then return 0 end
     return false
   end
-  rate_params(p)
   local at = p.tat - (p.burst - 1) * p.interval
   if NOW >= at then return 0 end
   return at - NOW
