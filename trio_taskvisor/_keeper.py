@@ -90,6 +90,10 @@ Decisions the design leaves open:
   DESIGN section 10 bounds the start by ``connect_timeout`` and is silent on trying
   again within it; it raised at the first failure, so a replica that started alongside
   its server, or during the server's restart, failed in milliseconds.
+* ``limit_query`` (``sup.cluster_limit``) of a pool the server knows with other
+  settings raises the ``ConfigError`` an acquisition gets: its answer would be about
+  that other pool (DESIGN section 13 has the server check settings at acquisitions, and
+  is silent on the query).
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.

@@ -1105,7 +1105,7 @@ async def _read_pools(
             _, rate, _, per, _, burst = spec.split(" ")
             interval = float(per) * 1000 / int(rate)
             known = float(tat) if tat is not None else -math.inf
-            allowed = scripts.capped_tat(known, now_ms, int(burst), interval)
-            next_ms = max(0.0, allowed - (int(burst) - 1) * interval - now_ms)
+            capped = scripts.capped_tat(known, now_ms, int(burst), interval)
+            next_ms = max(0.0, capped - (int(burst) - 1) * interval - now_ms)
         pools[pid] = PoolState(spec, holders, waiting, next_ms)
     return pools

@@ -48,6 +48,12 @@ Fence tokens: ``max(last + 1, server TIME in microseconds)``, built and compared
 decimal strings, because Lua's number-to-string conversion keeps 14 digits; the
 ``+ 1`` goes through ``INCR``. Tokens stay below 2**53 until the year 2255.
 
+A rate pool's GCRA ``tat`` more than a full burst ahead of the server's clock (which
+GCRA never leaves: the clock stepped back, as after a failover to a node whose clock is
+behind) is read and written back as a burst just spent (``capped_tat``): the pool waits
+one interval, not the step. DESIGN section 13 counts rate pools on the server's clock
+and is silent on its steps.
+
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
 lease's expiry on the server's clock, a decimal string of Unix milliseconds),
