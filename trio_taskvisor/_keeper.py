@@ -907,6 +907,21 @@ class LeaseKeeper:
             self._io_scope.deadline = min(self._io_scope.deadline, drain_deadline)
         self._io_wakeup.set()
 
+    def abandon(self) -> None:
+        """``close()``, and stop the drain now (a signal that forces the shutdown): the
+        server is not waited for. Leases and units this process did not give back yet
+        expire on the server within ``lease_ttl``, as after a crash."""
+        self.close()
+        scope = self._io_scope
+        if scope is not None and not scope.cancel_called:
+            log(
+                logging.WARNING,
+                "slot store %s: the shutdown was forced before the store was told: leases "
+                "and units this process did not give back expire within lease_ttl",
+                self.store.safe_url,
+            )
+            scope.cancel(reason="the shutdown was forced")
+
     async def aclose(self) -> None:
         """``close()``, then wait until the keeper has stopped: at most
         ``connect_timeout`` for the server, plus the connection's teardown. Shielded."""

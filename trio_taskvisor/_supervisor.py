@@ -34,7 +34,10 @@ Decisions the design leaves open:
   shutdown is done, watched by a task of its own, shielded. The first signal starts the
   graceful shutdown and cancels the body; a body that then ends only by that
   cancellation counts as a normal exit. A signal while a shutdown is running forces
-  every remaining task at once (``Registry.force_all``). Signals that arrive once the
+  every remaining task at once (``Registry.force_all``), and with a slot store ends the
+  wait for its last round trip (up to ``connect_timeout``, for the releases: DESIGN is
+  silent; a second Ctrl+C on a store that does not answer waited it out): what was not
+  given back expires by its lease, as after a crash, with a WARNING. Signals that arrive once the
   shutdown is done (before the block is left) are dropped; after the block, the
   process's previous handlers are back.
 * ``handle_signals=True`` enters trio's signal receiver before the background starts,
@@ -1099,6 +1102,8 @@ class Supervisor:
             self._reaching.cancel(reason=reason)
         elif self._shutdown.started:
             self._registry.force_all()
+            if self._keeper is not None:
+                self._keeper.abandon()  # nor wait for the store's last round trip
         else:
             self._start_shutdown(explicit=True)
             self._body_scope.cancel(reason=reason)

@@ -651,6 +651,68 @@ async def test_a_signal_ignored_before_the_block_leaves_the_error_naming_it() ->
     assert returncode == 1
 
 
+DRAINING = """
+import sys, trio
+from trio_taskvisor import ControllerConfig, ControllerSpec, SupervisorConfig, TaskSpec
+from trio_taskvisor import open_supervisor
+from trio_taskvisor.redis import RedisSlotStore
+
+async def owner() -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        print("stopping", flush=True)
+
+async def main() -> None:
+    store = RedisSlotStore(sys.argv[1], connect_timeout=30.0)
+    config = SupervisorConfig(controller=ControllerConfig(slot_store=store))
+    async with open_supervisor(config, handle_signals=True) as sup:
+        owned = await sup.submit(ControllerSpec.queue(TaskSpec.once("owner", owner), slot="s"))
+        await owned.wait_placed()
+        print("ready", flush=True)
+        await trio.sleep_forever()
+    print("left the block", flush=True)
+
+trio.run(main)
+"""
+
+
+async def test_a_second_signal_ends_the_wait_for_a_store_that_does_not_answer() -> None:
+    """The first SIGTERM starts the shutdown, whose last round trip (the owner's
+    release) waits for a server that does not answer, up to ``connect_timeout`` (30 s);
+    a second SIGTERM ends that wait at once, as it forces the remaining tasks, with a
+    WARNING: the lease expires on the server, as after a crash. Before, the process
+    waited the 30 s out."""
+    with running_server() as server:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-c", DRAINING, server.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert process.stdout is not None
+            assert process.stderr is not None
+            lines = process.stdout
+            with trio.fail_after(30):  # the interpreter's start on a loaded machine
+                assert await lines.receive_some(6) == b"ready\n"
+            server.pause()
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                assert await lines.receive_some(9) == b"stopping\n"
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):  # a third of connect_timeout
+                await process.wait()
+            out = (await lines.receive_some(65536)).decode()
+            err = (await process.stderr.receive_some(65536)).decode()
+        finally:
+            with trio.CancelScope(shield=True):
+                process.kill()  # (ended already, unless the test failed)
+                await process.wait()
+                server.resume()
+    assert (process.returncode, out) == (0, "left the block\n")
+    assert "the shutdown was forced before the store was told" in err
+
+
 @pytest.fixture(scope="module")
 def server_without_evalsha() -> Iterator[RedisServer]:
     with running_server(extra=["--rename-command", "EVALSHA", '""']) as server:
