@@ -337,6 +337,28 @@ async def test_held_work_whose_grant_was_not_replicated_runs_once_after(
 # -- start-up ----------------------------------------------------------------------------
 
 
+async def test_open_supervisor_waits_for_a_replica_that_connects_within_connect_timeout(
+    primary: RedisServer, topology: Topology, namespace: str
+) -> None:
+    """A replica that connects a moment after the start (it started with the primary):
+    ``open_supervisor`` waits for it, within ``connect_timeout``, and starts. It raised
+    at once, naming the shortfall."""
+    late = topology.replicas[1]
+    late.stop()
+    await until_online(primary.url, 1)
+    store = acking(primary.url, namespace, 2, connect_timeout=10.0)
+    async with trio.open_nursery() as nursery:
+
+        async def start_the_replica_later() -> None:
+            await trio.sleep(0.3)
+            await trio.to_thread.run_sync(late.start)
+
+        nursery.start_soon(start_the_replica_later)
+        with trio.fail_after(10):
+            async with replica(store) as (sup, _):
+                assert await sup.run_in_slot("s", trio.lowlevel.checkpoint) is None
+
+
 async def test_open_supervisor_names_a_shortfall_of_replicas(
     primary: RedisServer, namespace: str
 ) -> None:
