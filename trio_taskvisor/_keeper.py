@@ -907,13 +907,13 @@ class LeaseKeeper:
             self._io_scope.deadline = min(self._io_scope.deadline, drain_deadline)
         self._io_wakeup.set()
 
-    def abandon(self) -> None:
-        """``close()``, and stop the drain now (a signal that forces the shutdown): the
-        server is not waited for. Leases and units this process did not give back yet
-        expire on the server within ``lease_ttl``, as after a crash."""
-        self.close()
+    def cut_drain(self) -> None:
+        """Stop the drain ``close()`` began, now (a signal during it): the server is not
+        waited for. Leases and units this process did not give back yet expire on the
+        server within ``lease_ttl``, as after a crash. Before the drain, nothing: the
+        owners' releases, which come as they exit, are still sent."""
         scope = self._io_scope
-        if scope is not None and not scope.cancel_called:
+        if self._closing and self._running and scope is not None and not scope.cancel_called:
             log(
                 logging.WARNING,
                 "slot store %s: the shutdown was forced before the store was told: leases "

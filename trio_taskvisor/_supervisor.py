@@ -34,12 +34,14 @@ Decisions the design leaves open:
   shutdown is done, watched by a task of its own, shielded. The first signal starts the
   graceful shutdown and cancels the body; a body that then ends only by that
   cancellation counts as a normal exit. A signal while a shutdown is running forces
-  every remaining task at once (``Registry.force_all``), and with a slot store ends the
-  wait for its last round trip (up to ``connect_timeout``, for the releases: DESIGN is
-  silent; a second Ctrl+C on a store that does not answer waited it out): what was not
-  given back expires by its lease, as after a crash, with a WARNING. Signals that arrive once the
-  shutdown is done (before the block is left) are dropped; after the block, the
-  process's previous handlers are back.
+  every remaining task at once (``Registry.force_all``); once no task is left, one
+  while the slot store's last round trip is awaited (up to ``connect_timeout``, for
+  the owners' releases) ends that wait (DESIGN is silent; Ctrl+C on a store that does
+  not answer waited it out): what was not given back expires by its lease, as after a
+  crash, with a WARNING. A signal that forces tasks does not cut it: their releases,
+  sent as they exit, hand their slots over at once on a server that answers. Signals
+  that arrive once the shutdown is done (before the block is left) are dropped; after
+  the block, the process's previous handlers are back.
 * ``handle_signals=True`` enters trio's signal receiver before the background starts,
   so that outside the main thread trio's ``RuntimeError`` comes at once (entered
   later, it left a started background waiting for a shutdown nothing began).
@@ -1103,7 +1105,7 @@ class Supervisor:
         elif self._shutdown.started:
             self._registry.force_all()
             if self._keeper is not None:
-                self._keeper.abandon()  # nor wait for the store's last round trip
+                self._keeper.cut_drain()  # nor wait for the store's last round trip
         else:
             self._start_shutdown(explicit=True)
             self._body_scope.cancel(reason=reason)

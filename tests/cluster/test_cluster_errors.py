@@ -677,12 +677,13 @@ trio.run(main)
 """
 
 
-async def test_a_second_signal_ends_the_wait_for_a_store_that_does_not_answer() -> None:
+async def test_a_signal_ends_the_wait_for_a_store_that_does_not_answer() -> None:
     """The first SIGTERM starts the shutdown, whose last round trip (the owner's
     release) waits for a server that does not answer, up to ``connect_timeout`` (30 s);
-    a second SIGTERM ends that wait at once, as it forces the remaining tasks, with a
-    WARNING: the lease expires on the server, as after a crash. Before, the process
-    waited the 30 s out."""
+    a SIGTERM during that wait ends it at once, with a WARNING: the lease expires on
+    the server, as after a crash. Before, the process waited the 30 s out. (Sent every
+    0.2 s until the process ends: one that comes while the owner still stops forces it,
+    as any signal during a shutdown does, and does not cut the wait to come.)"""
     with running_server() as server:
         process = await trio.lowlevel.open_process(
             [sys.executable, "-c", DRAINING, server.url],
@@ -699,9 +700,11 @@ async def test_a_second_signal_ends_the_wait_for_a_store_that_does_not_answer() 
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):
                 assert await lines.receive_some(9) == b"stopping\n"
-            process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):  # a third of connect_timeout
-                await process.wait()
+                while process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    with trio.move_on_after(0.2):
+                        await process.wait()
             out = (await lines.receive_some(65536)).decode()
             err = (await process.stderr.receive_some(65536)).decode()
         finally:
@@ -711,6 +714,71 @@ async def test_a_second_signal_ends_the_wait_for_a_store_that_does_not_answer() 
                 server.resume()
     assert (process.returncode, out) == (0, "left the block\n")
     assert "the shutdown was forced before the store was told" in err
+
+
+DEFERRING = """
+import sys, trio
+from trio_taskvisor import ControllerConfig, ControllerSpec, SupervisorConfig, TaskSpec
+from trio_taskvisor import current_context, open_supervisor
+from trio_taskvisor.redis import RedisSlotStore
+
+async def owner() -> None:
+    context = current_context()
+    with context.defer_cancel():  # a clean-up that outlasts the soft stop
+        print("owning", flush=True)
+        await context.wait_cancel_requested()
+        print("stopping", flush=True)
+        await trio.sleep(60)
+
+async def main() -> None:
+    store = RedisSlotStore(sys.argv[1], namespace=sys.argv[2], lease_ttl=30.0)
+    config = SupervisorConfig(controller=ControllerConfig(slot_store=store))
+    async with open_supervisor(config, handle_signals=True) as sup:
+        spec = TaskSpec.once("owner", owner)  # the default grace: 60 s
+        await sup.submit(ControllerSpec.queue(spec, slot="s"))
+        await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+async def test_a_second_signal_that_forces_an_owner_still_hands_its_slot_over(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """The second SIGTERM forces an owner that defers its stop: its release still
+    reaches a server that answers, and the next replica's work starts at once, not
+    after the lease's 30 s (the signal cuts only a wait for a store that does not
+    answer, once no task is left)."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-c", DEFERRING, redis_server.url, store.namespace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        lines = process.stdout
+        with trio.fail_after(30):  # the interpreter's start on a loaded machine
+            assert await lines.receive_some(7) == b"owning\n"
+        async with replica(store) as (sup, _):
+            waiter = await sup.submit(ControllerSpec.queue(quick("next", "next"), slot="s"))
+            with trio.fail_after(10):
+                assert (await waiter.wait_placed()).name == "QUEUED"
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                assert await lines.receive_some(9) == b"stopping\n"
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):  # a third of the lease
+                assert (await waiter.wait()).value == "next"
+        with trio.fail_after(10):
+            await process.wait()
+        err = (await process.stderr.receive_some(65536)).decode()
+    finally:
+        with trio.CancelScope(shield=True):
+            process.kill()  # (ended already, unless the test failed)
+            await process.wait()
+    assert "GraceExceededError" in err
+    assert "the shutdown was forced before the store was told" not in err
 
 
 @pytest.fixture(scope="module")
