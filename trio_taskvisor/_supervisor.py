@@ -62,6 +62,10 @@ Decisions the design leaves open:
   cancelled at its first checkpoint. (Before, the signal waited in the receiver until
   the store answered or ``connect_timeout`` passed; a store that failed then had the
   signal redelivered by trio, with the error never shown.)
+* A cancellation of ``open_supervisor``'s caller while the background starts (DESIGN
+  is silent) cuts reaching the slot store short, as a signal does: nothing runs, and
+  the caller's ``Cancelled`` propagates. The background is shielded (for the
+  shutdown), so before, the start went on for up to ``connect_timeout``.
 * Critical tasks: only the first critical failure escalates (a later one, during the
   shutdown it began, is logged as any failure). A crash (a task's non-task
   ``BaseException``) still wins over ``CriticalTaskError``. ``CriticalTaskError`` raised
@@ -391,15 +395,14 @@ class Supervisor:
                                 await nursery.start(keeper.run)
                             except SlotStoreUnavailableError as exc:
                                 unavailable = exc
-                        if self._reaching.cancelled_caught:
+                        if self._reaching.cancelled_caught and self._received_signal is not None:
                             assert self._keeper is not None
-                            assert self._received_signal is not None
                             name = signal.Signals(self._received_signal).name
                             unavailable = SlotStoreUnavailableError(
                                 f"slot store {self._keeper.store.safe_url} was not reached"
                                 f" yet when {name} came"
                             )
-                    if unavailable is None:
+                    if unavailable is None and not self._reaching.cancelled_caught:
                         await nursery.start(self._bus.run)
                         await nursery.start(self._registry.run)
                         if self._controller is not None:
@@ -409,6 +412,10 @@ class Supervisor:
             self._shutdown.done.set()
         if unavailable is not None:
             raise unavailable
+        if self._reaching.cancelled_caught:
+            # The caller was cancelled while the store was reached (``_lifetime``'s
+            # relay): not started, this task still runs in the caller's cancel scope.
+            await trio.lowlevel.checkpoint()
 
     def _start_shutdown(self, *, explicit: bool) -> None:
         assert self._background is not None
@@ -1023,15 +1030,20 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 if signals is not None:
                     await nursery.start(sup._watch_signals, signals)
+                relay = trio.CancelScope()
+                if sup._keeper is not None:  # reaching the store: up to connect_timeout
+                    nursery.start_soon(sup._relay_cancellation, relay)
                 try:
                     await nursery.start(sup._run_background)
                 except BaseException as exc:
+                    relay.cancel(reason="nothing was started")
                     if sup._signal_scope is not None:
                         sup._signal_scope.cancel(reason="nothing was started")
                     if not isinstance(exc, SlotStoreUnavailableError):
                         raise
                     unavailable = exc  # raised bare below: nothing was started
                 else:
+                    relay.cancel(reason="the background started")
                     sup._body_scope = nursery.cancel_scope
                     if sup._received_signal is not None:
                         # It came while the background started, once the store answered.
@@ -1081,6 +1093,16 @@ class Supervisor:
             raise shutdown_error
 
     # -- signals ------------------------------------------------------------------------------
+
+    async def _relay_cancellation(self, relay: trio.CancelScope) -> None:
+        """While the background starts (shielded): a cancellation of the caller of
+        ``open_supervisor`` cuts reaching the slot store short, as a signal does."""
+        with relay:
+            try:
+                await trio.sleep_forever()
+            finally:
+                if not relay.cancel_called:
+                    self._reaching.cancel(reason="open_supervisor was cancelled")
 
     async def _watch_signals(
         self,

@@ -443,6 +443,37 @@ async def test_a_start_names_silence_when_its_last_attempt_meets_silence(
     assert error.__cause__ is None
 
 
+@pytest.mark.parametrize("answers", [False, True], ids=["nothing-listens", "silent"])
+@pytest.mark.parametrize("how", ["deadline", "cancel"])
+async def test_a_start_is_cut_short_by_a_cancellation_of_its_caller(
+    store: RedisSlotStore, answers: bool, how: str
+) -> None:
+    """A caller of ``open_supervisor`` cancelled while the store is being reached (a
+    port nothing listens on, tried again; a server that never answers): the start ends
+    at once, nothing runs, and the cancellation is the caller's. Before, the shielded
+    start went on for ``connect_timeout`` (5 s here) and then raised
+    ``SlotStoreUnavailableError`` through the cancelled scope."""
+    async with tcp_server(None) as silent_port:
+        port = silent_port if answers else free_port()
+        slow = store_at(store, f"redis://127.0.0.1:{port}/0", connect_timeout=5.0)
+        started = time.monotonic()
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope() as scope:
+                if how == "deadline":
+                    scope.deadline = trio.current_time() + 0.3
+                else:
+                    nursery.start_soon(cancel_later, scope)
+                async with open_supervisor(config(slow)):
+                    pytest.fail("the block must not run")
+        assert scope.cancelled_caught
+        assert time.monotonic() - started < 2.5  # half of connect_timeout
+
+
+async def cancel_later(scope: trio.CancelScope) -> None:
+    await trio.sleep(0.3)
+    scope.cancel()
+
+
 async def test_a_start_that_is_refused_as_configured_raises_at_once(
     store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
 ) -> None:
@@ -651,6 +682,16 @@ async def test_a_signal_ignored_before_the_block_leaves_the_error_naming_it() ->
     assert returncode == 1
 
 
+async def read_line(stream: trio.abc.ReceiveStream) -> bytes:
+    """One line of a child's output (a print may come in more than one read)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = await stream.receive_some(1)
+        assert chunk, f"the output ended after {line!r}"
+        line += chunk
+    return line
+
+
 DRAINING = """
 import sys, trio
 from trio_taskvisor import ControllerConfig, ControllerSpec, SupervisorConfig, TaskSpec
@@ -695,11 +736,11 @@ async def test_a_signal_ends_the_wait_for_a_store_that_does_not_answer() -> None
             assert process.stderr is not None
             lines = process.stdout
             with trio.fail_after(30):  # the interpreter's start on a loaded machine
-                assert await lines.receive_some(6) == b"ready\n"
+                assert await read_line(lines) == b"ready\n"
             server.pause()
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):
-                assert await lines.receive_some(9) == b"stopping\n"
+                assert await read_line(lines) == b"stopping\n"
             with trio.fail_after(10):  # a third of connect_timeout
                 while process.poll() is None:
                     process.send_signal(signal.SIGTERM)
@@ -759,14 +800,14 @@ async def test_a_second_signal_that_forces_an_owner_still_hands_its_slot_over(
         assert process.stderr is not None
         lines = process.stdout
         with trio.fail_after(30):  # the interpreter's start on a loaded machine
-            assert await lines.receive_some(7) == b"owning\n"
+            assert await read_line(lines) == b"owning\n"
         async with replica(store) as (sup, _):
             waiter = await sup.submit(ControllerSpec.queue(quick("next", "next"), slot="s"))
             with trio.fail_after(10):
                 assert (await waiter.wait_placed()).name == "QUEUED"
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):
-                assert await lines.receive_some(9) == b"stopping\n"
+                assert await read_line(lines) == b"stopping\n"
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):  # a third of the lease
                 assert (await waiter.wait()).value == "next"
