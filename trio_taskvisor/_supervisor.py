@@ -395,6 +395,10 @@ class Supervisor:
                                 await nursery.start(keeper.run)
                             except SlotStoreUnavailableError as exc:
                                 unavailable = exc
+                        if self._reaching.cancelled_caught:
+                            # Cut short by a signal or the caller's cancellation; a keeper
+                            # that started in that instant stops too (nothing else will).
+                            nursery.cancel_scope.cancel(reason="the start was cut short")
                         if self._reaching.cancelled_caught and self._received_signal is not None:
                             assert self._keeper is not None
                             name = signal.Signals(self._received_signal).name
