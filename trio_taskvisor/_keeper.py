@@ -1446,8 +1446,9 @@ class LeaseKeeper:
         """Connect at start (the caller bounds it by ``connect_timeout``): a failure
         that may pass by itself (nothing listens yet, a server that loads its data set,
         too few replicas connected) is tried again with the reconnection's backoff;
-        any other ends the start at once. ``self._error`` names the last attempt's
-        failure: none (silence) while one is still under way."""
+        any other ends the start at once. ``self._error`` keeps the last failure: the
+        attempt under way at ``connect_timeout`` may only have been cut short (a check
+        of the replicas as it answered), not met silence."""
         while not await self._connect(self.store.connect_timeout):
             if self._error is None:
                 return False
@@ -1458,7 +1459,6 @@ class LeaseKeeper:
             self._quiet = True
             self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
             await trio.sleep(self._backoff)
-            self._error = None
         return True
 
     async def _goodbye(self) -> None:
