@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -14,6 +16,7 @@ import coredis
 import pytest
 import trio
 from coredis.retry import NoRetryPolicy
+from redis_server import RedisServer
 
 from trio_taskvisor import (
     ControllerConfig,
@@ -336,3 +339,36 @@ async def tcp_server(
         )
         yield listeners[0].socket.getsockname()[1]
         nursery.cancel_scope.cancel(reason="the test server is no longer needed")
+
+
+async def start_later(server: RedisServer, delay: float = 0.3) -> None:
+    """Start the stopped ``server`` after ``delay`` seconds (in a thread: it waits until
+    the server answers), as a server that comes up while a supervisor starts."""
+    await trio.sleep(delay)
+    await trio.to_thread.run_sync(server.start)
+
+
+@asynccontextmanager
+async def child(script: str, *args: str) -> AsyncIterator[trio.Process]:
+    """A Python child running ``script`` with ``args``, its stdout and stderr piped;
+    killed at the end (ended already, unless the test failed)."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        yield process
+    finally:
+        with trio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+
+
+async def read_line(stream: trio.abc.ReceiveStream | None) -> bytes:
+    """One line of a child's output (a print may come in more than one read)."""
+    assert stream is not None
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = await stream.receive_some(1)
+        assert chunk, f"the output ended after {line!r}"
+        line += chunk
+    return line

@@ -31,12 +31,15 @@ import trio
 import trio.testing
 from cluster_helpers import (
     Reports,
+    child,
     config,
     gated,
     open_keeper,
     quick,
+    read_line,
     refused_start,
     replica,
+    start_later,
     tcp_server,
 )
 from redis_server import RedisServer, free_port, running_server
@@ -374,12 +377,7 @@ async def test_a_start_waits_for_a_server_that_comes_up_within_connect_timeout(
         server.stop()
         started = time.monotonic()
         async with trio.open_nursery() as nursery:
-
-            async def start_server_later() -> None:
-                await trio.sleep(0.3)
-                await trio.to_thread.run_sync(server.start)
-
-            nursery.start_soon(start_server_later)
+            nursery.start_soon(start_later, server)
             with trio.fail_after(5):
                 async with replica(store_at(store, server.url, connect_timeout=5.0)) as (sup, _):
                     assert await sup.run_in_slot("s", nothing) is None
@@ -684,16 +682,6 @@ async def test_a_signal_ignored_before_the_block_leaves_the_error_naming_it() ->
     assert returncode == 1
 
 
-async def read_line(stream: trio.abc.ReceiveStream) -> bytes:
-    """One line of a child's output (a print may come in more than one read)."""
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = await stream.receive_some(1)
-        assert chunk, f"the output ended after {line!r}"
-        line += chunk
-    return line
-
-
 DRAINING = """
 import sys, trio
 from trio_taskvisor import ControllerConfig, ControllerSpec, SupervisorConfig, TaskSpec
@@ -728,33 +716,25 @@ async def test_a_signal_ends_the_wait_for_a_store_that_does_not_answer() -> None
     0.2 s until the process ends: one that comes while the owner still stops forces it,
     as any signal during a shutdown does, and does not cut the wait to come.)"""
     with running_server() as server:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-c", DRAINING, server.url],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
         try:
-            assert process.stdout is not None
-            assert process.stderr is not None
-            lines = process.stdout
-            with trio.fail_after(30):  # the interpreter's start on a loaded machine
-                assert await read_line(lines) == b"ready\n"
-            server.pause()
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(10):
-                assert await read_line(lines) == b"stopping\n"
-            with trio.fail_after(10):  # a third of connect_timeout
-                while process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-                    with trio.move_on_after(0.2):
-                        await process.wait()
-            out = (await lines.receive_some(65536)).decode()
-            err = (await process.stderr.receive_some(65536)).decode()
+            async with child(DRAINING, server.url) as process:
+                with trio.fail_after(30):  # the interpreter's start on a loaded machine
+                    assert await read_line(process.stdout) == b"ready\n"
+                server.pause()
+                process.send_signal(signal.SIGTERM)
+                with trio.fail_after(10):
+                    assert await read_line(process.stdout) == b"stopping\n"
+                with trio.fail_after(10):  # a third of connect_timeout
+                    while process.poll() is None:
+                        process.send_signal(signal.SIGTERM)
+                        with trio.move_on_after(0.2):
+                            await process.wait()
+                assert process.stdout is not None
+                assert process.stderr is not None
+                out = (await process.stdout.receive_some(65536)).decode()
+                err = (await process.stderr.receive_some(65536)).decode()
         finally:
-            with trio.CancelScope(shield=True):
-                process.kill()  # (ended already, unless the test failed)
-                await process.wait()
-                server.resume()
+            server.resume()
     assert (process.returncode, out) == (0, "left the block\n")
     assert "the shutdown was forced before the store was told" in err
 
@@ -792,34 +772,23 @@ async def test_a_second_signal_that_forces_an_owner_still_hands_its_slot_over(
     reaches a server that answers, and the next replica's work starts at once, not
     after the lease's 30 s (the signal cuts only a wait for a store that does not
     answer, once no task is left)."""
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-c", DEFERRING, redis_server.url, store.namespace],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert process.stdout is not None
-        assert process.stderr is not None
-        lines = process.stdout
+    async with child(DEFERRING, redis_server.url, store.namespace) as process:
         with trio.fail_after(30):  # the interpreter's start on a loaded machine
-            assert await read_line(lines) == b"owning\n"
+            assert await read_line(process.stdout) == b"owning\n"
         async with replica(store) as (sup, _):
             waiter = await sup.submit(ControllerSpec.queue(quick("next", "next"), slot="s"))
             with trio.fail_after(10):
                 assert (await waiter.wait_placed()).name == "QUEUED"
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):
-                assert await read_line(lines) == b"stopping\n"
+                assert await read_line(process.stdout) == b"stopping\n"
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):  # a third of the lease
                 assert (await waiter.wait()).value == "next"
         with trio.fail_after(10):
             await process.wait()
+        assert process.stderr is not None
         err = (await process.stderr.receive_some(65536)).decode()
-    finally:
-        with trio.CancelScope(shield=True):
-            process.kill()  # (ended already, unless the test failed)
-            await process.wait()
     assert "GraceExceededError" in err
     assert "the shutdown was forced before the store was told" not in err
 

@@ -16,7 +16,7 @@ import attrs
 import coredis
 import pytest
 import trio
-from cluster_helpers import config, gated, open_keeper, quick, replica
+from cluster_helpers import config, gated, open_keeper, quick, replica, start_later
 from redis_server import RedisServer, find_server_binary
 
 from trio_taskvisor import (
@@ -348,12 +348,7 @@ async def test_open_supervisor_waits_for_a_replica_that_connects_within_connect_
     await until_online(primary.url, 1)
     store = acking(primary.url, namespace, 2, connect_timeout=10.0)
     async with trio.open_nursery() as nursery:
-
-        async def start_the_replica_later() -> None:
-            await trio.sleep(0.3)
-            await trio.to_thread.run_sync(late.start)
-
-        nursery.start_soon(start_the_replica_later)
+        nursery.start_soon(start_later, late)
         with trio.fail_after(10):
             async with replica(store) as (sup, _):
                 assert await sup.run_in_slot("s", trio.lowlevel.checkpoint) is None
