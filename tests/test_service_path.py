@@ -534,7 +534,7 @@ async def test_start_of_a_function_without_task_status_says_what_to_do(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """``start()`` passes ``task_status``, as ``nursery.start`` does: a function that
-    takes none ends FATAL with DESIGN's reason, and its error says what to do (a note,
+    takes none ends FATAL with the documented reason, and its error says what to do (a note,
     which its traceback shows)."""
     async with open_supervisor() as sup:
         with pytest.raises(OutcomeError) as info:

@@ -399,8 +399,8 @@ def _uncallable(rec: TaskRecord, error: BaseException) -> TaskOutcome[Any]:
 
 
 def _note_task_status(error: BaseException) -> None:
-    """Say what to do, as a note on ``error`` (its traceback shows it; the reason stays
-    DESIGN's), when the function and the call disagree on ``task_status``."""
+    """Say what to do, as a note on ``error`` (its traceback shows it; the reason keeps
+    its documented form), when the function and the call disagree on ``task_status``."""
     text = str(error) if isinstance(error, TypeError) else ""
     if "unexpected keyword argument 'task_status'" in text:
         error.add_note(

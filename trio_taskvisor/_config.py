@@ -28,9 +28,9 @@ Decisions the design leaves open:
   ``%40``, ``%3A``, ``%2F``.
 * TLS (``rediss``, ``rediss+sentinel``) checks the server as trio and browsers do: its
   certificate against the system's CAs (or ``ssl_ca_certs``, a file or a directory)
-  and its host name against the certificate (DESIGN is silent; coredis checks no host
-  name unless ``ssl_check_hostname`` says so, and accepted any certificate a trusted CA
-  issued, for any name). ``ssl_check_hostname=false`` turns the name check off,
+  and its host name against the certificate (coredis checks no host name unless
+  ``ssl_check_hostname`` says so, and accepted any certificate a trusted CA issued,
+  for any name). ``ssl_check_hostname=false`` turns the name check off,
   ``ssl_cert_reqs=none`` both. The options' values are checked when the store is built
   (``ssl_cert_reqs``: ``none``, ``optional`` or ``required``; ``ssl_check_hostname``:
   a boolean word; ``ssl_keyfile`` only with ``ssl_certfile``; ``ssl_certfile`` alone is
@@ -56,8 +56,8 @@ Decisions the design leaves open:
   milliseconds: less would be sent as 0, which the server refuses), and
   ``replicas_ack_timeout`` too (``WAIT n 0`` would block for ever); both are sent
   rounded to whole milliseconds. Both are at most 1e9 s (about 31.7 years), the longest
-  the scripts count (DESIGN says only "finite and > 0"): a ``lease_ttl`` of 1e15 made
-  the server refuse every limit's units, and 1e18 the lease scripts themselves ("value
+  the scripts count (a bound besides "finite and > 0"): a ``lease_ttl`` of 1e15 made the server
+  refuse every limit's units, and 1e18 the lease scripts themselves ("value
   is not an integer or out of range": their expiries in milliseconds, printed with an
   exponent), and a ``replicas_ack_timeout`` past 9.2e15 does not fit ``WAIT``'s
   integer. A ``replicas_ack_timeout`` of ``None`` stays ``None`` (the field says what

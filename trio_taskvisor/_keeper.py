@@ -70,8 +70,8 @@ Decisions the design leaves open:
   was a submission's) and a claim confirms the grant with a fresh deadline. Limit units
   granted so late wait as their request's waiter for a renewal to confirm them. Acted
   on, the work would end ``LEASE_LOST`` as it started, and a ``limited`` block get
-  ``LeaseLostError`` as it entered (DESIGN is silent; section 16 gives a grant that
-  replicas did not acknowledge the same treatment).
+  ``LeaseLostError`` as it entered (a grant that replicas did not acknowledge is not
+  acted on either: docs/design.md, "Outages").
 * A message about a slot (a grant, a wake-up) that arrives before the reply of the
   round trip that queued this process's entry there (the subscription is another
   connection) is kept until that reply, then acted on.
@@ -87,13 +87,14 @@ Decisions the design leaves open:
   settings (credentials, permissions, the database, TLS, the protocol, the commands, a
   service the sentinels do not know) raises at once: waiting would not change it, and
   a heartbeat the start's renewal wrote is deleted (the subscription came after it).
-  DESIGN section 10 bounds the start by ``connect_timeout`` and is silent on trying
-  again within it; it raised at the first failure, so a replica that started alongside
-  its server, or during the server's restart, failed in milliseconds.
+  ``connect_timeout`` bounds the start (docs/howto-replicas.md); trying again within
+  it is this module's choice: the start raised at the first failure, so a replica that
+  started alongside its server, or during the server's restart, failed in
+  milliseconds.
 * ``limit_query`` (``sup.cluster_limit``) of a pool the server knows with other
   settings raises the ``ConfigError`` an acquisition gets: its answer would be about
-  that other pool (DESIGN section 13 has the server check settings at acquisitions, and
-  is silent on the query).
+  that other pool (the server checks a pool's settings at every acquisition:
+  docs/howto-limits.md, "Settings are checked by the server").
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.

@@ -51,8 +51,8 @@ decimal strings, because Lua's number-to-string conversion keeps 14 digits; the
 A rate pool's GCRA ``tat`` more than a full burst ahead of the server's clock (which
 GCRA never leaves: the clock stepped back, as after a failover to a node whose clock is
 behind) is read and written back as a burst just spent (``capped_tat``): the pool waits
-one interval, not the step. DESIGN section 13 counts rate pools on the server's clock
-and is silent on its steps.
+one interval, not the step. Rate pools count on the server's clock (docs/design.md,
+"Limit pools on the server"); what a step of that clock does is decided here.
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the

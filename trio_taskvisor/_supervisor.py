@@ -36,8 +36,8 @@ Decisions the design leaves open:
   cancellation counts as a normal exit. A signal while a shutdown is running forces
   every remaining task at once (``Registry.force_all``); once no task is left, one
   while the slot store's last round trip is awaited (up to ``connect_timeout``, for
-  the owners' releases) ends that wait (DESIGN is silent; Ctrl+C on a store that does
-  not answer waited it out): what was not given back expires by its lease, as after a
+  the owners' releases) ends that wait (before, Ctrl+C on a store that does not
+  answer waited it out): what was not given back expires by its lease, as after a
   crash, with a WARNING. A signal that forces tasks does not cut it: their releases,
   sent as they exit, hand their slots over at once on a server that answers. Signals
   that arrive once the shutdown is done (before the block is left) are dropped; after
@@ -45,14 +45,14 @@ Decisions the design leaves open:
 * ``handle_signals=True`` enters trio's signal receiver before the background starts,
   so that outside the main thread trio's ``RuntimeError`` comes at once (entered
   later, it left a started background waiting for a shutdown nothing began).
-* One supervisor of a trio run handles signals at a time (DESIGN is silent): a second
+* One supervisor of a trio run handles signals at a time: a second
   ``handle_signals=True`` while one is open, nested or beside it, raises
   ``ConfigError`` before anything starts. Python keeps one handler per signal, so
   only the receiver opened last would get SIGTERM: before, the other supervisor (the
   outer one of two nested) went on running through the SIGTERM meant to stop the
   process, and one closing first put the process's default handler back under the
   other.
-* A signal while the background starts (DESIGN is silent): reaching the slot store
+* A signal while the background starts: reaching the slot store
   (up to ``connect_timeout``) is cut short at once, no block runs, and the signal is
   raised again once the previous handlers are back (``signal.raise_signal``), as if
   the supervisor had never had it: SIGTERM's default ends the process, trio's SIGINT
@@ -62,8 +62,8 @@ Decisions the design leaves open:
   cancelled at its first checkpoint. (Before, the signal waited in the receiver until
   the store answered or ``connect_timeout`` passed; a store that failed then had the
   signal redelivered by trio, with the error never shown.)
-* A cancellation of ``open_supervisor``'s caller while the background starts (DESIGN
-  is silent) cuts reaching the slot store short, as a signal does: nothing runs, and
+* A cancellation of ``open_supervisor``'s caller while the background starts cuts
+  reaching the slot store short, as a signal does: nothing runs, and
   the caller's ``Cancelled`` propagates. The background is shielded (for the
   shutdown), so before, the start went on for up to ``connect_timeout``.
 * Critical tasks: only the first critical failure escalates (a later one, during the
@@ -84,14 +84,14 @@ Decisions the design leaves open:
 * A target that is neither a ``str`` nor an ``int`` raises ``TypeError``.
 * A slot store in a ``trio.run`` whose ``MockClock`` does not run at real speed (rate
   other than 1, or autojump) is a ``ConfigError`` at ``open_supervisor``, before
-  anything starts (DESIGN says only that cluster tests use the real clock): its
+  anything starts (not only in the cluster tests, which use the real clock): its
   server expires leases in real time, which the keeper counts on this run's clock.
 * ``wait_idle()`` inside an attempt of the same supervisor (or a task spawned in one)
-  raises ``DeadlockError`` at once (DESIGN lists the waits on other work that the
-  cycle rule covers, and not this one): the caller's own task is alive until the call
+  raises ``DeadlockError`` at once (it is not among the waits on other work that the
+  cycle rule covers, docs/concepts.md): the caller's own task is alive until the call
   returns, so it could never return. Before, it waited for ever.
 * ``shutdown()`` in a subscriber's ``on_event`` (or a task spawned there) starts the
-  shutdown and raises ``DeadlockError`` at once (DESIGN is silent): the shutdown's
+  shutdown and raises ``DeadlockError`` at once: the shutdown's
   drain waits for that ``on_event`` to return. Before, it waited until the drain
   deadline (``subscriber_shutdown_timeout``) cancelled it, and the subscriber lost
   every later event. The shutdown begins, as the caller asked; only the wait is
@@ -105,7 +105,7 @@ Decisions the design leaves open:
   running until its next checkpoint): they expire, as a forced owner's lease does.
   Without a slot store such a block runs on (the pools die with the supervisor).
 * Every method that reads or changes the supervisor's state belongs to the thread of
-  its trio run (DESIGN rules only on work handed in): intake, ``prepare_submission``,
+  its trio run (not only the intake of work): intake, ``prepare_submission``,
   the waits, and the reads (``list``, ``alive_snapshot``, ``is_alive``,
   ``statistics``, ``controller_snapshot``, ``limit_snapshot``) raise ``RuntimeError``
   in another thread, naming the call and its way through ``trio.from_thread``. A read

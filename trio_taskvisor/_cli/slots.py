@@ -29,8 +29,8 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   Names are measured and cut in terminal columns (``_cells``: a CJK character or an
   emoji takes two, a combining mark none), so that the columns stay in line and no
   line outgrows the terminal.
-* What something else wrote into the namespace does not stop the view (DESIGN is
-  silent): names that are not UTF-8 are read as surrogate escapes (shown ``\\xff``, in
+* What something else wrote into the namespace does not stop the view: names that
+  are not UTF-8 are read as surrogate escapes (shown ``\\xff``, in
   the JSON document as they are), keys of a kind this version does not write
   (``WRONGTYPE``) read as missing and are named under the title, and a fence token
   that is no number is none. Before, either failed the whole read.
