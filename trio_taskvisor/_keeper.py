@@ -1440,8 +1440,13 @@ class LeaseKeeper:
                     log(logging.INFO, "slot store %s recovered", self.store.safe_url)
                     self._report(StoreRecovered())
                     return
-            self._quiet = True
-            self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
+            self._back_off()
+
+    def _back_off(self) -> None:
+        """A connection attempt failed: the next waits longer (``lease_ttl / 24``,
+        doubling, capped at ``lease_ttl / 3``), and its failures log at DEBUG."""
+        self._quiet = True
+        self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
 
     async def _first_connect(self) -> bool:
         """Connect at start (the caller bounds it by ``connect_timeout``): a failure
@@ -1457,8 +1462,7 @@ class LeaseKeeper:
             if not isinstance(error, ReplicaShortfall) and not self._client.may_pass(error):
                 await self._goodbye()
                 return False
-            self._quiet = True
-            self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
+            self._back_off()
             await trio.sleep(self._backoff)
         return True
 

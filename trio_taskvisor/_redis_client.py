@@ -758,14 +758,16 @@ def _refuses_calls(error: Exception) -> bool:
     return (
         _acl_refusal(error)
         or isinstance(
-            error,
-            AuthenticationError
-            | RedisClusterError
-            | ReadOnlyError
-            | UnknownCommandError
-            | BusyLoadingError,
+            error, AuthenticationError | RedisClusterError | ReadOnlyError | UnknownCommandError
         )
-        or (isinstance(error, ResponseError) and str(error).startswith(_FOR_NOW))
+        or _takes_no_call_for_now(error)
+    )
+
+
+def _takes_no_call_for_now(error: Exception) -> bool:
+    """Whether the server refused a call only for now, whatever the call (``_FOR_NOW``)."""
+    return isinstance(error, BusyLoadingError) or (
+        isinstance(error, ResponseError) and str(error).startswith(_FOR_NOW)
     )
 
 
@@ -786,10 +788,8 @@ def _may_pass(error: Exception) -> bool:
     commands, a service the sentinels do not know) nor silence."""
     if isinstance(error, NoPrimaryError):
         return error.passes
-    if isinstance(error, BusyLoadingError | StalePrimaryError):
+    if _takes_no_call_for_now(error) or isinstance(error, StalePrimaryError):
         return True
-    if isinstance(error, ResponseError):
-        return str(error).startswith(_FOR_NOW)
     return isinstance(error, RedisConnectionError) and not any(
         isinstance(link, ProtocolError | ssl.SSLError | TimeoutError | TLSFileError)
         for link in _chain(error)

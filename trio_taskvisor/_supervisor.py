@@ -399,13 +399,13 @@ class Supervisor:
                             # Cut short by a signal or the caller's cancellation; a keeper
                             # that started in that instant stops too (nothing else will).
                             nursery.cancel_scope.cancel(reason="the start was cut short")
-                        if self._reaching.cancelled_caught and self._received_signal is not None:
-                            assert self._keeper is not None
-                            name = signal.Signals(self._received_signal).name
-                            unavailable = SlotStoreUnavailableError(
-                                f"slot store {self._keeper.store.safe_url} was not reached"
-                                f" yet when {name} came"
-                            )
+                            if self._received_signal is not None:
+                                assert self._keeper is not None
+                                name = signal.Signals(self._received_signal).name
+                                unavailable = SlotStoreUnavailableError(
+                                    f"slot store {self._keeper.store.safe_url} was not reached"
+                                    f" yet when {name} came"
+                                )
                     if unavailable is None and not self._reaching.cancelled_caught:
                         await nursery.start(self._bus.run)
                         await nursery.start(self._registry.run)
