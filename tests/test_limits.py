@@ -208,6 +208,62 @@ async def test_a_block_waiting_when_shutdown_begins_raises_closed(autojump_clock
     assert len(raised) == 1
 
 
+async def test_an_attempt_waiting_in_a_block_when_shutdown_begins_ends_cancelled(
+    autojump_clock: object,
+) -> None:
+    # The shutdown's stop reaches the block as it reaches the attempt: CANCELLED, not a
+    # SupervisorClosedError that fails the task (and, for a critical one, the shutdown).
+    one = ConcurrencyLimit("one", 1)
+    entered: list[str] = []
+
+    async def worker(name: str) -> None:
+        async with sup.limited(one):
+            entered.append(name)
+            await trio.sleep_forever()
+
+    async with open_supervisor() as sup:
+        holder = await sup.add(TaskSpec.once("holder", worker, "holder"))
+        await trio.testing.wait_all_tasks_blocked()
+        critical = await sup.add(TaskSpec.once("critical", worker, "critical", critical=True))
+        retried = await sup.add(TaskSpec.restartable("retried", worker, "retried"))
+        await trio.testing.wait_all_tasks_blocked()
+    assert entered == ["holder"]
+    for handle in (holder, critical, retried):
+        outcome = handle.outcome_nowait()
+        assert outcome is not None
+        assert outcome.kind is OutcomeKind.CANCELLED, (handle.name, outcome)
+    assert trio.current_time() == 0.0
+
+
+async def test_a_block_in_a_task_an_attempt_spawned_outside_it_still_raises_closed(
+    autojump_clock: object,
+) -> None:
+    # Its context names the attempt, but the attempt's stop does not reach it: it is
+    # refused as any outside block is, once the stops have been asked (no wait for ever).
+    one = ConcurrencyLimit("one", 1)
+    raised: list[tuple[BaseException, float]] = []
+
+    async def outside(sup: Supervisor) -> None:
+        try:
+            async with sup.limited(one):
+                pytest.fail("entered after the shutdown began")
+        except SupervisorClosedError as exc:
+            raised.append((exc, trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+
+        async def spawner() -> None:
+            nursery.start_soon(outside, sup)
+            await trio.sleep_forever()
+
+        async with open_supervisor() as sup:
+            nursery.start_soon(functools.partial(_hold, sup, [], "holder", one, for_=10.0))
+            await trio.testing.wait_all_tasks_blocked()
+            await sup.add(TaskSpec.once("spawner", spawner))
+            await trio.testing.wait_all_tasks_blocked()
+    assert [(type(exc), at) for exc, at in raised] == [(SupervisorClosedError, 0.0)]
+
+
 async def test_known_pools_keep_their_first_settings_for_the_supervisor_life() -> None:
     async with open_supervisor() as sup:
         async with sup.limited(EXPORTS.key("a")):

@@ -84,6 +84,13 @@ Decisions the design leaves open:
   lists it in ``stuck``; forced work from before the shutdown that still runs is listed
   at once too. A ``force_all`` before the registry has taken the shutdown in makes the
   shutdown's deadline "now" when it does.
+* A ``limited`` block waiting when the shutdown begins raises ``SupervisorClosedError``
+  at once, unless it waits in an attempt of this supervisor that the shutdown's stops
+  are still to reach: the stop ends it as it ends the attempt (``CANCELLED``, as every
+  waiting attempt ends), rather than an error that would fail the task (and, for a
+  critical task, turn a clean shutdown into ``CriticalTaskError``). Such a block that
+  the stop does not end (shielded, or in a task the attempt spawned into another
+  nursery) raises it once the stops have been asked.
 """
 
 from __future__ import annotations
@@ -423,14 +430,27 @@ class _Units:
         if self.table.granted:
             self.deliver()
 
-    def close_blocks(self) -> None:
-        """The shutdown began: blocks still waiting raise ``SupervisorClosedError``."""
+    def close_blocks(self, spare: Callable[[TaskRecord], bool] | None = None) -> None:
+        """The shutdown began: blocks still waiting raise ``SupervisorClosedError``.
+
+        With ``spare``, not those of a task whose context names a record it spares: the
+        stop the shutdown asks of that attempt next ends them (``CANCELLED``, as the
+        attempt), and the call without ``spare`` after those stops refuses what they
+        did not end (a shielded block, a task the attempt spawned elsewhere)."""
+
+        def refused(task: trio.lowlevel.Task) -> bool:
+            if spare is None:
+                return True
+            rec = task.context.get(current_task_context)
+            return rec is None or not spare(rec)
+
         for remote in list(self.remote.values()):
-            if remote.rec is None and not remote.granted and remote.task is not None:
+            task = remote.task
+            if remote.rec is None and not remote.granted and task is not None and refused(task):
                 self._refuse_block(remote, SupervisorClosedError())
         now = trio.current_time()
         for request, task in list(self._parked.items()):
-            if request.payload is _BLOCK:
+            if request.payload is _BLOCK and refused(task):
                 del self._parked[request]
                 self.table.cancel(request, now)
                 request.payload = _CLOSED
@@ -804,7 +824,11 @@ class Registry:
         """The shutdown began: refuse intake from now on (``limited`` blocks included)."""
         self._intake_closed = True
         if self._units is not None:
-            self._units.close_blocks()
+            self._units.close_blocks(self._stops_next)
+
+    def _stops_next(self, rec: TaskRecord) -> bool:
+        """Whether the shutdown's stops, still to come, will reach ``rec``'s attempt."""
+        return self._live.get(rec.id) is rec and not rec.stop_requested
 
     def add_nowait(self, rec: TaskRecord) -> None:
         """Queue the admission of ``rec``; a rejection resolves it ``REJECTED``.
@@ -1357,6 +1381,8 @@ class Registry:
                     self._set_force_deadline(rec, deadline)
             else:
                 self._request_stop(rec, deadline)
+        if self._units is not None:
+            self._units.close_blocks()  # those the stops did not end
         if self._overstaying and deadline <= trio.current_time():
             self._overstayed()  # grace=0
         elif not self.registered:

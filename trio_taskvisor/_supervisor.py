@@ -826,7 +826,8 @@ class Supervisor:
         this supervisor already holds (work added and tasks spawned in a block hold
         none of its units), ``ConfigError`` for a limit whose name this supervisor knows with other
         settings or a pool named twice, and ``SupervisorClosedError`` once the shutdown
-        has begun (a block still waiting then raises it at once).
+        has begun (a block still waiting then raises it at once; one waiting in a
+        supervised attempt is cancelled by the shutdown's stop instead, with its attempt).
         """
         return _Once(self._limited(*pools), "sup.limited(...)")
 

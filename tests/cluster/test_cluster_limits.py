@@ -411,6 +411,38 @@ async def test_units_granted_too_late_to_trust_are_confirmed_first(
         assert (info.held, info.waiting) == (0, 0)
 
 
+async def test_an_attempt_waiting_in_a_block_at_shutdown_ends_cancelled(
+    store: RedisSlotStore,
+) -> None:
+    """A critical attempt waiting in a ``limited`` block for a cluster pool when its
+    supervisor shuts down ends ``CANCELLED`` (the shutdown's stop, as for the attempt),
+    not ``FAILED`` with ``SupervisorClosedError`` (which would fail the shutdown), and
+    its request leaves the pool's line."""
+    pool = ConcurrencyLimit("block-at-shutdown", 1)
+    gate = trio.Event()
+    async with replica(store) as (a, _):
+        started = trio.Event()
+        holder = await a.add(held_by(gate, "a", pool, started))
+        await started.wait()
+        async with replica(store) as (b, _):
+
+            async def body() -> None:
+                async with b.limited(pool):
+                    pytest.fail("entered while the pool was held")
+
+            waiter = await b.add(TaskSpec.once("b", body, critical=True))
+            with trio.fail_after(2 * TTL):
+                # the server's state: no event tells when b's request has reached it
+                while not (await a.cluster_limit(pool)).waiting:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+        assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+        with trio.fail_after(2 * TTL):
+            while (await a.cluster_limit(pool)).waiting:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        gate.set()
+        assert (await holder.wait()).kind is OutcomeKind.COMPLETED
+
+
 async def test_a_stop_while_waiting_withdraws_the_request(store: RedisSlotStore) -> None:
     """A task removed while it waits for a cluster pool ends ``CANCELLED`` and leaves
     the pool's line on the server."""
