@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from trio_taskvisor import ConfigError
+from trio_taskvisor import ConfigError, TaskDefaults
 from trio_taskvisor._limits import (
     ConcurrencyLimit,
     LimitKey,
@@ -40,6 +41,12 @@ from trio_taskvisor._pools import PERMIT, PoolTable
         (lambda: RateLimit("a", 1, per=math.inf), ConfigError, "per must be finite"),
         (lambda: RateLimit("a", 1, per=math.nan), ConfigError, "per must be finite"),
         (lambda: RateLimit("a", 1, per=True), TypeError, "per must be a number of seconds"),
+        # beyond what the rate maths (and the server's numbers) hold: not at the first use
+        (lambda: ConcurrencyLimit("a", 2**53 + 1), ConfigError, "capacity must be at most 2**53"),
+        (lambda: RateLimit("a", 10**400), ConfigError, "rate must be at most 2**53"),
+        (lambda: RateLimit("a", 1, burst=10**5000), ConfigError, "got an int of 16610 bits"),
+        (lambda: RateLimit("a", 1, per=1e308), ConfigError, "per must be at most 1e9"),
+        (lambda: RateLimit("a", 1, per=10**400), ConfigError, "per must be finite and > 0"),
         (lambda: ConcurrencyLimit("a", 1).key(""), ConfigError, "limit key must be non-empty"),
         (lambda: ConcurrencyLimit("a", 1).key("}"), ConfigError, "limit key must be non-empty"),
         (lambda: ConcurrencyLimit("a", 1).key(7), TypeError, "limit key must be a str"),  # type: ignore[arg-type]
@@ -49,7 +56,7 @@ from trio_taskvisor._pools import PERMIT, PoolTable
 def test_bad_limit_values_raise_at_construction(
     build: object, error: type[Exception], message: str
 ) -> None:
-    with pytest.raises(error, match=message.replace("{", r"\{").replace("[", r"\[")):
+    with pytest.raises(error, match=re.escape(message)):
         build()  # type: ignore[operator]
 
 
@@ -61,6 +68,16 @@ def test_limit_values_are_plain_equal_values() -> None:
     assert hash(tenant.key("acme")) == hash(LimitKey(tenant, "acme"))
 
 
+def test_the_largest_limit_values_keep_the_rate_maths_finite() -> None:
+    most = RateLimit("p", 2**53, per=1e9, burst=2**53)
+    assert most.interval == 1e9 / 2**53
+    tat = gcra_start(gcra_start(-math.inf, 0.0, most.interval), 0.0, most.interval)
+    assert math.isfinite(gcra_allowed_at(tat, most.interval, most.burst))
+    slow = RateLimit("p", 1, per=1e9, burst=2**53)
+    assert math.isfinite(gcra_allowed_at(gcra_start(-math.inf, 0.0, 1e9), 1e9, slow.burst))
+    assert ConcurrencyLimit("c", 2**53).capacity == 2**53
+
+
 def test_limits_option_is_a_tuple_naming_each_pool_once() -> None:
     a = ConcurrencyLimit("a", 1)
     assert check_limits((a, a.key("x"), a.key("y"))) == (a, a.key("x"), a.key("y"))
@@ -70,6 +87,17 @@ def test_limits_option_is_a_tuple_naming_each_pool_once() -> None:
         check_limits((a, "b"))
     with pytest.raises(ConfigError, match=r"each pool once, got a\[x\] twice"):
         check_limits((a.key("x"), ConcurrencyLimit("a", 1).key("x")))
+
+
+def test_limits_option_names_each_limit_with_one_settings() -> None:
+    # Caught where the tuple is built (a spec, TaskDefaults), not at every later add.
+    a = ConcurrencyLimit("a", 1)
+    with pytest.raises(ConfigError, match="limit 'a' twice with other settings"):
+        check_limits((a, ConcurrencyLimit("a", 2).key("k")))
+    with pytest.raises(ConfigError, match="limit 'a' twice with other settings"):
+        check_limits((a.key("x"), RateLimit("a", 1).key("y")))
+    with pytest.raises(ConfigError, match="limit 'a' twice with other settings"):
+        TaskDefaults(limits=(a, ConcurrencyLimit("a", 2).key("k")))
 
 
 # -- GCRA -------------------------------------------------------------------------------------

@@ -23,16 +23,23 @@ Decisions the design leaves open:
   capacity, or rate, ``per`` and ``burst``. ``per`` may be an ``int`` or a ``float`` and
   is stored as a ``float``, so ``per=60`` and ``per=60.0`` are the same settings.
 * A pool's identity is ``(name, key)``; a ``LimitKey`` compares by its limit and key.
+* ``capacity``, ``rate`` and ``burst`` are at most ``2**53`` and ``per`` at most ``1e9``
+  seconds (``ConfigError`` at construction): past that, ``per / rate`` or the burst's
+  span does not fit a float (``OverflowError`` at the first use, after the task was
+  registered), or the server's numbers (Lua's, doubles) no longer count exactly.
+* A ``limits`` tuple that names one limit with two settings (``a`` and ``a2.key(k)``
+  with another capacity) raises ``ConfigError`` where the tuple is checked (the spec,
+  ``TaskDefaults``), not at each call that would then bring the conflict.
 """
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import attrs
 
 from ._exceptions import ConfigError
-from ._policies import positive_seconds
+from ._policies import LONGEST, LONGEST_RULE, positive_seconds
 
 
 def _check_name(value: object) -> str:
@@ -57,16 +64,28 @@ def _check_burst(value: object) -> int:
     return _positive_int("burst", value)
 
 
+_MOST: Final = 2**53  # the largest integers a float (and the server's Lua number) holds exactly
+
+
 def _positive_int(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, got {value!r}")
     if value < 1:
         raise ConfigError(f"{what} must be >= 1, got {value!r}")
+    if value > _MOST:
+        raise ConfigError(
+            f"{what} must be at most 2**53 (the largest integers the rate maths and the "
+            # (not its digits: an int past 4300 of them has no repr)
+            f"server's numbers hold exactly), got an int of {value.bit_length()} bits"
+        )
     return value
 
 
 def _check_per(value: object) -> float:
-    return positive_seconds("per", value)
+    seconds = positive_seconds("per", value)
+    if seconds > LONGEST:
+        raise ConfigError(f"per must be {LONGEST_RULE}, got {value!r}")
+    return seconds
 
 
 def _check_key(value: object) -> str:
@@ -88,7 +107,8 @@ class ConcurrencyLimit:
     name: str = attrs.field(converter=_check_name)
     """The pool's name: non-empty, without whitespace, ``{`` or ``}``."""
     capacity: int = attrs.field(converter=_check_capacity)
-    """How many units the pool has (each key's pool, for ``key()``): an ``int >= 1``."""
+    """How many units the pool has (each key's pool, for ``key()``): an ``int``, from 1
+    to ``2**53``."""
 
     def key(self, key: str) -> LimitKey:
         """One pool of this limit per ``key`` (a tenant, a partner), each with ``capacity``."""
@@ -107,11 +127,12 @@ class RateLimit:
     name: str = attrs.field(converter=_check_name)
     """The pool's name: non-empty, without whitespace, ``{`` or ``}``."""
     rate: int = attrs.field(converter=_check_rate)
-    """How many starts per ``per`` seconds: an ``int >= 1``."""
+    """How many starts per ``per`` seconds: an ``int``, from 1 to ``2**53``."""
     per: float = attrs.field(default=1.0, kw_only=True, converter=_check_per)
-    """The period of ``rate``, in seconds: finite and ``> 0``."""
+    """The period of ``rate``, in seconds: ``> 0`` and at most ``1e9``."""
     burst: int = attrs.field(default=1, kw_only=True, converter=_check_burst)
-    """How many starts may happen at once after an idle stretch: an ``int >= 1``."""
+    """How many starts may happen at once after an idle stretch: an ``int``, from 1 to
+    ``2**53``."""
 
     @property
     def interval(self) -> float:
@@ -159,17 +180,25 @@ def pool_parts(pool: object) -> tuple[Limit, str | None]:
 
 
 def check_limits(value: object) -> tuple[Pool, ...]:
-    """Validate a ``limits`` option: a tuple of pools, each pool at most once."""
+    """Validate a ``limits`` option: a tuple of pools, each pool at most once, each limit
+    with one settings (two would conflict at the first call that brings them)."""
     if type(value) is not tuple:
         raise TypeError(f"limits must be a tuple of limits, got {value!r}")
     items: tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType]
     seen: set[PoolId] = set()
+    settings: dict[str, Limit] = {}
     for item in items:
         limit, key = pool_parts(item)
         ident = (limit.name, key)
         if ident in seen:
             raise ConfigError(f"limits must name each pool once, got {pool_label(ident)} twice")
         seen.add(ident)
+        first = settings.setdefault(limit.name, limit)
+        if first != limit:
+            raise ConfigError(
+                f"limits name limit {limit.name!r} twice with other settings: {first!r} and "
+                f"{limit!r}"
+            )
     return items  # type: ignore[return-value]
 
 
