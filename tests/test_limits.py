@@ -510,3 +510,26 @@ async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock() -> Non
         outcome = await waiter.wait()
     assert outcome.kind is OutcomeKind.FAILED
     assert isinstance(outcome.error, DeadlockError)
+    assert "exports, which the current attempt of task 'x' already holds" in str(outcome.error)
+
+
+async def test_a_child_task_of_an_attempt_is_part_of_it_for_its_pools() -> None:
+    """Unlike a block's, an attempt's units cover the tasks it spawns (they are held until
+    the attempt physically exits): a child asking for one of them raises
+    ``DeadlockError``, naming the attempt that holds it, not the child."""
+
+    async def body(sup: Supervisor) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child, sup)
+
+    async def child(sup: Supervisor) -> None:
+        async with sup.limited(EXPORTS):
+            pass
+
+    async with open_supervisor() as sup:
+        waiter = await sup.add(TaskSpec.once("x", body, sup, limits=(EXPORTS,)))
+        outcome = await waiter.wait()
+    assert outcome.kind is OutcomeKind.FAILED
+    assert isinstance(outcome.error, ExceptionGroup)
+    [error] = outcome.error.exceptions
+    assert "exports, which the current attempt of task 'x' already holds" in str(error)

@@ -824,7 +824,7 @@ class Supervisor:
         Raises ``DeadlockError`` at once when it asks for a concurrency pool that the
         current attempt (or an enclosing ``limited`` block of the same trio task) of
         this supervisor already holds (work added and tasks spawned in a block hold
-        none of its units), ``ConfigError`` for a limit whose name this supervisor knows with other
+        none of its units; tasks an attempt spawns are part of it), ``ConfigError`` for a limit whose name this supervisor knows with other
         settings or a pool named twice, and ``SupervisorClosedError`` once the shutdown
         has begun (a block still waiting then raises it at once; one waiting in a
         supervised attempt is cancelled by the shutdown's stop instead, with its attempt).
@@ -846,19 +846,23 @@ class Supervisor:
         holder, blocks = _held_pools.get()
         if holder is not task:
             blocks = frozenset[tuple[object, PoolId]]()  # those of the task that spawned it
-        held = {ident for sup, ident in blocks if sup is self}
-        rec = current_task_context.get(None)
-        if rec is not None and rec.supervisor is self:
-            held.update(rec.policy.limits)
         concurrency = frozenset(
             ident for ident, pool in zip(idents, pools, strict=True) if is_concurrency(pool)
         )
-        again = sorted(pool_label(ident) for ident in concurrency.intersection(held))
-        if again:
-            raise DeadlockError(
-                f"limited() asks for {', '.join(again)}, which this task already holds: "
-                "it would wait for itself"
-            )
+        held: list[tuple[str, Iterable[PoolId]]] = [
+            ("this task", [ident for sup, ident in blocks if sup is self])
+        ]
+        rec = current_task_context.get(None)
+        if rec is not None and rec.supervisor is self:
+            # the attempt's units cover the tasks it spawns: held until it exits
+            held.insert(0, (f"the current attempt of task {rec.name!r}", rec.policy.limits))
+        for whose, idents_held in held:
+            again = sorted(pool_label(ident) for ident in concurrency.intersection(idents_held))
+            if again:
+                raise DeadlockError(
+                    f"limited() asks for {', '.join(again)}, which {whose} already holds: "
+                    "it would wait for itself"
+                )
         limits = tuple(pool_parts(pool)[0] for pool in pools)
         request = await units.hold(idents, limits)
         token = _held_pools.set((task, blocks | {(self, ident) for ident in concurrency}))
