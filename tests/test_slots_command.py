@@ -75,6 +75,27 @@ def test_an_instance_id_with_a_slash_is_kept_whole() -> None:
     assert view.slots[0].queue == (QueuedEntry("a/b:1:ff/7", "a/b:1:ff", True),)
 
 
+def test_names_with_digits_that_are_no_numbers_sort_and_show() -> None:
+    """A slot or an instance named with a character that is a digit but no decimal
+    number ("²"), or with a number of more digits than ``int`` reads, is sorted and
+    shown; numbers in any script's digits sort by value. Before, the sort key read "²"
+    as a number: ``int`` raised ValueError, and the command failed."""
+    huge = "9" * 5000
+    odd = "host²:1:ff"
+    view = assemble(
+        leases={"area:10²": (f"{odd}/1", "7", None, 900), f"t:{huge}": (f"{A}/2", "8", None, 900)},
+        queues={"t:\u0663": [f"{odd}/3"], "t:10": [f"{A}/4"], "t:02": [f"{A}/5"]},
+        heartbeats={odd: 900, A: 900, "host:²": 900},
+    )
+    assert [s.slot for s in view.slots] == ["area:10²", "t:02", "t:\u0663", "t:10", f"t:{huge}"]
+    assert [i.instance for i in view.instances] == [A, "host:²", odd]
+    lines = text(view, 120, 40)
+    assert [line.split()[0] for line in lines[3:8]] == [
+        "area:10²", "t:02", "t:\u0663", "t:10", "t:" + "9" * 17 + "…" + "9" * 20
+    ]  # fmt: skip
+    assert lines[3].split()[1] == "3/1"
+
+
 def test_json_document_has_the_three_lists() -> None:
     """``--json``: exactly ``slots``, ``instances`` and ``pools``, with every field."""
     document = json.loads(json.dumps(to_json(sample())))

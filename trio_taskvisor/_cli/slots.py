@@ -167,9 +167,24 @@ def _seconds(pttl_ms: int) -> float | None:
     return None if pttl_ms < 0 else pttl_ms / 1000
 
 
-def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
-    """A sort key that orders the numbers in names by value ("t:2" before "t:10")."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text))
+def _natural(text: str) -> tuple[tuple[int, tuple[int, str, str] | str], ...]:
+    """A sort key that orders the numbers in names by value ("t:2" before "t:10").
+
+    A number is a run of decimal digits as ``_DIGITS`` finds them (any script's: "٣"),
+    not what ``str.isdigit`` also takes ("²", which is no number ``int`` reads), and of
+    any length: its value is compared by its digits, not by ``int`` (which refuses more
+    than 4,300)."""
+    return tuple(
+        (0, _value(part)) if part.isdecimal() else (1, part) for part in _DIGITS.split(text)
+    )
+
+
+def _value(digits: str) -> tuple[int, str, str]:
+    """A run of decimal digits as a key that orders by value (then by the digits as
+    written: "01" after "1")."""
+    plain = digits if digits.isascii() else "".join(str(unicodedata.decimal(c)) for c in digits)
+    significant = plain.lstrip("0")
+    return len(significant), significant, digits
 
 
 _DIGITS: Final = re.compile(r"(\d+)")
