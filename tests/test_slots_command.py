@@ -96,6 +96,17 @@ def test_names_with_digits_that_are_no_numbers_sort_and_show() -> None:
     assert lines[3].split()[1] == "3/1"
 
 
+def test_numbers_the_server_does_not_keep_are_none() -> None:
+    """A fence token or a ``lease_ttl`` that is no integer the server keeps (text, a
+    number beyond 64 bits, of thousands of digits, in other digits than ASCII) is none.
+    Before, a token of 5,000 digits raised ValueError (``int``'s limit)."""
+    tokens = ["9" * 5000, "9" * 20, str(2**63), "\u0663", "x", str(2**63 - 1)]
+    leases = {f"s:{n}": (f"{A}/{n}", token, None, 900) for n, token in enumerate(tokens)}
+    view = assemble(leases, {}, {A: 900})
+    assert [s.fence_token for s in view.slots] == [None, None, None, None, None, 2**63 - 1]
+    assert [line.split()[2] for line in text(view)[3:9]] == ["-"] * 5 + [str(2**63 - 1)]
+
+
 def test_json_document_has_the_three_lists() -> None:
     """``--json``: exactly ``slots``, ``instances`` and ``pools``, with every field."""
     document = json.loads(json.dumps(to_json(sample())))

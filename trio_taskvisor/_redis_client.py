@@ -107,7 +107,7 @@ from ._keeper import (
     first_leaf,
     secrets_of,
 )
-from ._slotstore import instance_of
+from ._slotstore import instance_of, stored_integer
 
 
 class _RedisConnection:
@@ -1043,14 +1043,16 @@ def _heartbeats(
     lease_ttls: dict[str, int],
 ) -> None:
     """Take each instance's ``PTTL`` and ``GET`` of its heartbeat from ``replies``; an
-    instance whose heartbeat is gone (``PTTL`` -2) is left out."""
+    instance whose heartbeat is gone (``PTTL`` -2) is left out, a value that is no
+    ``lease_ttl`` (``stored_integer``) says nothing."""
     for instance in instances:
         pttl, held = int(next(replies)), next(replies)
         if pttl == -2:
             continue
         heartbeats[instance] = pttl
-        if isinstance(held, str) and held.isdecimal() and held != "1":
-            lease_ttls[instance] = int(held)
+        lease_ttl = stored_integer(held) if isinstance(held, str) else None
+        if lease_ttl is not None and held != "1":
+            lease_ttls[instance] = lease_ttl
 
 
 async def _read_pools(

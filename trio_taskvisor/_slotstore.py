@@ -87,6 +87,20 @@ def instance_of(text: str) -> str:
     return text.rpartition("/")[0]
 
 
+def stored_integer(text: str | None) -> int | None:
+    """Return ``text`` as the integer the server keeps (``INCR``'s range: ASCII digits,
+    below 2**63), or ``None`` for anything else: no text, no number, or a number out of
+    that range (written by something else, even of thousands of digits, which ``int``
+    refuses and a float cannot hold)."""
+    if text is None or len(text) > _INTEGER_DIGITS or not (text.isascii() and text.isdecimal()):
+        return None
+    value = int(text)
+    return value if value < 2**63 else None
+
+
+_INTEGER_DIGITS: Final = len(str(2**63 - 1))
+
+
 # -- observing --------------------------------------------------------------------------------
 
 

@@ -316,6 +316,33 @@ async def test_keys_that_are_not_utf8_or_of_another_kind_are_shown_or_skipped(
     assert slots.keys() == {"bin\udcff", "ours"}
 
 
+async def test_numbers_written_by_hand_beyond_the_servers_are_none(
+    redis_server: RedisServer, client: coredis.Redis[str], namespace: str
+) -> None:
+    """A fence token of 5,000 digits and heartbeats that hold 400 and 5,000 digits
+    (written by hand): shown as ``-`` (``null``), the rest as it is. Before, the token
+    and the 400 digits were a traceback (ValueError: ``int``'s limit; OverflowError),
+    the 5,000 digits of a heartbeat "could not be reached"."""
+    prefix = f"tv:{{{namespace}}}:"
+    await client.set(f"{prefix}hb:{A}", "60000", px=60_000)
+    await client.set(f"{prefix}hb:{B}", "9" * 400, px=60_000)
+    await client.set(f"{prefix}hb:{C}", "9" * 5000, px=60_000)
+    await client.hset(f"{prefix}lease:huge", {"entry": f"{A}/1", "token": "9" * 5000})
+    await client.pexpire(f"{prefix}lease:huge", 60_000)
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace)
+    assert (status, err) == (0, ""), err
+    assert re.search(r"^huge +1/1 +- +\d+\.\d s +-$", out, re.MULTILINE), out
+    for n, instance in enumerate((A, B, C), 1):
+        ttl = "60 s" if instance == A else "-"
+        assert re.search(rf"^{n} +{instance} +\d+\.\d s +{ttl} ", out, re.MULTILINE), out
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace, "--json")
+    assert (status, err) == (0, ""), err
+    document = json.loads(out)
+    assert document["slots"][0]["fence_token"] is None
+    ttls = {row["instance"]: row["lease_ttl"] for row in document["instances"]}
+    assert ttls == {A: 60.0, B: None, C: None}
+
+
 # -- when the store cannot be read ----------------------------------------------------------------
 
 

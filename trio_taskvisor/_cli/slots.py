@@ -33,7 +33,10 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   are not UTF-8 are read as surrogate escapes (shown ``\\xff``, in
   the JSON document as they are), keys of a kind this version does not write
   (``WRONGTYPE``) read as missing and are named under the title, and a fence token
-  that is no number is none. Before, either failed the whole read.
+  or a heartbeat's ``lease_ttl`` that is no number the server keeps (text, or a number
+  beyond 64 bits: ``stored_integer``) is none (``-``). Before, either failed the whole
+  read, or the command (a number of 400 digits overflowed a float, one of 5,000 is more
+  than ``int`` reads).
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
@@ -67,7 +70,7 @@ import attrs
 import trio
 
 from .. import ConfigError, SlotStoreUnavailableError
-from .._slotstore import instance_of
+from .._slotstore import instance_of, stored_integer
 from . import drop_stdout
 
 if TYPE_CHECKING:
@@ -204,7 +207,8 @@ def assemble(
     waiters, a rate pool's ms until a start) and ``lease_ttls`` (live instance: the
     ``lease_ttl`` in ms its heartbeat holds, if it says); ``skipped``: keys of another
     kind, read as missing. A lease without an entry (gone between the scan and the read)
-    is no lease; a fence token that is no number (written by something else) is none.
+    is no lease; a fence token that is no number the server keeps (written by something
+    else: text, or thousands of digits) is none.
     """
     ttls = lease_ttls or {}
     rows: list[PoolRow] = []
@@ -240,7 +244,7 @@ def assemble(
                 slot=slot,
                 holder=None if entry is None else instance_of(entry),
                 entry=entry,
-                fence_token=int(token) if token is not None and token.isdecimal() else None,
+                fence_token=stored_integer(token),
                 lease_remaining=None if entry is None else _seconds(pttl),
                 stop_requested_by=stop,
                 queue=queue,
@@ -321,7 +325,7 @@ Line = tuple[str, str]
 """One line of text and its kind: ``title``, ``error``, ``rule``, ``head``, ``row``, ``note``."""
 
 _LEASE_W: Final = 7
-_TOKEN_W: Final = 16
+_TOKEN_W: Final = 16  # the scripts' tokens: microseconds since 1970; a longer one widens it
 
 
 def _shown(text: str) -> str:
@@ -481,12 +485,14 @@ def render(
     holder_w = max([6, *map(_cells, holders)])
     if width is not None:
         slot_w = min(slot_w, 20 + max(0, width - 80) // 2)
-    fixed_w = slot_w + holder_w + _TOKEN_W + _LEASE_W + 8
+    tokens = ["-" if s.fence_token is None else str(s.fence_token) for s in view.slots]
+    token_w = max([_TOKEN_W, *map(len, tokens)])  # up to 19 digits, never cut
+    fixed_w = slot_w + holder_w + token_w + _LEASE_W + 8
     queue_w = 0 if width is None else max(8, width - fixed_w)
     slot_head = _row(
         ("SLOT", slot_w),
         ("HOLDER", holder_w),
-        ("FENCE TOKEN", _TOKEN_W),
+        ("FENCE TOKEN", token_w),
         ("LEASE", _LEASE_W),
         ("QUEUE (head first)", 0),
     )
@@ -496,13 +502,13 @@ def render(
             _row(
                 _name(slot, slot_w),
                 (holder, holder_w),
-                ("-" if s.fence_token is None else str(s.fence_token), _TOKEN_W),
+                (token, token_w),
                 (lease, _LEASE_W),
                 (queue, queue_w),
             ),
         )
-        for s, slot, holder, lease, queue in zip(
-            view.slots, slot_names, holders, leases, queues, strict=True
+        for slot, holder, token, lease, queue in zip(
+            slot_names, holders, tokens, leases, queues, strict=True
         )
     ]
 
