@@ -317,6 +317,19 @@ def test_skipped_keys_are_named_within_the_terminal() -> None:
     assert any(line.endswith(" more slots") for line in lines)
 
 
+def test_malformed_keys_are_named_on_a_line_of_their_own() -> None:
+    """Limit pools of settings this version does not write are named under the title,
+    after the keys of another kind, each line counted in the height; one key is "1 key"."""
+    full = many(60, 4)
+    view = ClusterView(full.slots, full.instances, (), ("tv:{ns}:q:x",), ("tv:{ns}:lp:\x1b",))
+    lines = text(view, 80, 24)
+    assert len(lines) == 24
+    assert lines[1:3] == [
+        "skipped 1 key of another kind: tv:{ns}:q:x",
+        "skipped 1 malformed key: tv:{ns}:lp:\\x1b",
+    ]
+
+
 def test_unbounded_text_cuts_nothing() -> None:
     """Printed once (no ``--watch``), names and queues are shown whole."""
     view = many(2, 30)

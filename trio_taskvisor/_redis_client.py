@@ -55,6 +55,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import ssl
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -83,6 +84,7 @@ from coredis.exceptions import (
     ProtocolError,
     ReadOnlyError,
     RedisClusterError,
+    RedisError,
     ResponseError,
     StalePrimaryError,
     UnknownCommandError,
@@ -889,6 +891,10 @@ class Namespace:
     skipped: list[str] = attrs.field(factory=list[str])
     """Keys of the namespace of another kind than this version writes (``WRONGTYPE``:
     written by something else), read as missing."""
+    malformed: list[str] = attrs.field(factory=list[str])
+    """Keys of the namespace of the kind this version writes but with values it does not
+    write (a limit pool's settings or ``tat``: written by something else), read as
+    missing."""
 
 
 @attrs.frozen
@@ -912,13 +918,18 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
     ``store.connect_timeout`` of silence: connecting and the handshake within it, then
     each wait for the server's bytes (so a large namespace takes as long as its replies
     take to read); raises ``SlotStoreUnavailableError`` naming the cause (chained) when
-    the server cannot be read.
+    the server cannot be read: what the server refused of "the read commands", or why it
+    could not be reached, or, once it answered, an error that is neither the client's
+    nor the server's as what the command "could not read" (never "could not be
+    reached").
     """
     error: Exception | None = None
+    connected = False
     try:
         async with open_client(store) as client:
             with trio.fail_after(store.connect_timeout):
                 wire = await open_wire(client, store)
+            connected = True
             try:
                 wire.silence = store.connect_timeout
                 wire.errors = "surrogateescape"  # names any process wrote, not UTF-8 too
@@ -936,10 +947,24 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
         raise SlotStoreUnavailableError(
             f"slot store {url} did not answer within {store.connect_timeout!r} s"
         )
-    what = _refusal(error, "the read commands", store)
+    if connected and not isinstance(error, _CLIENT_ERRORS):
+        what = "answered what the command could not read"
+    else:
+        what = _refusal(error, "the read commands", store)
     raise SlotStoreUnavailableError(
         f"slot store {url} {what}: {describe(error, secrets_of(store.url))}"
     ) from error
+
+
+_CLIENT_ERRORS = (
+    RedisError,
+    OSError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    trio.TooSlowError,
+)
+"""The errors of the client and the server (what they refused, a connection lost or
+silent); another error, once the server answered, is the reading's."""
 
 
 async def _ask(wire: _Wire, skipped: list[str], *commands: _Command) -> list[Any]:
@@ -1020,7 +1045,8 @@ async def _read(wire: _Wire, prefix: str) -> Namespace:
     heartbeats: dict[str, int] = {}
     lease_ttls: dict[str, int] = {}
     _heartbeats(instances, at, heartbeats, lease_ttls)
-    pools = await _read_pools(wire, prefix, keys, skipped)
+    malformed: list[str] = []
+    pools = await _read_pools(wire, prefix, keys, skipped, malformed)
     named = {instance_of(e) for q in queues.values() for e in q}
     named.update(instance_of(lease[0]) for lease in leases.values() if lease[0] is not None)
     # Instances that started after the scan: their heartbeat, read now.
@@ -1028,7 +1054,7 @@ async def _read(wire: _Wire, prefix: str) -> Namespace:
     if unknown:
         replies = await _ask(wire, skipped, *_heartbeat_reads(prefix, unknown))
         _heartbeats(unknown, iter(replies), heartbeats, lease_ttls)
-    return Namespace(leases, queues, heartbeats, pools, lease_ttls, sorted(set(skipped)))
+    return Namespace(leases, queues, heartbeats, pools, lease_ttls, sorted(set(skipped)), malformed)
 
 
 def _heartbeat_reads(prefix: str, instances: Iterable[str]) -> list[_Command]:
@@ -1056,11 +1082,13 @@ def _heartbeats(
 
 
 async def _read_pools(
-    wire: _Wire, prefix: str, keys: list[str], skipped: list[str]
+    wire: _Wire, prefix: str, keys: list[str], skipped: list[str], malformed: list[str]
 ) -> dict[str, PoolState]:
     """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lg:``, ``lw:``, ``lu:``): a holder
     or a waiter is live while its instance's units' key holds the generation it carries;
-    a pool's waiters are those of the groups (pool sets) in its ``lq:`` index."""
+    a pool's waiters are those of the groups (pool sets) in its ``lq:`` index. A pool
+    whose settings or ``tat`` are none this version writes (``_next_start_ms``) is left
+    out, its ``lp:`` key put into ``malformed``."""
     pool_ids = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "lp:")})
     if not pool_ids:
         return {}
@@ -1102,12 +1130,40 @@ async def _read_pools(
             continue
         holders = sorted(instance_of(h) for h, g in held.items() if gens.get(instance_of(h)) == g)
         waiting = sum(1 for w in line if gens.get(instance_of(w)) == waiter_gens.get(w))
-        next_ms = None
-        if spec.startswith("rate "):
-            _, rate, _, per, _, burst = spec.split(" ")
-            interval = float(per) * 1000 / int(rate)
-            known = float(tat) if tat is not None else -math.inf
-            capped = scripts.capped_tat(known, now_ms, int(burst), interval)
-            next_ms = max(0.0, capped - (int(burst) - 1) * interval - now_ms)
+        try:
+            next_ms = _next_start_ms(spec, tat, now_ms)
+        except ValueError:
+            malformed.append(f"{prefix}lp:{pid}")
+            continue
         pools[pid] = PoolState(spec, holders, waiting, next_ms)
     return pools
+
+
+def _next_start_ms(spec: str, tat: str | None, now_ms: float) -> float | None:
+    """A pool's ms until a start is allowed from its settings ``spec`` and ``tat`` (as
+    ``scripts.spec_text`` and the scripts write them), ``now_ms`` the server's time: a
+    rate pool's (0.0 if now), ``None`` for a concurrency pool. Raise ``ValueError`` for
+    settings or a ``tat`` this version does not write (no counts of units, a rate of 0,
+    a period or a ``tat`` that is no finite number)."""
+    if (match := _CONCURRENCY.fullmatch(spec)) is not None:
+        if stored_integer(match[1]) is None:
+            raise ValueError(f"no capacity in {spec!r}")
+        return None
+    if (match := _RATE.fullmatch(spec)) is None:
+        raise ValueError(f"no pool's settings: {spec!r}")
+    rate, burst, per = stored_integer(match[1]), stored_integer(match[3]), float(match[2])
+    if not rate or not burst or not math.isfinite(per) or per <= 0:
+        raise ValueError(f"no rate pool's settings: {spec!r}")
+    known = -math.inf if tat is None else float(tat)  # no tat: no start yet
+    if tat is not None and not math.isfinite(known):
+        raise ValueError(f"no time: {tat!r}")
+    interval = per * 1000 / rate
+    capped = scripts.capped_tat(known, now_ms, burst, interval)
+    next_ms = max(0.0, capped - (burst - 1) * interval - now_ms)
+    if not math.isfinite(next_ms):  # a period of 1e300 s, say
+        raise ValueError(f"no finite time until a start for {spec!r}")
+    return next_ms
+
+
+_CONCURRENCY = re.compile("concurrency ([1-9][0-9]*)")
+_RATE = re.compile("rate ([1-9][0-9]*) per ([0-9][0-9.e+-]*) burst ([1-9][0-9]*)")

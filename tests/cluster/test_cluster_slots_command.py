@@ -36,7 +36,14 @@ from cluster_helpers import Scripts, entry, gated, replica, tcp_server
 from redis_server import RedisServer, free_port, running_server
 from tmux import EXIT, tmux_server
 
-from trio_taskvisor import ConcurrencyLimit, ControllerSpec, EventKind, RateLimit
+from trio_taskvisor import (
+    ConcurrencyLimit,
+    ControllerSpec,
+    EventKind,
+    RateLimit,
+    SlotStoreUnavailableError,
+    _redis_client,
+)
 from trio_taskvisor._redis_client import read_namespace
 from trio_taskvisor.redis import RedisSlotStore
 
@@ -314,6 +321,69 @@ async def test_keys_that_are_not_utf8_or_of_another_kind_are_shown_or_skipped(
     slots = {row["slot"]: row for row in json.loads(out)["slots"]}
     assert slots["bin\udcff"]["fence_token"] == 7  # the bytes as surrogate escapes
     assert slots.keys() == {"bin\udcff", "ours"}
+
+
+MALFORMED_POOLS = {
+    "no-rate": ("rate garbage", None),
+    "rate-0": ("rate 0 per 60 burst 3", None),
+    "per-x": ("rate 10 per x burst 3", None),
+    "tat-xx": ("rate 10 per 60.0 burst 3", "xx"),
+    "tat-inf": ("rate 10 per 60.0 burst 3", "inf"),
+    "no-kind": ("\x1b[2Jwhat", None),
+}
+
+
+async def test_malformed_limit_pools_are_skipped_and_named(
+    redis_server: RedisServer, client: coredis.Redis[str], namespace: str
+) -> None:
+    """Limit pools written by hand with settings or a ``tat`` that this version does not
+    write are skipped and named under the title; the rest shows (a slot named "10²" too).
+    Before, any one of them failed the whole read as "could not be reached" (status 2;
+    under ``--watch``, UNAVAILABLE for as long as the pool stayed)."""
+    scripts = Scripts(client, RedisSlotStore(redis_server.url, namespace=namespace, lease_ttl=60.0))
+    await scripts.heartbeat(A)
+    await scripts.submit("area:10²", entry(A, 1))
+    prefix = f"tv:{{{namespace}}}:"
+    for name, (spec, tat) in MALFORMED_POOLS.items():
+        await client.hset(
+            f"{prefix}lp:{name}", {"spec": spec, **({} if tat is None else {"tat": tat})}
+        )
+    await client.hset(f"{prefix}lp:good", {"spec": "rate 10 per 60.0 burst 3", "tat": "1"})
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace)
+    assert (status, err) == (0, ""), err
+    lines = out.splitlines()
+    named = ", ".join(f"{prefix}lp:{name}" for name in sorted(MALFORMED_POOLS))
+    assert lines[1] == f"skipped {len(MALFORMED_POOLS)} malformed keys: {named}"
+    assert re.search(r"^area:10² +1/1 +\d{16} ", out, re.MULTILINE), out
+    assert re.search(r"^good +rate +0 +0 +0\.0 s$", out, re.MULTILINE), out
+    assert "limit pools: 1" in out
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace, "--json")
+    assert (status, err) == (0, ""), err
+    assert [pool["name"] for pool in json.loads(out)["pools"]] == ["good"]
+
+
+async def test_an_error_of_the_reading_is_not_an_unreachable_server(
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error that is neither the client's nor the server's, raised while the replies
+    are read (a fault of the reading, here put into it): "answered what the command
+    could not read", the error named. Before, it read "could not be reached"."""
+
+    def fault(*_: object) -> float:
+        raise KeyError("a fault of the reading")
+
+    monkeypatch.setattr(_redis_client, "_next_start_ms", fault)
+    await client.hset(f"tv:{{{namespace}}}:lp:pool", {"spec": "concurrency 1"})
+    store = RedisSlotStore(redis_server.url, namespace=namespace)
+    with pytest.raises(SlotStoreUnavailableError) as caught:
+        await read_namespace(store)
+    assert str(caught.value) == (
+        f"slot store {redis_server.url} answered what the command could not read: "
+        "KeyError: 'a fault of the reading'"
+    )
 
 
 async def test_numbers_written_by_hand_beyond_the_servers_are_none(

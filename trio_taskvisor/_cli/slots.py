@@ -30,13 +30,16 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   emoji takes two, a combining mark none), so that the columns stay in line and no
   line outgrows the terminal.
 * What something else wrote into the namespace does not stop the view: names that
-  are not UTF-8 are read as surrogate escapes (shown ``\\xff``, in
-  the JSON document as they are), keys of a kind this version does not write
-  (``WRONGTYPE``) read as missing and are named under the title, and a fence token
+  are not UTF-8 are read as surrogate escapes (shown ``\\xff``, in the JSON document as
+  they are); keys of a kind this version does not write (``WRONGTYPE``) read as
+  missing and are named under the title, and so are limit pools whose settings or
+  ``tat`` are none this version writes ("skipped 1 malformed key: ..."); a fence token
   or a heartbeat's ``lease_ttl`` that is no number the server keeps (text, or a number
-  beyond 64 bits: ``stored_integer``) is none (``-``). Before, either failed the whole
-  read, or the command (a number of 400 digits overflowed a float, one of 5,000 is more
-  than ``int`` reads).
+  beyond 64 bits: ``stored_integer``) is none (``-``). Before, each failed the whole
+  read ("could not be reached"), or the command (a number of 400 digits overflowed a
+  float, one of 5,000 is more than ``int`` reads). An error of the reading itself,
+  once the server answered, says so ("answered what the command could not read"),
+  never "could not be reached".
 * The URL and the namespace are checked exactly as ``RedisSlotStore`` checks them (a
   store is built from them), and only its redacted form (``safe_url``) is ever shown.
   When the store cannot be read (a bad URL, a server that is down or silent, refused
@@ -163,6 +166,9 @@ class ClusterView:
     skipped: tuple[str, ...] = ()
     """Keys of the namespace of a kind this version does not write (written by
     something else), read as missing (not in the JSON document, whose keys are fixed)."""
+    malformed: tuple[str, ...] = ()
+    """Keys of the namespace whose values this version does not write (a limit pool's
+    settings, written by something else), read as missing (not in the JSON document)."""
 
 
 def _seconds(pttl_ms: int) -> float | None:
@@ -200,15 +206,17 @@ def assemble(
     pools: Mapping[str, tuple[str, Sequence[str], int, float | None]] | None = None,
     lease_ttls: Mapping[str, int] | None = None,
     skipped: Sequence[str] = (),
+    malformed: Sequence[str] = (),
 ) -> ClusterView:
     """Build the view from what the server held: ``leases`` (slot: entry, token, stop,
     ``PTTL``), ``queues`` (slot: entries, head first), ``heartbeats`` (live instance:
     ``PTTL``), ``pools`` (pool id: settings, a live holder's instance per unit, live
     waiters, a rate pool's ms until a start) and ``lease_ttls`` (live instance: the
     ``lease_ttl`` in ms its heartbeat holds, if it says); ``skipped``: keys of another
-    kind, read as missing. A lease without an entry (gone between the scan and the read)
-    is no lease; a fence token that is no number the server keeps (written by something
-    else: text, or thousands of digits) is none.
+    kind, and ``malformed``: keys of values this version does not write, read as
+    missing. A lease without an entry (gone between the scan and the read) is no lease;
+    a fence token that is no number the server keeps (written by something else: text,
+    or thousands of digits) is none.
     """
     ttls = lease_ttls or {}
     rows: list[PoolRow] = []
@@ -268,7 +276,7 @@ def assemble(
         )
         for instance, pttl in sorted(heartbeats.items(), key=lambda item: _natural(item[0]))
     )
-    return ClusterView(tuple(slots), instances, tuple(rows), tuple(skipped))
+    return ClusterView(tuple(slots), instances, tuple(rows), tuple(skipped), tuple(malformed))
 
 
 def to_json(view: ClusterView) -> dict[str, Any]:
@@ -568,9 +576,9 @@ def render(
 
     budgets = (len(slot_rows), len(instance_rows), len(pool_rows))
     if height is not None:
-        # The title, the error and the skipped keys, three rules and three heads (or
+        # The title, the error and the skipped keys (two lines), three rules and three heads (or
         # "none") are always shown.
-        notes = (error is not None) + bool(view.skipped)
+        notes = (error is not None) + bool(view.skipped) + bool(view.malformed)
         budgets = _budgets(max(3, height - 7 - notes), *budgets)
     held = sum(s.holder is not None for s in view.slots)
     queued = sum(len(s.queue) for s in view.slots)
@@ -601,9 +609,10 @@ def render(
     lines: list[Line] = [("title", title)]
     if error is not None:
         lines.append(("error", _shown(error)))
-    if view.skipped:
-        keys = ", ".join(map(_shown, view.skipped))
-        lines.append(("error", f"skipped {len(view.skipped)} keys of another kind: {keys}"))
+    for keys, kind in ((view.skipped, "{} of another kind"), (view.malformed, "malformed {}")):
+        if keys:
+            what = kind.format("key" if len(keys) == 1 else "keys")
+            lines.append(("error", f"skipped {len(keys)} {what}: {', '.join(map(_shown, keys))}"))
     sections = (
         (slot_rule, slot_head, slot_rows),
         (instance_rule, instance_head, instance_rows),
@@ -651,6 +660,7 @@ async def read_cluster(store: RedisSlotStore) -> ClusterView:
         pools,
         namespace.lease_ttls,
         namespace.skipped,
+        namespace.malformed,
     )
 
 
