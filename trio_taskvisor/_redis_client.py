@@ -918,9 +918,10 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
     ``store.connect_timeout`` of silence: connecting and the handshake within it, then
     each wait for the server's bytes (so a large namespace takes as long as its replies
     take to read); raises ``SlotStoreUnavailableError`` naming the cause (chained) when
-    the server cannot be read: what the server refused of "the read commands", or why it
-    could not be reached, or, once it answered, an error that is neither the client's
-    nor the server's as what the command "could not read" (never "could not be
+    the server cannot be read: as ``open_supervisor`` names it while connecting ("the
+    connection": "did not complete the TLS handshake in time" too), then what the server
+    refused of "the read commands", or, once it answered, an error that is neither the
+    client's nor the server's as what the command "could not read" (never "could not be
     reached").
     """
     error: Exception | None = None
@@ -950,7 +951,9 @@ async def read_namespace(store: RedisSlotStore) -> Namespace:
     if connected and not isinstance(error, _CLIENT_ERRORS):
         what = "answered what the command could not read"
     else:
-        what = _refusal(error, "the read commands", store)
+        # Before the handshake completed, the connection failed: named as the keeper
+        # names it (a TLS handshake a plain server does not answer, say).
+        what = _refusal(error, "the read commands" if connected else "the connection", store)
     raise SlotStoreUnavailableError(
         f"slot store {url} {what}: {describe(error, secrets_of(store.url))}"
     ) from error

@@ -449,6 +449,19 @@ async def test_a_server_of_another_protocol_exits_2() -> None:
     ), err
 
 
+async def test_tls_to_a_plain_server_is_named(redis_server: RedisServer) -> None:
+    """``rediss://`` to a server without TLS: named as ``open_supervisor`` names it, "did
+    not complete the TLS handshake in time (does the server speak TLS?)", status 2.
+    Before, it read "could not be reached"."""
+    url = f"rediss://127.0.0.1:{redis_server.port}/0"
+    status, out, err = await slots_command(url)
+    assert (status, out) == (2, "")
+    assert err.startswith(
+        f"error: slot store {url} did not complete the TLS handshake in time (does the"
+        " server speak TLS?): ConnectionError: "
+    ), err
+
+
 async def test_a_slow_read_is_bounded_by_silence_not_by_its_length() -> None:
     """The read waits ``connect_timeout`` for each of the server's bytes, not for the
     whole read: a server that sends its reply to ``SCAN`` a byte at a time, 0.1 s apart
