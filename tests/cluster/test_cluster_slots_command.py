@@ -44,6 +44,7 @@ from trio_taskvisor import (
     SlotStoreUnavailableError,
     _redis_client,
 )
+from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._redis_client import read_namespace
 from trio_taskvisor.redis import RedisSlotStore
 
@@ -79,6 +80,8 @@ def without_times(out: str) -> dict[str, Any]:
         del row["lease_remaining"]
     for row in document["instances"]:
         del row["heartbeat_remaining"]
+    for row in document["pools"]:
+        del row["next_start_in"]
     return document
 
 
@@ -235,20 +238,40 @@ async def test_it_writes_nothing(quiet_server: RedisServer, namespace: str) -> N
     assert (instances[A]["lease_ttl"], instances[B]["lease_ttl"]) == (60.0, None)
 
 
+def documented_acl() -> list[str]:
+    """The rules of the ACL user that the how-to recommends for the command."""
+    text = (ROOT / "docs" / "howto-replicas.md").read_text()
+    (line,) = re.findall(r"^ACL SETUSER ops (.*)$", text, re.MULTILINE)
+    return line.split()
+
+
 async def test_a_user_who_may_only_read_can_run_it(
     quiet_server: RedisServer, namespace: str
 ) -> None:
-    """An ACL user with read commands (and MULTI/EXEC) only: the same document."""
+    """An ACL user with the rules the how-to recommends (read commands, ``MULTI``/
+    ``EXEC``, ``TIME``): the same document, of a namespace with limit pools. Before, the
+    rules lacked ``TIME``, which the read of limit pools sends: "refused the read
+    commands to this user"."""
     store = RedisSlotStore(quiet_server.url, namespace=namespace, lease_ttl=60.0)
     async with coredis.Redis.from_url(quiet_server.url, decode_responses=True) as client:
         await fill(client, store)
-        rules = ("on", f">{PASSWORD}", "~*", "&*", "-@all", "+@read", "+@connection")
-        await client.acl_setuser(USER, *rules, "+multi", "+exec")
+        rate = scripts.spec_text("rate", 0, 1, 60.0, 1)
+        pools = [("exports acme", "concurrency 2"), ("partner", rate)]
+        acquire = scripts.limit_acquire_args(A, entry(A, 9), pools)
+        await Scripts(client, store).call(scripts.LIMIT_ACQUIRE, *acquire)
+        rules = documented_acl()
+        assert rules[:2] == ["on", ">secret"]
+        await client.acl_setuser(USER, "on", f">{PASSWORD}", *rules[2:])
         reader = f"redis://{USER}:{PASSWORD}@127.0.0.1:{quiet_server.port}/0"
         as_reader = await slots_command(reader, "--namespace", namespace, "--json")
         as_default = await slots_command(quiet_server.url, "--namespace", namespace, "--json")
     assert as_reader[0] == 0, as_reader[2]
     assert without_times(as_reader[1]) == without_times(as_default[1])
+    pools_read = json.loads(as_reader[1])["pools"]
+    assert [(p["name"], p["key"], p["held"]) for p in pools_read] == [
+        ("exports", "acme", 1),
+        ("partner", None, 0),
+    ]
 
 
 async def test_a_user_who_may_not_run_a_read_command_is_told_so(

@@ -21,7 +21,9 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   pools, one ``MULTI``/``EXEC`` of ``TIME``, ``HMGET``, ``HGETALL`` and ``ZRANGE``, then
   ``GET`` and ``HGET`` of the generations that tell live holders and waiters from dead
   ones. It never writes, loads no script and sets no client name: a user with read
-  permissions (and ``MULTI``/``EXEC``) is enough.
+  permissions (and ``MULTI``/``EXEC``, and ``TIME``, which is in ``@fast``, not in
+  ``@read``) is enough: ``docs/howto-replicas.md`` gives the ACL rules, and a test runs
+  the command as a user of exactly those.
 * Names (slots, instances, tasks, pools, keys) come from the server, written by any
   process that reaches it: the text shows each character that does not print (a line
   break, a tab, a terminal's escape) as ``repr`` does (``_shown``), so that no name
