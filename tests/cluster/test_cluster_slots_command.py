@@ -472,6 +472,20 @@ async def test_a_server_of_another_protocol_exits_2() -> None:
     ), err
 
 
+async def test_a_servers_error_text_does_not_drive_the_terminal() -> None:
+    """A server whose error reply holds a terminal's escapes and a bell: the line on
+    stderr shows them escaped, as the watch shows the cause. Before, they reached the
+    terminal as they were."""
+    async with tcp_server(b"-ERR \x1b[31mred\x1b[0m and \x07bell\r\n") as port:
+        url = f"redis://127.0.0.1:{port}/0"
+        status, out, err = await slots_command(url)
+    assert (status, out) == (2, "")
+    assert err == (
+        f"error: slot store {url} refused the connection: "
+        "ResponseError: \\x1b[31mred\\x1b[0m and \\x07bell\n"
+    ), err
+
+
 async def test_tls_to_a_plain_server_is_named(redis_server: RedisServer) -> None:
     """``rediss://`` to a server without TLS: named as ``open_supervisor`` names it, "did
     not complete the TLS handshake in time (does the server speak TLS?)", status 2.

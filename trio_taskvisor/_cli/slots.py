@@ -47,7 +47,9 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   When the store cannot be read (a bad URL, a server that is down or silent, refused
   credentials, ...) it prints one line on stderr naming the cause, as
   ``SlotStoreUnavailableError`` does, and exits with status 2; also without coredis
-  (the ``redis`` extra).
+  (the ``redis`` extra). That line quotes what the server answered (an error reply's
+  text, the first bytes of another protocol): it is shown as names are (``_shown``),
+  as the watch's line of the cause is, so that no server drives the terminal.
 
 The keys it reads (prefix ``tv:{<namespace>}:``): ``lease:<slot>`` (a hash: ``entry``,
 ``token``, ``stop``; its expiry is the lease's), ``q:<slot>`` (a list of entries, head
@@ -814,7 +816,7 @@ def main(
     try:
         store = RedisSlotStore(url, namespace=namespace)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_shown(str(exc))}", file=sys.stderr)
         return 2
     live = watch and not as_json and sys.stdout.isatty() and _live_available()
     try:
@@ -826,7 +828,8 @@ def main(
                 raise KeyboardInterrupt from None
             raise
     except SlotStoreUnavailableError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # Its cause may quote the server's error text: shown as names are.
+        print(f"error: {_shown(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if not watch:
