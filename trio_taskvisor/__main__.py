@@ -29,8 +29,8 @@ The exit status is 0 when the run ends as designed (the demo's and the tour's st
 task overrunning the grace window is part of the design), and ``128 + signal`` when a
 signal ended it, as services do: 130 after a Ctrl+C (a first, graceful one in the demo,
 or a second that forced its shutdown, or one that interrupted the tour), 143 after a
-SIGTERM to the demo. ``slots`` exits with 0 (Ctrl+C ends ``--watch`` with 0 too), or
-with 2 and a one-line error on stderr when the store cannot be read.
+SIGTERM to the demo. ``slots`` exits with 0 (Ctrl+C or SIGTERM ends ``--watch`` with 0
+too), or with 2 and a one-line error on stderr when the store cannot be read.
 """
 
 from __future__ import annotations

@@ -15,16 +15,21 @@ fail and say so, rather than passing without having looked.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
+import pty
 import re
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -678,6 +683,66 @@ def test_ctrl_c_ends_the_watch_with_0(panes: dict[str, Pane], name: str) -> None
     assert "Traceback" not in pane.final, pane.final
     assert "^C" not in pane.final, pane.final
     assert "limit pools: 0" in pane.final
+
+
+@attrs.define
+class PtyRun:
+    """What ``slots --watch`` wrote to a pseudo-terminal, how it ended, and the
+    terminal's echo after it ended."""
+
+    output: bytes
+    status: int
+    echo: bool
+
+
+def watch_in_a_pty(url: str, namespace: str, term: str, end: Callable[[int], None]) -> PtyRun:
+    """Run ``slots URL --watch`` on a pseudo-terminal of 80x24 (``TERM=term``) until its
+    first frame shows, then ``end(pid)``; read until it exits."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    args = [sys.executable, "-m", "trio_taskvisor", "slots", url, "--namespace", namespace]
+    env = {**ENV, "TERM": term, "LINES": "24", "COLUMNS": "80"}
+    process = subprocess.Popen(
+        [*args, "--watch"], stdin=terminal, stdout=terminal, stderr=terminal, env=env, cwd=ROOT
+    )
+    output, ended = b"", False
+    deadline = time.monotonic() + WATCH_TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 0.1)
+            if ready:
+                try:
+                    output += os.read(controller, 65536)
+                except OSError:  # the terminal's other end closed (Linux: EIO)
+                    break
+            if not ended and b"limit pools: 0" in output:
+                end(process.pid)
+                ended = True
+            if ended and process.poll() is not None and not ready:
+                break
+        status = process.wait(timeout=WATCH_TIMEOUT)
+        echo = bool(termios.tcgetattr(terminal)[3] & termios.ECHO)
+    finally:
+        process.kill()
+        process.wait()
+        os.close(controller)
+        os.close(terminal)
+    assert ended, f"the watch never showed its frame:\n{output.decode(errors='replace')}"
+    return PtyRun(output, status, echo)
+
+
+def test_sigterm_ends_the_watch_as_ctrl_c_does(redis_server: RedisServer, namespace: str) -> None:
+    """SIGTERM (``timeout``, a pane closed) ends ``--watch`` with status 0, the
+    terminal's echo on again and its cursor shown, as Ctrl+C does. Before, the signal
+    ended the process at once (status -15): the terminal was left without echo and
+    without a cursor."""
+    run = watch_in_a_pty(
+        redis_server.url, namespace, "xterm", lambda pid: os.kill(pid, signal.SIGTERM)
+    )
+    assert (run.status, run.echo) == (0, True), run.output.decode(errors="replace")
+    assert b"Traceback" not in run.output
+    hidden = run.output.rindex(b"\x1b[?25l")  # rich hides the cursor while it draws
+    assert b"\x1b[?25h" in run.output[hidden:]  # and shows it again
 
 
 async def test_json_shows_limit_pools_with_their_holders_and_waiters(

@@ -9,11 +9,16 @@ units held and by whom, live waiters, and a rate pool's time until its next star
 * By default one snapshot is printed as text; ``--json`` prints it as one JSON document
   (``to_json``: top-level keys ``slots``, ``instances``, ``pools``); ``--watch`` redraws
   it every ``REFRESH`` seconds (or, after a read that took long, ``PACE`` times that
-  read's time) until Ctrl+C (exit status 0), live with ``rich`` when it is installed and
-  stdout is a terminal (fitted to the terminal: 80x24 and up), else by clearing the
-  screen and printing again (into a pipe: frame after frame, whole). While watching, a
-  failed read leaves the last view (its title says when it was read) with the cause under
-  the title, and the next refresh tries again.
+  read's time) until Ctrl+C, live with ``rich`` when it is installed and stdout is a
+  terminal (fitted to the terminal: 80x24 and up), else by clearing the screen and
+  printing again (into a pipe: frame after frame, whole). While watching, a failed read
+  leaves the last view (its title says when it was read) with the cause under the
+  title, and the next refresh tries again.
+* Ctrl+C ends the watch with exit status 0, and so does SIGTERM (``timeout``, a
+  terminal multiplexer closing a pane): both leave the terminal as they found it (its
+  echo on, rich's cursor shown). A watch is no service that a signal stopped, whose
+  status says so (the demo's 130 and 143): it is an operator's view, and ending it is
+  how it ends.
 * It reads with plain commands only: ``SCAN`` for the namespace's keys, then one
   ``MULTI``/``EXEC`` of ``HMGET``, ``PTTL``, ``LRANGE`` and ``GET`` (one consistent
   snapshot of the leases, queues and heartbeats it found), and ``PTTL`` and ``GET`` of
@@ -67,6 +72,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import sys
 import time
 import unicodedata
@@ -777,7 +783,8 @@ async def _watch_plain(watch: _Watch) -> None:
 
 
 async def run(store: RedisSlotStore, *, watch: bool, as_json: bool, live: bool) -> None:
-    """Print one snapshot (text or JSON), or watch until cancelled (``live``: with rich).
+    """Print one snapshot (text or JSON), or watch until cancelled or SIGTERM (``live``:
+    with rich).
 
     The first read's ``SlotStoreUnavailableError`` propagates, watching or not.
     """
@@ -787,10 +794,23 @@ async def run(store: RedisSlotStore, *, watch: bool, as_json: bool, live: bool) 
         print(json.dumps(to_json(view), indent=2))
     elif not watch:
         print(_text_of(render(view, title=_title(store, read_at))))
-    elif live:
-        await _watch_rich(_Watch(store, view, read_at))
     else:
-        await _watch_plain(_Watch(store, view, read_at))
+        draw = _watch_rich if live else _watch_plain
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_end_on_sigterm, nursery.cancel_scope)
+            await draw(_Watch(store, view, read_at))
+
+
+async def _end_on_sigterm(
+    scope: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Cancel ``scope`` (the watch) at the first SIGTERM: the watch ends as at Ctrl+C,
+    its terminal restored (by default SIGTERM ended the process at once, its echo off)."""
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            scope.cancel(reason="SIGTERM ends the watch")
+            return
 
 
 def _live_available() -> bool:
@@ -806,7 +826,7 @@ def main(
 ) -> int:
     """Run the command; the exit status: 0, or 2 after a one-line error on stderr.
 
-    Ctrl+C ends ``--watch`` with status 0 (watching ends no other way).
+    Ctrl+C or SIGTERM ends ``--watch`` with status 0 (watching ends no other way).
     """
     try:
         from ..redis import RedisSlotStore
