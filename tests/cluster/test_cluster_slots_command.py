@@ -720,7 +720,7 @@ def watch_in_a_pty(url: str, namespace: str, term: str, end: Callable[[int], Non
                 ended = True
             if ended and process.poll() is not None and not ready:
                 break
-        status = process.wait(timeout=WATCH_TIMEOUT)
+        status = process.wait(timeout=WATCH_TIMEOUT) if ended else -1  # -1: never shown
         echo = bool(termios.tcgetattr(terminal)[3] & termios.ECHO)
     finally:
         process.kill()
@@ -743,6 +743,27 @@ def test_sigterm_ends_the_watch_as_ctrl_c_does(redis_server: RedisServer, namesp
     assert b"Traceback" not in run.output
     hidden = run.output.rindex(b"\x1b[?25l")  # rich hides the cursor while it draws
     assert b"\x1b[?25h" in run.output[hidden:]  # and shows it again
+
+
+def test_a_dumb_terminal_gets_frame_after_frame_without_escapes(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """``TERM=dumb`` (a terminal without cursor control): frames that show, fitted to
+    the terminal, one after another, and not one escape. Before, rich's live view drew
+    nothing there: a blank screen until Ctrl+C."""
+    run = watch_in_a_pty(
+        redis_server.url, namespace, "dumb", lambda pid: os.kill(pid, signal.SIGTERM)
+    )
+    text = run.output.decode()
+    assert run.status == 0, text
+    assert "\x1b" not in text
+    frames = [frame for frame in text.split("\r\n\r\n") if "limit pools: 0" in frame]
+    assert frames, text
+    lines = frames[0].strip("\r\n").split("\r\n")
+    assert lines[0].startswith(f"slots of '{namespace}' at ")
+    assert lines[0].endswith("Ctrl+C: quit")
+    assert len(lines) < 24, lines
+    assert all(len(line) <= 80 for line in lines), lines
 
 
 async def test_json_shows_limit_pools_with_their_holders_and_waiters(

@@ -14,6 +14,10 @@ units held and by whom, live waiters, and a rate pool's time until its next star
   printing again (into a pipe: frame after frame, whole). While watching, a failed read
   leaves the last view (its title says when it was read) with the cause under the
   title, and the next refresh tries again.
+* A terminal without cursor control (``TERM=dumb``, or ``unknown``: Emacs's shell, some
+  CI logs) gets neither: rich's live view draws nothing there (a blank screen until
+  Ctrl+C), and clearing the screen takes escapes it does not know. It gets frame after
+  frame, each fitted to its size, a blank line between them, and no escape at all.
 * Ctrl+C ends the watch with exit status 0, and so does SIGTERM (``timeout``, a
   terminal multiplexer closing a pane): both leave the terminal as they found it (its
   echo on, rich's cursor shown). A watch is no service that a signal stopped, whose
@@ -70,6 +74,7 @@ functions (``render``), so both are tested without a server.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -769,13 +774,16 @@ async def _watch_plain(watch: _Watch) -> None:
     from .demo import no_echo
 
     terminal = sys.stdout.isatty()
+    redraw = terminal and not _dumb_terminal()
     with no_echo():
         while True:
             if terminal:
                 size = shutil.get_terminal_size()
-                # Home and clear the screen, then the frame: a plain redraw.
                 text = _text_of(watch.lines(size.columns, size.lines - 1))
-                print("\x1b[H\x1b[2J" + text, flush=True)
+                if redraw:  # home and clear the screen, then the frame: a plain redraw
+                    print("\x1b[H\x1b[2J" + text, flush=True)
+                else:  # no cursor control: frame after frame, a blank line between
+                    print(text + "\n", flush=True)
             else:
                 print(_text_of(watch.lines(None, None)) + "\n", flush=True)
             await trio.sleep(watch.pause)
@@ -813,6 +821,13 @@ async def _end_on_sigterm(
             return
 
 
+def _dumb_terminal() -> bool:
+    """Whether ``TERM`` names a terminal without cursor control, as rich tells one
+    (``dumb``: Emacs's shell, some CI logs; ``unknown``), where its live view draws
+    nothing."""
+    return os.environ.get("TERM", "").lower() in ("dumb", "unknown")
+
+
 def _live_available() -> bool:
     try:
         import rich  # noqa: F401  # pyright: ignore[reportUnusedImport]
@@ -838,7 +853,8 @@ def main(
     except ConfigError as exc:
         print(f"error: {_shown(str(exc))}", file=sys.stderr)
         return 2
-    live = watch and not as_json and sys.stdout.isatty() and _live_available()
+    live = watch and not as_json and sys.stdout.isatty() and not _dumb_terminal()
+    live = live and _live_available()
     try:
         try:
             trio.run(lambda: run(store, watch=watch, as_json=as_json, live=live))
