@@ -1057,6 +1057,10 @@ async def _read(wire: _Wire, prefix: str) -> Namespace:
     if unknown:
         replies = await _ask(wire, skipped, *_heartbeat_reads(prefix, unknown))
         _heartbeats(unknown, iter(replies), heartbeats, lease_ttls)
+    for key in skipped:  # a heartbeat of another kind is none (its PTTL said it exists)
+        if key.startswith(prefix + "hb:"):
+            heartbeats.pop(key[len(prefix) + 3 :], None)
+            lease_ttls.pop(key[len(prefix) + 3 :], None)
     return Namespace(leases, queues, heartbeats, pools, lease_ttls, sorted(set(skipped)), malformed)
 
 

@@ -351,6 +351,26 @@ async def test_keys_that_are_not_utf8_or_of_another_kind_are_shown_or_skipped(
     assert slots.keys() == {"bin\udcff", "ours"}
 
 
+async def test_a_heartbeat_of_another_kind_is_no_live_instance(
+    redis_server: RedisServer, client: coredis.Redis[str], namespace: str
+) -> None:
+    """A heartbeat key that is a hash (written by something else): skipped and named,
+    and its instance reads as one without a heartbeat (its queued entry is not live).
+    Before, it was both skipped and shown as a live instance (its ``PTTL`` says the key
+    exists)."""
+    prefix = f"tv:{{{namespace}}}:"
+    await client.hset(f"{prefix}hb:{B}", {"not": "a heartbeat"})
+    await client.rpush(f"{prefix}q:s", [entry(B, 1)])
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace, "--json")
+    assert (status, err) == (0, ""), err
+    document = json.loads(out)
+    assert document["instances"] == []
+    assert document["slots"][0]["queue"] == [{"entry": entry(B, 1), "instance": B, "live": False}]
+    status, out, err = await slots_command(redis_server.url, "--namespace", namespace)
+    assert out.splitlines()[1] == f"skipped 1 key of another kind: {prefix}hb:{B}"
+    assert "instances: 0 live, 1 gone (named by slots)" in out
+
+
 MALFORMED_POOLS = {
     "no-rate": ("rate garbage", None),
     "rate-0": ("rate 0 per 60 burst 3", None),
