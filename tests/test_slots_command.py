@@ -149,6 +149,27 @@ def test_json_pools_have_their_fields() -> None:
     ]
 
 
+def test_json_times_that_are_no_finite_number_are_null() -> None:
+    """A time that is no finite number is ``null``: the document is standard JSON,
+    which no ``Infinity`` or ``NaN`` is (``json.dumps`` writes them by default)."""
+    inf, nan = float("inf"), float("nan")
+    slot = SlotRow("s", A, f"{A}/1", 1, inf, None, ())
+    instance = InstanceRow(A, nan, ("s",), 0, 0, lease_ttl=inf)
+    pool = PoolRow("p", None, "rate", 0, (), 0, inf)
+    document = to_json(ClusterView((slot,), (instance,), (pool,)))
+
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"not JSON: {constant}")
+
+    strict = json.loads(json.dumps(document, allow_nan=False), parse_constant=refuse)
+    assert strict["slots"][0]["lease_remaining"] is None
+    assert (strict["instances"][0]["heartbeat_remaining"], strict["instances"][0]["lease_ttl"]) == (
+        None,
+        None,
+    )
+    assert strict["pools"][0]["next_start_in"] is None
+
+
 def text(view: ClusterView, width: int | None = None, height: int | None = None) -> list[str]:
     return [line for _, line in render(view, title="TITLE", width=width, height=height)]
 

@@ -74,6 +74,7 @@ functions (``render``), so both are tested without a server.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -295,7 +296,9 @@ def assemble(
 
 
 def to_json(view: ClusterView) -> dict[str, Any]:
-    """The view as one JSON-ready document: ``slots``, ``instances``, ``pools``."""
+    """The view as one JSON-ready document: ``slots``, ``instances``, ``pools``; a time
+    that is no finite number (a view built by hand) is ``None``, so the document is
+    JSON as its standard has it (no ``Infinity``, no ``NaN``)."""
     return {
         "slots": [
             {
@@ -303,7 +306,7 @@ def to_json(view: ClusterView) -> dict[str, Any]:
                 "holder": s.holder,
                 "entry": s.entry,
                 "fence_token": s.fence_token,
-                "lease_remaining": s.lease_remaining,
+                "lease_remaining": _finite(s.lease_remaining),
                 "stop_requested_by": s.stop_requested_by,
                 "queue": [
                     {"entry": q.entry, "instance": q.instance, "live": q.live} for q in s.queue
@@ -314,11 +317,11 @@ def to_json(view: ClusterView) -> dict[str, Any]:
         "instances": [
             {
                 "instance": i.instance,
-                "heartbeat_remaining": i.heartbeat_remaining,
+                "heartbeat_remaining": _finite(i.heartbeat_remaining),
                 "slots_owned": list(i.slots_owned),
                 "queued": i.queued,
                 "units_held": i.units_held,
-                "lease_ttl": i.lease_ttl,
+                "lease_ttl": _finite(i.lease_ttl),
             }
             for i in view.instances
         ],
@@ -330,11 +333,15 @@ def to_json(view: ClusterView) -> dict[str, Any]:
                 "held": p.held,
                 "holders": dict(p.holders),
                 "waiting": p.waiting,
-                "next_start_in": p.next_start_in,
+                "next_start_in": _finite(p.next_start_in),
             }
             for p in view.pools
         ],
     }
+
+
+def _finite(seconds: float | None) -> float | None:
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 # -- the text ----------------------------------------------------------------------------------
@@ -799,7 +806,7 @@ async def run(store: RedisSlotStore, *, watch: bool, as_json: bool, live: bool) 
     view = await read_cluster(store)
     read_at = time.time()
     if as_json:
-        print(json.dumps(to_json(view), indent=2))
+        print(json.dumps(to_json(view), indent=2, allow_nan=False))
     elif not watch:
         print(_text_of(render(view, title=_title(store, read_at))))
     else:
