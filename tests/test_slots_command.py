@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import trio
@@ -349,6 +350,19 @@ def test_malformed_keys_are_named_on_a_line_of_their_own() -> None:
         "skipped 1 key of another kind: tv:{ns}:q:x",
         "skipped 1 malformed key: tv:{ns}:lp:\\x1b",
     ]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_watchs_title_keeps_the_time_of_its_read(width: int) -> None:
+    """A long namespace and URL are cut in the watch's title before the time of the
+    read, which says how old the view is while reads fail. Before, the time went first."""
+    store = RedisSlotStore("redis://a-long-host-name.example.internal:6379/0", namespace="n" * 60)
+    watch = slots._Watch(store, ClusterView((), ()), read_at=0.0)
+    _, title = watch.lines(width, 24)[0]
+    stamp = time.strftime("%H:%M:%S", time.localtime(0.0))
+    assert title.endswith(f"…  read at {stamp}  Ctrl+C: quit"), title
+    assert title.startswith("slots of 'nnnn")
+    assert slots._cells(title) <= width
 
 
 def test_unbounded_text_cuts_nothing() -> None:

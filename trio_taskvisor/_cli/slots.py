@@ -689,10 +689,16 @@ async def read_cluster(store: RedisSlotStore) -> ClusterView:
 # -- showing ---------------------------------------------------------------------------------------
 
 
-def _title(store: RedisSlotStore, read_at: float) -> str:
-    """What is shown, and when it was read (wall clock, local time)."""
+def _title(store: RedisSlotStore, read_at: float, cells: int | None = None) -> str:
+    """What is shown, and when it was read (wall clock, local time), in at most
+    ``cells`` columns (``None``: unbounded): a long namespace or URL is cut before the
+    time is, which tells how old the view is when a read fails."""
     stamp = time.strftime("%H:%M:%S", time.localtime(read_at))
-    return f"slots of {store.namespace!r} at {store.safe_url}  read at {stamp}"
+    what = _shown(f"slots of {store.namespace!r} at {store.safe_url}")
+    read = f"  read at {stamp}"
+    if cells is not None:
+        what = _cut(what, max(0, cells - len(read)))
+    return what + read
 
 
 def _text_of(lines: Iterable[Line]) -> str:
@@ -755,7 +761,8 @@ class _Watch:
             self.pause = max(REFRESH, PACE * (trio.current_time() - started))
 
     def lines(self, width: int | None, height: int | None) -> list[Line]:
-        title = _title(self.store, self.read_at)
+        room = None if width is None else width - _cells(_HINT) - 2  # as render leaves it
+        title = _title(self.store, self.read_at, room)
         return render(
             self.view, title=title, hint=_HINT, error=self.error, width=width, height=height
         )
