@@ -45,7 +45,8 @@ from trio_taskvisor._pools import PERMIT, PoolTable
         (lambda: ConcurrencyLimit("a", 2**53 + 1), ConfigError, "capacity must be at most 2**53"),
         (lambda: RateLimit("a", 10**400), ConfigError, "rate must be at most 2**53"),
         (lambda: RateLimit("a", 1, burst=10**5000), ConfigError, "got an int of 16610 bits"),
-        (lambda: RateLimit("a", 1, per=1e308), ConfigError, "per must be at most 1e9"),
+        (lambda: RateLimit("a", 1, per=1e308, burst=10), ConfigError, "got inf s"),
+        (lambda: RateLimit("a", 1, per=1e308), ConfigError, "span of a full burst) must be"),
         (lambda: RateLimit("a", 1, per=10**400), ConfigError, "per must be finite and > 0"),
         (lambda: ConcurrencyLimit("a", 1).key(""), ConfigError, "limit key must be non-empty"),
         (lambda: ConcurrencyLimit("a", 1).key("}"), ConfigError, "limit key must be non-empty"),
@@ -73,8 +74,11 @@ def test_the_largest_limit_values_keep_the_rate_maths_finite() -> None:
     assert most.interval == 1e9 / 2**53
     tat = gcra_start(gcra_start(-math.inf, 0.0, most.interval), 0.0, most.interval)
     assert math.isfinite(gcra_allowed_at(tat, most.interval, most.burst))
-    slow = RateLimit("p", 1, per=1e9, burst=2**53)
-    assert math.isfinite(gcra_allowed_at(gcra_start(-math.inf, 0.0, 1e9), 1e9, slow.burst))
+    slow = RateLimit("p", 1, per=1e300, burst=10**7)  # the span: 1e307
+    tat = -math.inf
+    for now in (0.0, 1e9, 1e300):  # a full burst ahead, the furthest GCRA goes
+        tat = gcra_start(tat, now, slow.interval) + slow.burst * slow.interval
+        assert math.isfinite(gcra_allowed_at(tat, slow.interval, slow.burst))
     assert ConcurrencyLimit("c", 2**53).capacity == 2**53
 
 

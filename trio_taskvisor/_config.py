@@ -86,14 +86,7 @@ import attrs
 
 from ._exceptions import ConfigError
 from ._limits import Pool, check_limits
-from ._policies import (
-    LONGEST,
-    LONGEST_RULE,
-    BackoffPolicy,
-    RestartLimit,
-    RestartPolicy,
-    positive_seconds,
-)
+from ._policies import BackoffPolicy, RestartLimit, RestartPolicy, positive_seconds
 
 _SCHEMES: Final = ("redis", "rediss")
 _SENTINEL_SCHEMES: Final = ("redis+sentinel", "rediss+sentinel")
@@ -400,6 +393,8 @@ def check_sendable(what: str, value: str, *, secret: bool = False) -> None:
 
 
 _ONE_MS: Final = 0.001  # the server's unit: shorter durations would be sent as 0
+_LONGEST: Final = 1e9  # seconds: the scripts count waits and expiries up to 1e12 ms
+_LONGEST_RULE: Final = "at most 1e9 (about 31.7 years: the longest the server's scripts count)"
 
 
 def _lease_ttl(value: object) -> float:
@@ -409,8 +404,8 @@ def _lease_ttl(value: object) -> float:
             "lease_ttl must be at least 0.001 (one millisecond: the server's keys expire "
             f"in whole milliseconds), got {value!r}"
         )
-    if seconds > LONGEST:
-        raise ConfigError(f"lease_ttl must be {LONGEST_RULE}, got {value!r}")
+    if seconds > _LONGEST:
+        raise ConfigError(f"lease_ttl must be {_LONGEST_RULE}, got {value!r}")
     return seconds
 
 
@@ -438,8 +433,8 @@ def _replicas_ack_timeout(value: object) -> float | None:
         raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}") from None
     if not math.isfinite(seconds) or seconds < _ONE_MS:
         raise ConfigError(f"replicas_ack_timeout must be {rule}, got {value!r}")
-    if seconds > LONGEST:
-        raise ConfigError(f"replicas_ack_timeout must be {LONGEST_RULE}, got {value!r}")
+    if seconds > _LONGEST:
+        raise ConfigError(f"replicas_ack_timeout must be {_LONGEST_RULE}, got {value!r}")
     return seconds
 
 

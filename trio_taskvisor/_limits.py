@@ -23,10 +23,13 @@ Decisions the design leaves open:
   capacity, or rate, ``per`` and ``burst``. ``per`` may be an ``int`` or a ``float`` and
   is stored as a ``float``, so ``per=60`` and ``per=60.0`` are the same settings.
 * A pool's identity is ``(name, key)``; a ``LimitKey`` compares by its limit and key.
-* ``capacity``, ``rate`` and ``burst`` are at most ``2**53`` and ``per`` at most ``1e9``
-  seconds (``ConfigError`` at construction): past that, ``per / rate`` or the burst's
-  span does not fit a float (``OverflowError`` at the first use, after the task was
-  registered), or the server's numbers (Lua's, doubles) no longer count exactly.
+* ``capacity``, ``rate`` and ``burst`` are at most ``2**53``, and a full burst's span
+  ``burst * per / rate`` at most a quarter of the largest float (``ConfigError`` at
+  construction): past that, ``per / rate`` or the span does not fit a float
+  (``OverflowError`` at the first use, after the task was registered; or a ``tat`` that
+  becomes infinite and never allows a start again), or the server's numbers (Lua's,
+  doubles) and the ``slots`` command's reading no longer count exactly. A ``per`` far
+  beyond what the server counts (``1e300``) stays allowed: the scripts clamp it.
 * A ``limits`` tuple that names one limit with two settings (``a`` and ``a2.key(k)``
   with another capacity) raises ``ConfigError`` where the tuple is checked (the spec,
   ``TaskDefaults``), not at each call that would then bring the conflict.
@@ -34,12 +37,13 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import sys
 from typing import Final, Literal, TypeAlias
 
 import attrs
 
 from ._exceptions import ConfigError
-from ._policies import LONGEST, LONGEST_RULE, positive_seconds
+from ._policies import positive_seconds
 
 
 def _check_name(value: object) -> str:
@@ -82,10 +86,10 @@ def _positive_int(what: str, value: object) -> int:
 
 
 def _check_per(value: object) -> float:
-    seconds = positive_seconds("per", value)
-    if seconds > LONGEST:
-        raise ConfigError(f"per must be {LONGEST_RULE}, got {value!r}")
-    return seconds
+    return positive_seconds("per", value)
+
+
+_LONGEST_SPAN: Final = sys.float_info.max / 4  # a tat a full burst ahead, plus the clock
 
 
 def _check_key(value: object) -> str:
@@ -129,10 +133,19 @@ class RateLimit:
     rate: int = attrs.field(converter=_check_rate)
     """How many starts per ``per`` seconds: an ``int``, from 1 to ``2**53``."""
     per: float = attrs.field(default=1.0, kw_only=True, converter=_check_per)
-    """The period of ``rate``, in seconds: ``> 0`` and at most ``1e9``."""
+    """The period of ``rate``, in seconds: finite and ``> 0`` (and ``burst * per / rate``
+    at most about ``4.5e307``)."""
     burst: int = attrs.field(default=1, kw_only=True, converter=_check_burst)
     """How many starts may happen at once after an idle stretch: an ``int``, from 1 to
     ``2**53``."""
+
+    def __attrs_post_init__(self) -> None:
+        span = self.burst * self.interval
+        if not span <= _LONGEST_SPAN:
+            raise ConfigError(
+                f"burst * per / rate (the span of a full burst) must be at most "
+                f"{_LONGEST_SPAN:.2g} s, for the rate maths to stay finite, got {span:.3g} s"
+            )
 
     @property
     def interval(self) -> float:

@@ -57,7 +57,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar, Final, cast
+from typing import ClassVar, cast
 
 import attrs
 
@@ -92,10 +92,6 @@ def _int_to_float(value: float) -> float:
         except OverflowError:  # an int too large for a float; the validator rejects it
             return value
     return value
-
-
-LONGEST: Final = 1e9  # seconds: the server's scripts count waits and expiries up to 1e12 ms
-LONGEST_RULE: Final = "at most 1e9 (about 31.7 years: the longest the server's scripts count)"
 
 
 def positive_seconds(what: str, value: object) -> float:

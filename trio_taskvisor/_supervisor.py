@@ -824,10 +824,11 @@ class Supervisor:
         Raises ``DeadlockError`` at once when it asks for a concurrency pool that the
         current attempt (or an enclosing ``limited`` block of the same trio task) of
         this supervisor already holds (work added and tasks spawned in a block hold
-        none of its units; tasks an attempt spawns are part of it), ``ConfigError`` for a limit whose name this supervisor knows with other
-        settings or a pool named twice, and ``SupervisorClosedError`` once the shutdown
-        has begun (a block still waiting then raises it at once; one waiting in a
-        supervised attempt is cancelled by the shutdown's stop instead, with its attempt).
+        none of its units; tasks an attempt spawns are part of it), ``ConfigError`` for
+        a limit whose name this supervisor knows with other settings or a pool named
+        twice, and ``SupervisorClosedError`` once the shutdown has begun (a block still
+        waiting then raises it at once; one waiting in a supervised attempt is
+        cancelled by the shutdown's stop instead, with its attempt).
         """
         return _Once(self._limited(*pools), "sup.limited(...)")
 
