@@ -500,8 +500,20 @@ async def test_another_supervisors_block_holds_none_of_this_ones_pools() -> None
                 pass
 
 
-async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock() -> None:
+@pytest.mark.parametrize("in_child", [False, True])
+async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock(in_child: bool) -> None:
+    """Also in a child task the attempt spawned: unlike a block's, an attempt's units
+    cover the tasks it spawns (they are held until it physically exits). The error
+    names the attempt that holds the pool, not the child."""
+
     async def body(sup: Supervisor) -> None:
+        if in_child:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(limited, sup)
+        else:
+            await limited(sup)
+
+    async def limited(sup: Supervisor) -> None:
         async with sup.limited(EXPORTS):
             pass
 
@@ -509,27 +521,9 @@ async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock() -> Non
         waiter = await sup.add(TaskSpec.once("x", body, sup, limits=(EXPORTS,)))
         outcome = await waiter.wait()
     assert outcome.kind is OutcomeKind.FAILED
-    assert isinstance(outcome.error, DeadlockError)
-    assert "exports, which the current attempt of task 'x' already holds" in str(outcome.error)
-
-
-async def test_a_child_task_of_an_attempt_is_part_of_it_for_its_pools() -> None:
-    """Unlike a block's, an attempt's units cover the tasks it spawns (they are held until
-    the attempt physically exits): a child asking for one of them raises
-    ``DeadlockError``, naming the attempt that holds it, not the child."""
-
-    async def body(sup: Supervisor) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(child, sup)
-
-    async def child(sup: Supervisor) -> None:
-        async with sup.limited(EXPORTS):
-            pass
-
-    async with open_supervisor() as sup:
-        waiter = await sup.add(TaskSpec.once("x", body, sup, limits=(EXPORTS,)))
-        outcome = await waiter.wait()
-    assert outcome.kind is OutcomeKind.FAILED
-    assert isinstance(outcome.error, ExceptionGroup)
-    [error] = outcome.error.exceptions
+    error = outcome.error
+    if in_child:
+        assert isinstance(error, ExceptionGroup)
+        [error] = error.exceptions
+    assert isinstance(error, DeadlockError)
     assert "exports, which the current attempt of task 'x' already holds" in str(error)
