@@ -572,10 +572,11 @@ class NoPrimaryError(PrimaryNotFoundError):
 
 class _Sentinel(coredis.Sentinel[str]):
     """coredis's ``Sentinel``, whose failure to find a primary says why: the sentinels
-    refused the credentials or, to this user, the ``SENTINEL`` command (the first refusal
-    chained), no sentinel answered (the first one's error chained), or those that answered
-    know no service of that name (coredis raises the refusals themselves, read as the
-    primary's, and says "No primary found" for the other two)."""
+    refused the credentials or, to this user, the ``SENTINEL`` command, or knew no such
+    command (a server that is no sentinel; the first refusal chained), no sentinel
+    answered (the first one's error chained), or those that answered know no service of
+    that name (coredis raises the refusals themselves, read as the primary's, and says
+    "No primary found" for the other two)."""
 
     async def discover_primary(self, service_name: str) -> tuple[str, int]:
         errors: list[Exception] = []
@@ -587,6 +588,7 @@ class _Sentinel(coredis.Sentinel[str]):
                 TimeoutError,
                 AuthenticationError,
                 AuthorizationError,
+                UnknownCommandError,  # a server that is no sentinel
             ) as exc:
                 errors.append(exc)  # the next sentinel may take the credentials
                 continue
@@ -605,6 +607,12 @@ class _Sentinel(coredis.Sentinel[str]):
                 AuthorizationError,
                 "the SENTINEL command",
                 " to this user (an ACL permission is missing)",
+            ),
+            (
+                UnknownCommandError,
+                "the SENTINEL command",
+                " as unknown (is the address a sentinel's? the URL names the sentinels, not"
+                " the primary)",
             ),
         )
         for kind, what, why in refusals:

@@ -45,7 +45,7 @@ import pytest
 import replica_harness
 import trio
 from cluster_helpers import gated, quick, refused_start, replica
-from redis_server import free_port
+from redis_server import RedisServer, free_port
 from replica_harness import Record, ReplicaProcess, open_replicas
 from sentinel_topology import (
     SERVICE,
@@ -219,6 +219,31 @@ async def test_no_reachable_sentinel_is_named_at_start(namespace: str) -> None:
     assert "pw-secret" not in str(error)
     assert isinstance(error.__cause__, NoPrimaryError)
     assert error.__cause__.__cause__ is not None  # the sentinel's connection error
+
+
+async def test_a_url_naming_a_plain_server_as_a_sentinel_is_named(
+    redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``redis+sentinel://`` URL whose address is a server, not a sentinel (the
+    primary's address, say): named as such, at once, by the start and by the ``slots``
+    command. Before, it read "refused the connection as unknown commands"."""
+    url = f"redis+sentinel://127.0.0.1:{redis_server.port}/mymaster"
+    store = RedisSlotStore(url, namespace=namespace, connect_timeout=2.0)
+    started = time.monotonic()
+    error = await refused_start(store)
+    assert time.monotonic() - started < 1.0  # an answer, not a timeout
+    said = (
+        f"slot store {url} could not ask its sentinels: they refused the SENTINEL command"
+        " as unknown (is the address a sentinel's? the URL names the sentinels, not the"
+        " primary): NoPrimaryError"
+    )
+    assert str(error).startswith(said), error
+    command = functools.partial(slots.main, url, namespace=namespace)
+    with trio.fail_after(10):
+        status = await trio.to_thread.run_sync(command)
+    out, err = capsys.readouterr()
+    assert (status, out) == (2, "")
+    assert err.startswith(f"error: {said}"), err
 
 
 async def test_tls_to_sentinels_that_speak_none_is_named(
