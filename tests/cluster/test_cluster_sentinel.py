@@ -246,6 +246,18 @@ async def test_a_url_naming_a_plain_server_as_a_sentinel_is_named(
     assert err.startswith(f"error: {said}"), err
 
 
+async def test_a_plain_server_before_the_sentinels_is_passed_over(
+    redis_server: RedisServer, sentinel_topology: SentinelTopology, namespace: str
+) -> None:
+    """The sentinels listed after an address that is no sentinel are asked: the start
+    finds the primary."""
+    url = sentinel_topology.url().replace("//", f"//127.0.0.1:{redis_server.port},", 1)
+    store = RedisSlotStore(url, namespace=namespace, lease_ttl=TTL, connect_timeout=1.0)
+    with trio.fail_after(store.connect_timeout):
+        async with replica(store) as (sup, _):
+            assert await sup.cluster_slot("s") is None
+
+
 async def test_tls_to_sentinels_that_speak_none_is_named(
     sentinel_topology: SentinelTopology, namespace: str
 ) -> None:
