@@ -9,6 +9,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -308,6 +310,57 @@ async def test_outer_cancellation_still_gets_full_grace(autojump_clock: trio.abc
     assert scope.cancelled_caught
     assert trio.current_time() == 6.0
     assert waiters[0].outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+
+
+_CANCELLED_AT_START = """
+import sys, trio, trio.testing
+from trio_taskvisor import TaskSpec, open_supervisor
+
+async def forever():
+    await trio.sleep_forever()
+
+async def main(how, handle_signals):
+    with trio.CancelScope() as scope:
+        if how == "before":
+            scope.cancel()
+
+        async def cancel():  # a sibling that fails at once, as a service's may
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            if how == "during":
+                nursery.start_soon(cancel)  # runs while the background starts
+            async with open_supervisor(handle_signals=handle_signals) as sup:
+                print("entered at", trio.current_time())
+                await sup.add(TaskSpec.once("t", forever))  # a checkpoint: cancelled here
+                print("added")
+    print("cancelled_caught", scope.cancelled_caught, "at", trio.current_time())
+
+trio.run(main, sys.argv[1], sys.argv[2] == "1", clock=trio.testing.MockClock(autojump_threshold=0))
+"""
+
+
+@pytest.mark.parametrize("handle_signals", [False, True])
+@pytest.mark.parametrize("how", ["before", "during"])
+def test_a_caller_cancelled_as_the_supervisor_starts_gets_its_cancellation(
+    how: str, handle_signals: bool
+) -> None:
+    """The scope around ``open_supervisor`` cancelled before it is entered, or while its
+    background starts (a sibling that fails at once, in a service's nursery): the body
+    runs to its first checkpoint (as a nursery's does), the shutdown runs, and the
+    cancellation reaches the caller's scope. Before, the start waited for ever, Ctrl+C
+    and SIGTERM too: the background shields itself before it reports itself started,
+    and trio ignores that report under a cancelled start (a child process here, as the
+    old code hung beyond any deadline of its own run)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _CANCELLED_AT_START, how, str(int(handle_signals))],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == ["entered at 0.0", "cancelled_caught True at 0.0"]
 
 
 async def test_outer_cancellation_lets_deferred_work_finish(

@@ -65,7 +65,12 @@ Decisions the design leaves open:
 * A cancellation of ``open_supervisor``'s caller while the background starts cuts
   reaching the slot store short, as a signal does: nothing runs, and
   the caller's ``Cancelled`` propagates. The background is shielded (for the
-  shutdown), so before, the start went on for up to ``connect_timeout``.
+  shutdown), so before, the start went on for up to ``connect_timeout``. Without a
+  slot store (or once the store answered) the start is instant: it completes, the body
+  is entered, and the cancellation reaches it at its first checkpoint, as a nursery's
+  body does; then the shutdown runs as for any cancelled body. Before, such a start
+  waited for ever (Ctrl+C and SIGTERM too): trio ignores ``started()`` under a
+  cancelled ``start``, and leaves the task, shielded, in the start's own nursery.
 * Critical tasks: only the first critical failure escalates (a later one, during the
   shutdown it began, is logged as any failure). A crash (a task's non-task
   ``BaseException``) still wins over ``CriticalTaskError``. ``CriticalTaskError`` raised
@@ -195,6 +200,11 @@ _Exit = TypeVar("_Exit", bound=bool | None)  # what a context manager's __aexit_
 T_co = TypeVar("T_co", covariant=True)
 Ts = TypeVarTuple("Ts")
 _CRITICAL_KINDS = (OutcomeKind.FAILED, OutcomeKind.FATAL, OutcomeKind.PANICKED)
+
+
+class _StartCancelled(Exception):
+    """The background's start was cut short by its caller's cancellation (the relay):
+    raised by ``_run_background`` to ``_lifetime``, which delivers that cancellation."""
 
 
 @attrs.frozen
@@ -418,8 +428,8 @@ class Supervisor:
             raise unavailable
         if self._reaching.cancelled_caught:
             # The caller was cancelled while the store was reached (``_lifetime``'s
-            # relay): not started, this task still runs in the caller's cancel scope.
-            await trio.lowlevel.checkpoint()
+            # relay): not started; its start delivers the cancellation.
+            raise _StartCancelled
 
     def _start_shutdown(self, *, explicit: bool) -> None:
         assert self._background is not None
@@ -1038,17 +1048,26 @@ class Supervisor:
                 _signals_handled.set(True)
                 stack.callback(_signals_handled.set, False)
             async with trio.open_nursery() as nursery:
+                # Both starts are shielded: the tasks shield themselves before they say
+                # they started, and trio ignores that under a cancelled start (it leaves
+                # them in the start's own nursery and waits for them to end: for ever).
+                # The caller's cancellation reaches the store's start through ``relay``,
+                # and anything else at the body's first checkpoint.
                 if signals is not None:
-                    await nursery.start(sup._watch_signals, signals)
+                    with trio.CancelScope(shield=True):
+                        await nursery.start(sup._watch_signals, signals)
                 relay = trio.CancelScope()
                 if sup._keeper is not None:  # reaching the store: up to connect_timeout
                     nursery.start_soon(sup._relay_cancellation, relay)
                 try:
-                    await nursery.start(sup._run_background)
+                    with trio.CancelScope(shield=True):
+                        await nursery.start(sup._run_background)
                 except BaseException as exc:
                     relay.cancel(reason="nothing was started")
                     if sup._signal_scope is not None:
                         sup._signal_scope.cancel(reason="nothing was started")
+                    if isinstance(exc, _StartCancelled):
+                        await trio.lowlevel.checkpoint()  # the caller's cancellation
                     if not isinstance(exc, SlotStoreUnavailableError):
                         raise
                     unavailable = exc  # raised bare below: nothing was started
