@@ -20,6 +20,10 @@
      └── SupervisorClosedError                intake after shutdown began
 
 Messages are lower-case and name the offending value.
+
+Each survives ``pickle`` and ``copy`` (a worker process's result, an error reporter that
+copies): those built from fields rebuild from them (``__reduce__``), since the default
+passes the message where the fields belong.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ class TaskNameInUseError(ValueError):
         self.name = name
         """The name that is taken."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.name,), self.__dict__
+
 
 class ResourceLimitError(RuntimeError):
     """A configured limit (``resource``) of size ``limit`` is reached."""
@@ -75,6 +82,9 @@ class ResourceLimitError(RuntimeError):
         self.limit = limit
         """The limit's configured value."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.resource, self.limit), self.__dict__
+
 
 class NoControllerError(RuntimeError):
     """A controller operation was used on a supervisor without a ``ControllerConfig``."""
@@ -83,6 +93,10 @@ class NoControllerError(RuntimeError):
         super().__init__(
             f"{operation} needs a controller: pass SupervisorConfig(controller=ControllerConfig())"
         )
+        self._operation = operation
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self._operation,), self.__dict__
 
 
 class DeadlockError(RuntimeError):
@@ -140,6 +154,9 @@ class CriticalTaskError(RuntimeError):
         self.name = name
         """The critical task's name."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.outcome, self.task_id, self.name), self.__dict__
+
 
 class GraceExceededError(Exception):
     """Shutdown had to force-abort tasks that did not stop within ``grace`` seconds."""
@@ -153,6 +170,9 @@ class GraceExceededError(Exception):
         """The grace window that ran out, in seconds."""
         self.stuck = stuck
         """The names of the tasks that were forced, sorted."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.grace, self.stuck), self.__dict__
 
 
 def _check_exit_code(exit_code: object) -> None:

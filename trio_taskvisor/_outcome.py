@@ -146,6 +146,9 @@ class OutcomeError(Exception):
         self.outcome = outcome
         """The outcome that was not a success."""
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle and copy (see ``_exceptions``)
+        return type(self), (self.outcome,), self.__dict__
+
 
 @attrs.frozen
 class TaskOutcome(Generic[T_co]):
