@@ -55,7 +55,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import re
 import ssl
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -1102,8 +1101,8 @@ async def _read_pools(
     """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lg:``, ``lw:``, ``lu:``): a holder
     or a waiter is live while its instance's units' key holds the generation it carries;
     a pool's waiters are those of the groups (pool sets) in its ``lq:`` index. A pool
-    whose settings or ``tat`` are none this version writes (``_next_start_ms``) is left
-    out, its ``lp:`` key put into ``malformed``."""
+    whose settings or ``tat`` are none this version writes (``scripts.next_start_ms``)
+    is left out, its ``lp:`` key put into ``malformed``."""
     pool_ids = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "lp:")})
     if not pool_ids:
         return {}
@@ -1146,39 +1145,9 @@ async def _read_pools(
         holders = sorted(instance_of(h) for h, g in held.items() if gens.get(instance_of(h)) == g)
         waiting = sum(1 for w in line if gens.get(instance_of(w)) == waiter_gens.get(w))
         try:
-            next_ms = _next_start_ms(spec, tat, now_ms)
+            next_ms = scripts.next_start_ms(spec, tat, now_ms)
         except ValueError:
             malformed.append(f"{prefix}lp:{pid}")
             continue
         pools[pid] = PoolState(spec, holders, waiting, next_ms)
     return pools
-
-
-def _next_start_ms(spec: str, tat: str | None, now_ms: float) -> float | None:
-    """A pool's ms until a start is allowed from its settings ``spec`` and ``tat`` (as
-    ``scripts.spec_text`` and the scripts write them), ``now_ms`` the server's time: a
-    rate pool's (0.0 if now), ``None`` for a concurrency pool. Raise ``ValueError`` for
-    settings or a ``tat`` this version does not write (no counts of units, a rate of 0,
-    a period or a ``tat`` that is no finite number)."""
-    if (match := _CONCURRENCY.fullmatch(spec)) is not None:
-        if stored_integer(match[1]) is None:
-            raise ValueError(f"no capacity in {spec!r}")
-        return None
-    if (match := _RATE.fullmatch(spec)) is None:
-        raise ValueError(f"no pool's settings: {spec!r}")
-    rate, burst, per = stored_integer(match[1]), stored_integer(match[3]), float(match[2])
-    if not rate or not burst or not math.isfinite(per) or per <= 0:
-        raise ValueError(f"no rate pool's settings: {spec!r}")
-    known = -math.inf if tat is None else float(tat)  # no tat: no start yet
-    if tat is not None and not math.isfinite(known):
-        raise ValueError(f"no time: {tat!r}")
-    interval = per * 1000 / rate
-    capped = scripts.capped_tat(known, now_ms, burst, interval)
-    next_ms = max(0.0, capped - (burst - 1) * interval - now_ms)
-    if not math.isfinite(next_ms):  # a period of 1e300 s, say
-        raise ValueError(f"no finite time until a start for {spec!r}")
-    return next_ms
-
-
-_CONCURRENCY = re.compile("concurrency ([1-9][0-9]*)")
-_RATE = re.compile("rate ([1-9][0-9]*) per ([0-9][0-9.e+-]*) burst ([1-9][0-9]*)")

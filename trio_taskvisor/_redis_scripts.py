@@ -79,10 +79,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from collections.abc import Iterable
 from typing import Final, Generic, Literal, TypeAlias, TypeVar, cast
 
 import attrs
+
+from ._slotstore import stored_integer
 
 # -- Lua ------------------------------------------------------------------------------------
 
@@ -1515,6 +1519,37 @@ def spec_text(kind: str, capacity: int, rate: int, per: float, burst: int) -> st
     if kind == "concurrency":
         return f"concurrency {capacity}"
     return f"rate {rate} per {per!r} burst {burst}"
+
+
+def next_start_ms(spec: str, tat: str | None, now_ms: float) -> float | None:
+    """A pool's ms until a start is allowed from its settings ``spec`` and ``tat`` (as
+    ``spec_text`` and the scripts write them), ``now_ms`` the server's time: a
+    rate pool's (0.0 if now), ``None`` for a concurrency pool. Raise ``ValueError`` for
+    settings or a ``tat`` this version does not write (no counts of units, a rate of 0,
+    a period or a ``tat`` that is no finite number)."""
+    if (match := _CONCURRENCY_SPEC.fullmatch(spec)) is not None:
+        if stored_integer(match[1]) is None:
+            raise ValueError(f"no capacity in {spec!r}")
+        return None
+    if (match := _RATE_SPEC.fullmatch(spec)) is None:
+        raise ValueError(f"no pool's settings: {spec!r}")
+    rate, burst, per = stored_integer(match[1]), stored_integer(match[3]), float(match[2])
+    if not rate or not burst or not math.isfinite(per) or per <= 0:
+        raise ValueError(f"no rate pool's settings: {spec!r}")
+    known = -math.inf if tat is None else float(tat)  # no tat: no start yet
+    if tat is not None and not math.isfinite(known):
+        raise ValueError(f"no time: {tat!r}")
+    interval = per * 1000 / rate
+    capped = capped_tat(known, now_ms, burst, interval)
+    next_ms = max(0.0, capped - (burst - 1) * interval - now_ms)
+    if not math.isfinite(next_ms):  # a period of 1e300 s, say
+        raise ValueError(f"no finite time until a start for {spec!r}")
+    return next_ms
+
+
+# the inverse of ``spec_text``, as the scripts' ``rate_of`` reads it
+_CONCURRENCY_SPEC = re.compile("concurrency ([1-9][0-9]*)")
+_RATE_SPEC = re.compile("rate ([1-9][0-9]*) per ([0-9][0-9.e+-]*) burst ([1-9][0-9]*)")
 
 
 def _pairs(pools: Iterable[tuple[str, str]]) -> list[list[str]]:

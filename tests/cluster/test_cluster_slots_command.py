@@ -47,7 +47,6 @@ from trio_taskvisor import (
     EventKind,
     RateLimit,
     SlotStoreUnavailableError,
-    _redis_client,
 )
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._redis_client import read_namespace
@@ -423,7 +422,7 @@ async def test_an_error_of_the_reading_is_not_an_unreachable_server(
     def fault(*_: object) -> float:
         raise KeyError("a fault of the reading")
 
-    monkeypatch.setattr(_redis_client, "_next_start_ms", fault)
+    monkeypatch.setattr(scripts, "next_start_ms", fault)
     await client.hset(f"tv:{{{namespace}}}:lp:pool", {"spec": "concurrency 1"})
     store = RedisSlotStore(redis_server.url, namespace=namespace)
     with pytest.raises(SlotStoreUnavailableError) as caught:
