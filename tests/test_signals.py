@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -372,3 +374,62 @@ def test_without_signals_a_supervisor_runs_off_the_main_thread() -> None:
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
 
     assert run_in_a_thread(main) is None
+
+
+# -- a signal once the shutdown is done --------------------------------------------------------
+
+# The signal arrives after the shutdown is done, before the block is left, in a child
+# process: before, trio raised it again once its receiver closed (SIGTERM ended the
+# process, SIGINT raised KeyboardInterrupt). ``watcher``: sent from an instrument as the
+# signal watcher's task exits, with the receiver still open (it waits in the receiver,
+# or its delivery is still queued when the receiver closes: trio's order decides);
+# ``closing``: sent as trio's receiver closes, its delivery still queued.
+_AFTER_THE_SHUTDOWN = """
+import contextlib, os, signal, sys
+import trio
+from trio_taskvisor import TaskSpec, open_supervisor
+
+signum = getattr(signal, sys.argv[1])
+where = sys.argv[2]
+
+class SendWhenTheWatcherExits(trio.abc.Instrument):
+    def task_exited(self, task):
+        if where == "watcher" and task.name.endswith("_watch_signals"):
+            os.kill(os.getpid(), signum)
+
+receiver = trio.open_signal_receiver
+
+@contextlib.contextmanager
+def send_as_it_closes(*signums):
+    with receiver(*signums) as signals:
+        yield signals
+        os.kill(os.getpid(), signum)
+
+if where == "closing":
+    trio.open_signal_receiver = send_as_it_closes
+
+async def main():
+    async with open_supervisor(handle_signals=True) as sup:
+        await sup.add(TaskSpec.once("work", trio.sleep, 1.0))
+    print("left the block", sup.received_signal, flush=True)
+    await trio.sleep(0)
+    print("still running", flush=True)
+
+trio.run(main, instruments=[SendWhenTheWatcherExits()])
+"""
+
+
+@pytest.mark.parametrize("where", ["watcher", "closing"])
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_signal_once_the_shutdown_is_done_is_dropped(signum: str, where: str) -> None:
+    """Dropped, as the docstring says: the process goes on (no KeyboardInterrupt, no
+    end by SIGTERM), and ``received_signal`` is left as it was."""
+    result = subprocess.run(
+        [sys.executable, "-c", _AFTER_THE_SHUTDOWN, signum, where],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "left the block None\nstill running\n"

@@ -41,7 +41,10 @@ Decisions the design leaves open:
   crash, with a WARNING. A signal that forces tasks does not cut it: their releases,
   sent as they exit, hand their slots over at once on a server that answers. Signals
   that arrive once the shutdown is done (before the block is left) are dropped; after
-  the block, the process's previous handlers are back.
+  the block, the process's previous handlers are back. (Before, trio raised such a
+  signal again as its receiver closed: SIGTERM ended a process that was leaving
+  cleanly, SIGINT raised ``KeyboardInterrupt``. Its receiver now lies over handlers
+  that drop them, put back once what it had queued is delivered.)
 * ``handle_signals=True`` enters trio's signal receiver before the background starts,
   so that outside the main thread trio's ``RuntimeError`` comes at once (entered
   later, it left a started background waiting for a shutdown nothing began).
@@ -130,9 +133,9 @@ import math
 import signal
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple, cast, final
 
 import attrs
@@ -1027,15 +1030,13 @@ class Supervisor:
         body_error: BaseException | None = None
         body_failed_at = math.inf
         unavailable: SlotStoreUnavailableError | None = None
-        with ExitStack() as stack:
+        async with AsyncExitStack() as stack:
             # First, before anything starts: outside the main thread trio raises its
             # RuntimeError here (once the background runs, it would wait for a shutdown
             # that nothing starts). The watcher runs from then on: a signal while the
             # background starts cuts reaching the slot store short (``_on_signal``).
             signals = (
-                stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
-                if handle_signals
-                else None
+                await stack.enter_async_context(_signal_receiver()) if handle_signals else None
             )
             if signals is not None:
                 if _signals_handled.get():
@@ -1160,6 +1161,38 @@ class Supervisor:
         else:
             self._start_shutdown(explicit=True)
             self._body_scope.cancel(reason=reason)
+
+
+def _drop_signal(signum: int, frame: FrameType | None) -> None:
+    """Under trio's signal receiver: what it restores, and raises a signal again with,
+    when it closes (a signal that came once the shutdown was done)."""
+
+
+@asynccontextmanager
+async def _signal_receiver() -> AsyncGenerator[AsyncIterator[int]]:
+    """trio's receiver of SIGINT and SIGTERM, over handlers that drop them: a signal
+    that comes once the watcher has stopped is dropped, where trio would raise it again
+    for the previous handlers as its receiver closes."""
+    previous: dict[int, Any] = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, _drop_signal)
+    except ValueError:
+        pass  # not the main thread: trio's receiver says so, next
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            yield signals
+    finally:
+        if previous:
+            # A signal whose delivery to the receiver is still queued is raised again
+            # when it runs: let it run against the dropping handlers first (trio runs
+            # what is queued in order).
+            delivered = trio.Event()
+            trio.lowlevel.current_trio_token().run_sync_soon(delivered.set, idempotent=True)
+            with trio.CancelScope(shield=True):
+                await delivered.wait()
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
 
 class PreparedSubmission(Generic[T_co]):
