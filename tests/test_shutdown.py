@@ -7,6 +7,7 @@ and the shutdown it starts, are in ``test_faults.py``.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
 import subprocess
@@ -443,6 +444,37 @@ async def test_shutdown_logs_once_the_forced_tasks_it_waits_for(
             await trio.testing.wait_all_tasks_blocked()
     [waiting] = [r for r in caplog.records if "physical exit" in r.getMessage()]
     assert "'a', 'b'" in waiting.getMessage()
+
+
+async def test_shutdown_names_forced_tasks_only_once_they_linger(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``defer_cancel`` block the force unshields exits at once: no warning for it (it
+    named a task that had left by the next line of the log). One that runs on (its own
+    shield) is named once ``EXIT_WAIT_WARNING`` has passed, and once only."""
+    logged_at: list[float] = []
+
+    def note_the_time(record: logging.LogRecord) -> bool:
+        logged_at.append(trio.current_time())
+        return True
+
+    caplog.handler.addFilter(note_the_time)
+    with pytest.raises(GraceExceededError) as excinfo:  # noqa: PT012
+        async with supervisor() as sup:
+            await sup.add(TaskSpec.once("deferring", deferring, 100.0))
+            await sup.add(TaskSpec.once("stubborn", stubborn, 7.5))
+            await trio.testing.wait_all_tasks_blocked()
+    assert excinfo.value.stuck == ("deferring", "stubborn")
+    assert trio.current_time() == 7.5  # the stubborn task's physical exit
+    [(at, waiting)] = [
+        (at, r)
+        for at, r in zip(logged_at, caplog.records, strict=True)
+        if "physical exit" in r.getMessage()
+    ]
+    assert waiting.getMessage() == (
+        "shutdown has waited 1 s for the physical exit of 1 force-aborted task(s): 'stubborn'"
+    )
+    assert at == 6.0  # forced at 5.0
 
 
 async def test_all_stopped_within_grace_event(autojump_clock: trio.abc.Clock) -> None:

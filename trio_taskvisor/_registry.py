@@ -61,7 +61,10 @@ Decisions the design leaves open:
   tasks forced before it that are still physically running at the shared grace
   deadline; ``ALL_STOPPED_WITHIN_GRACE`` is published only once no
   forced work is left running or due to be listed. Once every outcome is committed and
-  forced work still runs, one warning names the tasks the shutdown waits for.
+  forced work still runs, one warning names the tasks the shutdown waits for, when
+  they still run a second (``EXIT_WAIT_WARNING``) later: a task whose ``defer_cancel``
+  block the force unshielded exits at once, and the warning logged then named work
+  that had left by the next line of the log.
 * Keyed calls (``run_in_slot``) reserve no name (``TaskRecord.reserved = False``):
   their automatic names are labels, so a user task of the same name never makes a keyed
   call fail, and a batch never conflicts over one. Name targets do not find them; their
@@ -138,6 +141,9 @@ R = TypeVar("R")
 # A module global: an Enum class's attribute lookup is not specialised by the interpreter
 # (its metaclass has a __getattr__), and every registered task is placed (row 1a).
 _OWNER: Final = Placement.OWNER
+# Once every outcome is committed: how long forced work may still run before the
+# shutdown's warning names it (seconds).
+EXIT_WAIT_WARNING: Final = 1.0
 
 
 @attrs.frozen
@@ -719,6 +725,7 @@ class Registry:
         self._overstaying: dict[TaskId, TaskRecord] = {}
         self._overstay_deadline = math.inf
         self._warned = False
+        self._warn_at = math.inf  # when forced work still running is named (once)
         self.stuck: list[str] = []
         self.stopped = trio.Event()  # every outcome committed after shutdown began
         self.exited = trio.Event()  # the loop ended: every actor physically exited
@@ -1010,11 +1017,13 @@ class Registry:
     def _due(self) -> float:
         """Force what is due, start what rate pools allow; the next deadline (``inf``: none)."""
         heap = self._heap
-        if heap or self._overstaying:
+        if heap or self.shutting_down:
             self._force_due()
         units = self._units  # made on the first use of a limit
         pools_wake = math.inf if units is None else units.poll()
-        return min(heap[0][0] if heap else math.inf, self._overstay_deadline, pools_wake)
+        return min(
+            heap[0][0] if heap else math.inf, self._overstay_deadline, self._warn_at, pools_wake
+        )
 
     def _handle(self, command: _Command) -> None:
         match command:
@@ -1271,6 +1280,9 @@ class Registry:
         now = trio.current_time()
         if now >= self._overstay_deadline:
             self._overstayed()
+        if now >= self._warn_at:
+            self._warn_at = math.inf
+            self._warn_still_running()
         while heap and heap[0][0] <= now:
             deadline, _, rec = heapq.heappop(heap)
             if not rec.committed and rec.force_deadline == deadline:
@@ -1403,15 +1415,22 @@ class Registry:
             return
         if self._live and not self._warned:
             self._warned = True
-            names = ", ".join(repr(name) for name in sorted(r.name for r in self._live.values()))
-            log(
-                logging.WARNING,
-                "shutdown is waiting for the physical exit of %d force-aborted task(s): %s",
-                len(self._live),
-                names,
-            )
+            self._warn_at = trio.current_time() + EXIT_WAIT_WARNING
+            self._inbox.wake_at(self._warn_at)
         if not self._overstaying:
             self._all_stopped()
+
+    def _warn_still_running(self) -> None:
+        if not self._live:
+            return
+        names = ", ".join(repr(name) for name in sorted(r.name for r in self._live.values()))
+        log(
+            logging.WARNING,
+            "shutdown has waited %g s for the physical exit of %d force-aborted task(s): %s",
+            EXIT_WAIT_WARNING,
+            len(self._live),
+            names,
+        )
 
     def _all_stopped(self) -> None:
         if self.stopped.is_set():
