@@ -14,11 +14,14 @@ import trio.testing
 
 from trio_taskvisor import (
     ControllerConfig,
+    ControllerSpec,
+    CriticalTaskError,
     EventKind,
     OutcomeKind,
     RejectionKind,
     SlotStatus,
     SupervisorClosedError,
+    TaskSpec,
     TaskWaiter,
 )
 from trio_taskvisor.testing import EventRecorder
@@ -261,6 +264,41 @@ async def test_queues_never_advance_after_shutdown(autojump_clock: trio.abc.Cloc
     assert owner.outcome_nowait().kind is OutcomeKind.CANCELLED
     assert trail(recorder, queued) == ["CONTROLLER_SUBMITTED", "CONTROLLER_REJECTED"]
     assert trio.current_time() == 2.0
+
+
+async def _fails_after(seconds: float, error: BaseException) -> None:
+    await trio.sleep(seconds)
+    raise error
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [(ValueError("boom"), CriticalTaskError), (KeyboardInterrupt(), KeyboardInterrupt)],
+)
+async def test_the_owner_whose_end_begins_the_shutdown_does_not_advance_its_slot(
+    autojump_clock: trio.abc.Clock, error: BaseException, raised: type[BaseException]
+) -> None:
+    """A critical owner that fails, an owner that raises ``KeyboardInterrupt``: the
+    shutdown begins as it ends, and the work queued behind it is rejected, never run.
+    Before, the shutdown's controller step came a scheduler pass later, after the exit
+    had admitted the next owner: its body ran, then ended ``CANCELLED``."""
+    ran: list[float] = []
+
+    async def side_effect() -> None:
+        ran.append(trio.current_time())  # a card charged, a mail sent
+        await trio.sleep(5.0)
+
+    recorder = EventRecorder()
+    with pytest.raises(raised):  # noqa: PT012
+        async with supervisor(recorder, controller=ControllerConfig()) as sup:
+            spec = TaskSpec.once("owner", _fails_after, 1.0, error, critical=True)
+            await sup.submit(ControllerSpec.queue(spec, slot="k"))
+            queued = await sup.submit(queue("queued", side_effect))
+            await trio.sleep_forever()
+    assert ran == []
+    assert queued.outcome_nowait() == rejected(RejectionKind.SHUTTING_DOWN)
+    assert trail(recorder, queued) == ["CONTROLLER_SUBMITTED", "CONTROLLER_REJECTED"]
+    assert trio.current_time() == 1.0
 
 
 async def test_shutdown_resolves_every_waiter_and_leaves_no_task(

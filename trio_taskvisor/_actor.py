@@ -291,8 +291,8 @@ def _crashed(rec: TaskRecord, host: ActorHost) -> bool:
             # Only an internal fault cancels the supervisor's shielded region early.
             _exit(rec, host, PANICKED)
             return True
+        host.crashed(exc)  # first: its shutdown closes the slot queue this exit advances
         _exit(rec, host, CANCELLED)
-        host.crashed(exc)
         return False
     finally:
         del exc

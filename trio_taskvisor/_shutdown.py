@@ -3,8 +3,9 @@
 1. Close intake (the facade's flag: ``started``); publish ``SHUTDOWN_REQUESTED``
    (explicit calls, leaving the ``open_supervisor`` block, signals and crashes; not
    ``run()``'s natural completion).
-2. The controller rejects queued and held work; the registry gets the shutdown behind
-   every command already accepted, so those are processed with real replies.
+2. The controller rejects queued and held work, at once: from then on no queue
+   advances. The registry gets the shutdown behind every command already accepted, so
+   those are processed with real replies.
 3. The registry soft-stops every task under one grace deadline and forces the rest at
    that deadline (``GRACE_EXCEEDED``, else ``ALL_STOPPED_WITHIN_GRACE``).
 4. Wait for every actor to exit physically (this wait cannot be bounded in trio: a
@@ -72,6 +73,10 @@ class Shutdown:
         self._registry.close_intake()
         if self.done.is_set():
             return
+        if self._controller is not None:
+            # Now, not in the workflow's task: an owner that ends before that task runs
+            # (the critical failure that began this shutdown) would advance its slot.
+            self._controller.close()
         if explicit and self._bus.active:
             self._bus.publish(EventKind.SHUTDOWN_REQUESTED)
         nursery.start_soon(self._run, name="taskvisor shutdown")
@@ -91,10 +96,7 @@ class Shutdown:
         registry = self._registry
         bus = self._bus
         try:
-            deadline = trio.current_time() + self._grace
-            if self._controller is not None:
-                self._controller.close()
-            registry.begin_shutdown(deadline)
+            registry.begin_shutdown(trio.current_time() + self._grace)
             await registry.exited.wait()
             if self._controller is not None:
                 # Every owner has exited: its lease is given back; then the keeper drains.
