@@ -618,6 +618,33 @@ async def test_subscriber_failure_is_not_reported_to_itself(autojump_clock: Any)
     assert [e for e in failing.events if e.kind is K.SUBSCRIBER_FAILED] == []
 
 
+async def test_a_failure_on_a_failure_report_is_not_reported(autojump_clock: Any) -> None:
+    """Two subscribers that fail on every event: each one's failure on a task's event
+    is reported to the other and to the rest, once; a failure on that report is not
+    reported in turn. Before, they reported each other's failures for ever (about
+    100,000 events a second), and ``wait_all_tasks_blocked()`` never returned."""
+
+    class Down:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.events: list[TaskEvent] = []
+
+        async def on_event(self, event: TaskEvent) -> None:
+            self.events.append(event)
+            if len(self.events) < 1000:  # then back up: a storm ends, to be counted
+                raise ConnectionError(f"{self.name} is down")
+
+    a, b, recorder = Down("a"), Down("b"), EventRecorder()
+    async with open_supervisor(subscribers=[a, b, recorder]) as sup:
+        await (await sup.add(TaskSpec.once("t", returns_done))).wait()
+        await trio.testing.wait_all_tasks_blocked()
+    task_events = [e for e in recorder.events if e.kind is not K.SUBSCRIBER_FAILED]
+    reports = recorder.of(K.SUBSCRIBER_FAILED)
+    assert sorted(e.name for e in reports) == sorted(["a", "b"] * len(task_events))
+    # Each got the other's reports, one per task event, failed on each: unreported.
+    assert [e.name for e in a.events if e.kind is K.SUBSCRIBER_FAILED] == ["b"] * len(task_events)
+
+
 async def test_slow_subscriber_never_slows_tasks(autojump_clock: Any) -> None:
     """Attempts and backoff keep exact virtual times while a subscriber takes 1000 s each."""
     starts: list[float] = []

@@ -529,6 +529,33 @@ async def test_blocked_subscriber_cancelled_at_drain_deadline(
     assert trio.current_time() == 5.0
 
 
+async def test_a_subscriber_that_outlives_the_drain_deadline_is_given_nothing_more(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """An ``on_event`` that shields itself runs on past the drain deadline, but the
+    events still queued then are dropped, as they are counted. Before, it was handed
+    every one of them after the deadline: 33 s for 33 events of 1 s each."""
+
+    class Flusher:
+        def __init__(self) -> None:
+            self.delivered: list[float] = []
+
+        async def on_event(self, event: TaskEvent) -> None:
+            with trio.CancelScope(shield=True):  # a flush it will not have cut in half
+                await trio.sleep(1.0)
+            self.delivered.append(trio.current_time())
+
+    flusher = Flusher()
+    async with supervisor(subscribers=[flusher], subscriber_shutdown_timeout=0.5) as sup:
+        for i in range(5):
+            await sup.add(TaskSpec.once(f"t{i}", trio.sleep, 0))
+    assert trio.current_time() == 1.0
+    assert flusher.delivered == [1.0]
+    stats = sup.statistics()
+    assert stats.events_dropped == stats.events_published - 1
+    assert stats.subscriber_dropped == {"Flusher": stats.events_published - 1}
+
+
 async def test_drained_subscriber_does_not_delay_shutdown(
     autojump_clock: trio.abc.Clock,
 ) -> None:

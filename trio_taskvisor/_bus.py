@@ -9,12 +9,18 @@ and callers skip building events altogether.
 Decisions the design leaves open:
 
 * ``SUBSCRIBER_FAILED`` goes to every lane except the failing one; the failing
-  subscriber keeps receiving later events.
+  subscriber keeps receiving later events. A failure on a ``SUBSCRIBER_FAILED`` event
+  is not reported in turn: two subscribers that fail on every event (two dashboards
+  that are down) reported each other's failures to each other for ever, about 100,000
+  events a second, and a test's ``wait_all_tasks_blocked()`` never returned.
 * An ``events()`` stream is a lane whose subscriber forwards into an unbuffered
   channel, so it gets the same drop counting and overflow markers; its drops count
   in ``events_dropped`` but not in ``subscriber_dropped``. Closing the receive side
   early ends the stream quietly.
-* Events still queued when the drain deadline passes count as dropped.
+* Events still queued when the drain deadline passes count as dropped, and are
+  dropped: an ``on_event`` that shields itself and outlives the deadline is given no
+  more (before, it was handed every one of them, counted dropped all the same, and the
+  shutdown took their number times a call's time).
 * The same subscriber object given twice is a ``ConfigError``: it would get (and count)
   every event twice. Two subscribers of one name are fine (their drops add up).
 * A ``BaseException`` from ``on_event`` that is not trio's cancellation
@@ -32,6 +38,7 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import time
@@ -171,7 +178,13 @@ class EventBus:
     def cancel(self) -> None:
         """Drop whatever is still queued and cancel lanes in progress."""
         for lane in self._lanes:
-            queued = lane.recv.statistics().current_buffer_used
+            # Taken out, not only counted: a call that outlives the cancellation (its
+            # own shield) would have been handed them one after the other.
+            queued = 0
+            with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+                while True:
+                    lane.recv.receive_nowait()
+                    queued += 1
             lane.dropped += queued
             self.dropped += queued
             lane.scope.cancel(reason="subscriber drain deadline passed")
@@ -269,10 +282,10 @@ class EventBus:
                         try:
                             await deliver(event)
                         except Exception as exc:
-                            if not self._isolate(lane, exc):
+                            if not self._isolate(lane, exc, event):
                                 return
                         except BaseException as exc:
-                            if not self._not_a_failure(lane, exc):
+                            if not self._not_a_failure(lane, exc, event):
                                 return
                         try:
                             event = recv.receive_nowait()
@@ -287,16 +300,16 @@ class EventBus:
                         try:
                             await deliver(marker)
                         except Exception as exc:
-                            if not self._isolate(lane, exc):
+                            if not self._isolate(lane, exc, marker):
                                 return
                         except BaseException as exc:
-                            if not self._not_a_failure(lane, exc):
+                            if not self._not_a_failure(lane, exc, marker):
                                 return
         finally:
             if lane.closer is not None:
                 lane.closer()
 
-    def _isolate(self, lane: _Lane, exc: Exception) -> bool:
+    def _isolate(self, lane: _Lane, exc: Exception, event: TaskEvent) -> bool:
         """``on_event`` raised: isolate it. Whether the lane goes on."""
         if lane.closer is not None and isinstance(
             exc, trio.BrokenResourceError | trio.ClosedResourceError
@@ -304,10 +317,10 @@ class EventBus:
             # The consumer of an events() stream closed its end: end the stream.
             self._remove_lane(lane)
             return False
-        self._report_failure(lane, exc)
+        self._report_failure(lane, exc, event)
         return True
 
-    def _not_a_failure(self, lane: _Lane, exc: BaseException) -> bool:
+    def _not_a_failure(self, lane: _Lane, exc: BaseException, event: TaskEvent) -> bool:
         """``on_event`` raised a ``BaseException``: re-raise or report. Whether to go on."""
         cancelled, rest = split_cancelled(exc)
         if rest is None:
@@ -316,7 +329,7 @@ class EventBus:
             # Cancelled mixed with Exceptions (the subscriber's own nursery, cancelled
             # at the drain deadline while a child's cleanup raised): a failure, and
             # the Cancelled goes on to the scope it belongs to.
-            self._report_failure(lane, rest)
+            self._report_failure(lane, rest, event)
             assert cancelled is not None  # else exc would have been an Exception
             raise cancelled from None
         # Not a subscriber failure (KeyboardInterrupt, SystemExit): like one raised by a
@@ -326,11 +339,12 @@ class EventBus:
         self.on_crash(rest)
         return False
 
-    def _report_failure(self, lane: _Lane, exc: Exception) -> None:
-        """Isolate a subscriber's failure: report it to the other lanes, keep this one."""
+    def _report_failure(self, lane: _Lane, exc: Exception, event: TaskEvent) -> None:
+        """Isolate a subscriber's failure on ``event``: report it to the other lanes, keep
+        this one; one on a report is not reported."""
         # Whatever it is (trio's resource errors from a subscriber's own channels
         # included), it is the subscriber's.
-        if not self.active:
+        if not self.active or event.kind is EventKind.SUBSCRIBER_FAILED:
             return
         reason = f"{type(exc).__name__}: {error_text(exc)}"
         failure = self._build(EventKind.SUBSCRIBER_FAILED, name=lane.name, reason=reason)
