@@ -405,6 +405,37 @@ async def test_cancel_of_a_task_that_waits_for_the_caller_is_not_a_deadlock(
         assert (await b.wait()).kind is OutcomeKind.CANCELLED
 
 
+async def test_a_holder_cancelling_work_that_waits_for_a_permit_is_not_blocked(
+    autojump_clock: Any,
+) -> None:
+    """max_concurrent=2: one holder awaits work that waits for a permit, the other
+    cancels work that waits for one too. The canceller's wait ends as soon as its
+    target does (its stop was requested), so it is no blocked holder, and the first
+    wait is only slow. Before, the two holders counted as blocked and the first wait
+    raised ``DeadlockError`` ("... waits for a permit held by" itself)."""
+    first = Awaits()
+    cancelled: list[bool] = []
+
+    async def canceller() -> None:
+        await trio.sleep(1.0)
+        sup = current_context().supervisor
+        cancelled.append(await sup.cancel(doomed.id))
+        await trio.sleep(1.0)
+
+    async with supervisor(max_concurrent=2) as sup:
+        h1 = await sup.add(once("h1", first))
+        await sup.add(once("h2", canceller))
+        await settle()
+        needed = await sup.add(once("needed", job, 1.0, "v"))
+        doomed = await sup.add(once("doomed", job, 1.0))
+        first.aim(needed)
+        assert (await h1.wait()).value == "got 'v'"
+        assert first.error is None
+        assert cancelled == [True]
+        assert (await doomed.wait()).kind is OutcomeKind.CANCELLED
+        assert trio.current_time() == 3.0  # needed took h2's permit at 2.0
+
+
 async def test_run_in_slot_into_another_slot_holding_the_last_permit_raises(
     autojump_clock: Any,
 ) -> None:

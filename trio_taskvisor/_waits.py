@@ -22,12 +22,17 @@ The edges, computed from the live state when a search asks:
 * wait edges: a blocked caller waits for its waits' targets (the awaited work; for
   ``wait_slot_idle`` the slot's owner). A satisfied wait (its target resolved, or placed
   for ``wait_placed``) has none, and neither have the waits of a caller whose stop was
-  requested: they end by its grace deadline at the latest, so they are only slow;
+  requested: they end by its grace deadline at the latest, so they are only slow; nor
+  has a wait for work whose stop was requested, for the same reason (before, a task
+  blocked in ``cancel()`` of work waiting for a permit counted as a blocked permit
+  holder, and another holder's wait for permit-waiting work raised ``DeadlockError``
+  about half the time, with no cycle);
 * slot edges (``SlotEdges``, the controller): queued or held work waits for its slot's
   owner, a joiner for the work it follows;
 * permit edges: with ``max_concurrent``, when every permit is held by an attempt blocked
   in such a wait, each record waiting for a permit (the registry's FIFO: admitted work
-  without an actor yet, and actors before a later attempt) waits for every holder.
+  without an actor yet, and actors before a later attempt) waits for every holder; one
+  whose stop was requested ends at once and waits for none.
 
 Nothing here runs for a wait made outside an attempt, and the hooks run only while a
 checked wait is blocked, so a supervisor whose attempts wait for nothing pays nothing.
@@ -220,7 +225,7 @@ class WaitChecker:
             if edge is not None:
                 return [edge]
         holders = self._holders
-        if holders is not None and id(rec) in self._permit_waiters:
+        if holders is not None and id(rec) in self._permit_waiters and not rec.stop_requested:
             return holders
         return []
 
@@ -234,8 +239,8 @@ class WaitChecker:
             return [] if owner is None else [(owner, f"waits for slot {wait.target!r}, owned by")]
         target = wait.target
         assert isinstance(target, TaskRecord)
-        if target.done:
-            return []
+        if target.done or target.stop_requested:
+            return []  # it ends by its own grace deadline at the latest
         if kind is _Kind.PLACEMENT and target.placement is not None:
             return []
         assert isinstance(kind, _Kind)
