@@ -10,10 +10,19 @@ from typing import Any
 import trio
 import trio.testing
 
-from trio_taskvisor import ControllerConfig, OutcomeKind, RejectionKind
+from trio_taskvisor import ControllerConfig, EventKind, OutcomeKind, RejectionKind
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import job, join, queue, rejected, replace, submitted_reasons, supervisor
+from helpers import (
+    job,
+    join,
+    queue,
+    rejected,
+    replace,
+    stubborn,
+    submitted_reasons,
+    supervisor,
+)
 
 # -- following work ------------------------------------------------------------------------
 
@@ -118,3 +127,31 @@ async def test_join_past_max_waiters_is_rejected_resource_limit(autojump_clock: 
         await sup.submit(join("joiner-1", job, 1.0, slot="s"))
         extra = await sup.submit(join("joiner-2", job, 1.0, slot="s"))
         assert await extra.wait() == rejected(RejectionKind.RESOURCE_LIMIT)
+
+
+async def test_joiners_of_a_forced_owner_hold_no_budget_and_cannot_be_removed(
+    autojump_clock: Any,
+) -> None:
+    """An owner forced at its grace deadline runs on (its own shield) until 7.5, but
+    its joiners have their outcome at 1.0: they hold no ``max_waiters`` unit from then
+    on, ``cancel()`` of one is ``False`` (it is finished), and a JOIN of that owner gets
+    its outcome at once. Before, they held the unit until the owner's physical exit
+    (every JOIN and held submission of every slot refused ``RESOURCE_LIMIT``), and
+    ``cancel()`` of one returned ``True`` and published a removal."""
+    recorder = EventRecorder()
+    async with supervisor(recorder, grace=1.0, max_slot_queue=0, max_waiters=1) as sup:
+        owner = await sup.submit(queue("owner", stubborn, 7.5, slot="s"))
+        joiner = await sup.submit(join("joiner", job, 1.0, slot="s"))
+        await sup.cancel(owner.id)  # forced at 1.0
+        assert trio.current_time() == 1.0
+        assert (await joiner.wait()).kind is OutcomeKind.FORCE_ABORTED
+        assert await sup.cancel(joiner.id) is False
+        late = await sup.submit(join("late", job, 1.0, slot="s"))
+        assert (await late.wait()).kind is OutcomeKind.FORCE_ABORTED
+        await sup.submit(queue("other", job, 5.0, slot="t"))
+        held = await sup.submit(queue("held", job, 1.0, "v", slot="t", wait=True))
+        assert (await held.wait()).value == "v"
+        assert trio.current_time() == 7.0  # held took its turn at 6.0
+    assert [e.kind for e in recorder.events if e.task_id == joiner.id] == [
+        EventKind.CONTROLLER_SUBMITTED
+    ]

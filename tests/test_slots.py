@@ -947,6 +947,7 @@ class SlotMachineModel(RuleBasedStateMachine):
         self.log: dict[int, list[str]] = {}  # effect tags per entry, in order
         self.awaiting: set[int] = set()  # owners whose registry decision is outstanding
         self.accepted: set[int] = set()  # owners the registry accepted
+        self.answered: set[int] = set()  # accepted owners forced: an outcome, still running
         self.ids = itertools.count(1)
         self.now = 0.0
         self.healthy = False  # the last step passed its checks (teardown drains only then)
@@ -1093,7 +1094,8 @@ class SlotMachineModel(RuleBasedStateMachine):
             ("new", "queued"): [[SUBMITTED]],
             ("new", "held"): [[SUBMITTED]],
             ("new", "joiner"): [[SUBMITTED, JOIN]],
-            ("new", "gone"): [[REJECT]],
+            # A JOIN of an owner that has its outcome (forced): it has it too, at once.
+            ("new", "gone"): [[REJECT], [SUBMITTED, JOIN]],
             ("queued", "queued"): [[]],
             ("queued", "owner"): start,
             ("queued", "gone"): [[REJECT]],
@@ -1117,7 +1119,9 @@ class SlotMachineModel(RuleBasedStateMachine):
             assert rejected[entry.id] == SUPERSEDED
         if (before, after) == ("joiner", "gone") and not tags:
             target = pre["targets"][entry.id]
-            assert post["where"][target.id] == "gone", f"{entry} released while {target} lives"
+            assert post["where"][target.id] == "gone" or target.id in self.answered, (
+                f"{entry} released while {target} lives without an outcome"
+            )
 
     def check_fairness(
         self, pre: dict[str, Any], post: dict[str, Any], effects: list[tuple[str, Entry, Any]]
@@ -1211,6 +1215,10 @@ class SlotMachineModel(RuleBasedStateMachine):
             assert got == "gone"
             assert effects == [(REJECT, entry, kind)]
             return
+        if expected == "answered":
+            assert got == "gone"
+            assert effects == [(SUBMITTED, entry, f"joined #{owner.id}"), (JOIN, entry, owner)]
+            return
         assert got == expected, f"{entry} expected {expected}, got {got} ({effects})"
         if expected == "joiner":
             assert entry.target is (queue[-1] if queue else owner)
@@ -1260,7 +1268,10 @@ class SlotMachineModel(RuleBasedStateMachine):
         if entry.policy is DROP:
             return "rejected", SLOT_BUSY
         if entry.policy is JOINS:
-            return ("joiner", None) if waiters_room else ("rejected", RESOURCE_LIMIT)
+            if not waiters_room:
+                return "rejected", RESOURCE_LIMIT
+            answered = not queue and owner.id in self.answered
+            return ("answered", None) if answered else ("joiner", None)
         if entry.policy is REPLACE and queue:
             return "queued", None  # replaces the head: needs no budget
         missing: str | None = None
@@ -1319,6 +1330,7 @@ class SlotMachineModel(RuleBasedStateMachine):
         slot = m.slots[entry.key]
         queue, held = list(slot.queue), list(slot.held)
         self.accepted.discard(entry.id)
+        self.answered.discard(entry.id)
         self.leaving = entry.id
         self.step(lambda: m.exited(entry, self.now))
         self.check_next_owner(entry, queue, held)
@@ -1339,6 +1351,23 @@ class SlotMachineModel(RuleBasedStateMachine):
             assert slot.status is (
                 TERMINATING if slot.queue and slot.queue[0].policy is REPLACE else ADMITTING
             )
+
+    @rule(index=st.integers(0, 7))
+    def force(self, index: int) -> None:
+        """An accepted owner is forced: it has its outcome and runs on until it exits.
+        Its joiners leave with it (they have that outcome) and no JOIN follows it."""
+        owners = sorted(self.accepted - self.answered)
+        if not owners:
+            return
+        entry = self.entries[owners[index % len(owners)]]
+        self.tick()
+        if entry.id not in self.accepted:
+            return  # the tick's expiries do not end owners, but stay exact
+        joiners = [j for j in self.machine.joiners.values() if j.target is entry]
+        self.answered.add(entry.id)
+        assert self.step(lambda: self.machine.answered(entry)) == []
+        assert all(self.where(j) == "gone" for j in joiners)
+        assert self.where(entry) == "owner"
 
     @rule(index=st.integers(0, 31), live=st.booleans())
     def remove(self, index: int, live: bool) -> None:

@@ -398,11 +398,7 @@ class ClusterSlotMachine(SlotMachine[P]):
         if self.max_waiters is not None and self.waiting >= self.max_waiters:
             self._reject(entry, RESOURCE_LIMIT)
         elif followed is not None:
-            entry.target = followed
-            if followed.followers is None:
-                followed.followers = []
-            followed.followers.append(entry)
-            self.joiners[entry.id] = entry
+            self._follow(entry, followed)
             self.effects.append(Submitted(entry, f"joined #{int(followed.id)}", JOINED))
             self.effects.append(Join(entry, followed))
         else:

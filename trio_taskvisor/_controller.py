@@ -727,6 +727,11 @@ class Controller:
             )
         return reason
 
+    def owner_forced(self, rec: TaskRecord) -> None:
+        entry = rec.entry
+        assert isinstance(entry, Entry)
+        self.machine.answered(entry)  # pyright: ignore[reportUnknownArgumentType]
+
     def owner_exited(self, rec: TaskRecord) -> None:
         entry = rec.entry
         assert isinstance(entry, Entry)

@@ -69,6 +69,12 @@ class RecordListener(Protocol):
         is lost ends ``LEASE_LOST`` whichever task trio ran first.
         """
 
+    def owner_forced(self, rec: TaskRecord, /) -> None:
+        """The record's outcome is committed by a force; its actor may run on.
+
+        Called by the registry, in whichever task forced it.
+        """
+
     def owner_exited(self, rec: TaskRecord, /) -> None:
         """The record's actor physically exited and its outcome is committed.
 

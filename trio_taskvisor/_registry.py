@@ -1294,6 +1294,8 @@ class Registry:
         if self.shutting_down:
             self.stuck.append(rec.name)
         self._commit(rec, FORCE_ABORTED)
+        if rec.listener is not None:
+            rec.listener.owner_forced(rec)  # its joiners have their outcome now
 
     def force_all(self) -> None:
         """Force every remaining task now (a signal during the shutdown)."""

@@ -33,7 +33,11 @@ Decisions the design leaves open:
   it needs have room, else rejected.
 * A REPLACE that needs no budget (it replaces an existing head) is placed at once even
   when wait-mode work of its slot is held.
-* Joiners count against ``max_waiters`` until the work they follow ends.
+* Joiners count against ``max_waiters`` until the work they follow ends, or has its
+  outcome: an owner forced at its grace deadline (``answered``) runs on until its
+  physical exit, but its joiners have their outcome, hold no budget and cannot be
+  removed; a JOIN of it gets that outcome at once. (Before, they counted until the exit,
+  perhaps never, and refused every JOIN and held submission in every slot meanwhile.)
 * A queue deadline is inclusive: work still queued or held at exactly its deadline is
   withdrawn, even if its slot's owner exits at that same instant. A deadline that has
   already come at intake (``queue_timeout=0``, or time spent in the command channel)
@@ -239,6 +243,7 @@ class SlotMachine(Generic[P]):
         self._held_slots: dict[str, Slot[P]] = {}  # the slots that have held entries
         self._held_count = 0
         self.joiners: dict[int, Entry[P]] = {}
+        self._answered: set[int] = set()  # owners with an outcome, still running
         self.queued: dict[int, Entry[P]] = {}
         self.asking: dict[int, Entry[P]] = {}  # cluster slots: work the store decides on
         # Queue deadlines of queued and held entries: (deadline, id, entry), stale ones
@@ -366,6 +371,14 @@ class SlotMachine(Generic[P]):
             return
         self._ended(entry)
         self._advance(slot, now)
+
+    def answered(self, entry: Entry[P]) -> None:
+        """The owner ``entry`` has its outcome before its physical exit (forced): its
+        joiners have theirs, and a later JOIN of it gets it at once."""
+        slot = self.slots.get(entry.key)
+        if slot is not None and slot.owner is entry:
+            self._ended(entry)
+            self._answered.add(entry.id)
 
     def remove(self, task_id: int, now: float) -> Entry[P] | None:
         """Take queued or held work, or a joiner, out at once; return it if found."""
@@ -543,13 +556,19 @@ class SlotMachine(Generic[P]):
             return
         target = slot.queue[-1] if slot.queue else slot.owner
         assert target is not None
+        self._follow(entry, target)
+        self.effects.append(Submitted(entry, f"joined #{int(target.id)}", JOINED))
+        self.effects.append(Join(entry, target))
+
+    def _follow(self, entry: Entry[P], target: Entry[P]) -> None:
+        """``entry`` joins ``target``: one of its joiners until it ends or is answered."""
+        if target.id in self._answered:
+            return  # its Join resolves it at once
         entry.target = target
         if target.followers is None:
             target.followers = []
         target.followers.append(entry)
         self.joiners[entry.id] = entry
-        self.effects.append(Submitted(entry, f"joined #{int(target.id)}", JOINED))
-        self.effects.append(Join(entry, target))
 
     def _reject(self, entry: Entry[P], kind: RejectionKind, reason: str | None = None) -> None:
         self.effects.append(Reject(entry, kind, reason))
@@ -557,6 +576,7 @@ class SlotMachine(Generic[P]):
 
     def _ended(self, entry: Entry[P]) -> None:
         """``entry`` will never run (again): release the joiners that follow it."""
+        self._answered.discard(entry.id)
         if entry.followers:
             for joiner in entry.followers:
                 del self.joiners[joiner.id]

@@ -14,7 +14,7 @@ from cluster_helpers import machine
 
 from trio_taskvisor._clusterslots import Ask, ClusterSlotMachine, Release, Withdraw
 from trio_taskvisor._outcome import Placement, RejectionKind
-from trio_taskvisor._slots import Admit, Entry, Reject, RemoveRequested, Submitted
+from trio_taskvisor._slots import Admit, Entry, Join, Reject, RemoveRequested, Submitted
 from trio_taskvisor._spec import AdmissionPolicy
 
 QUEUE = AdmissionPolicy.QUEUE
@@ -173,6 +173,26 @@ def test_local_joiners_of_timed_out_work_leave_with_it() -> None:
     assert set(m.joiners) == {2}
     m.expire(2.0)
     assert m.joiners == {}
+
+
+def test_joiners_of_an_answered_owner_leave_and_later_ones_are_not_kept() -> None:
+    """A local owner forced (``answered``: it has its outcome, runs on): its joiners
+    leave the budget, and a JOIN of it later is answered by its ``Join`` at once."""
+    m = machine()
+    owner = take_in(m, 1, 0.0)
+    m.granted(1, 0.1)
+    m.admitted(owner, True, 0.1)
+    take_in(m, 2, 0.2, policy=JOIN)
+    m.joined(2, 1, "me/1", "me#1", 0.3)
+    assert (set(m.joiners), m.waiting) == ({2}, 1)
+    m.answered(owner)
+    assert (m.joiners, m.waiting) == ({}, 0)
+    drained(m)
+    late = take_in(m, 3, 0.4, policy=JOIN)
+    m.joined(3, 1, "me/1", "me#1", 0.5)
+    effects, _ = drained(m)
+    assert effects[-2:] == [Submitted(late, "joined #1", Placement.JOINED), Join(late, owner)]
+    assert (m.joiners, m.waiting, m.remove(3, 0.6)) == ({}, 0, None)
 
 
 # -- withdraw_slot (cancel_slot) -----------------------------------------------------------------
