@@ -280,7 +280,27 @@ async def test_bound_gauges_show_limits_summed_over_keys() -> None:
         assert value(registry, "taskvisor_limit_held", limit="tenant") == 2.0
         assert value(registry, "taskvisor_limit_waiting", limit="tenant") == 1.0
         await sup.shutdown()
-        assert value(registry, "taskvisor_limit_held", limit="tenant") is None
+        assert value(registry, "taskvisor_limit_held", limit="tenant") == 0.0
+
+
+async def test_an_idle_limit_stays_exported_at_zero() -> None:
+    """A limit seen in use is exported at 0 once its pools are idle, not dropped: the
+    series never vanish between scrapes."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    db = ConcurrencyLimit("db", 1)
+    async with open_supervisor() as sup:
+        metrics.bind(sup)
+        go = trio.Event()
+        waiters = [await sup.add(TaskSpec.once(n, go.wait, limits=(db,))) for n in "ab"]
+        await trio.testing.wait_all_tasks_blocked()
+        assert value(registry, "taskvisor_limit_held", limit="db") == 1.0
+        assert value(registry, "taskvisor_limit_waiting", limit="db") == 1.0
+        go.set()
+        for waiter in waiters:
+            await waiter.wait()
+        assert value(registry, "taskvisor_limit_held", limit="db") == 0.0
+        assert value(registry, "taskvisor_limit_waiting", limit="db") == 0.0
 
 
 async def test_bound_gauges_with_slot_labels_split_by_slot() -> None:

@@ -49,7 +49,8 @@ metric                                                from
 ====================================================  ========================================
 
 Every label value of every kind is exported from the start (at 0), so rates and
-absent series never need special cases.
+absent series never need special cases. A limit's name is known once a scrape saw its
+pools in use: from then on it is exported, at 0 while they are idle.
 
 Decisions the design leaves open:
 
@@ -167,6 +168,8 @@ class PrometheusSubscriber:
         """Slots with their own ``slot`` label value (the rest: ``"other"``); empty: no label."""
         self._binding: tuple[Supervisor, trio.lowlevel.TrioToken] | None = None
         self._last: _Sample | None = None
+        # Every limit name a scrape saw in use: exported from then on, at 0 when idle.
+        self._limits: set[str] = set()
 
         # The label values of the optional slot label: () when there is no slot label.
         slot: tuple[str, ...] = ()
@@ -322,12 +325,14 @@ class PrometheusSubscriber:
                 slots[key] = slots.get(key, 0) + 1
                 queued[labels] = queued.get(labels, 0) + view.queue_depth
                 held[labels] = held.get(labels, 0) + view.waiting
-        limit_held: dict[tuple[str, ...], int] = {}
-        limit_waiting: dict[tuple[str, ...], int] = {}
-        for pool in supervisor.limit_snapshot():  # summed over keys: keys are often tenants
+        pools = supervisor.limit_snapshot()
+        self._limits.update(pool.name for pool in pools)
+        limit_held: dict[tuple[str, ...], int] = {(name,): 0 for name in self._limits}
+        limit_waiting = dict(limit_held)
+        for pool in pools:  # summed over keys: keys are often tenants
             limit = (pool.name,)
-            limit_held[limit] = limit_held.get(limit, 0) + pool.held
-            limit_waiting[limit] = limit_waiting.get(limit, 0) + pool.waiting
+            limit_held[limit] += pool.held
+            limit_waiting[limit] += pool.waiting
         return _Sample(
             registered=stats.registered,
             alive=stats.alive,
