@@ -214,6 +214,29 @@ def test_a_second_subscriber_of_one_namespace_is_told_what_to_do() -> None:
     PrometheusSubscriber(registry)
 
 
+@pytest.mark.parametrize(
+    "buckets",
+    [[5.0, 1.0], [1.0, 1.0, 2.0], [float("nan")], [], [float("inf")]],
+    ids=["unsorted", "repeated", "nan", "empty", "only-inf"],
+)
+def test_bad_buckets_are_named_as_such(buckets: list[float]) -> None:
+    """A bucket list that is not increasing bounds (one at least below +Inf) raises
+    ``ConfigError`` naming ``buckets``, and registers nothing; it is no registry clash."""
+    registry = CollectorRegistry()
+    with pytest.raises(ConfigError, match=r"^buckets must be increasing") as caught:
+        PrometheusSubscriber(registry, buckets=buckets)
+    assert "already has metrics" not in str(caught.value)
+    assert list(registry.collect()) == []
+
+
+def test_buckets_that_are_no_numbers_are_a_type_error() -> None:
+    """``buckets=["fast", "slow"]``: ``TypeError`` naming ``buckets``, nothing registered."""
+    registry = CollectorRegistry()
+    with pytest.raises(TypeError, match=r"^buckets must be numbers"):
+        PrometheusSubscriber(registry, buckets=["fast", "slow"])  # type: ignore[list-item]
+    assert list(registry.collect()) == []
+
+
 # -- gauges -----------------------------------------------------------------------------------
 
 

@@ -82,10 +82,16 @@ Decisions the design leaves open:
   second raises ``ConfigError`` and registers nothing; so does a subscriber whose metric
   names the registry already holds). ``unregister()`` removes this subscriber's metrics
   from its registry.
+* ``buckets`` must be strictly increasing upper bounds, at least one of them finite
+  (``+Inf`` is added if missing): repeated bounds would export one ``le`` series twice.
+  Anything else raises ``ConfigError`` (``TypeError`` for bounds that are no numbers)
+  before anything is registered.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
@@ -141,7 +147,7 @@ class PrometheusSubscriber:
 
     ``slot_labels`` lists the slots that get their own ``slot`` label value (the rest
     aggregate under ``"other"``); ``buckets`` are the attempt-duration histogram's
-    upper bounds in seconds. ``name`` and ``queue_capacity`` are the subscriber's.
+    increasing upper bounds in seconds. ``name`` and ``queue_capacity`` are the subscriber's.
     """
 
     def __init__(
@@ -156,6 +162,7 @@ class PrometheusSubscriber:
     ) -> None:
         if isinstance(slot_labels, str):
             raise TypeError(f"slot_labels must be an iterable of slot names, got {slot_labels!r}")
+        buckets = _check_buckets(buckets)
         self.name = name
         """The subscriber's name in ``SUBSCRIBER_*`` events and ``subscriber_dropped``."""
         self.queue_capacity = check_capacity("queue_capacity", queue_capacity)
@@ -180,60 +187,64 @@ class PrometheusSubscriber:
             self._slot_values = tuple((value,) for value in values)
         registry = self.registry
         self._collectors: list[Collector] = []
+        made_here: list[Collector] = []
 
         def made(
             kind: Callable[..., _M], name: str, doc: str, labels: Sequence[str] = (), **extra: Any
         ) -> _M:
-            """One metric of this subscriber, in its namespace and registry."""
-            metric = kind(name, doc, labels, namespace=namespace, registry=registry, **extra)
-            self._collectors.append(metric)
+            """One metric of this subscriber, in its namespace, not registered yet."""
+            metric = kind(name, doc, labels, namespace=namespace, registry=None, **extra)
+            made_here.append(metric)
             return metric
 
+        self._attempts = made(
+            Counter, "attempts", "Attempts that ended, by result.", ("result", *slot)
+        )
+        self._durations = made(
+            Histogram,
+            "attempt_duration_seconds",
+            "Duration of attempts that ended, by result.",
+            ("result", *slot),
+            buckets=buckets,
+        )
+        self._outcomes = made(
+            Counter, "outcomes", "Final task outcomes, by kind.", ("outcome", *slot)
+        )
+        self._rejections = made(
+            Counter, "rejections", "Rejected work, by rejection kind.", ("rejection", *slot)
+        )
+        self._forced_exits = made(
+            Counter, "forced_exits", "Force-aborted tasks that physically exited.", slot
+        )
+        self._leases = made(
+            Counter,
+            "lease_acquisitions",
+            "Cluster slot leases acquired by this process (a new owner each).",
+            slot,
+        )
+        self._lost_leases = made(
+            Counter,
+            "lease_losses",
+            "Owners forced because their cluster slot lease was lost.",
+            slot,
+        )
+        self._outages = made(
+            Counter,
+            "store_outages",
+            "Outages of the slot store (counted once each, when they begin).",
+        )
+        self._missed = made(
+            Counter,
+            "metrics_missed_events",
+            "Events this subscriber lost to a full queue (its counters miss them).",
+        )
+        self._gauges = _GaugeCollector(self, self._sample)
+        made_here.append(self._gauges)
+        # Only the registry's own refusal is a clash: the values were checked above.
         try:
-            self._attempts = made(
-                Counter, "attempts", "Attempts that ended, by result.", ("result", *slot)
-            )
-            self._durations = made(
-                Histogram,
-                "attempt_duration_seconds",
-                "Duration of attempts that ended, by result.",
-                ("result", *slot),
-                buckets=buckets,
-            )
-            self._outcomes = made(
-                Counter, "outcomes", "Final task outcomes, by kind.", ("outcome", *slot)
-            )
-            self._rejections = made(
-                Counter, "rejections", "Rejected work, by rejection kind.", ("rejection", *slot)
-            )
-            self._forced_exits = made(
-                Counter, "forced_exits", "Force-aborted tasks that physically exited.", slot
-            )
-            self._leases = made(
-                Counter,
-                "lease_acquisitions",
-                "Cluster slot leases acquired by this process (a new owner each).",
-                slot,
-            )
-            self._lost_leases = made(
-                Counter,
-                "lease_losses",
-                "Owners forced because their cluster slot lease was lost.",
-                slot,
-            )
-            self._outages = made(
-                Counter,
-                "store_outages",
-                "Outages of the slot store (counted once each, when they begin).",
-            )
-            self._missed = made(
-                Counter,
-                "metrics_missed_events",
-                "Events this subscriber lost to a full queue (its counters miss them).",
-            )
-            self._gauges = _GaugeCollector(self, self._sample)
-            registry.register(self._gauges)
-            self._collectors.append(self._gauges)
+            for collector in made_here:
+                registry.register(collector)
+                self._collectors.append(collector)
         except ValueError as exc:  # prometheus_client: "Duplicated timeseries ..."
             self.unregister()
             raise ConfigError(
@@ -370,6 +381,23 @@ class PrometheusSubscriber:
             return self._last
         self._last = sample
         return sample
+
+
+def _check_buckets(buckets: Sequence[float]) -> tuple[float, ...]:
+    """The histogram's upper bounds: strictly increasing, at least one below ``+Inf``."""
+    try:
+        bounds = tuple(float(bound) for bound in buckets)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"buckets must be numbers (upper bounds in seconds), got {buckets!r}"
+        ) from None
+    increasing = all(low < high for low, high in itertools.pairwise(bounds))
+    if not bounds or not increasing or math.isnan(bounds[0]) or bounds[0] == math.inf:
+        raise ConfigError(
+            "buckets must be increasing upper bounds in seconds, each once, at least one "
+            f"below +Inf, got {buckets!r}"
+        )
+    return bounds
 
 
 class _GaugeCollector:
