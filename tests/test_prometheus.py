@@ -140,6 +140,20 @@ def test_namespace_prefixes_every_metric() -> None:
     assert {name for name in names if not name.startswith("jobs_")} == set()
 
 
+async def test_an_empty_namespace_leaves_every_name_unprefixed() -> None:
+    """``namespace=""``: counters and bound gauges alike drop the prefix and its ``_``,
+    as ``prometheus_client`` joins a name's parts (``attempts``, ``registered_tasks``)."""
+    names: dict[str, set[str]] = {}
+    for namespace in ("taskvisor", ""):
+        registry = CollectorRegistry()
+        metrics = PrometheusSubscriber(registry, namespace=namespace)
+        async with open_supervisor() as sup:
+            metrics.bind(sup)
+            names[namespace] = {m.name for m in registry.collect()}
+    assert "registered_tasks" in names[""]
+    assert names[""] == {name.removeprefix("taskvisor_") for name in names["taskvisor"]}
+
+
 async def test_allow_listed_slots_get_their_own_label_value() -> None:
     """A listed slot keeps its name; other slots aggregate as "other"; no slot is ""."""
     registry = CollectorRegistry()

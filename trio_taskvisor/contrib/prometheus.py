@@ -82,6 +82,9 @@ Decisions the design leaves open:
   second raises ``ConfigError`` and registers nothing; so does a subscriber whose metric
   names the registry already holds). ``unregister()`` removes this subscriber's metrics
   from its registry.
+* ``namespace=""`` names every metric without a prefix (``attempts_total``,
+  ``registered_tasks``), as ``prometheus_client`` joins the parts of a name; it is not
+  refused, but such short names are easily taken by other exporters of one Prometheus.
 * ``buckets`` must be strictly increasing upper bounds, at least one of them finite
   (``+Inf`` is added if missing): repeated bounds would export one ``le`` series twice.
   Anything else raises ``ConfigError`` (``TypeError`` for bounds that are no numbers)
@@ -248,10 +251,10 @@ class PrometheusSubscriber:
         except ValueError as exc:  # prometheus_client: "Duplicated timeseries ..."
             self.unregister()
             raise ConfigError(
-                f"the registry already has metrics named as this subscriber's ({namespace}_"
-                "...): give each subscriber of one registry a namespace of its own, or "
-                "unregister() the earlier one (a test that makes one per test does so at "
-                f"its end): {exc}"
+                "the registry already has metrics named as this subscriber's "
+                f"({_full_name(namespace, '...')}): give each subscriber of one registry a "
+                "namespace of its own, or unregister() the earlier one (a test that makes "
+                f"one per test does so at its end): {exc}"
             ) from exc
         for labels in self._slot_values:
             if labels:
@@ -400,6 +403,11 @@ def _check_buckets(buckets: Sequence[float]) -> tuple[float, ...]:
     return bounds
 
 
+def _full_name(namespace: str, metric: str) -> str:
+    """``metric`` in ``namespace``, joined as ``prometheus_client`` joins a name's parts."""
+    return f"{namespace}_{metric}" if namespace else metric
+
+
 class _GaugeCollector:
     """The gauge families of a ``PrometheusSubscriber``, read at collection time."""
 
@@ -408,7 +416,7 @@ class _GaugeCollector:
         self._sample = sample  # the owner's: the supervisor's values at collection time
 
     def _families(self, sample: _Sample | None) -> Iterator[Metric]:
-        ns = self._owner.namespace
+        namespace = self._owner.namespace
         slot = ("slot",) if self._owner.slot_labels else ()
         scalars = (
             ("registered_tasks", "Registered and stopping tasks.", "registered"),
@@ -426,7 +434,7 @@ class _GaugeCollector:
             ),
         )
         for metric, doc, field in scalars:
-            family = GaugeMetricFamily(f"{ns}_{metric}", doc)
+            family = GaugeMetricFamily(_full_name(namespace, metric), doc)
             if sample is not None:
                 family.add_metric((), getattr(sample, field))
             yield family
@@ -434,7 +442,7 @@ class _GaugeCollector:
             ("events_published", "Events published by the supervisor.", "events_published"),
             ("events_dropped", "Events dropped (bus, subscribers, streams).", "events_dropped"),
         ):
-            counter = CounterMetricFamily(f"{ns}_{metric}", doc)
+            counter = CounterMetricFamily(_full_name(namespace, metric), doc)
             if sample is not None:
                 counter.add_metric((), getattr(sample, field))
             yield counter
@@ -450,7 +458,7 @@ class _GaugeCollector:
                 "limit_waiting",
             ),
         ):
-            family = GaugeMetricFamily(f"{ns}_{metric}", doc, labels=labels)
+            family = GaugeMetricFamily(_full_name(namespace, metric), doc, labels=labels)
             if sample is not None:
                 values: dict[tuple[str, ...], int] = getattr(sample, field)
                 for key, value in sorted(values.items()):
