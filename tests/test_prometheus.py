@@ -18,6 +18,7 @@ from trio_taskvisor import (
     EventKind,
     OutcomeKind,
     RejectionKind,
+    Supervisor,
     SupervisorConfig,
     TaskSpec,
     open_supervisor,
@@ -262,6 +263,54 @@ async def test_gauges_are_absent_until_bound() -> None:
         await sup.add(TaskSpec.once("forever", forever))
         assert value(registry, "taskvisor_registered_tasks") is None
         await sup.cancel("forever")
+
+
+BIND_ELSEWHERE = (
+    "metrics.bind() works only in the supervisor's trio run, in its thread; from another "
+    "thread, go through trio.from_thread.run_sync(metrics.bind, sup)"
+)
+
+
+def test_bind_outside_a_trio_run_names_the_call() -> None:
+    """``bind`` once the run is over raises ``RuntimeError`` naming ``bind`` and where it
+    works, and binds nothing. Before, trio's bare "must be called from async context"."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+
+    async def main() -> Supervisor:
+        async with open_supervisor() as sup:
+            return sup
+
+    sup = trio.run(main)
+    with pytest.raises(RuntimeError) as info:
+        metrics.bind(sup)
+    assert str(info.value) == BIND_ELSEWHERE
+    assert value(registry, "taskvisor_registered_tasks") is None
+
+
+async def test_bind_in_another_thread_names_the_way_through() -> None:
+    """``bind`` in a worker thread, or in a trio run of another thread, raises
+    ``RuntimeError`` naming ``trio.from_thread.run_sync``, which works. Before, a worker
+    thread got trio's bare "must be called from async context", and another run's
+    thread bound that run: the gauges were never exported."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+
+    async def bind_there(sup: Supervisor) -> None:
+        await trio.lowlevel.checkpoint()
+        metrics.bind(sup)
+
+    async with open_supervisor() as sup:
+        await sup.add(TaskSpec.once("a", forever))
+        with pytest.raises(RuntimeError) as in_worker:
+            await trio.to_thread.run_sync(metrics.bind, sup)
+        with pytest.raises(RuntimeError) as in_other_run:
+            await trio.to_thread.run_sync(trio.run, bind_there, sup)
+        assert str(in_worker.value) == str(in_other_run.value) == BIND_ELSEWHERE
+        assert value(registry, "taskvisor_registered_tasks") is None
+        await trio.to_thread.run_sync(trio.from_thread.run_sync, metrics.bind, sup)
+        assert value(registry, "taskvisor_registered_tasks") == 1.0
+        await sup.cancel("a")
 
 
 async def test_bound_gauges_read_the_supervisor_at_collection() -> None:

@@ -61,9 +61,11 @@ Decisions the design leaves open:
   ``start_http_server``) hops into the supervisor's trio thread with
   ``trio.from_thread.run_sync`` and waits for it; a scrape in the trio thread itself
   (an ASGI ``/metrics`` handler) reads directly. After the trio run has ended, the last
-  values read are exported. Without ``bind`` the gauges are not exported. ``bind`` again
-  to follow another supervisor; one subscriber can count the events of several
-  supervisors but its gauges follow one.
+  values read are exported. Without ``bind`` the gauges are not exported. ``bind`` works
+  only in the supervisor's trio run, in its thread (elsewhere ``RuntimeError``: another
+  thread goes through ``trio.from_thread.run_sync``). ``bind`` again to follow another
+  supervisor; one subscriber can count the events of several supervisors but its gauges
+  follow one.
 * **A forced attempt is not an attempt result.** A force-aborted task's outcome is
   committed at the grace deadline and its events end there (``TASK_REMOVED``); when its
   body finally exits, ``FORCED_TASK_EXITED`` counts it in
@@ -274,8 +276,20 @@ class PrometheusSubscriber:
         return f"<PrometheusSubscriber namespace={self.namespace!r} name={self.name!r}>"
 
     def bind(self, supervisor: Supervisor) -> None:
-        """Export the gauges of ``supervisor`` (call it in the supervisor's trio run)."""
-        self._binding = (supervisor, trio.lowlevel.current_trio_token())
+        """Export the gauges of ``supervisor`` from now on.
+
+        Call it in the supervisor's trio run, in its thread; elsewhere it raises
+        ``RuntimeError`` and binds nothing.
+        """
+        try:
+            token = trio.lowlevel.current_trio_token()
+            supervisor.statistics()  # RuntimeError in a thread other than the supervisor's
+        except RuntimeError:
+            raise RuntimeError(
+                "metrics.bind() works only in the supervisor's trio run, in its thread; from "
+                "another thread, go through trio.from_thread.run_sync(metrics.bind, sup)"
+            ) from None
+        self._binding = (supervisor, token)
         self._last = None
 
     def unregister(self) -> None:
