@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("prometheus_client")
@@ -23,10 +25,11 @@ from trio_taskvisor import (
     TaskSpec,
     open_supervisor,
 )
+from trio_taskvisor.contrib import prometheus
 from trio_taskvisor.contrib.prometheus import PrometheusSubscriber
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import flaky, forever
+from helpers import ROOT, flaky, forever
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -250,6 +253,23 @@ def test_buckets_that_are_no_numbers_are_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"^buckets must be numbers"):
         PrometheusSubscriber(registry, buckets=["fast", "slow"])  # type: ignore[list-item]
     assert list(registry.collect()) == []
+
+
+async def test_the_export_tables_list_every_metric() -> None:
+    """The tables of the how-to and of the module's docstring name every metric a bound
+    subscriber exports, and no other (``_total`` is the counters' sample suffix)."""
+    registry = CollectorRegistry()
+    metrics = PrometheusSubscriber(registry)
+    async with open_supervisor(SupervisorConfig(controller=ControllerConfig())) as sup:
+        metrics.bind(sup)
+        exported = {m.name for m in registry.collect()}
+    howto = (ROOT / "docs" / "howto-metrics.md").read_text(encoding="utf-8")
+    for text, row in (
+        (howto, r"^\| `(taskvisor_\w+)"),
+        (prometheus.__doc__ or "", r"^``(taskvisor_\w+)"),
+    ):
+        tabled = {name.removesuffix("_total") for name in re.findall(row, text, re.MULTILINE)}
+        assert tabled == exported
 
 
 # -- gauges -----------------------------------------------------------------------------------

@@ -75,10 +75,10 @@ Decisions the design leaves open:
   ``SUBSCRIBER_OVERFLOW`` markers); raise ``queue_capacity`` if it grows.
 * **Cardinality.** No metric has a task or slot label by default. ``slot_labels`` is an
   allow-list: it adds a ``slot`` label to every metric that has a slot (attempts,
-  durations, outcomes, rejections, lease acquisitions and losses, slots, queued, held),
-  whose value is the slot's name
-  for the listed slots, ``"other"`` for every other slot, and ``""`` for work added with
-  ``add`` (no slot). Do not list a slot called ``"other"``.
+  durations, outcomes, rejections, forced exits, lease acquisitions and losses, slots,
+  queued, held), whose value is the slot's name for the listed slots, ``"other"`` for
+  every other slot, and ``""`` for work added with ``add`` (no slot). Do not list a slot
+  called ``"other"``.
 * ``registry=None`` means ``prometheus_client.REGISTRY``, as for ``prometheus_client``'s
   own metrics; two subscribers with the same ``namespace`` cannot share a registry (the
   second raises ``ConfigError`` and registers nothing; so does a subscriber whose metric
