@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import re
 from typing import Any
 
 import attrs
@@ -31,7 +32,7 @@ from trio_taskvisor import (
     open_supervisor,
 )
 
-from helpers import Attempts, deferring, failing, panic_actors
+from helpers import ROOT, Attempts, deferring, failing, panic_actors
 
 PREFIX = "taskvisor_"
 
@@ -451,3 +452,71 @@ async def test_the_demos_recent_events_say_force_aborted_once() -> None:
         )
     )
     assert [line.text for line in board.recent] == [reason, "failed: boom"]
+
+
+# -- LoggingSubscriber levels -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"kind": EventKind.CONTROLLER_LEASE_LOST}, id="controller-lease-lost"),
+        pytest.param(
+            {"kind": EventKind.TASK_FINISHED, "outcome": OutcomeKind.LEASE_LOST},
+            id="task-finished-lease-lost",
+        ),
+    ],
+)
+async def test_a_lost_lease_logs_at_error(
+    caplog: pytest.LogCaptureFixture, fields: dict[str, Any]
+) -> None:
+    """A lost lease (its owner forced at once) is a loss: ERROR, as ``force_aborted``.
+    Before, INFO: a logger at WARNING never showed it."""
+    caplog.set_level(logging.DEBUG, "tests.logging.lease")
+    subscriber = LoggingSubscriber(logging.getLogger("tests.logging.lease"))
+    reason = "lease expired: no renewal confirmed within 0.8 s of its sending"
+    await subscriber.on_event(
+        TaskEvent(1, 0.0, 0.0, task_id=TaskId(7), name="job", reason=reason, **fields)
+    )
+    assert [r.levelno for r in caplog.records] == [logging.ERROR]
+
+
+def documented_levels() -> dict[tuple[str, str | None], int]:
+    """The Levels table of the logging how-to: (kind, outcome or backoff source) -> level.
+
+    A clause "`task_finished` with outcome `failed` or `fatal`" names a kind and values of
+    the field that decides its level; any other clause names kinds."""
+    text = (ROOT / "docs" / "howto-logging.md").read_text(encoding="utf-8")
+    table = text.partition("## Levels\n")[2].partition("\n\n")[0]
+    levels: dict[tuple[str, str | None], int] = {}
+    for row in table.splitlines()[2:]:
+        level, events = row.strip("|").split("|")
+        for clause in events.split(";"):
+            names = re.findall(r"`(\w+)`", clause)
+            keys = [(names[0], v) for v in names[1:]] if " with " in clause else names
+            for key in keys:
+                pair = key if isinstance(key, tuple) else (key, None)
+                assert pair not in levels, f"{pair} is listed twice"
+                levels[pair] = logging.getLevelNamesMapping()[level.strip().strip("`")]
+    return levels
+
+
+async def test_the_levels_table_lists_every_kind_at_its_level(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every event kind (every outcome of ``task_finished``, both sources of
+    ``backoff_scheduled``) is in the how-to's Levels table, at the level it logs at."""
+    caplog.set_level(logging.DEBUG, "tests.logging.table")
+    subscriber = LoggingSubscriber(logging.getLogger("tests.logging.table"))
+    variants: dict[EventKind, list[tuple[str | None, dict[str, Any]]]] = {
+        EventKind.TASK_FINISHED: [(o.value, {"outcome": o}) for o in OutcomeKind],
+        EventKind.BACKOFF_SCHEDULED: [(s.value, {"backoff_source": s}) for s in BackoffSource],
+    }
+    logged: dict[tuple[str, str | None], int] = {}
+    for kind in EventKind:
+        for value, fields in variants.get(kind, [(None, {})]):
+            caplog.clear()
+            await subscriber.on_event(TaskEvent(1, 0.0, 0.0, kind, name="job", **fields))
+            [record] = caplog.records
+            logged[kind.value, value] = record.levelno
+    assert documented_levels() == logged

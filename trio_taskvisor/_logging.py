@@ -3,7 +3,8 @@
 Every event field goes into the record's ``extra`` under a ``taskvisor_`` prefix
 (``taskvisor_name``, ``taskvisor_kind``, ...), so structured formatters (JSON,
 structlog's stdlib bridge) get them as fields; ``name`` itself is reserved by
-``LogRecord``. Failures log at WARNING, losses and faults at ERROR, routine
+``LogRecord``. Failures log at WARNING (a slot store's outage too), losses and faults
+at ERROR (a forced or a panicked task, a lost lease, a failed subscriber), routine
 lifecycle at DEBUG/INFO. ``BACKOFF_SCHEDULED`` of a periodic task waiting for its next
 run (``backoff_source=SUCCESS``) is routine: DEBUG; a retry's is INFO.
 ``FORCED_TASK_EXITED`` (a forced task's late physical exit) is a WARNING.
@@ -41,15 +42,18 @@ _LEVELS: Final = {
     EventKind.TASK_ADD_FAILED: logging.WARNING,
     EventKind.CONTROLLER_REJECTED: logging.WARNING,
     EventKind.SUBSCRIBER_OVERFLOW: logging.WARNING,
+    EventKind.CONTROLLER_STORE_UNAVAILABLE: logging.WARNING,
+    EventKind.FORCED_TASK_EXITED: logging.WARNING,
     EventKind.GRACE_EXCEEDED: logging.ERROR,
     EventKind.SUBSCRIBER_FAILED: logging.ERROR,
-    EventKind.FORCED_TASK_EXITED: logging.WARNING,
+    EventKind.CONTROLLER_LEASE_LOST: logging.ERROR,
 }
 _FAILED_OUTCOMES: Final = {
     OutcomeKind.FAILED: logging.WARNING,
     OutcomeKind.FATAL: logging.ERROR,
     OutcomeKind.FORCE_ABORTED: logging.ERROR,
     OutcomeKind.PANICKED: logging.ERROR,
+    OutcomeKind.LEASE_LOST: logging.ERROR,
 }
 
 
