@@ -520,3 +520,19 @@ async def test_the_levels_table_lists_every_kind_at_its_level(
             [record] = caplog.records
             logged[kind.value, value] = record.levelno
     assert documented_levels() == logged
+
+
+async def test_an_overflow_record_says_how_many_events_were_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``subscriber_overflow`` names the count in its message, as the how-to says. Before,
+    only its ``taskvisor_dropped`` field had it."""
+    caplog.set_level(logging.DEBUG, "tests.logging.overflow")
+    subscriber = LoggingSubscriber(logging.getLogger("tests.logging.overflow"))
+    event = TaskEvent(
+        1, 0.0, 0.0, EventKind.SUBSCRIBER_OVERFLOW, name="LoggingSubscriber", dropped=242
+    )
+    await subscriber.on_event(event)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, "subscriber_overflow 'LoggingSubscriber' dropped=242")
+    ]

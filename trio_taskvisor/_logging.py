@@ -134,6 +134,8 @@ class LoggingSubscriber:
             parts.append(f"attempt={event.attempt}")
         if event.delay is not None:
             parts.append(f"delay={event.delay:.3g}s")
+        if event.dropped is not None:
+            parts.append(f"dropped={event.dropped}")
         if event.kind is EventKind.FORCED_TASK_EXITED and event.duration is not None:
             parts.append(f"{event.duration:.3g}s after the force")
         reason = event.reason
