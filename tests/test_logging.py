@@ -3,6 +3,7 @@ supervisor's own ``log_failures`` records, with ``caplog``."""
 
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import logging
@@ -13,10 +14,12 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from test_docs import extract_blocks
 
 from trio_taskvisor import (
     BackoffPolicy,
     BackoffSource,
+    CriticalTaskError,
     EventKind,
     FatalError,
     LoggingSubscriber,
@@ -35,6 +38,7 @@ from trio_taskvisor import (
 from helpers import ROOT, Attempts, deferring, failing, panic_actors
 
 PREFIX = "taskvisor_"
+HOWTO = ROOT / "docs" / "howto-logging.md"
 
 
 class JsonFormatter(logging.Formatter):
@@ -536,3 +540,35 @@ async def test_an_overflow_record_says_how_many_events_were_dropped(
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.WARNING, "subscriber_overflow 'LoggingSubscriber' dropped=242")
     ]
+
+
+async def test_the_howtos_json_formatter_formats_the_librarys_own_records(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The JSON formatter of the logging how-to, as written there, formats the records
+    the library writes without an event (a critical task's "shutting down"), which have
+    no ``taskvisor_time``: their timestamp is the record's. Before, ``KeyError('time')``
+    and the record was lost."""
+    [block] = [b for b in extract_blocks(HOWTO) if "class JsonFormatter" in b.code]
+    namespace: dict[str, Any] = {"logging": logging}
+    exec(block.code, namespace)
+    formatter: logging.Formatter = namespace["JsonFormatter"]()
+    caplog.set_level(logging.DEBUG, LOGGER)
+
+    async def migrate() -> None:
+        raise ValueError("schema 7 unsupported")
+
+    async def critical_failure() -> None:
+        async with open_supervisor() as sup:
+            await sup.add(TaskSpec.once("migrate", migrate, critical=True))
+            await trio.sleep_forever()
+
+    with pytest.raises(CriticalTaskError):
+        await critical_failure()
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("critical task")]
+    document = json.loads(formatter.format(record))
+    assert document["level"] == "ERROR"
+    assert (document["name"], document["outcome"]) == ("migrate", "failed")
+    assert "time" not in document
+    stamp = datetime.datetime.fromisoformat(document["timestamp"])
+    assert stamp.timestamp() == pytest.approx(record.created, abs=0.001)
