@@ -14,6 +14,7 @@ import trio.testing
 from trio_taskvisor import (
     AdmissionPolicy,
     BackoffPolicy,
+    ConfigError,
     ControllerConfig,
     ControllerSpec,
     DeadlockError,
@@ -184,6 +185,15 @@ async def test_run_in_slot_validates_backoff_through_task_spec(autojump_clock: A
             await sup.run_in_slot("s", job, 1.0, backoff="fast")
         policy = BackoffPolicy.constant(2.0)
         assert await sup.run_in_slot("s", job, 1.0, "ok", backoff=policy) == "ok"
+
+
+async def test_run_in_slot_refuses_a_number_of_retries(autojump_clock: Any) -> None:
+    """A keyed call runs one attempt: ``max_retries=3`` raises at the call, naming it,
+    before anything is submitted. Before, the work ran once and failed as if asked to."""
+    async with supervisor(controller=ControllerConfig()) as sup:
+        with pytest.raises(ConfigError, match=r"^run_in_slot\(\) runs one attempt"):
+            await sup.run_in_slot("s", job, 1.0, max_retries=3)
+        assert sup.controller_snapshot().slots == ()
 
 
 # -- a cancelled caller --------------------------------------------------------------------

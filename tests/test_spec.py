@@ -209,6 +209,22 @@ def test_max_retries_zero_raises_config_error_pointing_at_once() -> None:
         TaskSpec.restartable("job", async_fn, max_retries=0)
 
 
+def test_a_number_of_retries_for_one_attempt_raises_config_error() -> None:
+    """``once`` never retries: ``max_retries=3`` would be dropped without a word (the
+    work ran once), so it is refused; ``max_retries=None`` and the other options of
+    retries (an options dict shared with ``restartable``) are accepted and unused."""
+    with pytest.raises(ConfigError) as info:
+        TaskSpec.once("job", async_fn, max_retries=3)
+    assert str(info.value) == (
+        "TaskSpec.once() runs one attempt, so max_retries=3 would never apply: "
+        "TaskSpec.restartable retries"
+    )
+    with pytest.raises(TypeError, match="max_retries"):
+        TaskSpec.once("job", async_fn, max_retries=1.5)  # type: ignore[typeddict-item]
+    shared = {"backoff": BackoffPolicy.constant(1.0), "retry_budget": 5.0, "max_retries": None}
+    assert TaskSpec.once("job", async_fn, **shared).max_retries is None  # type: ignore[arg-type]
+
+
 def test_negative_max_retries_raises_config_error() -> None:
     """max_retries=-1 raises ConfigError naming the value."""
     with pytest.raises(ConfigError, match="-1"):

@@ -31,7 +31,12 @@ Decisions the design leaves open:
 * The failure-streak options (``healthy_after``, ``restart_limit``, ``retry_on``,
   ``retry_budget``) are accepted by every named constructor, ``once`` included, where
   they have no effect (a task that never retries has no failure streak), as
-  ``max_retries`` and ``backoff`` are.
+  ``backoff`` and ``max_retries=None`` are: an options dict shared with ``restartable``
+  specs works. A number of retries is refused there (``ConfigError``), by ``once`` and
+  by keyed calls (``run_in_slot(..., max_retries=3)``): it says "retry", the spec
+  "never", and it was dropped without a word (the work ran once), as ``max_retries=0``
+  is refused by the others ("use ``once``"). The direct constructor, with ``restart=
+  RestartPolicy.NEVER``, checks nothing of the kind.
 * Types: ``TaskSpec[T]`` is generic in the task's return type. The named constructors
   type their arguments like ``trio``'s ``start_soon`` (``fn: Callable[[*Ts],
   Awaitable[T]], *args: *Ts``); the direct constructor takes ``args`` as a tuple and
@@ -361,17 +366,15 @@ class TaskSpec(Generic[T_co]):
         *args: *Ts,
         **options: Unpack[TaskOptions],
     ) -> TaskSpec[T]:
-        """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``)."""
+        """Run ``fn(*args)`` once, whatever happens (``RestartPolicy.NEVER``).
+
+        A number of retries (``max_retries=3``) raises ``ConfigError``: it would never
+        apply. The other options of retries are accepted (an options dict shared with
+        ``restartable`` specs) and unused.
+        """
         if not options:
             return _trusted(name, fn, args, RestartPolicy.NEVER)
-        check_task_options("TaskSpec.once", options)
-        return TaskSpec(
-            name,
-            fn,
-            args,
-            restart=RestartPolicy.NEVER,
-            **options,
-        )
+        return one_attempt("TaskSpec.once", name, fn, args, options)
 
     @classmethod
     def restartable(
@@ -417,6 +420,26 @@ class TaskSpec(Generic[T_co]):
 
 
 _trusted_spec: Final[Callable[..., TaskSpec[Any]]] = trusted_constructor(TaskSpec)
+
+
+def one_attempt(
+    caller: str,
+    name: str | None,
+    fn: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    options: Mapping[str, Any],
+) -> TaskSpec[T]:
+    """The spec of ``caller``'s work of one attempt (``RestartPolicy.NEVER``), with
+    ``options``; ``ConfigError`` for a number of retries (after the options' own
+    checks), which would never apply."""
+    check_task_options(caller, options)
+    spec = TaskSpec(name, fn, args, restart=RestartPolicy.NEVER, **options)
+    if isinstance(spec.max_retries, int):
+        raise ConfigError(
+            f"{caller}() runs one attempt, so max_retries={spec.max_retries} would never "
+            "apply: TaskSpec.restartable retries"
+        )
+    return spec
 
 
 def _trusted(

@@ -178,8 +178,8 @@ from ._spec import (
     Resolver,
     TaskSpec,
     auto_name,
-    check_task_options,
     not_a,
+    one_attempt,
 )
 from ._waiter import TaskWaiter
 from ._waits import WaitChecker
@@ -648,9 +648,11 @@ class Supervisor:
         self._registry.check_intake("sup.run_in_slot, slot, fn, *args")
         if not isinstance(slot, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"slot must be a str, got {slot!r}")
-        if task_opts:
-            check_task_options("run_in_slot", task_opts)
-        spec = TaskSpec.once(None, fn, *args, **task_opts)
+        spec = (
+            one_attempt("run_in_slot", None, fn, args, task_opts)
+            if task_opts
+            else TaskSpec.once(None, fn, *args)
+        )
         request: ControllerSpec[T]
         if policy is AdmissionPolicy.QUEUE:  # the constructors' fast path (row 5)
             request = ControllerSpec.queue(spec, slot=slot, wait=True, queue_timeout=queue_timeout)
