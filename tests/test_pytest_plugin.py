@@ -452,17 +452,65 @@ def test_config_marker_fields_replace_those_of_a_config(run_inner: RunInner) -> 
     result.assert_outcomes(passed=2)
 
 
-def test_config_marker_rejects_what_is_not_a_config(run_inner: RunInner) -> None:
-    """A positional argument that is not a SupervisorConfig is a TypeError."""
+def test_config_marker_takes_the_config_by_keyword(run_inner: RunInner) -> None:
+    """``taskvisor_config(config=..., **fields)``, as the marker's signature reads: the
+    config alone, or with fields that replace its own."""
     result = run_inner(
         """
-        @pytest.mark.taskvisor_config({"grace": 1.0})
+        CONFIG = SupervisorConfig(grace=3.0, max_concurrent=2)
+
+
+        @pytest.mark.taskvisor_config(config=CONFIG)
+        async def test_config(supervisor):
+            assert supervisor.config == CONFIG
+
+
+        @pytest.mark.taskvisor_config(config=CONFIG, grace=1.0)
+        async def test_evolved(supervisor):
+            assert supervisor.config == SupervisorConfig(grace=1.0, max_concurrent=2)
+
+
+        @pytest.mark.taskvisor_config(config=None, grace=1.0)
+        async def test_no_config(supervisor):
+            assert supervisor.config == SupervisorConfig(grace=1.0)
+        """
+    )
+    result.assert_outcomes(passed=3)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param('{"grace": 1.0}', id="positional"),
+        pytest.param('config={"grace": 1.0}', id="keyword"),
+    ],
+)
+def test_config_marker_rejects_what_is_not_a_config(run_inner: RunInner, args: str) -> None:
+    """A config, positional or by keyword, that is not a SupervisorConfig is a TypeError."""
+    result = run_inner(
+        f"""
+        @pytest.mark.taskvisor_config({args})
         async def test_bad(supervisor):
             pass
         """
     )
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*taskvisor_config needs a SupervisorConfig*"])
+    result.stdout.fnmatch_lines(["*taskvisor_config needs a SupervisorConfig, got {'grace': 1.0}*"])
+
+
+def test_config_marker_rejects_a_config_given_twice(run_inner: RunInner) -> None:
+    """A config both positional and by keyword is a TypeError that says so."""
+    result = run_inner(
+        """
+        @pytest.mark.taskvisor_config(SupervisorConfig(), config=SupervisorConfig())
+        async def test_bad(supervisor):
+            pass
+        """
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*taskvisor_config got its config twice: positionally and as config=*"]
+    )
 
 
 def test_config_fixture_can_be_overridden(

@@ -171,12 +171,15 @@ def taskvisor_config(request: pytest.FixtureRequest) -> SupervisorConfig:
             f"@pytest.mark.{_CONFIG} takes at most one positional argument (a "
             f"SupervisorConfig), got {len(marker.args)}"
         )
-    base = marker.args[0] if marker.args else None
+    fields = dict(marker.kwargs)
+    if marker.args and "config" in fields:
+        raise TypeError(f"@pytest.mark.{_CONFIG} got its config twice: positionally and as config=")
+    base = marker.args[0] if marker.args else fields.pop("config", None)
     if base is None:
-        return SupervisorConfig(**marker.kwargs)
+        return SupervisorConfig(**fields)
     if not isinstance(base, SupervisorConfig):
         raise TypeError(f"@pytest.mark.{_CONFIG} needs a SupervisorConfig, got {base!r}")
-    return attrs.evolve(base, **marker.kwargs)
+    return attrs.evolve(base, **fields)
 
 
 @pytest.fixture
