@@ -249,6 +249,47 @@ def test_a_test_outside_a_trio_run_is_told_what_it_needs(run_inner: RunInner) ->
     result.stdout.no_fnmatch_line("*AssertionError*")
 
 
+ANYIO_ON_ASYNCIO = {
+    "parametrized": """
+        @pytest.mark.anyio
+        @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+        async def test_anyio(supervisor):
+            await (await supervisor.add(TaskSpec.once("t", trio.lowlevel.checkpoint))).wait()
+        """,
+    "fixture": """
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+
+
+        @pytest.mark.anyio
+        async def test_anyio(supervisor):
+            pass
+        """,
+}
+
+
+@pytest.mark.parametrize("how", ANYIO_ON_ASYNCIO)
+def test_an_anyio_test_on_asyncio_is_told_what_it_needs(run_inner: RunInner, how: str) -> None:
+    """``@pytest.mark.anyio`` on the trio backend gets the fixtures; on asyncio (a
+    parameter, or an ``anyio_backend`` fixture) the test fails at setup saying what it
+    needs (it crashed inside trio: "'RunContext' object has no attribute 'runner'")."""
+    result = run_inner(ANYIO_ON_ASYNCIO[how], trio_mode=False)
+    if how == "parametrized":
+        result.assert_outcomes(passed=1, errors=1)
+    else:
+        result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_anyio*",
+            "*test_anyio* uses the supervisor fixture, which runs in the test's trio run, and"
+            " runs on anyio's asyncio backend: run it on anyio's trio backend only (an"
+            " anyio_backend fixture that returns 'trio')*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*RunContext*")
+
+
 # -- unobserved failures -------------------------------------------------
 
 

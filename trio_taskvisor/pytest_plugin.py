@@ -96,6 +96,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import attrs
 import pytest
+import trio
 
 from ._bus import Subscriber
 from ._config import SupervisorConfig
@@ -148,7 +149,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test that uses ``supervisor`` but runs in no trio run fails at setup, saying what
     it needs. (pytest alone says that it "requested an async fixture" that nothing
-    handled, and the next such test of the session then fails inside pytest.)"""
+    handled, and the next such test of the session then fails inside pytest.) One that
+    anyio runs on its asyncio backend is told so by the fixture itself."""
     uses = "supervisor" in getattr(item, "fixturenames", ())
     runner = item.get_closest_marker("trio") or item.get_closest_marker("anyio")
     if uses and runner is None:
@@ -203,6 +205,16 @@ async def supervisor(
 ) -> AsyncIterator[Supervisor]:
     """An open supervisor for the test, shut down (and checked) at teardown."""
     node = request.node
+    if "anyio_backend" in request.fixturenames and not trio.lowlevel.in_trio_run():
+        # The setup check cannot see anyio's backend, a fixture: by default anyio runs
+        # the test on each one it has, asyncio included.
+        backend = request.getfixturevalue("anyio_backend_name")
+        pytest.fail(
+            f"{node.name} uses the supervisor fixture, which runs in the test's trio run, "
+            f"and runs on anyio's {backend} backend: run it on anyio's trio backend only "
+            "(an anyio_backend fixture that returns 'trio')",
+            pytrace=False,
+        )
     allow_force = node.get_closest_marker(_ALLOW_FORCE) is not None
     allow_failure = node.get_closest_marker(_ALLOW_SUBSCRIBER_FAILURE) is not None
     allow_task_failures = node.get_closest_marker(_ALLOW_FAILURES) is not None
