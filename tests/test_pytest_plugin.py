@@ -209,6 +209,42 @@ async def test_runs_work(supervisor, event_recorder):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        pytest.param(
+            'EventRecorder(name="audit")', "<trio_taskvisor.testing.EventRecorder", id="one"
+        ),
+        pytest.param('"audit"', "'audit'", id="str"),
+    ],
+)
+def test_subscribers_that_are_no_collection_are_told_what_it_must_be(
+    run_inner: RunInner, value: str, shown: str
+) -> None:
+    """A ``taskvisor_subscribers`` that returns one subscriber (or a str) fails the test,
+    naming the fixture and what it must return (it failed with "Value after * must be
+    an iterable", or one subscriber per character)."""
+    result = run_inner(
+        f"""
+        from trio_taskvisor.testing import EventRecorder
+
+
+        @pytest.fixture
+        def taskvisor_subscribers():
+            return {value}
+
+
+        async def test_runs(supervisor):
+            pass
+        """
+    )
+    result.assert_outcomes(failed=1)
+    assert (
+        "TypeError: the taskvisor_subscribers fixture must return an iterable of subscribers"
+        f" (a list: [subscriber] for one), got {shown}"
+    ) in result.stdout.str()
+
+
 def test_a_failing_test_reports_its_own_error(run_inner: RunInner) -> None:
     """A test that fails with tasks running reports its assertion; teardown still runs."""
     result = run_inner(

@@ -28,7 +28,8 @@ Fixtures
     defaults, ``grace=60.0``), or what the ``taskvisor_config`` marker says. Override
     the fixture in a ``conftest.py`` to change the default of a whole directory.
 ``taskvisor_subscribers``
-    More subscribers for ``supervisor`` (default: none). Override it to add some.
+    More subscribers for ``supervisor`` (default: none). Override it to add some: it
+    returns an iterable of them (``[subscriber]`` for one).
 
 Markers
 -------
@@ -92,7 +93,7 @@ failure check could miss one. Override the fixture for a larger capacity.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import attrs
 import pytest
@@ -215,6 +216,7 @@ async def supervisor(
             "(an anyio_backend fixture that returns 'trio')",
             pytrace=False,
         )
+    _check_subscribers(taskvisor_subscribers)
     allow_force = node.get_closest_marker(_ALLOW_FORCE) is not None
     allow_failure = node.get_closest_marker(_ALLOW_SUBSCRIBER_FAILURE) is not None
     allow_task_failures = node.get_closest_marker(_ALLOW_FAILURES) is not None
@@ -248,6 +250,16 @@ async def supervisor(
         )
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def _check_subscribers(value: object) -> None:
+    # One subscriber instead of a collection would fail as "Value after * must be an
+    # iterable", a str as one subscriber per character.
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise TypeError(
+            "the taskvisor_subscribers fixture must return an iterable of subscribers "
+            f"(a list: [subscriber] for one), got {value!r}"
+        )
 
 
 def _unobserved(rec: TaskRecord) -> str:
