@@ -286,20 +286,34 @@ def test_sigterm_exits_143() -> None:
     assert "Traceback" not in text
 
 
-@pytest.mark.parametrize("command", [["demo", "--plain", "--duration", "60"], ["tour"]])
-def test_a_reader_that_goes_away_ends_the_run_quietly(command: list[str], tmp_path: Path) -> None:
+# A stdout the live view takes for a terminal: it draws a frame every 0.2 s.
+TERMINAL = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120", "LINES": "40"}
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        pytest.param(["demo", "--plain", "--duration", "60"], {}, id="demo-plain"),
+        pytest.param(["demo", "--live", "--duration", "60"], TERMINAL, id="demo-live"),
+        pytest.param(["tour"], {}, id="tour"),
+    ],
+)
+def test_a_reader_that_goes_away_ends_the_run_quietly(
+    command: list[str], env: dict[str, str], tmp_path: Path
+) -> None:
     """``python -m trio_taskvisor demo | head -2``: once the reader closes the pipe, the
     program writes nothing on stderr (no "--- Logging error ---" per log line, no
-    ``BrokenPipeError`` traceback) and exits 0; the demo ends its 60 s run early (a
-    liveness bound of half of it). Before, both printed a traceback per line on and
-    exited 1, the demo after its whole run."""
+    ``BrokenPipeError`` traceback) and exits 0; the demo, plain or live, ends its 60 s
+    run early (a liveness bound of half of it). Before, both printed a traceback per
+    line on and exited 1, the demo after its whole run; the live view exited 1 at once,
+    with the traceback of rich's ``SystemExit``."""
     errors = tmp_path / "stderr"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with errors.open("w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "trio_taskvisor", *command],
             cwd=ROOT,
-            env=env,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -308,6 +322,30 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(command: list[str], tmp_pa
             assert process.stdout is not None
             for _ in range(2):
                 assert process.stdout.readline()
+            process.stdout.close()
+            status = process.wait(timeout=30)
+        finally:
+            process.kill()
+            process.wait()
+    assert (status, errors.read_text()) == (0, "")
+
+
+def test_a_live_view_whose_reader_is_gone_exits_0(tmp_path: Path) -> None:
+    """``demo --live | true``: on a stdout that is no terminal the live view writes its
+    last frame and the summary at the end; a reader gone by then leaves nothing on
+    stderr and exit status 0. Before, rich exited with status 1."""
+    errors = tmp_path / "stderr"
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trio_taskvisor", "demo", "--live", "--duration", "1"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        try:
+            assert process.stdout is not None
             process.stdout.close()
             status = process.wait(timeout=30)
         finally:

@@ -6,7 +6,8 @@ They use the public API only, as any application would; ``__main__`` dispatches 
 Decision: when the reader of stdout goes away (as ``| head`` does), a program stops
 writing quietly and exits as it would have: the rest of its output goes to /dev/null
 (``drop_stdout``), its log lines too (``StdoutLines``, which tells the demo to end
-early), and no traceback or "--- Logging error ---" is printed.
+early), the demo's live view too (its console ends the demo early as well, where rich
+would exit with status 1), and no traceback or "--- Logging error ---" is printed.
 """
 
 from __future__ import annotations

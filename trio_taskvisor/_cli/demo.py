@@ -85,7 +85,7 @@ from .. import (
     open_supervisor,
 )
 from .._logging import says
-from . import StdoutLines
+from . import StdoutLines, drop_stdout
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -173,7 +173,9 @@ class Board:
         self.phase = "starting"
         self.stop_deadline = math.inf
         self.sup: Supervisor | None = None
-        self.scenario: trio.CancelScope | None = None  # the application's run
+        # The application's run: it may be ended before it starts (the live view's
+        # first frame can find stdout's reader gone).
+        self.scenario = trio.CancelScope()
         # From events (best-effort).
         self.attempts: collections.Counter[EventKind] = collections.Counter()
         self.replaced_running = 0
@@ -210,9 +212,9 @@ class Board:
         return trio.current_time() - self.t0
 
     def end_now(self) -> None:
-        """End the application's run before ``duration`` (the shutdown follows)."""
-        if self.scenario is not None:
-            self.scenario.cancel(reason="stdout's reader went away")
+        """End the application's run before ``duration`` (the shutdown follows), or as
+        it starts."""
+        self.scenario.cancel(reason="stdout's reader went away")
 
     def which(self, name: str) -> str:
         """Name task ``name``'s current attempt: ``run 4``, or ``run 4, retry 2``."""
@@ -475,7 +477,8 @@ async def _supervise(board: Board, seed: int | None, plain: bool) -> None:
             board.sup = sup
             board.phase = "running"
             scenario = Scenario(sup, board, rng)
-            with trio.move_on_at(board.t0 + board.duration) as board.scenario:
+            board.scenario.deadline = board.t0 + board.duration
+            with board.scenario:
                 async with trio.open_nursery() as app:
                     await scenario.start(app)
             board.ran = board.elapsed()
@@ -525,7 +528,15 @@ async def _run_live(board: Board, seed: int | None) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    console = Console()
+    class QuietConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # stdout's reader went away (``| head``): end early and quietly, as --plain
+            # does. rich's own handler raises SystemExit(1) from the write.
+            self.quiet = True
+            drop_stdout()
+            board.end_now()
+
+    console = QuietConsole()
 
     def frame() -> RenderableType:
         return _frame(board, console.size.width, console.size.height)
