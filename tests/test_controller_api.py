@@ -20,14 +20,18 @@ from trio_taskvisor import (
     AdmissionPolicy,
     ConfigError,
     ControllerConfig,
+    ControllerSnapshot,
     ControllerSpec,
     EventKind,
     OutcomeKind,
     RejectionKind,
     SlotStatus,
+    Supervisor,
     SupervisorClosedError,
+    SupervisorConfig,
     TaskId,
     current_context,
+    open_supervisor,
 )
 from trio_taskvisor.testing import EventRecorder
 
@@ -533,3 +537,20 @@ async def test_wait_idle_waits_for_held_work(autojump_clock: trio.abc.Clock) -> 
         await sup.wait_idle()
         assert trio.current_time() == 2.0
         assert held.outcome_nowait().is_success
+
+
+def test_the_snapshot_answers_after_the_supervisors_run() -> None:
+    """After the trio run, ``controller_snapshot()`` is the empty snapshot, as
+    ``statistics()`` and ``list()`` answer then too. Before, it raised trio's bare "must
+    be called from async context"."""
+
+    async def main() -> Supervisor:
+        async with open_supervisor(SupervisorConfig(controller=ControllerConfig())) as sup:
+            await sup.run_in_slot("s", trio.sleep, 1.0)
+        return sup
+
+    sup = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert sup.controller_snapshot() == ControllerSnapshot(
+        slots=(), running_count=0, total_queued=0
+    )
+    assert (sup.statistics().registered, sup.list()) == (0, ())

@@ -510,3 +510,15 @@ def test_resolver_never_mixes_up_policies_of_plain_specs() -> None:
         assert resolved.repeats
         assert resolved.backoff == BackoffPolicy.constant(2.0)
         del spec, resolved
+
+
+@pytest.mark.parametrize("option", ["healthy_after", "retry_budget"])
+@pytest.mark.parametrize("value", [-1, -0.5, 0, 0.0, math.nan])
+def test_a_streak_duration_not_above_zero_names_the_rule_it_breaks(
+    option: str, value: float
+) -> None:
+    """Negative, zero and NaN say "> 0 or None", the rule each of them breaks. Before, a
+    negative value said "must be >= 0", which 0 then broke too."""
+    with pytest.raises(ConfigError) as info:
+        TaskSpec.restartable("job", async_fn, **{option: value})  # type: ignore[arg-type]
+    assert str(info.value) == f"{option} must be > 0 or None, got {value!r}"

@@ -614,9 +614,9 @@ def check_positive_seconds(what: str, value: object) -> float | None:
     """
     if value is None:
         return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and not value > 0:
+        raise ConfigError(f"{what} must be > 0 or None, got {value!r}")  # NaN too
     seconds = check_duration(what, value)
-    if seconds == 0:
-        raise ConfigError(f"{what} must be > 0 or None, got {value!r}")
     return None if math.isinf(seconds) else seconds
 
 

@@ -592,9 +592,11 @@ class Controller:
         return None if owner is None else owner.payload
 
     def snapshot(self) -> ControllerSnapshot:
-        now = trio.current_time()
+        slots = sorted(self.machine.slots.values(), key=lambda s: s.key)
+        # None after the supervisor's run, as statistics() and list() answer then too.
+        now = trio.current_time() if slots else 0.0
         views: list[SlotView] = []
-        for slot in sorted(self.machine.slots.values(), key=lambda s: s.key):
+        for slot in slots:
             # Invariant: a tracked slot has a status; a local one always has an owner (held
             # or queued work of an ownerless slot starts at once), a cluster slot without
             # a local owner is REMOTE (or ADMITTING, while the store decides).
