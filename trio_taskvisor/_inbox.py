@@ -5,9 +5,11 @@ channel whose *callers* are bounded by a capacity, exactly as a bounded
 ``trio.MemorySendChannel`` would bound them (``put_nowait`` raises ``trio.WouldBlock``
 when full, an item handed to the loop waiting in ``get()`` takes no room; ``put`` is
 built on it as ``MemorySendChannel.send`` is on ``send_nowait``, waiting for room in FIFO
-order), while the supervisor's own messages (``force=True``: a controller's admission,
-a forwarded stop, a report from the registry, the shutdown) are never refused, so no
-loop ever waits on another. Its own counters tell whether the loop is idle (parked in
+order: as the channel does, the room an item leaves goes to the first waiting ``put``,
+whose item is queued then, before any later caller can take it), while the
+supervisor's own messages (``force=True``: a controller's admission, a forwarded stop,
+a report from the registry, the shutdown) are never refused, so no loop ever waits on
+another. Its own counters tell whether the loop is idle (parked in
 ``get()`` with nothing queued), which lets a caller run the loop's non-blocking core
 directly in its own task: nothing is ordered before it then, and code between two
 checkpoints is atomic in trio.
@@ -73,8 +75,8 @@ class Inbox(Generic[T]):
         "_handed",
         "_in_get",
         "_parked",
+        "_putters",
         "_recv",
-        "_room",
         "_send",
         "_size",
         "_wait_scope",
@@ -85,7 +87,8 @@ class Inbox(Generic[T]):
         self._capacity = capacity
         # Items of type T, and the skeleton's own _WAKE.
         self._send, self._recv = trio.open_memory_channel[Any](math.inf)
-        self._room = trio.lowlevel.ParkingLot()
+        # Callers of ``put`` waiting for room, oldest first, with their items.
+        self._putters: dict[trio.lowlevel.Task, T] = {}
         self._size = 0  # items put and not yet taken by the loop
         self._handed = False  # the first of them went to the loop waiting in get()
         self._in_get = False
@@ -111,7 +114,7 @@ class Inbox(Generic[T]):
         """
         if self.closed:
             raise trio.BrokenResourceError("the loop has ended")
-        if not force and self._size - self._handed >= self._capacity:
+        if not force and (self._putters or self._size - self._handed >= self._capacity):
             raise trio.WouldBlock
         if self._in_get and not self._size:
             self._handed = True  # as a channel hands an item to a waiting receiver
@@ -131,13 +134,17 @@ class Inbox(Generic[T]):
         else:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return
-        while True:
-            await self._room.park()
-            try:
-                self.put_nowait(item)
-            except trio.WouldBlock:
-                continue
-            return
+        task = trio.lowlevel.current_task()
+        self._putters[task] = item
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            del self._putters[task]
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        if task in self._putters:  # woken by close(), not queued by _taken()
+            del self._putters[task]
+            raise trio.BrokenResourceError("the loop has ended")
 
     async def _get(self) -> Any:
         """Take the next item, waiting for one (the loop only)."""
@@ -152,8 +159,12 @@ class Inbox(Generic[T]):
     def _taken(self) -> None:
         self._size -= 1
         self._handed = False
-        if self._size < self._capacity and self._room:
-            self._room.unpark()
+        if self._putters and self._size < self._capacity:
+            # The room goes to the oldest waiting put, now: no later caller takes it.
+            task = next(iter(self._putters))
+            self._send.send_nowait(self._putters.pop(task))
+            self._size += 1
+            trio.lowlevel.reschedule(task)
 
     # -- the loop's skeleton --------------------------------------------------------------
 
@@ -217,4 +228,5 @@ class Inbox(Generic[T]):
     def close(self) -> None:
         """The loop has ended: later puts raise ``BrokenResourceError``; wake waiters."""
         self.closed = True
-        self._room.unpark_all()
+        for task in self._putters:
+            trio.lowlevel.reschedule(task)  # still listed: its put raises
