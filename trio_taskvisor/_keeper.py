@@ -1786,20 +1786,33 @@ class LeaseKeeper:
 
     def _granted(self, slot: str, eid: str, token: int) -> None:
         """The server handed ``slot``'s lease to ``eid`` (its owner gave it back) and
-        pushed the grant: start it without a claim. A grant for work no longer queued
-        here is ignored: its withdrawal frees the lease, and a duplicate or late message
-        finds the work owned already (a missed one is found by the next claim or
-        renewal, which answer ``owner``)."""
+        pushed the grant: start it without a claim. A duplicate or late message finds
+        the work owned already (a missed one is found by the next claim or renewal,
+        which answer ``owner``). A grant for an entry of this process that is neither
+        queued, asked for nor owned here is given back at once: one withdrawn meanwhile
+        is withdrawn again (the script is idempotent), and one this process no longer
+        knows (a failover, or a restart from an older copy, kept it and lost what
+        became of it) held its slot until the lease expired, and every claim after."""
+        if self._closing:
+            return
         task_id = self._own_task(eid)
-        if task_id < 0 or self._closing:
-            return
-        if self._queued_slot.get(task_id) == slot:
-            self._take_grant(slot, task_id, token)
-            return
-        submit = self._submits.get(task_id)
-        if submit is not None and submit.sent and submit.slot == slot:
-            # The message overtook the reply that queues the entry: keep it until then.
-            self._early_grants[task_id] = token
+        if task_id >= 0:
+            if self._queued_slot.get(task_id) == slot:
+                self._take_grant(slot, task_id, token)
+                return
+            submit = self._submits.get(task_id)
+            if submit is not None and submit.sent and submit.slot == slot:
+                # The message overtook the reply that queues the entry: keep it until then.
+                self._early_grants[task_id] = token
+                return
+            lease = self._leases.get(task_id)
+            if lease is not None and lease.slot == slot:
+                return  # owned already
+        else:
+            parsed = parse_entry_id(eid)
+            if parsed is None or parsed.instance != self.instance_id:
+                return
+        self._oblige(_Withdraw(slot, eid, RejectionKind.STORE_UNAVAILABLE.value))
 
     def _take_grant(self, slot: str, task_id: int, token: int) -> None:
         """Own the pushed grant of queued ``task_id``, or confirm it by a claim (see the

@@ -34,10 +34,16 @@ while its lease exists or its queue is not empty. A script that gives a lease ba
 (``release``, ``withdraw``) hands it to the live head at once and pushes the grant to the
 head's process (``grant``), which starts without a claim; ``claim`` remains for a lease
 that expired (expiries publish nothing) and for a process that missed the message (its
-renewal also answers ``owner``). A lease lasts the ``lease_ttl`` of its holder's process,
-which its heartbeat holds, whoever grants it: replicas may run with different
-``lease_ttl`` (a rolling change of it), and a holder counts on its own (a heartbeat of
-earlier versions, ``1``, says nothing: the caller's).
+renewal also answers ``owner``). A ``submit`` (but a REPLACE's, which takes the lease
+itself) or a ``claim`` by another entry that finds the lease free and the queue not
+empty hands the lease over too: the head's own claim is due then, or never comes (a
+failover that lost a hand-over, or a restart from an older copy, left the head an entry
+whose live process no longer knows it; that process gives such a grant back with a
+withdrawal). Before, the slot waited for that claim while the process lived. A lease
+lasts the ``lease_ttl`` of its holder's process, which its heartbeat holds, whoever
+grants it: replicas may run with different ``lease_ttl`` (a rolling change of it), and
+a holder counts on its own (a heartbeat of earlier versions, ``1``, says nothing: the
+caller's).
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -237,6 +243,15 @@ local q = prune(slot)
 local hi = holder and instance_of(holder)
 if position(q, e) then return {'queued', hi, retry_ms(slot, q, holder), false} end
 if not holder and #q == 0 then return {'owner', grant(slot, e), false} end
+if not holder and policy ~= 'replace' then
+  -- The lease is free while the queue is not: its head's claim is due (the lease
+  -- expired), or never comes (a failover lost the hand-over, and the head's process
+  -- no longer knows its entry): hand it over now, as a release would.
+  hand_over(slot, true)
+  holder, token, stop = lease_of(slot)
+  table.remove(q, 1)
+  hi = instance_of(holder)
+end
 if policy == 'drop_if_running' then return {'busy', hi, retry_ms(slot, q, holder)} end
 if policy == 'join' then
   local target = q[#q] or holder
@@ -269,8 +284,8 @@ if displaced then
   done(displaced)
 end
 if not holder then
-  -- the lease is free while the queue is not (it expired; the head claims only at that
-  -- expiry): a hand-over in flight; take it over
+  -- the lease is free while the queue is not (it expired, or a head's claim never
+  -- came): take it over
   redis.call('LPOP', qk)
   local t = grant(slot, e)
   room(slot)
@@ -297,6 +312,10 @@ local gone = redis.call('GET', P .. 'gone:' .. e)
 if gone then return {'gone', gone} end
 local q = prune(slot)
 if not position(q, e) then return {'missing'} end
+if not holder and q[1] ~= e then
+  hand_over(slot, true)  -- the head's claim is due, or never comes: as in submit
+  return {'wait', retry_ms(slot, q, true)}
+end
 if holder or q[1] ~= e then return {'wait', retry_ms(slot, q, holder)} end
 redis.call('LPOP', P .. 'q:' .. slot)
 local t = grant(slot, e)

@@ -267,6 +267,11 @@ class ClusterModel:
             return ["queued", self.holder(slot), self.retry(slot, q), None]
         if lease is None and not q:
             return ["owner", self.grant(slot, e, "idle"), None]
+        if lease is None and policy != "replace":
+            # The head's claim is due, or never comes (its process lost the entry in a
+            # failover): the head takes the free lease now, as after a release.
+            self.hand_over(slot)
+            q = self.q[slot]
         holder = self.holder(slot)
         if policy == "drop_if_running":
             return ["busy", holder, self.retry(slot, q)]
@@ -312,6 +317,9 @@ class ClusterModel:
         q = self.prune(slot)
         if e not in q:
             return ["missing"]
+        if lease is None and q[0] != e:
+            self.hand_over(slot)  # as in submit
+            return ["wait", self.retry(slot, q)]
         if lease is not None or q[0] != e:
             return ["wait", self.retry(slot, q)]
         q.pop(0)

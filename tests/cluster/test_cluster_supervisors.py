@@ -407,6 +407,35 @@ async def test_cluster_slot_raises_when_the_server_does_not_answer(
         redis_server.resume()
 
 
+# -- entries a live process no longer knows ---------------------------------------------------
+
+
+@pytest.mark.parametrize("who", ["its own process", "another process"])
+async def test_an_entry_its_live_process_no_longer_knows_frees_its_slot(
+    store: RedisSlotStore, client: coredis.Redis[str], who: str
+) -> None:
+    """A failover that lost a hand-over (or a restart from an older copy) leaves the
+    queue's head an entry whose process is alive but no longer knows it, with the lease
+    free. The next submit hands the lease to that head, as a release would, and its
+    process, told of a grant for an entry it does not know, gives it back: the work
+    behind runs at once. Before, only the head's own claim could take the free lease,
+    which never came: the slot stayed blocked for every replica while that process
+    lived (its heartbeat kept the entry live)."""
+    prefix = f"tv:{{{store.namespace}}}:"
+    async with replica(store) as (a, _), replica(store) as (b, rec_b):
+        orphan = f"{a.instance_id}/999999"  # of no task of a's
+        await client.rpush(f"{prefix}q:s", [orphan])
+        submitter = a if who == "its own process" else b
+        start = time.monotonic()
+        with trio.fail_after(4 * TTL):  # before: never (a lives on)
+            waiter = await submitter.submit(ControllerSpec.queue(quick("behind", 7), slot="s"))
+            assert (await waiter.wait()).value == 7
+        assert time.monotonic() - start < 2 * TTL
+        assert await client.lrange(f"{prefix}q:s", 0, -1) == []
+        assert await client.get(f"{prefix}gone:{orphan}") == "store_unavailable"
+        assert not rec_b.of(EventKind.CONTROLLER_LEASE_LOST)
+
+
 # -- a cancelled acquisition --------------------------------------------------------------------
 
 
