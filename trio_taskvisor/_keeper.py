@@ -358,6 +358,9 @@ class _LimitRequest:
     w: str  # the request's id on the server
     pools: tuple[tuple[str, str], ...]  # (pool id, settings) on the wire
     sent: bool = False  # an acquisition is in flight or was answered
+    # An acquisition was sent once: the server may hold it (a round trip that failed,
+    # a replicas_ack WAIT that fell short, may have run it), so a release is owed.
+    reached: bool = False
     state: str = "new"  # new, waiting, held, lost
     gen: str | None = None  # the generation it was granted in
     retry_at: float = math.inf  # when to ask again (a rate pool allows a start)
@@ -732,7 +735,7 @@ class LeaseKeeper:
         if request is None:
             return
         del self._limit_ids[request.w]
-        if request.sent:
+        if request.reached:
             pools = tuple(pid for pid, _ in request.pools)
             self._oblige(_LimitRelease(request.w, pools, request.state != "held"))
 
@@ -784,7 +787,7 @@ class LeaseKeeper:
             now = trio.current_time()
             for request in self._limits.values():
                 if not request.sent or (request.state == "waiting" and now >= request.retry_at):
-                    request.sent = True
+                    request.sent = request.reached = True
                     request.retry_at = math.inf
                     args = scripts.limit_acquire_args(self.instance_id, request.w, request.pools)
                     batch.add(_LimitAcquire(request), (scripts.LIMIT_ACQUIRE.name, args))

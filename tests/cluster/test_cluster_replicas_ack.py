@@ -26,6 +26,7 @@ from trio_taskvisor import (
     OutcomeKind,
     RejectionKind,
     SlotStoreUnavailableError,
+    Supervisor,
     TaskOutcome,
     TaskSpec,
     open_supervisor,
@@ -366,3 +367,52 @@ async def test_open_supervisor_names_a_shortfall_of_replicas(
         async with open_supervisor(config(store)):
             entered = True
     assert not entered
+
+
+async def test_a_limited_wait_cancelled_while_its_acquisition_was_unconfirmed_holds_nothing(
+    topology: Topology, primary: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The primary grants a ``limited()`` block its unit, but a replica does not
+    acknowledge that round trip; the block is cancelled meanwhile. Once the store
+    recovers, the unit is given back: the pool holds nothing. Before, the keeper took
+    the acquisition for one the server never saw (it asks again once the server
+    answers), sent no withdrawal, and the unit stayed held for as long as the process
+    kept its units' generation (it holds a unit of another pool)."""
+    # A lease_ttl the outage stays well within: the process keeps its units' generation
+    # (a longer outage ends it, and every unit of it with it).
+    store = acking(primary.url, namespace, 2, replicas_ack_timeout=0.05, lease_ttl=6.0)
+    pool = ConcurrencyLimit("unconfirmed", 1)
+    paused = topology.replicas[0]
+    original = _RedisConnection.round_trip
+    armed = True
+
+    async def round_trip(self: _RedisConnection, calls: Sequence[Call]) -> list[object]:
+        nonlocal armed
+        if armed and any(name == scripts.LIMIT_ACQUIRE.name for name, _ in calls):
+            armed = False
+            paused.pause()  # the acquisition reaches the primary, not this replica
+        return await original(self, calls)
+
+    async def hold(sup: Supervisor, task_status: trio.TaskStatus[None]) -> None:
+        # A unit of another pool, held throughout: it keeps the units' generation live.
+        async with sup.limited(ConcurrencyLimit("kept", 1)):
+            task_status.started()
+            await trio.sleep_forever()
+
+    async with replica(store) as (sup, recorder), trio.open_nursery() as nursery:
+        await nursery.start(hold, sup)
+        monkeypatch.setattr(_RedisConnection, "round_trip", round_trip)
+        with trio.move_on_after(0.5) as waited:
+            async with sup.limited(pool):
+                raise AssertionError("entered while the store was unavailable")  # pragma: no cover
+        assert waited.cancelled_caught
+        await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        paused.resume()
+        with trio.fail_after(10):  # the replica catches up, then the store recovers
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
+            # The withdrawal goes in the recovery's first round trip or soon after.
+            while (await sup.cluster_limit(pool)).held:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        info = await sup.cluster_limit(pool)
+        assert (info.held, info.holders, info.waiting) == (0, {}, 0)
+        nursery.cancel_scope.cancel()
