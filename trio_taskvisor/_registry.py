@@ -626,13 +626,18 @@ class _Units:
         remote = self.remote.get(rid)
         if remote is None or not remote.granted:
             return
-        self._lose(remote, f"limit lease lost: {', '.join(map(pool_label, remote.idents))}")
+        labels = [pool_label(i) for i in remote.idents if self._holds(i)]
+        self._lose(remote, f"limit lease lost: {', '.join(labels)}")
 
     def _lose(self, remote: _Remote, reason: str) -> None:
         remote.lost = reason
-        if remote.rec is not None:
+        rec = remote.rec
+        if rec is not None:
+            if rec.fence_token is not None and rec.listener is not None:
+                # A slot owner whose slot lease is lost too: that is the cause it names.
+                reason = rec.listener.lease_lost(rec) or reason
             assert self.lose is not None
-            self.lose(remote.rec, reason)
+            self.lose(rec, reason)
         elif remote.scope is not None:
             remote.scope.cancel(reason=reason)
 
@@ -946,6 +951,8 @@ class Registry:
             rec.request_stop(reason)
         rec.force()
         self._commit(rec, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+        if rec.listener is not None:
+            rec.listener.owner_forced(rec)  # its joiners have their outcome now
 
     def end_wait(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """End a task that waits for its units with ``outcome`` (a conflict of a limit's

@@ -293,6 +293,78 @@ async def test_a_lost_unit_ends_the_task_lease_lost(
         assert [str(e) for e in block_error] == ["limit lease lost: fragile"]
 
 
+async def test_a_lost_unit_names_the_cause_and_only_the_pools_that_held_one(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """The server pauses past ``0.8 * lease_ttl``: a slot owner holding units loses its
+    slot's lease with them, and ends ``LEASE_LOST`` naming that ("lease expired ..."), as
+    every lost slot owner does; a block's ``LeaseLostError`` names the concurrency pool
+    only (a rate pool's start holds nothing to lose). Before, the owner's reason could
+    be the units' ("limit lease lost: ..."), and it named the rate pool too."""
+    conc, rate = ConcurrencyLimit("conc", 2), RateLimit("rate", 100)
+    async with replica(store) as (sup, _):
+        started = trio.Event()
+
+        async def body() -> None:
+            started.set()
+            await trio.sleep_forever()
+
+        spec = TaskSpec.once("owner", body, limits=(conc, rate))
+        waiter = await sup.submit(ControllerSpec.queue(spec, slot="s"))
+        await started.wait()
+        block_error: list[BaseException] = []
+        entered, lost = trio.Event(), trio.Event()
+
+        async def block() -> None:
+            try:
+                async with sup.limited(conc, rate):
+                    entered.set()
+                    await trio.sleep_forever()
+            except LeaseLostError as exc:
+                block_error.append(exc)
+                lost.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(block)
+            with trio.fail_after(2 * TTL):
+                await entered.wait()
+            redis_server.pause()
+            try:
+                with trio.fail_after(3 * TTL):
+                    outcome = await waiter.wait()
+                    await lost.wait()
+            finally:
+                redis_server.resume()
+        assert outcome.kind is OutcomeKind.LEASE_LOST
+        assert str(outcome.reason).startswith("lease expired"), outcome.reason
+        assert [str(e) for e in block_error] == ["limit lease lost: conc"]
+
+
+async def test_a_slot_owner_whose_server_lost_everything_names_its_slot_lease(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """The server comes back empty (``FLUSHALL``) under a slot owner holding units: its
+    next renewal finds both gone, and the owner ends ``LEASE_LOST`` naming its slot's
+    lease ("lease refused ..."), as every slot owner whose lease is refused does.
+    Before, it named the units ("limit lease lost: conc, rate") in every run."""
+    conc, rate = ConcurrencyLimit("conc", 2), RateLimit("rate", 100)
+    async with replica(store) as (sup, _):
+        started = trio.Event()
+
+        async def body() -> None:
+            started.set()
+            await trio.sleep_forever()
+
+        spec = TaskSpec.once("owner", body, limits=(conc, rate))
+        waiter = await sup.submit(ControllerSpec.queue(spec, slot="s"))
+        await started.wait()
+        await client.flushall()
+        with trio.fail_after(2 * TTL):  # the next renewal, at lease_ttl / 3
+            outcome = await waiter.wait()
+    assert outcome.kind is OutcomeKind.LEASE_LOST
+    assert str(outcome.reason).startswith("lease refused"), outcome.reason
+
+
 async def test_cluster_limit_needs_a_slot_store() -> None:
     """Without a slot store ``cluster_limit`` raises ``ConfigError``."""
     async with open_supervisor() as sup:
