@@ -592,6 +592,7 @@ class LeaseKeeper:
         self._stopped = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._io_scope: trio.CancelScope | None = None
+        self._cut = False  # cut_drain() ended the drain
         self._io_wakeup = _Wakeup()
         # The I/O loop waits for work (connected, not closing): a request may start its
         # round trip at once, in the caller's task (``_send_now``), leaving the batch
@@ -909,6 +910,16 @@ class LeaseKeeper:
         if self._io_scope is not None:
             drain_deadline = trio.current_time() + self.store.connect_timeout
             self._io_scope.deadline = min(self._io_scope.deadline, drain_deadline)
+            if not self._available:
+                # The shutdown's one wait a user could not account for.
+                log(
+                    logging.WARNING,
+                    "slot store %s is unavailable: the shutdown waits up to %g s "
+                    "(connect_timeout) for it to take back the leases and units of this "
+                    "process; what it does not take back expires within lease_ttl",
+                    self.store.safe_url,
+                    self.store.connect_timeout,
+                )
         self._io_wakeup.set()
 
     def cut_drain(self) -> None:
@@ -924,6 +935,7 @@ class LeaseKeeper:
                 "and units this process did not give back expire within lease_ttl",
                 self.store.safe_url,
             )
+            self._cut = True
             scope.cancel(reason="the shutdown was forced")
 
     async def aclose(self) -> None:
@@ -961,6 +973,15 @@ class LeaseKeeper:
                                 trio.current_time() + self.store.connect_timeout
                             )
                         await self._io_loop()
+                    if self._io_scope.cancelled_caught and not self._cut:
+                        log(
+                            logging.WARNING,
+                            "slot store %s did not take back the leases and units of this "
+                            "process within %g s (connect_timeout) of the shutdown: they "
+                            "expire within lease_ttl",
+                            self.store.safe_url,
+                            self.store.connect_timeout,
+                        )
                 nursery.cancel_scope.cancel(reason="lease keeper stopped")
         finally:
             self._running = False

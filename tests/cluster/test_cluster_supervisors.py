@@ -394,6 +394,42 @@ async def test_shutdown_is_bounded_when_the_server_does_not_answer(
         gate.set()
 
 
+@pytest.mark.parametrize("known", [False, True])
+async def test_a_shutdown_that_waits_for_the_server_says_so(
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    caplog: pytest.LogCaptureFixture,
+    known: bool,
+) -> None:
+    """The shutdown waits up to ``connect_timeout`` for the server to take back the
+    owner's lease: a WARNING says so as the wait begins when the outage is known, and
+    names what was not taken back when the wait ends unanswered. Before, the process
+    took ``connect_timeout`` to leave without a word."""
+    quick_store = store_like(store, connect_timeout=0.5)
+    async with replica(quick_store) as (sup, recorder):
+        owner = await sup.submit(
+            ControllerSpec.queue(TaskSpec.once("o", until_cancelled), slot="s")
+        )
+        await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        redis_server.pause()
+        if known:
+            with trio.fail_after(2 * (TTL / 3 + 0.5)):  # the next renewal's bound
+                await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+    redis_server.resume()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    url = quick_store.safe_url
+    waits = (
+        f"slot store {url} is unavailable: the shutdown waits up to 0.5 s (connect_timeout) "
+        "for it to take back the leases and units of this process; what it does not take "
+        "back expires within lease_ttl"
+    )
+    gave_up = (
+        f"slot store {url} did not take back the leases and units of this process within "
+        "0.5 s (connect_timeout) of the shutdown: they expire within lease_ttl"
+    )
+    assert (waits in lines, gave_up in lines) == (known, True)
+
+
 async def test_cluster_slot_raises_when_the_server_does_not_answer(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
