@@ -27,6 +27,7 @@ from trio_taskvisor import (
     Supervisor,
     TaskSpec,
     TaskState,
+    TaskWaiter,
     open_supervisor,
 )
 from trio_taskvisor._redis_client import read_namespace
@@ -293,6 +294,23 @@ async def test_a_lost_unit_ends_the_task_lease_lost(
         assert [str(e) for e in block_error] == ["limit lease lost: fragile"]
 
 
+async def slot_owner_holding(
+    sup: Supervisor, *pools: ConcurrencyLimit | RateLimit
+) -> TaskWaiter[None]:
+    """The waiter of the owner of slot ``s``, started, holding a unit of each of
+    ``pools``, until it is stopped."""
+    started = trio.Event()
+
+    async def body() -> None:
+        started.set()
+        await trio.sleep_forever()
+
+    spec = TaskSpec.once("owner", body, limits=pools)
+    waiter = await sup.submit(ControllerSpec.queue(spec, slot="s"))
+    await started.wait()
+    return waiter
+
+
 async def test_a_lost_unit_names_the_cause_and_only_the_pools_that_held_one(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
@@ -303,15 +321,7 @@ async def test_a_lost_unit_names_the_cause_and_only_the_pools_that_held_one(
     be the units' ("limit lease lost: ..."), and it named the rate pool too."""
     conc, rate = ConcurrencyLimit("conc", 2), RateLimit("rate", 100)
     async with replica(store) as (sup, _):
-        started = trio.Event()
-
-        async def body() -> None:
-            started.set()
-            await trio.sleep_forever()
-
-        spec = TaskSpec.once("owner", body, limits=(conc, rate))
-        waiter = await sup.submit(ControllerSpec.queue(spec, slot="s"))
-        await started.wait()
+        waiter = await slot_owner_holding(sup, conc, rate)
         block_error: list[BaseException] = []
         entered, lost = trio.Event(), trio.Event()
 
@@ -347,17 +357,8 @@ async def test_a_slot_owner_whose_server_lost_everything_names_its_slot_lease(
     next renewal finds both gone, and the owner ends ``LEASE_LOST`` naming its slot's
     lease ("lease refused ..."), as every slot owner whose lease is refused does.
     Before, it named the units ("limit lease lost: conc, rate") in every run."""
-    conc, rate = ConcurrencyLimit("conc", 2), RateLimit("rate", 100)
     async with replica(store) as (sup, _):
-        started = trio.Event()
-
-        async def body() -> None:
-            started.set()
-            await trio.sleep_forever()
-
-        spec = TaskSpec.once("owner", body, limits=(conc, rate))
-        waiter = await sup.submit(ControllerSpec.queue(spec, slot="s"))
-        await started.wait()
+        waiter = await slot_owner_holding(sup, ConcurrencyLimit("conc", 2), RateLimit("rate", 100))
         await client.flushall()
         with trio.fail_after(2 * TTL):  # the next renewal, at lease_ttl / 3
             outcome = await waiter.wait()
