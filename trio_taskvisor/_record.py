@@ -66,7 +66,8 @@ class RecordListener(Protocol):
 
         Asked by the registry for a record with a fence token just before it commits
         the outcome of the actor's exit, so a body that returns in the instant its lease
-        is lost ends ``LEASE_LOST`` whichever task trio ran first.
+        is lost ends ``LEASE_LOST`` whichever task trio ran first; and when the record's
+        limit units are lost, so that a slot lease lost with them names the cause.
         """
 
     def owner_forced(self, rec: TaskRecord, /) -> None:
