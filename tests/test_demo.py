@@ -290,6 +290,34 @@ def test_sigterm_exits_143() -> None:
 TERMINAL = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120", "LINES": "40"}
 
 
+def reader_leaves(
+    command: list[str], env: dict[str, str], lines: int, tmp_path: Path
+) -> tuple[int, str]:
+    """Run ``python -m trio_taskvisor *command`` with stdout a pipe whose reader reads
+    ``lines`` lines and closes it; the exit status and what went to stderr."""
+    errors = tmp_path / "stderr"
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trio_taskvisor", *command],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            for _ in range(lines):
+                assert process.stdout.readline()
+            process.stdout.close()
+            status = process.wait(timeout=30)
+        finally:
+            process.kill()
+            process.wait()
+    return status, errors.read_text()
+
+
 @pytest.mark.parametrize(
     ("command", "env"),
     [
@@ -307,51 +335,16 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(
     run early (a liveness bound of half of it). Before, both printed a traceback per
     line on and exited 1, the demo after its whole run; the live view exited 1 at once,
     with the traceback of rich's ``SystemExit``."""
-    errors = tmp_path / "stderr"
-    with errors.open("w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trio_taskvisor", *command],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-        try:
-            assert process.stdout is not None
-            for _ in range(2):
-                assert process.stdout.readline()
-            process.stdout.close()
-            status = process.wait(timeout=30)
-        finally:
-            process.kill()
-            process.wait()
-    assert (status, errors.read_text()) == (0, "")
+
+    assert reader_leaves(command, env, 2, tmp_path) == (0, "")
 
 
 def test_a_live_view_whose_reader_is_gone_exits_0(tmp_path: Path) -> None:
     """``demo --live | true``: on a stdout that is no terminal the live view writes its
     last frame and the summary at the end; a reader gone by then leaves nothing on
     stderr and exit status 0. Before, rich exited with status 1."""
-    errors = tmp_path / "stderr"
-    with errors.open("w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trio_taskvisor", "demo", "--live", "--duration", "1"],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
-        try:
-            assert process.stdout is not None
-            process.stdout.close()
-            status = process.wait(timeout=30)
-        finally:
-            process.kill()
-            process.wait()
-    assert (status, errors.read_text()) == (0, "")
+    command = ["demo", "--live", "--duration", "1"]
+    assert reader_leaves(command, {}, 0, tmp_path) == (0, "")
 
 
 # -- the board and the header, directly -------------------------------------------------------
