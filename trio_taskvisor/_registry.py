@@ -950,9 +950,7 @@ class Registry:
         if not rec.stop_requested:
             rec.request_stop(reason)
         rec.force()
-        self._commit(rec, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
-        if rec.listener is not None:
-            rec.listener.owner_forced(rec)  # its joiners have their outcome now
+        self._commit_forced(rec, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
 
     def end_wait(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """End a task that waits for its units with ``outcome`` (a conflict of a limit's
@@ -1300,9 +1298,14 @@ class Registry:
         rec.force_deadline = trio.current_time()  # from now on: the time of the force
         if self.shutting_down:
             self.stuck.append(rec.name)
-        self._commit(rec, FORCE_ABORTED)
+        self._commit_forced(rec, FORCE_ABORTED)
+
+    def _commit_forced(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
+        """Commit the outcome of a force: the actor may run on, but its joiners have
+        their outcome now (its listener, controller work's, is told)."""
+        self._commit(rec, outcome)
         if rec.listener is not None:
-            rec.listener.owner_forced(rec)  # its joiners have their outcome now
+            rec.listener.owner_forced(rec)
 
     def force_all(self) -> None:
         """Force every remaining task now (a signal during the shutdown)."""
