@@ -95,6 +95,13 @@ Decisions the design leaves open:
   settings raises the ``ConfigError`` an acquisition gets: its answer would be about
   that other pool (the server checks a pool's settings at every acquisition:
   docs/howto-limits.md, "Settings are checked by the server").
+* A renewal that shows a new ``run_id`` (a failover, a restart) makes the next one a
+  limit *rebase*: it names every unit this process holds, which the server moves to a
+  new generation, so units this process gave back that the new server still counts (a
+  release the old one did not pass on) die with the old generation rather than count
+  as held while this process lives; a unit the new server lacks is lost
+  (``limit_lost``). Without it, such a server admitted one holder of a capacity-2 pool
+  while a replica lived on, and no push would ever reach a unit it held.
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
@@ -378,6 +385,7 @@ class _LimitAcquire:
 @attrs.frozen
 class _LimitRenewal:
     waiters: tuple[_LimitRequest, ...]
+    rebased: tuple[_LimitRequest, ...] = ()  # the units a rebase names
 
 
 @attrs.define(eq=False)
@@ -621,6 +629,10 @@ class LeaseKeeper:
         # ``0.8 * lease_ttl`` after that sending (the server renewed it no earlier).
         self._gen: str | None = None
         self._gen_at = -math.inf
+        # The server changed (a new run_id): the next renewal moves the units this
+        # process holds to a new generation, so units it gave back that the new server
+        # still counts (a failover, a restart from an older copy) die with the old one.
+        self._limit_rebase = False
 
     def __repr__(self) -> str:
         return f"<LeaseKeeper {self.instance_id} {self.store!r}>"
@@ -772,18 +784,19 @@ class LeaseKeeper:
         if renew and self._limits:
             waiters = tuple(r for r in self._limits.values() if r.state == "waiting")
             items = [(r.w, r.pools) for r in waiters]
+            units = {
+                r: tuple(pid for pid, spec in r.pools if spec.startswith("concurrency"))
+                for r in self._limits.values()
+                if r.state == "held"
+            }
             # the server's keys of the pools this process holds units of live on with them
-            held = sorted(
-                {
-                    pid
-                    for r in self._limits.values()
-                    if r.state == "held"
-                    for pid, spec in r.pools
-                    if spec.startswith("concurrency")
-                }
-            )
-            args = scripts.limit_renew_args(self.instance_id, items, held)
-            batch.add(_LimitRenewal(waiters), (scripts.LIMIT_RENEW.name, args))
+            held = sorted({pid for pids in units.values() for pid in pids})
+            rebase = None
+            if self._limit_rebase and self._gen is not None:
+                rebase = (self._gen, [(r.w, pids) for r, pids in units.items()])
+            args = scripts.limit_renew_args(self.instance_id, items, held, rebase)
+            renewal = _LimitRenewal(waiters, tuple(units) if rebase else ())
+            batch.add(renewal, (scripts.LIMIT_RENEW.name, args))
         if not self._closing:
             now = trio.current_time()
             for request in self._limits.values():
@@ -1198,6 +1211,8 @@ class LeaseKeeper:
                 case str():  # RUN_ID
                     restarted = self._run_id is not None and reply != self._run_id
                     self._run_id = str(reply)
+                    if restarted and self._gen is not None:
+                        self._limit_rebase = self._renew_now = True
                 case _Renewal():
                     self._renewed(part, scripts.parse_renew(reply), sent_at)
                 case _StopOwner():
@@ -1209,8 +1224,13 @@ class LeaseKeeper:
                     reply_ = scripts.parse_limit(reply)
                     self._limit_gen(reply_.gen, sent_at)
                     self._limit_reply(request, reply_)
-                case _LimitRenewal(waiters):
+                case _LimitRenewal(waiters, rebased):
                     renewed = scripts.parse_limit_renew(reply)
+                    if rebased:
+                        self._limit_rebase = False
+                        for request in rebased:  # moved to the new generation
+                            if request.w not in renewed.lost and request.state == "held":
+                                request.gen = renewed.gen
                     self._limit_gen(renewed.gen, sent_at)
                     for request, item in zip(waiters, renewed.waiters, strict=True):
                         self._limit_reply(request, item)

@@ -550,12 +550,15 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # ``lu:<instance>`` at the time it was accepted, and is live while that key still holds
 # that generation. The key is renewed by ``limit_renew`` (in the renewal's round trip);
 # once it expired, a new one gets a new generation (the server's ``TIME``), so a dead
-# instance's units never come back. Dead holders are removed when a script reads a pool,
-# dead waiters when a settle meets them at the head of their group. A pool's settings
-# stay while it has a live holder or waiter, and a rate pool's while its ``tat`` is ahead
-# of the server's clock (``lp`` then expires at ``tat``). Every script that frees units,
-# or first reads a pool, grants the oldest waiters of the changed pools that fit
-# (``settle``) and publishes ``["limit", w, gen]`` to their instances.
+# instance's units never come back (nor a grant its process heard of only after that:
+# such a request is asked for anew). After a change of server, ``limit_renew``'s rebase
+# moves the units the process holds to a new generation (see the script). Dead holders
+# are removed when a script reads a pool, dead waiters when a settle meets them at the
+# head of their group. A pool's settings stay while it has a live holder or waiter, and
+# a rate pool's while its ``tat`` is ahead of the server's clock (``lp`` then expires at
+# ``tat``). Every script that frees units, or first reads a pool, grants the oldest
+# waiters of the changed pools that fit (``settle``) and publishes ``["limit", w, gen]``
+# to their instances.
 #
 # A settle reads only the groups *parked* on the changed pools (below): a group is parked
 # on one of its pools that had no room when it was last checked. So the order rule is
@@ -939,8 +942,12 @@ local function tidy_all() for _, p in pairs(pools) do tidy(p) end end
 local function acquire(me, w, pairs_)
   local x = redis.call('GET', P .. 'lx:' .. w)
   if x == 'gone' then return {'gone'} end
-  if x then return {'granted', x} end
   local g = my_gen(me)
+  if x == g then return {'granted', x} end
+  -- x: granted in a generation that expired (its process heard of it too late): those
+  -- units are dead, so it is asked for anew (answering the old grant, for ever, would
+  -- have its process ask again at once, for ever)
+  if x then redis.call('DEL', P .. 'lx:' .. w) end
   local pids = {}
   for k, pair in ipairs(pairs_) do pids[k] = pair[1] end
   local v = redis.call('HMGET', P .. 'lw:' .. w, 'gen', 'seq')
@@ -996,25 +1003,26 @@ end
 
 # The common case of ``limit_acquire``, run before the rest of the script defines anything:
 # making the shared functions costs the server more than this whole case does (Lua makes
-# each local function anew on every call). It answers a request it knows (its marker),
-# and grants a new one whose every pool has room, with settings the same or none yet
-# (none: no state either), no waiter in any of them and none for the request itself,
-# and whose instance has a generation (renewed here, as ``my_gen`` does): what the full
-# script does then, with the same writes (the tidy-up's included; a concurrency pool's
-# dead holders removed as ``pool`` removes them). Anything else falls through to the
-# full script, which reads again what this read; what this wrote (the renewal, dead
-# holders removed) the full script would have written too.
+# each local function anew on every call). It answers a request granted in its
+# instance's live generation (its marker), and grants a new one whose every pool has
+# room, with settings the same or none yet (none: no state either), no waiter in any of
+# them and none for the request itself, and whose instance has a generation (renewed
+# here, as ``my_gen`` does): what the full script does then, with the same writes (the
+# tidy-up's included; a concurrency pool's dead holders removed as ``pool`` removes
+# them). Anything else falls through to the full script, which reads again what this
+# read; what this wrote (the renewal, dead holders removed) the full script would have
+# written too.
 _LIMIT_ACQUIRE_FAST: Final = r"""
 do
   local P, me, w = ARGV[1], ARGV[4], ARGV[5]
   local x = redis.call('GET', P .. 'lx:' .. w)
   if x == 'gone' then return {'gone'} end
-  if x then return {'granted', x} end
   local g = redis.call('GETEX', P .. 'lu:' .. me, 'PX', ARGV[2])
-  local pairs_ = g and cjson.decode(ARGV[6])
+  if x and x == g then return {'granted', x} end
+  local pairs_ = g and not x and cjson.decode(ARGV[6])
   local keys = {P .. 'lw:' .. w}
   for k, pair in ipairs(pairs_ or {}) do keys[k + 1] = P .. 'lq:' .. pair[1] end
-  if g and redis.call('EXISTS', unpack(keys)) == 0 then
+  if pairs_ and redis.call('EXISTS', unpack(keys)) == 0 then
     -- per pool: {new settings?, the rate pool's new tat (false: a concurrency pool)}
     local plan, seen, gens, now = {}, {}, {[me] = g}, nil
     for k, pair in ipairs(pairs_) do
@@ -1124,15 +1132,60 @@ return 'ok'
 _LIMIT_RENEW: Final = r"""
 -- limit_renew: this process's units' lease, and its waiting requests.
 -- keys:    lu:<me>, lh:<pool> lp:<pool> (pools it holds units of), and per waiter those
---          of limit_acquire
+--          of limit_acquire; with a rebase, lh:<pool> lx:<w> of every unit named
 -- args:    me, JSON [[w, [[pool id, spec], ...]], ...] (waiting requests), JSON [pool
---          id, ...] (the concurrency pools it holds units of: their keys live on)
--- replies: JSON [gen, items]: gen is the live generation (units of another one are
---          lost); one item per waiter, as limit_acquire replies (a waiter of an expired
---          generation is accepted again, at the tail)
+--          id, ...] (the concurrency pools it holds units of: their keys live on), and
+--          optionally a rebase: JSON [gen, [[w, [pool id, ...]], ...]] (the generation
+--          the process knows, and every unit it holds: its concurrency pools)
+-- replies: JSON [gen, items, lost]: gen is the live generation (units of another one
+--          are lost); one item per waiter, as limit_acquire replies (a waiter of an
+--          expired generation is accepted again, at the tail); lost: the units of the
+--          rebase that are not held in gen
+-- A rebase follows a change of server (a failover, a restart from an older copy): the
+-- server may hold units the process gave back (a release the old server did not pass
+-- on), or lack units it holds. While gen is the one the process knows, a new one is
+-- made, and the units named move to it from the old one (and its waiters named, so
+-- they keep their place): every other unit of the old one is dead. A unit not held in
+-- the old one (or in the new, once moved: the rebase sent again) is lost, its other
+-- pools' units given back.
 local me, waiters, held = ARGV[4], cjson.decode(ARGV[5]), cjson.decode(ARGV[6] or '[]')
+local rebase = ARGV[7] and cjson.decode(ARGV[7])
+local old, moving = rebase and rebase[1], false
+if rebase and gen_of(me) == old then
+  local t = redis.call('TIME')
+  local fresh = t[1] .. string.format('%06d', tonumber(t[2]))
+  if fresh == old then fresh = fresh .. '0' end
+  gen_memo[me], moving = fresh, true
+end
 local g = my_gen(me)
 say_ttl(true)
+local lost, lost_pids = {}, {}
+for _, unit in ipairs(rebase and rebase[2] or {}) do
+  local w, pids, kept = unit[1], unit[2], true
+  for _, pid in ipairs(pids) do
+    local e = redis.call('HGET', P .. 'lh:' .. pid, w)
+    if moving and e == old then
+      redis.call('HSET', P .. 'lh:' .. pid, w, g)
+    elseif e ~= g then
+      kept = false
+    end
+  end
+  if kept then
+    redis.call('SET', P .. 'lx:' .. w, g, 'PX', KEEP)
+  else
+    lost[#lost + 1] = w
+    lost_pids[#lost] = pids
+  end
+end
+if moving then
+  for _, pair in ipairs(waiters) do
+    local wk = P .. 'lw:' .. pair[1]
+    if redis.call('HGET', wk, 'gen') == old then redis.call('HSET', wk, 'gen', g) end
+  end
+end
+-- given back once every unit and waiter moved (a pool read, or a settle, removes what
+-- the old generation holds)
+for k, w in ipairs(lost) do release(w, lost_pids[k]) end
 for _, pid in ipairs(held) do
   if redis.call('PEXPIRE', P .. 'lh:' .. pid, LIVE) == 1 then
     redis.call('PEXPIRE', P .. 'lp:' .. pid, LIVE)
@@ -1141,7 +1194,7 @@ end
 local items = {}
 for k, pair in ipairs(waiters) do items[k] = acquire(me, pair[1], pair[2]) end
 tidy_all()
-return cjson.encode({g, items})
+return cjson.encode({g, items, lost})
 """
 
 _CLUSTER_LIMIT: Final = r"""
@@ -1589,16 +1642,24 @@ def limit_renew_args(
     instance: str,
     waiters: Iterable[tuple[str, Iterable[tuple[str, str]]]],
     held: Iterable[str] = (),
+    rebase: tuple[str, Iterable[tuple[str, Iterable[str]]]] | None = None,
 ) -> Args:
     """``waiters``: ``(request, pools)`` of every waiting request of the process;
-    ``held``: the ids of the concurrency pools it holds units of."""
+    ``held``: the ids of the concurrency pools it holds units of; ``rebase``: after a
+    change of server, the generation the process knows and every unit it holds, as
+    ``(request, concurrency pool ids)``."""
     items = [[request, _pairs(pools)] for request, pools in waiters]
     compact = (",", ":")
-    return (
+    args = (
         instance,
         json.dumps(items, separators=compact),
         json.dumps(list(held), separators=compact),
     )
+    if rebase is None:
+        return args
+    gen, units = rebase
+    moved = [gen, [[request, list(pools)] for request, pools in units]]
+    return (*args, json.dumps(moved, separators=compact))
 
 
 LimitKind: TypeAlias = Literal["granted", "waiting", "conflict", "gone"]
@@ -1645,16 +1706,19 @@ def parse_limit(raw: object) -> LimitReply:
 
 @attrs.frozen
 class LimitRenewReply:
-    """A parsed ``limit_renew`` reply: the live generation, and one item per waiter."""
+    """A parsed ``limit_renew`` reply: the live generation, one item per waiter, and
+    the units of a rebase that are lost."""
 
     gen: str
     waiters: tuple[LimitReply, ...]
+    lost: frozenset[str] = frozenset()
 
 
 def parse_limit_renew(raw: object) -> LimitRenewReply:
     """Parse a raw ``limit_renew`` reply."""
-    gen, items = _items(_json_reply(raw), 2)
-    return LimitRenewReply(str(gen), tuple(map(parse_limit, _items(items or [], 0))))
+    gen, items, *rest = _items(_json_reply(raw), 2)
+    lost = frozenset(map(str, _items(rest[0] or [], 0))) if rest else frozenset[str]()
+    return LimitRenewReply(str(gen), tuple(map(parse_limit, _items(items or [], 0))), lost)
 
 
 @attrs.frozen

@@ -6,12 +6,14 @@ script (``limit_acquire``, ``limit_release``, ``limit_withdraw``, ``limit_renew`
 random operations to the model and to the real scripts (through the helper thread of
 ``test_cluster_model``), with three instances: new acquisitions over two concurrency
 pools, a keyed one and a rate pool, in mixed sets (one set also in another order; some
-with conflicting settings), acquisitions sent again (a replay, or a waiter's poll),
-releases, withdrawals (of waiting, granted and unsent requests), renewals, killing an
-instance (its units' lease deleted, as its expiry would), the clock moving on, and
-queries. After every step it compares the reply, the live state on the server
-(holders, waiters in order, settings of pools in use, every key with an expiry) and
-the grant messages each instance received, and checks:
+with conflicting settings), acquisitions sent again (a replay, or a waiter's poll; one
+granted in a generation that expired since is asked for anew), releases, withdrawals (of
+waiting, granted and unsent requests), renewals, rebases (a renewal after a change of
+server, naming units the instance holds, and released ones that stand for units the new
+server lacks), killing an instance (its units' lease deleted, as its expiry would), the
+clock moving on, and queries. After every step it compares the reply, the live state on
+the server (holders, waiters in order, settings of pools in use, every key with an
+expiry) and the grant messages each instance received, and checks:
 
 * a concurrency pool never has more live holders than its capacity, and a rate pool
   never more than its burst of starts ahead of the clock. The model's clock moves only
@@ -257,9 +259,10 @@ class LimitModel:
         marker = self.marker.get(w)
         if marker == "gone":
             return ["gone"]
-        if marker is not None:
-            return ["granted", marker]
         g = self.my_gen(me)
+        if marker == g:
+            return ["granted", g]
+        self.marker.pop(w, None)  # granted in a generation that expired: asked for anew
         pids = tuple(pid for pid, _ in pairs)
         existing = self.waiters.get(w)
         waiting = existing is not None and existing.gen == g
@@ -312,10 +315,44 @@ class LimitModel:
         self.drop_waiter(w)
         return "ok"
 
-    def limit_renew(self, me: str, waiters: list[tuple[str, list[tuple[str, str]]]]) -> list[Any]:
+    def limit_renew(
+        self,
+        me: str,
+        waiters: list[tuple[str, list[tuple[str, str]]]],
+        rebase: tuple[int, list[tuple[str, tuple[str, ...]]]] | None = None,
+    ) -> list[Any]:
         self.sent = []
+        old, units = rebase if rebase is not None else (None, [])
+        moving = rebase is not None and self.gen.get(me) == old
+        if moving:  # a new generation: the old one's units not named die with it
+            for pid, holders in self.holders.items():
+                named = dict(units)
+                if any(self.live_gen(w, gen) and w not in named for w, gen in holders.items()):
+                    self.unseen.add(pid)
+            del self.gen[me]
         g = self.my_gen(me)
-        return [g, [self.acquire(me, w, pairs) for w, pairs in waiters]]
+        lost: list[tuple[str, tuple[str, ...]]] = []
+        for w, pids in units:
+            kept = True
+            for pid in pids:
+                holders = self.holders.get(pid, {})
+                if moving and holders.get(w) == old:
+                    holders[w] = g
+                elif holders.get(w) != g:
+                    kept = False
+            if kept:
+                self.marker[w] = g
+            else:
+                lost.append((w, pids))
+        if moving:
+            for w, _ in waiters:
+                waiter = self.waiters.get(w)
+                if waiter is not None and waiter.gen == old:
+                    waiter.gen = g
+        for w, pids in lost:  # once every unit and waiter moved
+            self.release(w, pids)
+        items = [self.acquire(me, w, pairs) for w, pairs in waiters]
+        return [g, items, [w for w, _ in lost]]
 
     def cluster_limit(self, pid: str) -> list[Any]:
         if not self.in_use(pid):
@@ -353,7 +390,7 @@ class Request:
     w: str
     pools: tuple[str, ...]
     specs: tuple[str, ...]
-    status: str = "unsent"  # unsent, waiting, granted, released, withdrawn, refused
+    status: str = "unsent"  # unsent, waiting, granted, released, withdrawn, refused, lost
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -371,6 +408,7 @@ class LimitMachine(RuleBasedStateMachine):
         self.numbers = itertools.count(1)
         self.real_gen: dict[tuple[str, int], str] = {}  # (instance, model gen) -> server's
         self.seen_gens: set[tuple[str, str]] = set()
+        self.known: dict[str, int] = {}  # instance -> the last generation it heard of
         server.flushall()
 
     # -- driving both sides -------------------------------------------------------------------
@@ -385,6 +423,7 @@ class LimitMachine(RuleBasedStateMachine):
             for want, got in zip(expected[1], parsed.waiters, strict=True):
                 self.match_limit(model_args[0], want, got)
             assert len(expected[1]) == len(parsed.waiters)
+            assert parsed.lost == frozenset(expected[2]), (expected, parsed)
         elif name == "limit_acquire":
             self.match_limit(model_args[0], expected, scripts.parse_limit(reply))
         elif name == "cluster_limit":
@@ -401,6 +440,7 @@ class LimitMachine(RuleBasedStateMachine):
 
     def bind(self, instance: str, model_gen: int, real: str) -> None:
         key = (instance, model_gen)
+        self.known[instance] = max(self.known.get(instance, model_gen), model_gen)
         if key in self.real_gen:
             assert self.real_gen[key] == real, (key, real)
         else:
@@ -458,12 +498,14 @@ class LimitMachine(RuleBasedStateMachine):
             if model.in_use(pid):
                 assert keys.get(f"lp:{pid}", {}).get("spec") == pool.spec
         assert self.parking() == model.park, (self.parking(), model.park)
-        # all at once: a granted request holds every concurrency pool it asked for
+        # all at once: a granted request holds every concurrency pool it asked for (its
+        # marker is gone only once a replay found its generation expired: asked anew)
         for request in self.requests:
             if request.status == "granted":
                 marker = model.marker.get(request.w)
-                assert marker is not None
                 assert marker != "gone"
+                if marker is None:
+                    continue
                 for pid in request.pools:
                     if model.pools[pid].capacity is not None and model.live_gen(
                         request.w, int(marker)
@@ -594,7 +636,7 @@ class LimitMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def withdraw(self, data: st.DataObject) -> None:
-        live = [r for r in self.requests if r.status in ("unsent", "waiting", "granted")]
+        live = [r for r in self.requests if r.status in ("unsent", "waiting", "granted", "lost")]
         if live:
             request = data.draw(st.sampled_from(live))
             args = scripts.limit_release_args(request.w, request.pools)
@@ -605,13 +647,36 @@ class LimitMachine(RuleBasedStateMachine):
     def renew(self, instance: str) -> None:
         self.renew_instance(instance)
 
-    def renew_instance(self, instance: str) -> None:
+    def renew_instance(self, instance: str, named: list[Request] | None = None) -> None:
+        """A renewal; with ``named``, a rebase naming those requests' units (in the
+        generation the instance last heard of)."""
         waiting = [r for r in self.requests if r.instance == instance and r.status == "waiting"]
         pairs = [(r.w, r.pairs) for r in waiting]
-        args = scripts.limit_renew_args(instance, pairs)
-        reply = self.send("limit_renew", args, instance, pairs)
+        rebase = real_rebase = None
+        if named is not None:
+            known = self.known[instance]
+            units = [
+                (r.w, tuple(pid for pid in r.pools if SPECS.get(pid, "").startswith("conc")))
+                for r in named
+            ]
+            rebase, real_rebase = (known, units), (self.real_gen[(instance, known)], units)
+        args = scripts.limit_renew_args(instance, pairs, (), real_rebase)
+        reply = self.send("limit_renew", args, instance, pairs, rebase)
         for request, item in zip(waiting, reply[1], strict=True):
             self.update(request, item)
+        for request in named or ():
+            if request.w in reply[2]:
+                request.status = "lost"
+
+    @rule(instance=st.sampled_from(INSTANCES), data=st.data())
+    def rebase(self, instance: str, data: st.DataObject) -> None:
+        """A rebase after a change of server: the units the instance holds (as it
+        believes: a released one named too stands for one the new server lacks)."""
+        mine = [r for r in self.requests if r.instance == instance]
+        candidates = [r for r in mine if r.status in ("granted", "released")]
+        named = data.draw(st.lists(st.sampled_from(candidates), unique_by=id)) if candidates else []
+        if instance in self.known:
+            self.renew_instance(instance, named)
 
     @rule(instance=st.sampled_from(INSTANCES))
     def kill(self, instance: str) -> None:

@@ -1,0 +1,161 @@
+"""Limit units across a change of their instance's generation, at the keeper: real
+server, real clock, a fake registry (``Sink``) reading what becomes of each request.
+
+Timing bounds are liveness bounds with at least a 2x margin; waits are for the sink's
+records or the server's keys, never sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+
+import coredis
+import pytest
+import trio
+from cluster_helpers import open_keeper
+from conftest import RedisServer
+from test_cluster_keeper import Rewrite, with_ttl
+
+from trio_taskvisor._config import RedisSlotStore
+from trio_taskvisor._keeper import StoreRecovered
+from trio_taskvisor._limits import ConcurrencyLimit
+
+A, B = "keeper-a:1:0000000a", "keeper-b:2:0000000b"
+POOL = (("p", None), ConcurrencyLimit("p", 2))
+
+
+class Sink:
+    """A ``LimitSink`` that records what it learns, as (kind, rid)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+        self._changed = trio.Event()
+
+    def _add(self, kind: str, rid: int) -> None:
+        self.seen.append((kind, rid))
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def limit_granted(self, rid: int) -> None:
+        self._add("granted", rid)
+
+    def limit_waiting(self, rid: int, blocked: object) -> None:
+        self._add("waiting", rid)
+
+    def limit_refused(self, rid: int, error: object) -> None:
+        self._add("refused", rid)
+
+    def limit_lost(self, rid: int) -> None:
+        self._add("lost", rid)
+
+    async def wait_for(self, kind: str, rid: int) -> None:
+        while (kind, rid) not in self.seen:
+            await self._changed.wait()
+
+
+def limit_messages_lost(text: str) -> list[str]:
+    return [] if json.loads(text)[0] == "limit" else [text]
+
+
+async def test_a_grant_in_a_generation_that_expired_is_asked_for_anew(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A waiter granted while its process heard nothing (its message lost), whose
+    generation then expired: the renewal that asks for it again gets it in the new
+    generation. Before, the server answered with the old grant for ever, and the keeper
+    asked again at once, round trip after round trip (a spin)."""
+    pool = (("p", None), ConcurrencyLimit("p", 1))
+    sink_a, sink_b = Sink(), Sink()
+    async with (
+        open_keeper(store, A) as a,
+        open_keeper(store, B, client=Rewrite(store, B, limit_messages_lost)) as b,
+    ):
+        a.keeper.limit_sink, b.keeper.limit_sink = sink_a, sink_b
+        a.keeper.limit_acquire(1, (pool,))
+        await sink_a.wait_for("granted", 1)
+        b.keeper.limit_acquire(1, (pool,))
+        await sink_b.wait_for("waiting", 1)
+        a.keeper.limit_release(1)  # grants B's request: its message is lost
+        with trio.fail_after(2 * store.lease_ttl):
+            while await client.get(f"{store.key_prefix}lx:{B}/l1") is None:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await client.delete([f"{store.key_prefix}lu:{B}"])  # as its expiry would
+        with trio.fail_after(2 * store.lease_ttl):  # its next renewal, at lease_ttl / 3
+            await sink_b.wait_for("granted", 1)
+        calls = await script_calls(client)
+        await trio.sleep(store.lease_ttl)  # real time: a spin would call the server here
+        assert await script_calls(client) - calls < 40  # renewals: about 6
+
+
+async def script_calls(client: coredis.Redis[str]) -> int:
+    """How many scripts the server ran so far."""
+    stats = await client.info("commandstats")
+    names = ("cmdstat_evalsha", "cmdstat_eval")
+    return sum(int(stats.get(name, {}).get("calls", 0)) for name in names)
+
+
+@pytest.fixture
+def copied(redis_server: RedisServer) -> Iterator[RedisServer]:
+    """The test server, whose ``restart`` loads the copy its last ``SAVE`` wrote (removed
+    afterwards: other tests restart it empty)."""
+    yield redis_server
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(redis_server.directory, "dump.rdb"))
+
+
+async def test_units_given_back_before_a_restart_from_an_older_copy_stay_given_back(
+    store: RedisSlotStore, client: coredis.Redis[str], copied: RedisServer
+) -> None:
+    """The server restarts from a copy taken while a process held two units of a
+    capacity-2 pool, one of which it has given back since (a failover loses such a
+    release too): once the keeper sees the new server, it moves the unit it holds to a
+    new generation, and the other dies with the old one. Another process then gets a
+    unit at once; the unit still held is not lost. Before, the given-back unit counted
+    as held for as long as the process lived, and the other process waited."""
+    store = with_ttl(store, 3.0)
+    sink_a, sink_b = Sink(), Sink()
+    async with open_keeper(store, A) as a:
+        a.keeper.limit_sink = sink_a
+        for rid in (1, 2):
+            a.keeper.limit_acquire(rid, (POOL,))
+            await sink_a.wait_for("granted", rid)
+        await client.save()
+        a.keeper.limit_release(2)
+        with trio.fail_after(2 * store.lease_ttl):
+            while await client.hlen(f"{store.key_prefix}lh:p") != 1:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        copied.restart()  # from the copy: unit 2 held there
+        await a.reports.wait_for(StoreRecovered)
+        async with open_keeper(store, B) as b:
+            b.keeper.limit_sink = sink_b
+            b.keeper.limit_acquire(1, (POOL,))
+            with trio.fail_after(2 * store.lease_ttl):
+                await sink_b.wait_for("granted", 1)
+        assert ("lost", 1) not in sink_a.seen
+
+
+async def test_a_unit_the_server_came_back_without_is_lost(
+    store: RedisSlotStore, client: coredis.Redis[str], copied: RedisServer
+) -> None:
+    """The server restarts from a copy taken before a process's second unit was
+    granted: once the keeper sees the new server, that unit is lost (its holder is told,
+    as of any lost unit), and the first, in the copy, is kept. Before, the process went
+    on holding a unit the server did not count: with another process's, three units
+    of a capacity-2 pool ran."""
+    store = with_ttl(store, 3.0)
+    sink = Sink()
+    async with open_keeper(store, A) as a:
+        a.keeper.limit_sink = sink
+        a.keeper.limit_acquire(1, (POOL,))
+        await sink.wait_for("granted", 1)
+        await client.save()
+        a.keeper.limit_acquire(2, (POOL,))
+        await sink.wait_for("granted", 2)
+        copied.restart()  # from the copy: only unit 1 held there
+        with trio.fail_after(2 * store.lease_ttl):
+            await sink.wait_for("lost", 2)
+        assert ("lost", 1) not in sink.seen
+        assert await client.hlen(f"{store.key_prefix}lh:p") == 1
