@@ -385,7 +385,7 @@ class _LimitAcquire:
 @attrs.frozen
 class _LimitRenewal:
     waiters: tuple[_LimitRequest, ...]
-    rebased: tuple[_LimitRequest, ...] = ()  # the units a rebase names
+    rebased: tuple[_LimitRequest, ...] | None = None  # a rebase: the units it names
 
 
 @attrs.define(eq=False)
@@ -795,7 +795,7 @@ class LeaseKeeper:
             if self._limit_rebase and self._gen is not None:
                 rebase = (self._gen, [(r.w, pids) for r, pids in units.items()])
             args = scripts.limit_renew_args(self.instance_id, items, held, rebase)
-            renewal = _LimitRenewal(waiters, tuple(units) if rebase else ())
+            renewal = _LimitRenewal(waiters, None if rebase is None else tuple(units))
             batch.add(renewal, (scripts.LIMIT_RENEW.name, args))
         if not self._closing:
             now = trio.current_time()
@@ -1226,7 +1226,7 @@ class LeaseKeeper:
                     self._limit_reply(request, reply_)
                 case _LimitRenewal(waiters, rebased):
                     renewed = scripts.parse_limit_renew(reply)
-                    if rebased:
+                    if rebased is not None:
                         self._limit_rebase = False
                         for request in rebased:  # moved to the new generation
                             if request.w not in renewed.lost and request.state == "held":

@@ -23,7 +23,7 @@ from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._keeper import StoreRecovered
 from trio_taskvisor._limits import ConcurrencyLimit
 
-A, B = "keeper-a:1:0000000a", "keeper-b:2:0000000b"
+A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
 POOL = (("p", None), ConcurrencyLimit("p", 2))
 
 
@@ -159,3 +159,39 @@ async def test_a_unit_the_server_came_back_without_is_lost(
             await sink.wait_for("lost", 2)
         assert ("lost", 1) not in sink.seen
         assert await client.hlen(f"{store.key_prefix}lh:p") == 1
+
+
+async def test_waiters_keep_their_place_through_a_rebase_made_once(
+    store: RedisSlotStore, client: coredis.Redis[str], copied: RedisServer
+) -> None:
+    """A process that only waits when the server restarts from a copy rebases once (a
+    new generation, then no other) and its waiter keeps its place: the first unit given
+    back goes to it, not to a later waiter of another process."""
+    store = with_ttl(store, 3.0)
+    sink_a, sink_b, sink_c = Sink(), Sink(), Sink()
+    lu_b = f"{store.key_prefix}lu:{B}"
+    async with open_keeper(store, A) as a, open_keeper(store, B) as b:
+        a.keeper.limit_sink, b.keeper.limit_sink = sink_a, sink_b
+        for rid in (1, 2):
+            a.keeper.limit_acquire(rid, (POOL,))
+            await sink_a.wait_for("granted", rid)
+        b.keeper.limit_acquire(1, (POOL,))
+        await sink_b.wait_for("waiting", 1)
+        await client.save()
+        before = await client.get(lu_b)
+        copied.restart()
+        await b.reports.wait_for(StoreRecovered)
+        with trio.fail_after(2 * store.lease_ttl):
+            while await client.get(lu_b) == before:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        rebased = await client.get(lu_b)
+        async with open_keeper(store, C) as c:
+            c.keeper.limit_sink = sink_c
+            c.keeper.limit_acquire(1, (POOL,))
+            await sink_c.wait_for("waiting", 1)
+            a.keeper.limit_release(1)
+            with trio.fail_after(2 * store.lease_ttl):
+                await sink_b.wait_for("granted", 1)
+            assert ("granted", 1) not in sink_c.seen
+        await trio.sleep(store.lease_ttl)  # real time: three more renewals of B
+        assert await client.get(lu_b) == rebased
