@@ -600,7 +600,9 @@ local FAR = 1e12
 -- holder's or waiter's keys never expire before its instance's units do, and a
 -- namespace nobody uses leaves nothing behind.
 local MY_TTL = tonumber(TTL)
-local LONGEST = tonumber(redis.call('GET', P .. 'lttl') or 0)
+local LONGEST = tonumber(redis.call('GET', P .. 'lttl')) or 0
+-- (a value no script wrote, foreign data, counts as none: the next say_ttl replaces it)
+if not (LONGEST > 0 and LONGEST < FAR) then LONGEST = 0 end
 local LIVE = 2 * math.max(MY_TTL, LONGEST)
 -- Say this instance's lease TTL when it is the longest in use (when it equals the
 -- longest, only from a renewal: those keep the key alive while their instance lives).
@@ -1068,7 +1070,8 @@ do
         else
           if not live then
             local mine = tonumber(ARGV[2])
-            local longest = tonumber(redis.call('GET', P .. 'lttl') or 0)
+            local longest = tonumber(redis.call('GET', P .. 'lttl')) or 0
+            if not (longest > 0 and longest < 1e12) then longest = 0 end  -- as LONGEST
             if mine > longest then redis.call('SET', P .. 'lttl', ARGV[2], 'PX', 2 * mine) end
             live = 2 * math.max(mine, longest)
           end

@@ -684,6 +684,22 @@ async def test_renewal_keeps_the_keys_of_held_pools(s: Scripts) -> None:
     assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"
 
 
+@pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
+async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreign: str) -> None:
+    """Foreign data where the longest lease in use is kept (``lttl``): the scripts read
+    it as none and write their own, the common acquisition and the full script alike.
+    Before, a value that is no number failed every limit script ("bad argument #2 to
+    'max'"), and "inf", "nan" or a huge number gave keys an expiry the server refuses."""
+    key = f"{s.prefix}lttl"
+    await s.client.set(key, foreign)
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"  # the short way
+    assert await s.client.get(key) == str(int(1000 * s.store.lease_ttl))
+    await s.client.set(key, foreign)
+    assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"  # the full script
+    assert await s.client.get(key) == str(int(1000 * s.store.lease_ttl))
+    assert 0 < await s.client.pttl(f"{s.prefix}lh:c1") <= 2000 * s.store.lease_ttl
+
+
 async def test_a_release_of_several_pools_grants_the_oldest_of_all_their_waiters(
     s: Scripts,
 ) -> None:
