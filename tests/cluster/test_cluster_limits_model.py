@@ -408,7 +408,7 @@ class LimitMachine(RuleBasedStateMachine):
         self.numbers = itertools.count(1)
         self.real_gen: dict[tuple[str, int], str] = {}  # (instance, model gen) -> server's
         self.seen_gens: set[tuple[str, str]] = set()
-        self.known: dict[str, int] = {}  # instance -> the last generation it heard of
+        self.heard: dict[str, list[int]] = {}  # instance -> the generations it heard of
         server.flushall()
 
     # -- driving both sides -------------------------------------------------------------------
@@ -440,7 +440,8 @@ class LimitMachine(RuleBasedStateMachine):
 
     def bind(self, instance: str, model_gen: int, real: str) -> None:
         key = (instance, model_gen)
-        self.known[instance] = max(self.known.get(instance, model_gen), model_gen)
+        if model_gen not in self.heard.setdefault(instance, []):
+            self.heard[instance].append(model_gen)
         if key in self.real_gen:
             assert self.real_gen[key] == real, (key, real)
         else:
@@ -647,14 +648,15 @@ class LimitMachine(RuleBasedStateMachine):
     def renew(self, instance: str) -> None:
         self.renew_instance(instance)
 
-    def renew_instance(self, instance: str, named: list[Request] | None = None) -> None:
-        """A renewal; with ``named``, a rebase naming those requests' units (in the
-        generation the instance last heard of)."""
+    def renew_instance(
+        self, instance: str, named: list[Request] | None = None, known: int = 0
+    ) -> None:
+        """A renewal; with ``named``, a rebase naming those requests' units in the
+        generation ``known``."""
         waiting = [r for r in self.requests if r.instance == instance and r.status == "waiting"]
         pairs = [(r.w, r.pairs) for r in waiting]
         rebase = real_rebase = None
         if named is not None:
-            known = self.known[instance]
             units = [
                 (r.w, tuple(pid for pid in r.pools if SPECS.get(pid, "").startswith("conc")))
                 for r in named
@@ -671,12 +673,14 @@ class LimitMachine(RuleBasedStateMachine):
     @rule(instance=st.sampled_from(INSTANCES), data=st.data())
     def rebase(self, instance: str, data: st.DataObject) -> None:
         """A rebase after a change of server: the units the instance holds (as it
-        believes: a released one named too stands for one the new server lacks)."""
+        believes: a released one named too stands for one the new server lacks), in the
+        generation it knows (an earlier one: the rebase sent again, its reply lost)."""
         mine = [r for r in self.requests if r.instance == instance]
         candidates = [r for r in mine if r.status in ("granted", "released")]
         named = data.draw(st.lists(st.sampled_from(candidates), unique_by=id)) if candidates else []
-        if instance in self.known:
-            self.renew_instance(instance, named)
+        if self.heard.get(instance):
+            known = data.draw(st.sampled_from(self.heard[instance][-2:]))
+            self.renew_instance(instance, named, known)
 
     @rule(instance=st.sampled_from(INSTANCES))
     def kill(self, instance: str) -> None:
