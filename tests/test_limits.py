@@ -235,6 +235,31 @@ async def test_an_attempt_waiting_in_a_block_when_shutdown_begins_ends_cancelled
     assert trio.current_time() == 0.0
 
 
+@pytest.mark.parametrize("shielded", [False, True])
+async def test_an_attempt_entering_a_block_after_shutdown_began_ends_cancelled(
+    autojump_clock: object, shielded: bool
+) -> None:
+    # Added as the supervisor's block ends, its attempt first runs once the shutdown has
+    # begun: the block waits for the shutdown's stop, which ends it with the attempt
+    # (CANCELLED). Before, it raised SupervisorClosedError: the task ended FAILED, and a
+    # critical one turned the clean exit into CriticalTaskError. A shielded block, which
+    # the stop cannot end, raises it once the stops were asked (no wait for ever), into
+    # the stopped attempt.
+    one = ConcurrencyLimit("one", 1)
+
+    async def worker() -> None:
+        with trio.CancelScope(shield=shielded):
+            async with sup.limited(one):
+                pytest.fail("entered after the shutdown began")
+
+    async with open_supervisor() as sup:
+        critical = await sup.add(TaskSpec.once("critical", worker, critical=True))
+    outcome = critical.outcome_nowait()
+    assert outcome is not None
+    assert outcome.kind is OutcomeKind.CANCELLED, outcome
+    assert trio.current_time() == 0.0
+
+
 async def test_a_block_in_a_task_an_attempt_spawned_outside_it_still_raises_closed(
     autojump_clock: object,
 ) -> None:

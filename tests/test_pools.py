@@ -47,6 +47,7 @@ from trio_taskvisor._pools import PERMIT, PoolTable
         (lambda: RateLimit("a", 1, burst=10**5000), ConfigError, "got an int of 16610 bits"),
         (lambda: RateLimit("a", 1, per=1e308, burst=10), ConfigError, "got inf s"),
         (lambda: RateLimit("a", 1, per=1e308), ConfigError, "span of a full burst) must be"),
+        (lambda: RateLimit("a", 1, per=1e305, burst=3), ConfigError, "at most 4.5e+304 s"),
         (lambda: RateLimit("a", 1, per=10**400), ConfigError, "per must be finite and > 0"),
         (lambda: ConcurrencyLimit("a", 1).key(""), ConfigError, "limit key must be non-empty"),
         (lambda: ConcurrencyLimit("a", 1).key("}"), ConfigError, "limit key must be non-empty"),
@@ -74,7 +75,7 @@ def test_the_largest_limit_values_keep_the_rate_maths_finite() -> None:
     assert most.interval == 1e9 / 2**53
     tat = gcra_start(gcra_start(-math.inf, 0.0, most.interval), 0.0, most.interval)
     assert math.isfinite(gcra_allowed_at(tat, most.interval, most.burst))
-    slow = RateLimit("p", 1, per=1e300, burst=10**7)  # the span: 1e307
+    slow = RateLimit("p", 1, per=1e297, burst=10**7)  # the span: 1e304
     tat = -math.inf
     for now in (0.0, 1e9, 1e300):  # a full burst ahead, the furthest GCRA goes
         tat = gcra_start(tat, now, slow.interval) + slow.burst * slow.interval

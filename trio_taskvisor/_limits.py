@@ -24,12 +24,14 @@ Decisions the design leaves open:
   is stored as a ``float``, so ``per=60`` and ``per=60.0`` are the same settings.
 * A pool's identity is ``(name, key)``; a ``LimitKey`` compares by its limit and key.
 * ``capacity``, ``rate`` and ``burst`` are at most ``2**53``, and a full burst's span
-  ``burst * per / rate`` at most a quarter of the largest float (``ConfigError`` at
-  construction): past that, ``per / rate`` or the span does not fit a float
-  (``OverflowError`` at the first use, after the task was registered; or a ``tat`` that
-  becomes infinite and never allows a start again), or the server's numbers (Lua's,
-  doubles) and the ``slots`` command's reading no longer count exactly. A ``per`` far
-  beyond what the server counts (``1e300``) stays allowed: the scripts clamp it.
+  ``burst * per / rate`` at most a quarter of the largest float in milliseconds (about
+  ``4.5e304`` s; ``ConfigError`` at construction): past that, ``per / rate`` or the span
+  does not fit a float (``OverflowError`` at the first use, after the task was
+  registered; or a ``tat`` that becomes infinite and never allows a start again), or
+  the server's numbers (Lua's, doubles, in milliseconds: there a span past about
+  ``1.8e305`` s allowed every start) and the ``slots`` command's reading no longer
+  count exactly. A ``per`` far beyond what the server's replies carry (``1e300``) stays
+  allowed: the scripts clamp those.
 * A ``limits`` tuple that names one limit with two settings (``a`` and ``a2.key(k)``
   with another capacity) raises ``ConfigError`` where the tuple is checked (the spec,
   ``TaskDefaults``), not at each call that would then bring the conflict.
@@ -89,7 +91,8 @@ def _check_per(value: object) -> float:
     return positive_seconds("per", value)
 
 
-_LONGEST_SPAN: Final = sys.float_info.max / 4  # a tat a full burst ahead, plus the clock
+# A tat a full burst ahead, plus the clock, in the server's milliseconds.
+_LONGEST_SPAN: Final = sys.float_info.max / 4 / 1000
 
 
 def _check_key(value: object) -> str:
@@ -134,7 +137,7 @@ class RateLimit:
     """How many starts per ``per`` seconds: an ``int``, from 1 to ``2**53``."""
     per: float = attrs.field(default=1.0, kw_only=True, converter=_check_per)
     """The period of ``rate``, in seconds: finite and ``> 0`` (and ``burst * per / rate``
-    at most about ``4.5e307``)."""
+    at most about ``4.5e304``)."""
     burst: int = attrs.field(default=1, kw_only=True, converter=_check_burst)
     """How many starts may happen at once after an idle stretch: an ``int``, from 1 to
     ``2**53``."""

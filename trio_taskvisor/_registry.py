@@ -87,13 +87,15 @@ Decisions the design leaves open:
   lists it in ``stuck``; forced work from before the shutdown that still runs is listed
   at once too. A ``force_all`` before the registry has taken the shutdown in makes the
   shutdown's deadline "now" when it does.
-* A ``limited`` block waiting when the shutdown begins raises ``SupervisorClosedError``
-  at once, unless it waits in an attempt of this supervisor that the shutdown's stops
-  are still to reach: the stop ends it as it ends the attempt (``CANCELLED``, as every
-  waiting attempt ends), rather than an error that would fail the task (and, for a
-  critical task, turn a clean shutdown into ``CriticalTaskError``). Such a block that
-  the stop does not end (shielded, or in a task the attempt spawned into another
-  nursery) raises it once the stops have been asked.
+* A ``limited`` block waiting when the shutdown begins (or entered after it began)
+  raises ``SupervisorClosedError`` at once, unless it waits in (or is entered by) an
+  attempt of this supervisor that the shutdown's stops are still to reach: the stop
+  ends it as it ends the attempt (``CANCELLED``, as every waiting attempt ends), rather
+  than an error that would fail the task (and, for a critical task, turn a clean
+  shutdown into ``CriticalTaskError``). Such a block that the stop does not end
+  (shielded, or in a task the attempt spawned into another nursery) raises it once the
+  stops have been asked. (An attempt added as the shutdown begins may first run after
+  it began, and enter a block then.)
 """
 
 from __future__ import annotations
@@ -733,6 +735,7 @@ class Registry:
         self._warn_at = math.inf  # when forced work still running is named (once)
         self.stuck: list[str] = []
         self.stopped = trio.Event()  # every outcome committed after shutdown began
+        self._stops_asked = trio.Event()  # the shutdown asked its stops of every attempt
         self.exited = trio.Event()  # the loop ended: every actor physically exited
 
     # -- reading (any task) -----------------------------------------------------------
@@ -810,6 +813,19 @@ class Registry:
             self.check_thread(call, advice, sync=sync)
         if self._intake_closed:
             raise SupervisorClosedError
+
+    async def check_block_intake(self, rec: TaskRecord | None, call: str, advice: str) -> None:
+        """``check_intake`` for a ``limited`` block (in the attempt of ``rec``, if of this
+        supervisor); a checkpoint once the shutdown has begun. One entered in an
+        attempt that the shutdown's stops are still to reach waits for that stop, which
+        ends it with its attempt, as it ends a block waiting when the shutdown began."""
+        try:
+            self.check_intake(call, advice)
+        except SupervisorClosedError:
+            if rec is None or not self._stops_next(rec):
+                raise
+            await self._stops_asked.wait()  # cancelled by the stop: CANCELLED
+            raise  # the stop did not end it (a shielded block, a task spawned elsewhere)
 
     def check_thread(self, call: str, advice: str | None = None, *, sync: bool = False) -> None:
         """``RuntimeError`` for ``call`` in a thread other than the supervisor's: a trio
@@ -1407,6 +1423,7 @@ class Registry:
                 self._request_stop(rec, deadline)
         if self._units is not None:
             self._units.close_blocks()  # those the stops did not end
+        self._stops_asked.set()
         if self._overstaying and deadline <= trio.current_time():
             self._overstayed()  # grace=0
         elif not self.registered:

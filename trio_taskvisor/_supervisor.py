@@ -842,14 +842,19 @@ class Supervisor:
         none of its units; tasks an attempt spawns are part of it), ``ConfigError`` for
         a limit whose name this supervisor knows with other settings or a pool named
         twice, and ``SupervisorClosedError`` once the shutdown has begun (a block still
-        waiting then raises it at once; one waiting in a supervised attempt is
-        cancelled by the shutdown's stop instead, with its attempt).
+        waiting then raises it at once; one waiting in, or entered by, a supervised
+        attempt the shutdown's stop is still to reach is cancelled by that stop
+        instead, with its attempt).
         """
         return _Once(self._limited(*pools), "sup.limited(...)")
 
     @asynccontextmanager
     async def _limited(self, *pools: Pool) -> AsyncGenerator[None]:
-        self._registry.check_intake(
+        rec = current_task_context.get(None)
+        if rec is not None and rec.supervisor is not self:
+            rec = None  # an attempt of another supervisor: a task of its own to this one
+        await self._registry.check_block_intake(
+            rec,
             "sup.limited",
             "from another thread, enter it in an async function of that run "
             "(trio.from_thread.run(fn))",
@@ -868,8 +873,7 @@ class Supervisor:
         held: list[tuple[str, Iterable[PoolId]]] = [
             ("this task", [ident for sup, ident in blocks if sup is self])
         ]
-        rec = current_task_context.get(None)
-        if rec is not None and rec.supervisor is self:
+        if rec is not None:
             # the attempt's units cover the tasks it spawns: held until it exits
             held.insert(0, (f"the current attempt of task {rec.name!r}", rec.policy.limits))
         for whose, idents_held in held:

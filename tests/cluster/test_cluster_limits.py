@@ -624,6 +624,26 @@ async def test_a_rate_pool_of_a_very_long_period_waits_and_says_how_long(
         assert (info.held, info.waiting, info.next_start_in) == (0, 0, 1e9)
 
 
+async def test_the_widest_burst_a_rate_limit_accepts_holds_on_the_server(
+    store: RedisSlotStore,
+) -> None:
+    """A full burst's span just under the bound ``RateLimit`` checks (about 4.5e304 s):
+    the server, which counts in milliseconds, allows the burst and no more. A span past
+    about 1.8e305 s (accepted before, up to 4.5e307) overflowed its numbers, and every
+    start was allowed."""
+    pool = RateLimit("wide", 1, per=1.4e304, burst=3)
+    async with replica(store) as (sup, _):
+        for _ in range(3):
+            async with sup.limited(pool):
+                pass
+        with trio.move_on_after(2 * TTL) as waited:  # two renewals of the waiting block
+            async with sup.limited(pool):
+                pytest.fail("a start past the burst")
+        assert waited.cancelled_caught
+        info = await sup.cluster_limit(pool)
+        assert info.next_start_in == 1e9
+
+
 async def test_a_server_clock_that_stepped_back_holds_a_rate_pool_back_one_interval(
     store: RedisSlotStore, client: coredis.Redis[str]
 ) -> None:
