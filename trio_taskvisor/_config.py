@@ -80,7 +80,7 @@ import random
 import re
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
-from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, unquote_plus, urlsplit
 
 import attrs
 
@@ -135,6 +135,7 @@ def _check_url(url: object) -> str:
         raise ConfigError(
             "url must be a valid redis://, rediss:// or redis+sentinel:// url"
         ) from None
+    _check_not_cut(parts)
     if parts.scheme in _SENTINEL_SCHEMES:
         parse_sentinel_url(url)
         return url
@@ -315,6 +316,17 @@ def _sentinel_address(text: str) -> tuple[str, int]:
     return unquote(host), int(written)
 
 
+def _check_not_cut(parts: SplitResult) -> None:
+    """An ``@`` after the host and none before it: a user name or password holding
+    ``/``, ``?`` or ``#`` that is not percent-encoded cut the url there, and its first
+    part would be read as a host and port (and quoted by the errors about them)."""
+    if "@" not in parts.netloc and "@" in f"{parts.path}?{parts.query}#{parts.fragment}":
+        raise ConfigError(
+            "url has an '@' after its host: percent-encode a user name or password "
+            "that holds '/', '?' or '#' (as %2F, %3F, %23), and any other '@' (%40)"
+        )
+
+
 def parse_sentinel_url(url: str) -> SentinelTarget:
     """Parse a ``redis+sentinel://`` or ``rediss+sentinel://`` URL, or raise a
     ``ConfigError`` naming the part that is wrong (never quoting a password)."""
@@ -322,6 +334,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         parts = urlsplit(url)
     except ValueError:
         raise ConfigError("url must be a valid redis+sentinel:// url") from None
+    _check_not_cut(parts)
     if parts.scheme not in _SENTINEL_SCHEMES:
         raise ConfigError(
             f"url scheme must be 'redis+sentinel' or 'rediss+sentinel', got {parts.scheme!r}"

@@ -764,6 +764,33 @@ def test_sigterm_ends_the_watch_as_ctrl_c_does(redis_server: RedisServer, namesp
     assert b"\x1b[?25h" in run.output[hidden:]  # and shows it again
 
 
+def test_a_watch_whose_reader_goes_away_ends_quietly(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """``slots --watch | head -3``: once the reader has gone, the next frame's write
+    ends the watch with status 0 and nothing on stderr, as a one-shot read does. Before,
+    it ended with status 1 and a traceback (the write failed inside trio's nursery, an
+    exception group the command did not look into)."""
+    args = ["-m", "trio_taskvisor", "slots", redis_server.url, "--namespace", namespace]
+    process = subprocess.Popen(
+        [sys.executable, *args, "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    assert process.stdout.readline().startswith(b"slots of ")  # the first frame
+    process.stdout.close()  # the reader goes away
+    with process.stderr:
+        try:
+            status = process.wait(timeout=10)  # the next frame, a second on (a wide margin)
+        finally:
+            process.kill()
+        assert (status, process.stderr.read()) == (0, b"")
+
+
 def test_a_dumb_terminal_gets_frame_after_frame_without_escapes(
     redis_server: RedisServer, namespace: str
 ) -> None:

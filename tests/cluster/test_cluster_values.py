@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor import _redis_scripts as scripts
-from trio_taskvisor._config import RedisSlotStore, SentinelTarget, TLSSettings
+from trio_taskvisor._config import RedisSlotStore, SentinelTarget, TLSSettings, parse_sentinel_url
 from trio_taskvisor._keeper import secrets_of
 from trio_taskvisor._redis_scripts import Reply
 from trio_taskvisor._slotstore import (
@@ -731,6 +731,31 @@ def test_url_error_names_the_bad_port(netloc: str, port: str) -> None:
     with pytest.raises(ConfigError) as refusal:
         RedisSlotStore(f"redis://{netloc}/0")
     assert str(refusal.value) == f"url port must be a number from 1 to 65535, got {port!r}"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://app:s3cret#x@redis.internal:6379/0",
+        "redis://app:s3cret?x@redis.internal:6379/0",
+        "redis://app:s3/cret@redis.internal:6379/0",
+        "redis://app:1234#x@redis.internal:6379/0",  # the cut part a valid host:port
+        "redis://:s3cret#x@redis.internal/0",
+        "redis+sentinel://app:s3cret#1@s1:26379/svc/0",
+        "rediss+sentinel://app:s3/cret@s1:26379/svc/0",
+    ],
+)
+def test_a_url_cut_by_a_password_that_is_not_percent_encoded_says_so(url: str) -> None:
+    """A password holding '#', '?' or '/' cuts the url there: the error says to
+    percent-encode it, and quotes none of it. Before, its first part was read as the
+    port and named ("got 's3cret'"), or as a host and port to connect to."""
+    for build in (RedisSlotStore, parse_sentinel_url):
+        if build is parse_sentinel_url and "sentinel" not in url:
+            continue
+        with pytest.raises(ConfigError, match="url has an '@' after its host") as refusal:
+            build(url)
+        assert "s3" not in str(refusal.value)
+        assert "1234" not in str(refusal.value)
 
 
 # -- Sentinel URLs ------------------------------------------------------------------------------

@@ -876,6 +876,8 @@ def main(
             if group.split(KeyboardInterrupt)[1] is None:
                 # Ctrl+C during a read: it arrived inside the client's task group.
                 raise KeyboardInterrupt from None
+            if group.split(BrokenPipeError)[1] is None:
+                raise BrokenPipeError from None  # a frame's write, in the watch's nursery
             raise
     except SlotStoreUnavailableError as exc:
         # Its cause may quote the server's error text: shown as names are.
