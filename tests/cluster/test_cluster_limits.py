@@ -602,46 +602,30 @@ async def test_a_block_that_outlives_its_supervisor_loses_its_units(
     ]
 
 
-@pytest.mark.parametrize("per", [1e15, 1e300])
+@pytest.mark.parametrize(("per", "burst"), [(1e15, 1), (1e300, 1), (1.4e304, 3)])
 async def test_a_rate_pool_of_a_very_long_period_waits_and_says_how_long(
-    store: RedisSlotStore, per: float
+    store: RedisSlotStore, per: float, burst: int
 ) -> None:
     """A rate pool whose next start is further away than the server's numbers print
-    (``per`` finite, as the contract allows) waits, and ``next_start_in`` says about 31.7
-    years (the longest the scripts count). Before, ``per=1e15`` crashed the supervisor
-    (the waiter's renewal reply read ``1e+18``, which the keeper could not parse) and
-    ``per=1e300`` was refused by the server ("value is not an integer or out of
-    range") at every acquisition."""
-    pool = RateLimit("far", 1, per=per)
+    (``per`` finite, as the contract allows) allows its burst, then waits, and
+    ``next_start_in`` says about 31.7 years (the longest the scripts count). Before,
+    ``per=1e15`` crashed the supervisor (the waiter's renewal reply read ``1e+18``, which
+    the keeper could not parse) and ``per=1e300`` was refused by the server ("value is
+    not an integer or out of range") at every acquisition. The last case is a full
+    burst's span just under the bound ``RateLimit`` checks (about 4.5e304 s): a span
+    past about 1.8e305 s (accepted before, up to 4.5e307) overflowed the server's
+    numbers in milliseconds, and every start was allowed."""
+    pool = RateLimit("far", 1, per=per, burst=burst)
     async with replica(store) as (sup, _):
-        async with sup.limited(pool):
-            pass
-        with trio.move_on_after(2 * TTL) as waited:  # two renewals of the waiting block
-            async with sup.limited(pool):
-                pytest.fail("a second start within the period")
-        assert waited.cancelled_caught
-        info = await sup.cluster_limit(pool)
-        assert (info.held, info.waiting, info.next_start_in) == (0, 0, 1e9)
-
-
-async def test_the_widest_burst_a_rate_limit_accepts_holds_on_the_server(
-    store: RedisSlotStore,
-) -> None:
-    """A full burst's span just under the bound ``RateLimit`` checks (about 4.5e304 s):
-    the server, which counts in milliseconds, allows the burst and no more. A span past
-    about 1.8e305 s (accepted before, up to 4.5e307) overflowed its numbers, and every
-    start was allowed."""
-    pool = RateLimit("wide", 1, per=1.4e304, burst=3)
-    async with replica(store) as (sup, _):
-        for _ in range(3):
+        for _ in range(burst):
             async with sup.limited(pool):
                 pass
         with trio.move_on_after(2 * TTL) as waited:  # two renewals of the waiting block
             async with sup.limited(pool):
-                pytest.fail("a start past the burst")
+                pytest.fail("a start past the burst within the period")
         assert waited.cancelled_caught
         info = await sup.cluster_limit(pool)
-        assert info.next_start_in == 1e9
+        assert (info.held, info.waiting, info.next_start_in) == (0, 0, 1e9)
 
 
 async def test_a_server_clock_that_stepped_back_holds_a_rate_pool_back_one_interval(
