@@ -317,10 +317,14 @@ def _sentinel_address(text: str) -> tuple[str, int]:
 
 
 def _check_not_cut(parts: SplitResult) -> None:
-    """An ``@`` after the host and none before it: a user name or password holding
-    ``/``, ``?`` or ``#`` that is not percent-encoded cut the url there, and its first
-    part would be read as a host and port (and quoted by the errors about them)."""
-    if "@" not in parts.netloc and "@" in f"{parts.path}?{parts.query}#{parts.fragment}":
+    """An ``@`` after the host: a user name or password holding ``/``, ``?`` or ``#``
+    that is not percent-encoded cut the url there, and its first part would be read as
+    a host and port (and quoted by the errors about them, or shown by the store's
+    ``repr``). Such an ``@`` is in the fragment, in the path (a database number, or a
+    Sentinel service: encode an ``@`` in its name), or in the query before its first
+    ``=`` (an option's value, a file's path, may hold one)."""
+    query = parts.query.partition("=")[0]
+    if "@" in parts.fragment or "@" in parts.path or "@" in query:
         raise ConfigError(
             "url has an '@' after its host: percent-encode a user name or password "
             "that holds '/', '?' or '#' (as %2F, %3F, %23), and any other '@' (%40)"

@@ -97,11 +97,14 @@ Decisions the design leaves open:
   docs/howto-limits.md, "Settings are checked by the server").
 * A renewal that shows a new ``run_id`` (a failover, a restart) makes the next one a
   limit *rebase*: it names every unit this process holds, which the server moves to a
-  new generation, so units this process gave back that the new server still counts (a
+  new generation with the waiters it names (and their grants this process has not
+  heard of yet), so units this process gave back that the new server still counts (a
   release the old one did not pass on) die with the old generation rather than count
   as held while this process lives; a unit the new server lacks is lost
   (``limit_lost``). Without it, such a server admitted one holder of a capacity-2 pool
-  while a replica lived on, and no push would ever reach a unit it held.
+  while a replica lived on, and no push would ever reach a unit it held. A waiter
+  granted by a push while a renewal is on the wire takes the generation of that
+  renewal's answer for it (a rebase's new one).
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
   doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
@@ -1231,6 +1234,11 @@ class LeaseKeeper:
                         for request in rebased:  # moved to the new generation
                             if request.w not in renewed.lost and request.state == "held":
                                 request.gen = renewed.gen
+                    for request, item in zip(waiters, renewed.waiters, strict=True):
+                        if request.state == "held" and item.kind == "granted":
+                            # granted by a push while this was on the wire: the server
+                            # holds it in the generation of this answer (a rebase's)
+                            request.gen = item.gen
                     self._limit_gen(renewed.gen, sent_at)
                     for request, item in zip(waiters, renewed.waiters, strict=True):
                         self._limit_reply(request, item)

@@ -653,7 +653,8 @@ end
 -- a rate spec's interval (ms) and burst (nothing for another spec)
 local function rate_of(spec)
   local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
-  if rate then return tonumber(per) * 1000 / tonumber(rate), tonumber(burst) end
+  -- (divided first: a per near the largest float times 1000 would be infinite)
+  if rate then return tonumber(per) / tonumber(rate) * 1000, tonumber(burst) end
 end
 
 local pools = {}  -- pool id -> state, read once per script
@@ -1050,7 +1051,7 @@ do
           local t = redis.call('TIME')
           now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
         end
-        local interval = tonumber(per) * 1000 / tonumber(rate)
+        local interval = tonumber(per) / tonumber(rate) * 1000  -- as rate_of
         local tat = v[1] and tonumber(v[2]) or -math.huge
         if now < tat - (tonumber(burst) - 1) * interval then plan = nil; break end
         plan[k] = {not v[1], math.max(tat, now) + interval}
@@ -1147,10 +1148,10 @@ _LIMIT_RENEW: Final = r"""
 -- A rebase follows a change of server (a failover, a restart from an older copy): the
 -- server may hold units the process gave back (a release the old server did not pass
 -- on), or lack units it holds. While gen is the one the process knows, a new one is
--- made, and the units named move to it from the old one (and its waiters named, so
--- they keep their place): every other unit of the old one is dead. A unit not held in
--- the old one (or in the new, once moved: the rebase sent again) is lost, its other
--- pools' units given back.
+-- made, and the units named move to it from the old one (and its waiters named, so they
+-- keep their place, or their grant if the process has not heard of it yet): every other
+-- unit of the old one is dead. A unit not held in the old one (or in the new, once
+-- moved: the rebase sent again) is lost, its other pools' units given back.
 local me, waiters, held = ARGV[4], cjson.decode(ARGV[5]), cjson.decode(ARGV[6] or '[]')
 local rebase = ARGV[7] and cjson.decode(ARGV[7])
 local old, moving = rebase and rebase[1], false
@@ -1182,8 +1183,18 @@ for _, unit in ipairs(rebase and rebase[2] or {}) do
 end
 if moving then
   for _, pair in ipairs(waiters) do
-    local wk = P .. 'lw:' .. pair[1]
-    if redis.call('HGET', wk, 'gen') == old then redis.call('HSET', wk, 'gen', g) end
+    local w, wk = pair[1], P .. 'lw:' .. pair[1]
+    if redis.call('GET', P .. 'lx:' .. w) == old then
+      -- granted in the old generation, its process not told yet: its units move too
+      for _, pp in ipairs(pair[2]) do
+        if redis.call('HGET', P .. 'lh:' .. pp[1], w) == old then
+          redis.call('HSET', P .. 'lh:' .. pp[1], w, g)
+        end
+      end
+      redis.call('SET', P .. 'lx:' .. w, g, 'PX', KEEP)
+    elseif redis.call('HGET', wk, 'gen') == old then
+      redis.call('HSET', wk, 'gen', g)
+    end
   end
 end
 -- given back once every unit and waiter moved (a pool read, or a settle, removes what
@@ -1614,7 +1625,7 @@ def next_start_ms(spec: str, tat: str | None, now_ms: float) -> float | None:
     known = -math.inf if tat is None else float(tat)  # no tat: no start yet
     if tat is not None and not math.isfinite(known):
         raise ValueError(f"no time: {tat!r}")
-    interval = per * 1000 / rate
+    interval = per / rate * 1000  # as the scripts' rate_of
     capped = capped_tat(known, now_ms, burst, interval)
     next_ms = max(0.0, capped - (burst - 1) * interval - now_ms)
     if not math.isfinite(next_ms):  # a period of 1e300 s, say

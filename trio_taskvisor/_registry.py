@@ -816,16 +816,18 @@ class Registry:
 
     async def check_block_intake(self, rec: TaskRecord | None, call: str, advice: str) -> None:
         """``check_intake`` for a ``limited`` block (in the attempt of ``rec``, if of this
-        supervisor); a checkpoint once the shutdown has begun. One entered in an
-        attempt that the shutdown's stops are still to reach waits for that stop, which
-        ends it with its attempt, as it ends a block waiting when the shutdown began."""
+        supervisor). One entered in an attempt that the shutdown's stops are still to
+        reach waits for that stop instead (a checkpoint), which ends it with its
+        attempt, as it ends a block waiting when the shutdown began."""
         try:
             self.check_intake(call, advice)
         except SupervisorClosedError:
             if rec is None or not self._stops_next(rec):
                 raise
-            await self._stops_asked.wait()  # cancelled by the stop: CANCELLED
-            raise  # the stop did not end it (a shielded block, a task spawned elsewhere)
+        else:
+            return
+        await self._stops_asked.wait()  # cancelled by the stop: CANCELLED
+        raise SupervisorClosedError  # the stop did not end it (shielded, spawned elsewhere)
 
     def check_thread(self, call: str, advice: str | None = None, *, sync: bool = False) -> None:
         """``RuntimeError`` for ``call`` in a thread other than the supervisor's: a trio

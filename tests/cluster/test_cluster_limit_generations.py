@@ -10,21 +10,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import coredis
 import pytest
 import trio
-from cluster_helpers import open_keeper
+from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
-from test_cluster_keeper import Rewrite, with_ttl
+from test_cluster_keeper import Passing, Rewrite, Wrapping, with_ttl
 
+from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
-from trio_taskvisor._keeper import StoreRecovered
+from trio_taskvisor._keeper import Call, Connection, StoreRecovered
 from trio_taskvisor._limits import ConcurrencyLimit
 
 A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
 POOL = (("p", None), ConcurrencyLimit("p", 2))
+POOL_1 = (("p", None), ConcurrencyLimit("p", 1))
 
 
 class Sink:
@@ -195,3 +198,82 @@ async def test_waiters_keep_their_place_through_a_rebase_made_once(
             assert ("granted", 1) not in sink_c.seen
         await trio.sleep(store.lease_ttl)  # real time: three more renewals of B
         assert await client.get(lu_b) == rebased
+
+
+class GrantInFlight(Wrapping):
+    """A ``ServerClient`` whose next rebase (a ``limit_renew`` with its seventh argument)
+    first runs ``before`` on the server (which grants a waiter of this process), then
+    holds its reply until the grant's push has been delivered to the keeper: the push
+    overtakes the rebase."""
+
+    def __init__(self, store: RedisSlotStore, instance_id: str, before: Callable[[], Any]) -> None:
+        super().__init__(store, instance_id)
+        self.before = before
+        self.pushed = trio.Event()
+        self.done = False
+
+    def wrap(self, conn: Connection) -> Connection:
+        return _GrantInFlightConnection(conn, self)
+
+
+class _GrantInFlightConnection(Passing):
+    def __init__(self, conn: Connection, hook: GrantInFlight) -> None:
+        super().__init__(conn)
+        self._hook = hook
+
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        hook = self._hook
+        rebase = any(name == "limit_renew" and len(args) == 4 for name, args in calls)
+        if not rebase or hook.done:
+            return await self._conn.round_trip(calls)
+        hook.done = True
+        await hook.before()
+        replies = await self._conn.round_trip(calls)
+        await hook.pushed.wait()
+        return replies
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        return False  # every call through round_trip, where the hook is
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        def deliver_then_tell(text: str) -> None:
+            deliver(text)
+            if json.loads(text)[0] == "limit":
+                self._hook.pushed.set()
+
+        await self._conn.subscribe(channel, deliver_then_tell, subscribed)
+
+
+async def test_a_grant_pushed_while_the_rebase_is_on_the_wire_is_kept(
+    store: RedisSlotStore, client: coredis.Redis[str], copied: RedisServer
+) -> None:
+    """After a restart from a copy, B's rebase names its waiting request; just before it
+    runs, A's unit is given back and B's request granted (in the old generation), and
+    the push reaches B's keeper before the rebase's reply. B's unit is held, and kept:
+    the rebase moved it to the new generation. Before, the rebase's new generation made
+    the keeper take the freshly pushed grant for a lost unit (``limit_lost``)."""
+    store = with_ttl(store, 3.0)
+    s = Scripts(client, store)
+
+    async def release_a() -> None:
+        await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(f"{A}/l1", ["p"]))
+
+    sink_a, sink_b = Sink(), Sink()
+    hook = GrantInFlight(store, B, release_a)
+    async with open_keeper(store, A) as a, open_keeper(store, B, client=hook) as b:
+        a.keeper.limit_sink, b.keeper.limit_sink = sink_a, sink_b
+        a.keeper.limit_acquire(1, (POOL_1,))
+        await sink_a.wait_for("granted", 1)
+        b.keeper.limit_acquire(1, (POOL_1,))
+        await sink_b.wait_for("waiting", 1)
+        await client.save()
+        copied.restart()
+        with trio.fail_after(2 * store.lease_ttl):
+            await sink_b.wait_for("granted", 1)
+        with trio.move_on_after(store.lease_ttl):  # real time: three renewals of B
+            await sink_b.wait_for("lost", 1)
+        assert sink_b.seen == [("waiting", 1), ("granted", 1)]
+        gen = await client.get(f"{store.key_prefix}lu:{B}")
+        assert await client.hgetall(f"{store.key_prefix}lh:p") == {f"{B}/l1": gen}

@@ -602,20 +602,25 @@ async def test_a_block_that_outlives_its_supervisor_loses_its_units(
     ]
 
 
-@pytest.mark.parametrize(("per", "burst"), [(1e15, 1), (1e300, 1), (1.4e304, 3)])
+@pytest.mark.parametrize(
+    ("rate", "per", "burst"),
+    [(1, 1e15, 1), (1, 1e300, 1), (1, 1.4e304, 3), (100, 1e306, 1), (100, 1e306, 2)],
+)
 async def test_a_rate_pool_of_a_very_long_period_waits_and_says_how_long(
-    store: RedisSlotStore, per: float, burst: int
+    store: RedisSlotStore, rate: int, per: float, burst: int
 ) -> None:
     """A rate pool whose next start is further away than the server's numbers print
     (``per`` finite, as the contract allows) allows its burst, then waits, and
     ``next_start_in`` says about 31.7 years (the longest the scripts count). Before,
     ``per=1e15`` crashed the supervisor (the waiter's renewal reply read ``1e+18``, which
     the keeper could not parse) and ``per=1e300`` was refused by the server ("value is
-    not an integer or out of range") at every acquisition. The last case is a full
+    not an integer or out of range") at every acquisition. The third case is a full
     burst's span just under the bound ``RateLimit`` checks (about 4.5e304 s): a span
     past about 1.8e305 s (accepted before, up to 4.5e307) overflowed the server's
-    numbers in milliseconds, and every start was allowed."""
-    pool = RateLimit("far", 1, per=per, burst=burst)
+    numbers in milliseconds, and every start was allowed; the last two, a ``per`` that
+    overflowed there alone (``per * 1000``): every start allowed with a burst of 2, and
+    with 1 a wait polled every millisecond and renewals the server failed."""
+    pool = RateLimit("far", rate, per=per, burst=burst)
     async with replica(store) as (sup, _):
         for _ in range(burst):
             async with sup.limited(pool):

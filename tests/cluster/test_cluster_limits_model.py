@@ -325,8 +325,8 @@ class LimitModel:
         old, units = rebase if rebase is not None else (None, [])
         moving = rebase is not None and self.gen.get(me) == old
         if moving:  # a new generation: the old one's units not named die with it
+            named = {w for w, _ in units} | {w for w, _ in waiters if self.marker.get(w) == old}
             for pid, holders in self.holders.items():
-                named = dict(units)
                 if any(self.live_gen(w, gen) and w not in named for w, gen in holders.items()):
                     self.unseen.add(pid)
             del self.gen[me]
@@ -345,9 +345,15 @@ class LimitModel:
             else:
                 lost.append((w, pids))
         if moving:
-            for w, _ in waiters:
+            for w, pairs in waiters:
                 waiter = self.waiters.get(w)
-                if waiter is not None and waiter.gen == old:
+                if self.marker.get(w) == old:  # granted, its process not told yet
+                    for pid, _ in pairs:
+                        holders = self.holders.get(pid, {})
+                        if holders.get(w) == old:
+                            holders[w] = g
+                    self.marker[w] = g
+                elif waiter is not None and waiter.gen == old:
                     waiter.gen = g
         for w, pids in lost:  # once every unit and waiter moved
             self.release(w, pids)
@@ -649,11 +655,17 @@ class LimitMachine(RuleBasedStateMachine):
         self.renew_instance(instance)
 
     def renew_instance(
-        self, instance: str, named: list[Request] | None = None, known: int = 0
+        self,
+        instance: str,
+        named: list[Request] | None = None,
+        known: int = 0,
+        unheard: list[Request] = [],  # noqa: B006 (never changed)
     ) -> None:
         """A renewal; with ``named``, a rebase naming those requests' units in the
-        generation ``known``."""
+        generation ``known``; ``unheard``: granted requests named as waiters (their
+        process has not heard of the grant)."""
         waiting = [r for r in self.requests if r.instance == instance and r.status == "waiting"]
+        waiting += unheard
         pairs = [(r.w, r.pairs) for r in waiting]
         rebase = real_rebase = None
         if named is not None:
@@ -674,13 +686,16 @@ class LimitMachine(RuleBasedStateMachine):
     def rebase(self, instance: str, data: st.DataObject) -> None:
         """A rebase after a change of server: the units the instance holds (as it
         believes: a released one named too stands for one the new server lacks), in the
-        generation it knows (an earlier one: the rebase sent again, its reply lost)."""
+        generation it knows (an earlier one: the rebase sent again, its reply lost), and
+        as waiters some granted ones whose grant it has not heard of."""
         mine = [r for r in self.requests if r.instance == instance]
-        candidates = [r for r in mine if r.status in ("granted", "released")]
+        granted = [r for r in mine if r.status == "granted"]
+        unheard = data.draw(st.lists(st.sampled_from(granted), unique_by=id)) if granted else []
+        candidates = [r for r in mine if r.status in ("granted", "released") and r not in unheard]
         named = data.draw(st.lists(st.sampled_from(candidates), unique_by=id)) if candidates else []
         if self.heard.get(instance):
             known = data.draw(st.sampled_from(self.heard[instance][-2:]))
-            self.renew_instance(instance, named, known)
+            self.renew_instance(instance, named, known, unheard)
 
     @rule(instance=st.sampled_from(INSTANCES))
     def kill(self, instance: str) -> None:

@@ -684,6 +684,26 @@ async def test_renewal_keeps_the_keys_of_held_pools(s: Scripts) -> None:
     assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"
 
 
+async def test_a_rebase_keeps_a_grant_its_process_has_not_heard_of(s: Scripts) -> None:
+    """B waits in a pool of capacity 1, then C; A's release grants B, whose process has
+    not heard of it when its rebase (a new server) names B's request as a waiter: the
+    grant moves to the new generation with B's units, and C still waits. Before, the
+    rebase took the grant away (its generation was the old one): B was queued again
+    behind C, and C held the unit."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
+    waiting = await limit_acquire(s, B, f"{B}/2", "c1")
+    assert waiting.kind == "waiting"
+    assert (await limit_acquire(s, C, f"{C}/3", "c1")).kind == "waiting"
+    await limit_release(s, f"{A}/1", "c1")
+    waiters = [(f"{B}/2", [("c1", CONC1)])]
+    args = scripts.limit_renew_args(B, waiters, (), (str(waiting.gen), []))
+    renewed = scripts.parse_limit_renew(await s.call(scripts.LIMIT_RENEW, *args))
+    assert renewed.gen != waiting.gen
+    assert renewed.waiters == (scripts.LimitReply("granted", gen=renewed.gen),)
+    assert await s.client.hgetall(f"{s.prefix}lh:c1") == {f"{B}/2": renewed.gen}
+    assert (await limit_acquire(s, C, f"{C}/3", "c1")).kind == "waiting"
+
+
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
 async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreign: str) -> None:
     """Foreign data where the longest lease in use is kept (``lttl``): the scripts read

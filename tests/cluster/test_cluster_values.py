@@ -743,6 +743,10 @@ def test_url_error_names_the_bad_port(netloc: str, port: str) -> None:
         "redis://:s3cret#x@redis.internal/0",
         "redis+sentinel://app:s3cret#1@s1:26379/svc/0",
         "rediss+sentinel://app:s3/cret@s1:26379/svc/0",
+        # an '@' in the password too: the cut falls after the host the url then names
+        "redis://:s3@cret#word@redis.internal:6379/0",
+        "redis://:s3@1234#x@redis.internal:6379",
+        "redis://u@s3:cret#x@redis.internal:6379",
     ],
 )
 def test_a_url_cut_by_a_password_that_is_not_percent_encoded_says_so(url: str) -> None:
@@ -756,6 +760,19 @@ def test_a_url_cut_by_a_password_that_is_not_percent_encoded_says_so(url: str) -
             build(url)
         assert "s3" not in str(refusal.value)
         assert "1234" not in str(refusal.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rediss://host:6379/0?ssl_ca_certs=/etc/certs/a@b.pem",  # an option's value
+        "redis://:s3@cret@host:6379/0",  # an '@' alone: the host is after the last one
+    ],
+)
+def test_an_at_sign_where_no_password_is_cut_is_accepted(url: str) -> None:
+    """An '@' in an option's value, or in a password that has no '#', '?' or '/', is
+    no sign of a cut url."""
+    assert "host:6379/0" in RedisSlotStore(url).safe_url
 
 
 # -- Sentinel URLs ------------------------------------------------------------------------------

@@ -873,12 +873,12 @@ def main(
         try:
             trio.run(lambda: run(store, watch=watch, as_json=as_json, live=live))
         except BaseExceptionGroup as group:
-            if group.split(KeyboardInterrupt)[1] is None:
+            if group.split((KeyboardInterrupt, BrokenPipeError))[1] is not None:
+                raise
+            if group.subgroup(KeyboardInterrupt) is not None:
                 # Ctrl+C during a read: it arrived inside the client's task group.
                 raise KeyboardInterrupt from None
-            if group.split(BrokenPipeError)[1] is None:
-                raise BrokenPipeError from None  # a frame's write, in the watch's nursery
-            raise
+            raise BrokenPipeError from None  # a frame's write, in the watch's nursery
     except SlotStoreUnavailableError as exc:
         # Its cause may quote the server's error text: shown as names are.
         print(f"error: {_shown(str(exc))}", file=sys.stderr)
