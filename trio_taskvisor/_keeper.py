@@ -102,8 +102,10 @@ Decisions the design leaves open:
   release the old one did not pass on) die with the old generation rather than count
   as held while this process lives; a unit the new server lacks is lost
   (``limit_lost``). Without it, such a server admitted one holder of a capacity-2 pool
-  while a replica lived on, and no push would ever reach a unit it held. A waiter
-  granted by a push while a renewal is on the wire takes the generation of that
+  while a replica lived on, and no push would ever reach a unit it held. Until the
+  rebase's answer, a reply with another generation loses nothing (after two changes
+  of server, a copy's may be an older one that still holds this process's units). A
+  waiter granted by a push while a renewal is on the wire takes the generation of that
   renewal's answer for it (a rebase's new one).
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on),
@@ -795,8 +797,8 @@ class LeaseKeeper:
             # the server's keys of the pools this process holds units of live on with them
             held = sorted({pid for pids in units.values() for pid in pids})
             rebase = None
-            if self._limit_rebase and self._gen is not None:
-                rebase = (self._gen, [(r.w, pids) for r, pids in units.items()])
+            if self._limit_rebase:
+                rebase = [(r.w, pids) for r, pids in units.items()]
             args = scripts.limit_renew_args(self.instance_id, items, held, rebase)
             renewal = _LimitRenewal(waiters, None if rebase is None else tuple(units))
             batch.add(renewal, (scripts.LIMIT_RENEW.name, args))
@@ -853,8 +855,11 @@ class LeaseKeeper:
                 pass  # withdrawn: the registry no longer waits for it
 
     def _limit_gen(self, gen: str | None, sent_at: float) -> None:
-        """A reply showed the live generation of this process's units (``None``: none)."""
-        if gen is None:
+        """A reply showed the live generation of this process's units (``None``: none).
+        Not while a rebase is due: a new server's may be another (after two changes of
+        server, a copy's may be an older one), and the rebase tells which units it
+        holds."""
+        if gen is None or self._limit_rebase:
             return
         if gen != self._gen:
             self._gen, self._gen_at = gen, sent_at

@@ -1139,36 +1139,38 @@ _LIMIT_RENEW: Final = r"""
 --          of limit_acquire; with a rebase, lh:<pool> lx:<w> of every unit named
 -- args:    me, JSON [[w, [[pool id, spec], ...]], ...] (waiting requests), JSON [pool
 --          id, ...] (the concurrency pools it holds units of: their keys live on), and
---          optionally a rebase: JSON [gen, [[w, [pool id, ...]], ...]] (the generation
---          the process knows, and every unit it holds: its concurrency pools)
+--          optionally a rebase: JSON [[w, [pool id, ...]], ...] (every unit the process
+--          holds: its concurrency pools)
 -- replies: JSON [gen, items, lost]: gen is the live generation (units of another one
 --          are lost); one item per waiter, as limit_acquire replies (a waiter of an
 --          expired generation is accepted again, at the tail); lost: the units of the
 --          rebase that are not held in gen
 -- A rebase follows a change of server (a failover, a restart from an older copy): the
 -- server may hold units the process gave back (a release the old server did not pass
--- on), or lack units it holds. While gen is the one the process knows, a new one is
--- made, and the units named move to it from the old one (and its waiters named, so they
--- keep their place, or their grant if the process has not heard of it yet): every other
--- unit of the old one is dead. A unit not held in the old one (or in the new, once
--- moved: the rebase sent again) is lost, its other pools' units given back.
+-- on), or lack units it holds. A new generation is made, and what the process names
+-- moves to it from the live one: its units, and its waiters (they keep their place, or
+-- their grant if the process has not heard of it yet). Every other unit of the live one
+-- dies with it. A unit named that is not held live (or in the new generation, once
+-- moved: the rebase sent again) is lost, its other pools' units given back. (Which
+-- generation is live does not matter: after two changes of server, the one a copy
+-- holds may be older than the one the process last heard of.)
 local me, waiters, held = ARGV[4], cjson.decode(ARGV[5]), cjson.decode(ARGV[6] or '[]')
 local rebase = ARGV[7] and cjson.decode(ARGV[7])
-local old, moving = rebase and rebase[1], false
-if rebase and gen_of(me) == old then
+local old = rebase and gen_of(me)  -- the live generation that moves (false: none)
+if old then
   local t = redis.call('TIME')
   local fresh = t[1] .. string.format('%06d', tonumber(t[2]))
   if fresh == old then fresh = fresh .. '0' end
-  gen_memo[me], moving = fresh, true
+  gen_memo[me] = fresh
 end
 local g = my_gen(me)
 say_ttl(true)
 local lost, lost_pids = {}, {}
-for _, unit in ipairs(rebase and rebase[2] or {}) do
+for _, unit in ipairs(rebase or {}) do
   local w, pids, kept = unit[1], unit[2], true
   for _, pid in ipairs(pids) do
     local e = redis.call('HGET', P .. 'lh:' .. pid, w)
-    if moving and e == old then
+    if old and e == old then
       redis.call('HSET', P .. 'lh:' .. pid, w, g)
     elseif e ~= g then
       kept = false
@@ -1181,7 +1183,7 @@ for _, unit in ipairs(rebase and rebase[2] or {}) do
     lost_pids[#lost] = pids
   end
 end
-if moving then
+if old then
   for _, pair in ipairs(waiters) do
     local w, wk = pair[1], P .. 'lw:' .. pair[1]
     if redis.call('GET', P .. 'lx:' .. w) == old then
@@ -1656,12 +1658,11 @@ def limit_renew_args(
     instance: str,
     waiters: Iterable[tuple[str, Iterable[tuple[str, str]]]],
     held: Iterable[str] = (),
-    rebase: tuple[str, Iterable[tuple[str, Iterable[str]]]] | None = None,
+    rebase: Iterable[tuple[str, Iterable[str]]] | None = None,
 ) -> Args:
     """``waiters``: ``(request, pools)`` of every waiting request of the process;
     ``held``: the ids of the concurrency pools it holds units of; ``rebase``: after a
-    change of server, the generation the process knows and every unit it holds, as
-    ``(request, concurrency pool ids)``."""
+    change of server, every unit it holds, as ``(request, concurrency pool ids)``."""
     items = [[request, _pairs(pools)] for request, pools in waiters]
     compact = (",", ":")
     args = (
@@ -1671,9 +1672,8 @@ def limit_renew_args(
     )
     if rebase is None:
         return args
-    gen, units = rebase
-    moved = [gen, [[request, list(pools)] for request, pools in units]]
-    return (*args, json.dumps(moved, separators=compact))
+    units = [[request, list(pools)] for request, pools in rebase]
+    return (*args, json.dumps(units, separators=compact))
 
 
 LimitKind: TypeAlias = Literal["granted", "waiting", "conflict", "gone"]

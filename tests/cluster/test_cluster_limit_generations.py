@@ -277,3 +277,40 @@ async def test_a_grant_pushed_while_the_rebase_is_on_the_wire_is_kept(
         assert sink_b.seen == [("waiting", 1), ("granted", 1)]
         gen = await client.get(f"{store.key_prefix}lu:{B}")
         assert await client.hgetall(f"{store.key_prefix}lh:p") == {f"{B}/l1": gen}
+
+
+async def test_a_unit_held_through_two_changes_of_server_is_kept(
+    store: RedisSlotStore, client: coredis.Redis[str], copied: RedisServer
+) -> None:
+    """The server restarts from a copy, the keeper rebases its unit (a new generation),
+    then the server restarts again from that older copy, which holds the unit in the
+    generation before: the unit is still this process's there, and the second rebase
+    keeps it. Before, the first reply from the older copy showed a generation other
+    than the one the keeper knew, and it took every unit it held for lost."""
+    store = with_ttl(store, 6.0)
+    sink = Sink()
+    dump = os.path.join(copied.directory, "dump.rdb")
+    lu = f"{store.key_prefix}lu:{A}"
+    async with open_keeper(store, A) as a:
+        a.keeper.limit_sink = sink
+        a.keeper.limit_acquire(1, (POOL,))
+        await sink.wait_for("granted", 1)
+        first = await client.get(lu)
+        await client.save()
+        older = trio.Path(dump + ".older")
+        await older.write_bytes(await trio.Path(dump).read_bytes())
+        copied.restart()
+        with trio.fail_after(2 * store.lease_ttl):  # the rebase: a new generation
+            while await client.get(lu) in (first, None):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await trio.Path(dump).write_bytes(await older.read_bytes())
+        await older.unlink()
+        copied.restart()  # the older copy: the unit in the first generation
+        with trio.fail_after(2 * store.lease_ttl):
+            while await client.get(lu) in (first, None):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        with trio.move_on_after(store.lease_ttl / 2):  # real time: a renewal of A
+            await sink.wait_for("lost", 1)
+        assert sink.seen == [("granted", 1)]
+        gen = await client.get(lu)
+        assert await client.hgetall(f"{store.key_prefix}lh:p") == {f"{A}/l1": gen}

@@ -319,11 +319,12 @@ class LimitModel:
         self,
         me: str,
         waiters: list[tuple[str, list[tuple[str, str]]]],
-        rebase: tuple[int, list[tuple[str, tuple[str, ...]]]] | None = None,
+        rebase: list[tuple[str, tuple[str, ...]]] | None = None,
     ) -> list[Any]:
         self.sent = []
-        old, units = rebase if rebase is not None else (None, [])
-        moving = rebase is not None and self.gen.get(me) == old
+        units = rebase or []
+        old = self.gen.get(me) if rebase is not None else None  # the live one moves
+        moving = old is not None
         if moving:  # a new generation: the old one's units not named die with it
             named = {w for w, _ in units} | {w for w, _ in waiters if self.marker.get(w) == old}
             for pid, holders in self.holders.items():
@@ -414,7 +415,6 @@ class LimitMachine(RuleBasedStateMachine):
         self.numbers = itertools.count(1)
         self.real_gen: dict[tuple[str, int], str] = {}  # (instance, model gen) -> server's
         self.seen_gens: set[tuple[str, str]] = set()
-        self.heard: dict[str, list[int]] = {}  # instance -> the generations it heard of
         server.flushall()
 
     # -- driving both sides -------------------------------------------------------------------
@@ -446,8 +446,6 @@ class LimitMachine(RuleBasedStateMachine):
 
     def bind(self, instance: str, model_gen: int, real: str) -> None:
         key = (instance, model_gen)
-        if model_gen not in self.heard.setdefault(instance, []):
-            self.heard[instance].append(model_gen)
         if key in self.real_gen:
             assert self.real_gen[key] == real, (key, real)
         else:
@@ -658,23 +656,21 @@ class LimitMachine(RuleBasedStateMachine):
         self,
         instance: str,
         named: list[Request] | None = None,
-        known: int = 0,
         unheard: list[Request] = [],  # noqa: B006 (never changed)
     ) -> None:
-        """A renewal; with ``named``, a rebase naming those requests' units in the
-        generation ``known``; ``unheard``: granted requests named as waiters (their
-        process has not heard of the grant)."""
+        """A renewal; with ``named``, a rebase naming those requests' units;
+        ``unheard``: granted requests named as waiters (their process has not heard of
+        the grant)."""
         waiting = [r for r in self.requests if r.instance == instance and r.status == "waiting"]
         waiting += unheard
         pairs = [(r.w, r.pairs) for r in waiting]
-        rebase = real_rebase = None
+        rebase = None
         if named is not None:
-            units = [
+            rebase = [
                 (r.w, tuple(pid for pid in r.pools if SPECS.get(pid, "").startswith("conc")))
                 for r in named
             ]
-            rebase, real_rebase = (known, units), (self.real_gen[(instance, known)], units)
-        args = scripts.limit_renew_args(instance, pairs, (), real_rebase)
+        args = scripts.limit_renew_args(instance, pairs, (), rebase)
         reply = self.send("limit_renew", args, instance, pairs, rebase)
         for request, item in zip(waiting, reply[1], strict=True):
             self.update(request, item)
@@ -685,17 +681,15 @@ class LimitMachine(RuleBasedStateMachine):
     @rule(instance=st.sampled_from(INSTANCES), data=st.data())
     def rebase(self, instance: str, data: st.DataObject) -> None:
         """A rebase after a change of server: the units the instance holds (as it
-        believes: a released one named too stands for one the new server lacks), in the
-        generation it knows (an earlier one: the rebase sent again, its reply lost), and
-        as waiters some granted ones whose grant it has not heard of."""
+        believes: a released one named too stands for one the new server lacks), and as
+        waiters some granted ones whose grant it has not heard of. Sent again (its reply
+        lost), it names units already moved."""
         mine = [r for r in self.requests if r.instance == instance]
         granted = [r for r in mine if r.status == "granted"]
         unheard = data.draw(st.lists(st.sampled_from(granted), unique_by=id)) if granted else []
         candidates = [r for r in mine if r.status in ("granted", "released") and r not in unheard]
         named = data.draw(st.lists(st.sampled_from(candidates), unique_by=id)) if candidates else []
-        if self.heard.get(instance):
-            known = data.draw(st.sampled_from(self.heard[instance][-2:]))
-            self.renew_instance(instance, named, known, unheard)
+        self.renew_instance(instance, named, unheard)
 
     @rule(instance=st.sampled_from(INSTANCES))
     def kill(self, instance: str) -> None:

@@ -696,7 +696,7 @@ async def test_a_rebase_keeps_a_grant_its_process_has_not_heard_of(s: Scripts) -
     assert (await limit_acquire(s, C, f"{C}/3", "c1")).kind == "waiting"
     await limit_release(s, f"{A}/1", "c1")
     waiters = [(f"{B}/2", [("c1", CONC1)])]
-    args = scripts.limit_renew_args(B, waiters, (), (str(waiting.gen), []))
+    args = scripts.limit_renew_args(B, waiters, (), [])
     renewed = scripts.parse_limit_renew(await s.call(scripts.LIMIT_RENEW, *args))
     assert renewed.gen != waiting.gen
     assert renewed.waiters == (scripts.LimitReply("granted", gen=renewed.gen),)
