@@ -135,10 +135,10 @@ def _check_url(url: object) -> str:
         raise ConfigError(
             "url must be a valid redis://, rediss:// or redis+sentinel:// url"
         ) from None
-    _check_not_cut(parts)
     if parts.scheme in _SENTINEL_SCHEMES:
-        parse_sentinel_url(url)
+        parse_sentinel_url(url)  # which checks it is not cut, as below
         return url
+    _check_not_cut(parts)
     if parts.scheme not in _SCHEMES:
         raise ConfigError(
             "url scheme must be 'redis', 'rediss', 'redis+sentinel' or 'rediss+sentinel', "

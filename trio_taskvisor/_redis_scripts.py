@@ -1165,9 +1165,10 @@ if old then
 end
 local g = my_gen(me)
 say_ttl(true)
-local lost, lost_pids = {}, {}
-for _, unit in ipairs(rebase or {}) do
-  local w, pids, kept = unit[1], unit[2], true
+-- move w's units in pids from the old generation to g (as its marker says); whether
+-- each is held in g now
+local function move(w, pids)
+  local kept = true
   for _, pid in ipairs(pids) do
     local e = redis.call('HGET', P .. 'lh:' .. pid, w)
     if old and e == old then
@@ -1176,11 +1177,14 @@ for _, unit in ipairs(rebase or {}) do
       kept = false
     end
   end
-  if kept then
-    redis.call('SET', P .. 'lx:' .. w, g, 'PX', KEEP)
-  else
-    lost[#lost + 1] = w
-    lost_pids[#lost] = pids
+  if kept then redis.call('SET', P .. 'lx:' .. w, g, 'PX', KEEP) end
+  return kept
+end
+local lost, lost_pids = {}, {}
+for _, unit in ipairs(rebase or {}) do
+  if not move(unit[1], unit[2]) then
+    lost[#lost + 1] = unit[1]
+    lost_pids[#lost] = unit[2]
   end
 end
 if old then
@@ -1188,11 +1192,9 @@ if old then
     local w, wk = pair[1], P .. 'lw:' .. pair[1]
     if redis.call('GET', P .. 'lx:' .. w) == old then
       -- granted in the old generation, its process not told yet: its units move too
-      for _, pp in ipairs(pair[2]) do
-        if redis.call('HGET', P .. 'lh:' .. pp[1], w) == old then
-          redis.call('HSET', P .. 'lh:' .. pp[1], w, g)
-        end
-      end
+      local pids = {}
+      for k, pp in ipairs(pair[2]) do pids[k] = pp[1] end
+      move(w, pids)
       redis.call('SET', P .. 'lx:' .. w, g, 'PX', KEEP)
     elseif redis.call('HGET', wk, 'gen') == old then
       redis.call('HSET', wk, 'gen', g)
