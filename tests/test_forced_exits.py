@@ -88,6 +88,7 @@ async def test_every_task_forced_by_the_shutdown_exits_once(
         await sup.add(TaskSpec.once("a", stubborn, 3.0))
         await sup.add(TaskSpec.once("b", stubborn, 7.0))
         await sup.add(TaskSpec.once("c", forever))
+        await trio.testing.wait_all_tasks_blocked()  # their attempts have begun
     exits = {e.name: e.duration for e in recorder.of(EventKind.FORCED_TASK_EXITED)}
     assert exits == {"a": 1.0, "b": 5.0}
     for name in ("a", "b"):

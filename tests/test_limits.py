@@ -13,6 +13,7 @@ from trio_taskvisor import (
     ConfigError,
     ControllerConfig,
     ControllerSpec,
+    CriticalTaskError,
     DeadlockError,
     EventKind,
     FatalError,
@@ -235,25 +236,62 @@ async def test_an_attempt_waiting_in_a_block_when_shutdown_begins_ends_cancelled
     assert trio.current_time() == 0.0
 
 
+@pytest.mark.parametrize("through", ["limit", "max_concurrent"])
+async def test_units_a_failing_critical_task_gives_back_start_nothing(
+    autojump_clock: object, through: str
+) -> None:
+    # The critical task's exit gives its unit (or permit) back and begins the shutdown:
+    # the task waiting for it ends CANCELLED, its body never run. Before, it was granted
+    # the unit first and its body started during the shutdown (a card charged), then ended
+    # CANCELLED at its first checkpoint, or COMPLETED if it reached none.
+    one = ConcurrencyLimit("one", 1)
+    ran: list[float] = []
+
+    async def sync() -> None:
+        await trio.sleep(1.0)
+        raise FatalError("database gone")
+
+    async def charge() -> None:
+        ran.append(trio.current_time())
+
+    limits = (one,) if through == "limit" else ()
+    max_concurrent = 1 if through == "max_concurrent" else None
+    recorder = EventRecorder()
+    config = SupervisorConfig(max_concurrent=max_concurrent, log_failures=False)
+    with pytest.raises(CriticalTaskError):  # noqa: PT012
+        async with open_supervisor(config, subscribers=[recorder]) as sup:
+            await sup.add(TaskSpec.once("sync", sync, critical=True, limits=limits))
+            waiter = await sup.add(TaskSpec.once("charge", charge, limits=limits))
+            await trio.sleep_forever()
+    assert ran == []
+    assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+    assert recorder.kinds(EventKind.ATTEMPT_STARTING) == [EventKind.ATTEMPT_STARTING]
+    assert trio.current_time() == 1.0
+
+
 @pytest.mark.parametrize("shielded", [False, True])
 async def test_an_attempt_entering_a_block_after_shutdown_began_ends_cancelled(
     autojump_clock: object, shielded: bool
 ) -> None:
-    # Added as the supervisor's block ends, its attempt first runs once the shutdown has
+    # Woken as the supervisor's block ends, its attempt next runs once the shutdown has
     # begun: the block waits for the shutdown's stop, which ends it with the attempt
     # (CANCELLED). Before, it raised SupervisorClosedError: the task ended FAILED, and a
     # critical one turned the clean exit into CriticalTaskError. A shielded block, which
     # the stop cannot end, raises it once the stops were asked (no wait for ever), into
     # the stopped attempt.
     one = ConcurrencyLimit("one", 1)
+    go = trio.Event()
 
     async def worker() -> None:
+        await go.wait()
         with trio.CancelScope(shield=shielded):
             async with sup.limited(one):
                 pytest.fail("entered after the shutdown began")
 
     async with open_supervisor() as sup:
         critical = await sup.add(TaskSpec.once("critical", worker, critical=True))
+        await trio.testing.wait_all_tasks_blocked()
+        go.set()
     outcome = critical.outcome_nowait()
     assert outcome is not None
     assert outcome.kind is OutcomeKind.CANCELLED, outcome
@@ -552,3 +590,37 @@ async def test_limited_inside_an_attempt_holding_the_pool_is_a_deadlock(in_child
         [error] = error.exceptions
     assert isinstance(error, DeadlockError)
     assert "exports, which the current attempt of task 'x' already holds" in str(error)
+
+
+@pytest.mark.parametrize("waiter", ["attempt", "block"])
+async def test_a_rate_waiter_granted_by_another_acquisition_starts_then(
+    autojump_clock: trio.testing.MockClock, waiter: str
+) -> None:
+    """A rate pool's waiter whose start falls due is granted by the next acquisition of
+    any pool, if that comes before the supervisor's own timer: it starts at once. Before,
+    the grant was made and not delivered: the waiter started when some unit was next
+    given back (here, when the other block exited), or never; a block cancelled
+    meanwhile kept its units for good, and the next release crashed the supervisor."""
+    rate, other = RateLimit("r", 1, per=1.0), ConcurrencyLimit("other", 1)
+    started: list[float] = []
+
+    async def body() -> None:
+        started.append(trio.current_time())
+
+    async def block(sup: Supervisor) -> None:
+        async with sup.limited(rate):
+            started.append(trio.current_time())
+
+    async with open_supervisor() as sup, trio.open_nursery() as nursery:
+        async with sup.limited(rate):  # spends the start: the next is due at 1.0
+            pass
+        if waiter == "attempt":
+            await sup.add(TaskSpec.once("x", body, limits=(rate,)))
+        else:
+            nursery.start_soon(block, sup)
+        await trio.testing.wait_all_tasks_blocked()
+        autojump_clock.jump(1.0)  # the next acquisition runs before the timer does
+        async with sup.limited(other):
+            await trio.sleep(5.0)
+    assert started == [1.0]
+    assert sup.limit_snapshot() == ()

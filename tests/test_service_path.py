@@ -18,6 +18,7 @@ import trio.testing
 
 from trio_taskvisor import (
     BackoffPolicy,
+    ConcurrencyLimit,
     ControllerConfig,
     ControllerSpec,
     CriticalTaskError,
@@ -26,6 +27,8 @@ from trio_taskvisor import (
     OutcomeError,
     OutcomeKind,
     RestartPolicy,
+    Supervisor,
+    SupervisorClosedError,
     SupervisorConfig,
     TaskCancelled,
     TaskDefaults,
@@ -253,6 +256,28 @@ async def test_a_body_exception_in_the_same_instant_wins(
             raise KeyError("body")
     assert trio.current_time() == 3.0
     assert any(m.endswith("shutting down") for m in records(caplog, logging.ERROR))
+
+
+async def test_a_body_exception_group_of_the_same_instant_carries_no_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The body's nursery gathers, in the critical failure's instant, a child's error and
+    the body scope's own cancellation: the group raised holds the error only. Before, it
+    held trio's ``Cancelled`` too, out of the scope it belongs to."""
+    one = ConcurrencyLimit("one", 1)
+
+    async def block(sup: Supervisor) -> None:
+        async with sup.limited(one):
+            pytest.fail("the holder never lets go")
+
+    with pytest.raises(ExceptionGroup) as info:  # noqa: PT012
+        async with open_supervisor() as sup, trio.open_nursery() as nursery:
+            await sup.add(TaskSpec.once("holder", trio.sleep_forever, limits=(one,)))
+            await sup.add(TaskSpec.once("key", fails_after, 1.0, ValueError("x"), critical=True))
+            nursery.start_soon(block, sup)
+            await trio.sleep_forever()
+    assert [type(e) for e in info.value.exceptions] == [SupervisorClosedError]
+    assert trio.current_time() == 1.0
 
 
 async def test_a_body_exception_of_a_later_instant_gives_way(

@@ -98,7 +98,24 @@ async def test_add_returns_before_the_body_starts_in_any_task_order(autojump_clo
             waiter = await sup.add(TaskSpec.once(f"t{i}", body, f"t{i}"))
             assert f"t{i}" not in started
             assert waiter.placement is Placement.OWNER
+        await sup.wait_idle()  # no attempt begins once the shutdown has begun
     assert sorted(started) == sorted(f"t{i}" for i in range(32))
+
+
+async def test_no_attempt_begins_once_the_shutdown_has_begun(autojump_clock: Any) -> None:
+    """A task added as the block ends, its first attempt not yet begun, ends
+    ``CANCELLED`` without beginning one: the shutdown's stop is decided as it begins,
+    as ``remove`` right after ``add`` begins none. Before, its body started during the
+    shutdown: one without a checkpoint ran to its end (``COMPLETED``)."""
+    started: list[float] = []
+
+    async def body() -> None:
+        started.append(trio.current_time())
+
+    async with open_supervisor() as sup:
+        waiter = await sup.add(TaskSpec.once("t", body))
+    assert started == []
+    assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
 
 
 async def test_task_ids_strictly_increase_and_are_never_reused(autojump_clock: Any) -> None:

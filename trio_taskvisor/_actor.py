@@ -123,6 +123,10 @@ class ActorHost(Protocol):
     random: random.Random
     running_attempts: int
     log_failures: bool
+    intake_closed: bool  # the shutdown has begun
+
+    async def await_stop(self) -> None:
+        """The shutdown has begun: wait for its stop (which cancels this wait)."""
 
     async def acquire_permit(self, rec: TaskRecord, /) -> None:
         """Wait (FIFO) for a permit for the attempt after the first."""
@@ -163,6 +167,11 @@ async def run_actor(rec: TaskRecord, host: ActorHost, permit: bool | None) -> No
                     await _acquire_permit(rec, host)
                     permit = True
                 try:
+                    if host.intake_closed and not rec.stop_requested:
+                        # The shutdown has begun, its stop still to come (the exit that
+                        # began it gave back the units this attempt waited for): begin
+                        # none, so no body starts during a shutdown.
+                        await host.await_stop()
                     if rec.stop_requested:
                         # Stopped before this attempt began (before the actor's first
                         # step, or while it was being woken): begin none, as a stop during

@@ -53,7 +53,16 @@ Decisions the design leaves open:
   before ``TASK_ADDED`` / ``TASK_ADD_FAILED``.
 * An add accepted before shutdown began is admitted and then stopped with everything
   else; one that reaches the registry after the shutdown is rejected
-  ``SHUTTING_DOWN`` (``add`` raises ``SupervisorClosedError``).
+  ``SHUTTING_DOWN`` (``add`` raises ``SupervisorClosedError``). No attempt begins once
+  intake has closed (``intake_closed``), though the shutdown's stop reaches the task a
+  moment later: the actor waits for that stop (``await_stop``) and ends ``CANCELLED``,
+  as one stopped before its first step does. So neither a task added just before, nor
+  one granted its units by the exit that began the shutdown (a critical task's), starts
+  its body during the shutdown.
+* A stop, a lost lease or a refused limit of a record waiting for its first attempt's
+  units (it has no actor yet) takes it out of the wait at once and spawns its actor,
+  which ends at its first step (``_leave_units``): no request is left in the pools'
+  lines, where the units would be granted to a task that has ended.
 * For a batch, the "first conflicting" name is that of the first item, in batch order,
   that clashes with a registered name or with an earlier item. Duplicates are checked
   before the limit.
@@ -318,6 +327,8 @@ class _Units:
         clustered = self.cluster is not None and bool(limits)
         request = table.acquire(() if clustered else limits, now, rec, permit=True)
         self._held[rec] = request
+        if table.granted:
+            self.deliver()  # older rate waiters the clock let fit, before its timer
         if request.granted:
             if clustered:
                 self.tasks_waiting += 1
@@ -410,6 +421,8 @@ class _Units:
         if self.cluster is not None:
             return await self._hold_remote(idents, limits)
         request = self.table.acquire(idents, trio.current_time(), _BLOCK)
+        if self.table.granted:
+            self.deliver()  # older rate waiters the clock let fit, before its timer
         if request.granted:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return request
@@ -707,7 +720,7 @@ class Registry:
             if config.max_concurrent is None
             else _Units(config.max_concurrent, bus, self._spawn_with_permit, self._inbox.wake_at)
         )
-        self._intake_closed = False
+        self.intake_closed = False
         self.thread = threading.get_ident()  # the thread of the supervisor's trio run
         self._live: dict[TaskId, TaskRecord] = {}
         self._names: dict[str, TaskRecord] = {}
@@ -811,8 +824,13 @@ class Registry:
         (see ``check_thread``), and ``SupervisorClosedError`` once the shutdown has begun."""
         if threading.get_ident() != self.thread:
             self.check_thread(call, advice, sync=sync)
-        if self._intake_closed:
+        if self.intake_closed:
             raise SupervisorClosedError
+
+    async def await_stop(self) -> None:
+        """The shutdown has begun: wait until its stops were asked (a checkpoint; the
+        stop of the caller's attempt cancels it)."""
+        await self._stops_asked.wait()
 
     async def check_block_intake(self, rec: TaskRecord | None, call: str, advice: str) -> None:
         """``check_intake`` for a ``limited`` block (in the attempt of ``rec``, if of this
@@ -826,7 +844,7 @@ class Registry:
                 raise
         else:
             return
-        await self._stops_asked.wait()  # cancelled by the stop: CANCELLED
+        await self.await_stop()  # cancelled by the stop: CANCELLED
         raise SupervisorClosedError  # the stop did not end it (shielded, spawned elsewhere)
 
     def check_thread(self, call: str, advice: str | None = None, *, sync: bool = False) -> None:
@@ -852,7 +870,7 @@ class Registry:
 
     def close_intake(self) -> None:
         """The shutdown began: refuse intake from now on (``limited`` blocks included)."""
-        self._intake_closed = True
+        self.intake_closed = True
         if self._units is not None:
             self._units.close_blocks(self._stops_next)
 
@@ -967,6 +985,7 @@ class Registry:
             return
         if not rec.stop_requested:
             rec.request_stop(reason)
+        self._leave_units(rec)
         rec.force()
         self._commit_forced(rec, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
 
@@ -977,8 +996,7 @@ class Registry:
             return
         if not rec.stop_requested:
             rec.request_stop(outcome.reason or "ended")
-        if self._units is not None and self._units.withdraw(rec):
-            self._start_actor(rec, None)  # it sees the stop and ends at once
+        self._leave_units(rec)
         rec.force()
         self._commit(rec, outcome)
 
@@ -1284,11 +1302,16 @@ class Registry:
                 fence_token=rec.fence_token,
             )
         rec.request_stop("stop requested")
-        if self._units is not None and self._units.withdraw(rec):
-            # It had no actor yet: spawn one, which sees the stop and ends at once,
-            # needing no permit (its exit is reported as every actor's is).
-            self._start_actor(rec, None)
+        self._leave_units(rec)
         self._set_force_deadline(rec, deadline)
+
+    def _leave_units(self, rec: TaskRecord) -> None:
+        """A stop was asked of ``rec``: if it waits for its first attempt's units (it has
+        no actor yet), take it out of the wait and spawn its actor, which sees the stop
+        and ends at once, needing no units (its exit is reported as every actor's is).
+        A parked actor leaves the wait by itself: the stop cancels its wait."""
+        if self._units is not None and self._units.withdraw(rec):
+            self._start_actor(rec, None)
 
     def _set_force_deadline(self, rec: TaskRecord, deadline: float) -> None:
         rec.force_deadline = deadline

@@ -1089,14 +1089,13 @@ class Supervisor:
                     except BaseException as exc:
                         body_error = exc
                         body_failed_at = trio.current_time()
-                        if (
-                            sup._received_signal is not None or sup._critical is not None
-                        ) and split_cancelled(exc)[1] is None:
-                            # Cancelled by the shutdown of a signal or a critical failure (the
-                            # body scope's own cancellation): a normal exit. An outer
+                        if sup._received_signal is not None or sup._critical is not None:
+                            # Cancelled by the shutdown of a signal or a critical failure:
+                            # the body scope's own cancellation is no error (only it: a
+                            # normal exit), and leaves no group raised. An outer
                             # cancellation, if any, is delivered again at the caller's next
                             # checkpoint.
-                            body_error = None
+                            body_error = split_cancelled(exc)[1]
                     # A run()'s batch that ended is no request: no SHUTDOWN_REQUESTED.
                     sup._start_shutdown(explicit=not natural_end or body_error is not None)
                     with trio.CancelScope(shield=True):

@@ -539,6 +539,42 @@ async def test_a_stop_while_waiting_withdraws_the_request(store: RedisSlotStore)
         assert (await holder.wait()).kind is OutcomeKind.COMPLETED
 
 
+async def test_a_slot_owner_waiting_for_a_pool_whose_lease_is_lost_leaves_the_line(
+    store: RedisSlotStore, client: coredis.Redis[str], namespace: str
+) -> None:
+    """A slot owner waiting for a cluster pool whose slot lease is lost ends
+    ``LEASE_LOST`` and takes its request out of the pool's line at once. Before, the
+    request stayed in the line (the pool counted it waiting) until the holder let go; it
+    was granted then, ``LIMIT_ACQUIRED`` came after the task had ended, and until then
+    the supervisor's shutdown waited, whatever its grace."""
+    pool = ConcurrencyLimit("owners", 1)
+    gate = trio.Event()
+    async with replica(store) as (a, _), replica(store) as (b, recorder_b):
+        started = trio.Event()
+        holder = await a.add(held_by(gate, "holder", pool, started))
+        await started.wait()
+        try:
+            spec = TaskSpec.once("owner", trio.sleep_forever, limits=(pool,))
+            waiter = await b.submit(ControllerSpec.queue(spec, slot="s"))
+            with trio.fail_after(2 * TTL):
+                await recorder_b.wait_for(EventKind.LIMIT_WAITING)
+            await client.delete([f"tv:{{{namespace}}}:lease:s"])
+            with trio.fail_after(2 * TTL):  # the next renewal, at lease_ttl / 3
+                outcome = await waiter.wait()
+            assert outcome.kind is OutcomeKind.LEASE_LOST
+            with trio.fail_after(2 * TTL):
+                # the withdrawal rides the keeper's next batch: no event tells it landed
+                while (await a.cluster_limit(pool)).waiting:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            assert b.limit_snapshot() == ()
+            with trio.fail_after(2 * TTL):
+                await b.shutdown()
+        finally:
+            gate.set()
+        assert (await holder.wait()).kind is OutcomeKind.COMPLETED
+    assert recorder_b.kinds(EventKind.LIMIT_ACQUIRED) == []
+
+
 async def test_a_long_held_unit_keeps_its_pool_on_the_server(
     redis_server: RedisServer, namespace: str
 ) -> None:
