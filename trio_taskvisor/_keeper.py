@@ -53,6 +53,11 @@ Invariants:
 
 Decisions the design leaves open:
 
+* A fresh connection (the start's, and each reconnection's) first tries every command
+  the scripts call, as the store's user, on scratch keys (``scripts.PROBE``): a user
+  without one is refused at start, and a permission taken away later keeps the store
+  unavailable (an outage, with its backoff) until it is back, rather than letting a
+  connection count as recovered that fails every call needing it.
 * ``Owner`` may be reported for a slot whose previous local owner lost its lease and is
   still physically running: the controller holds the new owner until that exit (its
   lease is renewed meanwhile, so no other process can take the slot).
@@ -1547,6 +1552,8 @@ class LeaseKeeper:
             return False
         if self.store.replicas_ack and not await self._enough_replicas(self._conn, bound):
             return False
+        if not await self._commands_allowed(self._conn, bound):
+            return False
         if not await self._send(self._take_batch(renew=True), bound):
             return False
         scope = trio.CancelScope()
@@ -1565,13 +1572,8 @@ class LeaseKeeper:
         """Whether the server has ``replicas_ack`` replicas connected, asked before
         anything is written on a fresh connection (``self._error`` names a shortfall):
         otherwise every round trip's ``WAIT`` would fail after its full timeout."""
-        replies: list[object] | None = None
-        with trio.move_on_after(bound):
-            try:
-                replies = await conn.round_trip([(REPLICAS, ())])
-            except BaseException as exc:
-                self._contain(exc, "a round trip to the slot store failed", "the connection")
-        if replies is None or len(replies) != 1:
+        replies = await self._alone(conn, (REPLICAS, ()), bound)
+        if replies is None:
             return False
         (reply,) = replies
         wanted = self.store.replicas_ack
@@ -1587,6 +1589,32 @@ class LeaseKeeper:
             self._log_failure("the slot store's replicas fall short", shortfall)
             return False
         return True
+
+    async def _commands_allowed(self, conn: Connection, bound: float) -> bool:
+        """Whether the server runs every command the scripts call for this user, asked
+        on a fresh connection before anything is written (``scripts.PROBE``): a user
+        without one the renewal does not call (an ACL that leaves out ``HSET``, say)
+        would pass it, and then fail every call that needs it, for ever."""
+        replies = await self._alone(conn, (scripts.PROBE.name, (self.instance_id,)), bound)
+        if replies is None:
+            return False
+        (reply,) = replies
+        if isinstance(reply, Exception):
+            self._error = ("the lease scripts", reply)
+            self._log_failure("the slot store refused the lease scripts", reply)
+            return False
+        return True
+
+    async def _alone(self, conn: Connection, call: Call, bound: float) -> list[object] | None:
+        """The reply to ``call`` sent alone on ``conn``, as a list of one; ``None`` when
+        none came within ``bound``."""
+        replies: list[object] | None = None
+        with trio.move_on_after(bound):
+            try:
+                replies = await conn.round_trip([call])
+            except BaseException as exc:
+                self._contain(exc, "a round trip to the slot store failed", "the connection")
+        return replies if replies is not None and len(replies) == 1 else None
 
     def _drop_connection(self) -> None:
         for scope in (self._sub_scope, self._conn_scope):

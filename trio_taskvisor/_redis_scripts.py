@@ -1270,6 +1270,54 @@ LIMIT_WITHDRAW: Final = _script("limit_withdraw", _LIMIT_WITHDRAW)
 LIMIT_RENEW: Final = _script("limit_renew", _LIMIT_RENEW)
 CLUSTER_LIMIT: Final = _script("cluster_limit", _CLUSTER_LIMIT)
 
+# Each command the scripts call, called once on scratch keys of the caller's own (in
+# this order: the list and the set exist before they are read, and DEL comes last).
+PROBED: Final = {
+    "TIME": "redis.call('TIME')",
+    "SET": "redis.call('SET', s, '1', 'PX', 60000)",
+    "GET": "redis.call('GET', s)",
+    "GETEX": "redis.call('GETEX', s, 'PX', 60000)",
+    "INCR": "redis.call('INCR', s)",
+    "PTTL": "redis.call('PTTL', s)",
+    "PEXPIRE": "redis.call('PEXPIRE', s, 60000)",
+    "EXISTS": "redis.call('EXISTS', s)",
+    "HSET": "redis.call('HSET', h, 'f', '1')",
+    "HGET": "redis.call('HGET', h, 'f')",
+    "HMGET": "redis.call('HMGET', h, 'f')",
+    "HGETALL": "redis.call('HGETALL', h)",
+    "HDEL": "redis.call('HDEL', h, 'f')",
+    "RPUSH": "redis.call('RPUSH', l, 'a')",
+    "LPUSH": "redis.call('LPUSH', l, 'b')",
+    "LSET": "redis.call('LSET', l, 0, 'c')",
+    "LRANGE": "redis.call('LRANGE', l, 0, -1)",
+    "LPOS": "redis.call('LPOS', l, 'a')",
+    "LREM": "redis.call('LREM', l, 0, 'a')",
+    "LPOP": "redis.call('LPOP', l)",
+    "SADD": "redis.call('SADD', t, 'a')",
+    "SMEMBERS": "redis.call('SMEMBERS', t)",
+    "ZADD": "redis.call('ZADD', z, 1, 'a')",
+    "ZRANGE": "redis.call('ZRANGE', z, 0, -1)",
+    "ZCARD": "redis.call('ZCARD', z)",
+    "ZREM": "redis.call('ZREM', z, 'a')",
+    "PUBLISH": "redis.call('PUBLISH', P .. 'ch:' .. ARGV[4] .. ':probe', '[]')",
+    "DEL": "redis.call('DEL', s, h, l, t, z)",
+}
+
+# ``probe``: try every command the other scripts call, as the caller's user, on scratch
+# keys under the prefix (gone when it returns) and a channel no process listens to. A
+# user the server lets run scripts but not one of those commands, or not on these keys,
+# gets the error a script would get later (ARGV[4]: the instance id).
+_PROBE: Final = (
+    """
+local k = P .. 'probe:' .. ARGV[4] .. ':'
+local s, h, l, t, z = k .. 's', k .. 'h', k .. 'l', k .. 't', k .. 'z'
+redis.call('DEL', s, h, l, t, z)
+"""
+    + "\n".join(PROBED.values())
+    + "\nreturn 'ok'\n"
+)
+PROBE: Final = _script("probe", _PROBE)
+
 
 @attrs.frozen
 class Grouped:
@@ -1331,6 +1379,7 @@ SCRIPTS: Final = (
     LIMIT_WITHDRAW,
     LIMIT_RENEW,
     CLUSTER_LIMIT,
+    PROBE,
     *(grouped.script for grouped in GROUPED.values()),
 )
 

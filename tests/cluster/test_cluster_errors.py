@@ -95,7 +95,7 @@ async def sleep_forever() -> None:
 
 @pytest.mark.parametrize(
     ("rule", "asked"),
-    [("-@scripting", "the lease scripts"), ("resetchannels", "the subscription")],
+    [("-@scripting", "the lease scripts"), ("-subscribe", "the subscription")],
 )
 async def test_open_supervisor_raises_when_the_scripts_or_the_subscription_are_refused(
     store: RedisSlotStore,
@@ -105,10 +105,10 @@ async def test_open_supervisor_raises_when_the_scripts_or_the_subscription_are_r
     asked: str,
 ) -> None:
     """A user the server lets PING but not run scripts (an ACL without ``+@scripting``),
-    or not subscribe to any channel (``resetchannels``): ``open_supervisor`` raises at
-    once, naming what was refused; the block never runs. No heartbeat of the process
-    is left: its renewal, which came before the refused subscription, wrote one, and
-    the ``slots`` command counted the process live for ``lease_ttl``."""
+    or not subscribe (``-subscribe``): ``open_supervisor`` raises at once, naming what
+    was refused; the block never runs. No heartbeat of the process is left: its
+    renewal, which came before the refused subscription, wrote one, and the ``slots``
+    command counted the process live for ``lease_ttl``."""
     await set_user(client, "+@all", rule)
     started = time.monotonic()
     error = await refused_start(store_at(store, user_url(redis_server)))
@@ -123,6 +123,10 @@ async def test_open_supervisor_raises_when_the_scripts_or_the_subscription_are_r
     "rules",
     [
         pytest.param(("+@all", "-exists"), id="a-command"),
+        pytest.param(("+@all", "-hset"), id="a-command-the-renewal-does-not-call"),
+        pytest.param(("+@all", "-publish"), id="publish"),
+        pytest.param(("+@all", "resetchannels"), id="the-channels"),
+        pytest.param(("+@all", "-time"), id="time"),
         pytest.param(("resetkeys", "~other:*", "+@all"), id="the-namespace-s-keys"),
     ],
 )
@@ -135,7 +139,10 @@ async def test_open_supervisor_raises_when_a_command_of_the_scripts_is_refused(
     """A user who may run scripts but not a command they call, or whose key patterns
     leave out the namespace's keys: refused at start too, and named as a missing ACL
     permission (the server says "No permissions to access a key" for the second, which
-    read as a bare refusal before)."""
+    read as a bare refusal before). Every command the scripts call is tried at start:
+    before, a user without one the start's renewal does not call (HSET, PUBLISH, TIME)
+    got past ``open_supervisor``, and then every keyed call was rejected or held, and
+    every ``limited()`` block waited, for ever."""
     await set_user(client, *rules)
     error = await refused_start(store_at(store, user_url(redis_server)))
     assert "refused the lease scripts to this user (an ACL permission is missing)" in str(error)

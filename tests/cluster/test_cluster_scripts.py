@@ -8,6 +8,7 @@ only need their heartbeat keys (``Scripts.heartbeat``) to count them alive.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import attrs
@@ -815,3 +816,23 @@ async def test_a_concurrency_unit_with_room_costs_the_server_few_commands(s: Scr
         assert 0 < await s.client.pttl(f"{s.prefix}{key}") <= 2 * 1000 * s.store.lease_ttl
     args = scripts.limit_acquire_args(A, f"{A}/4", [("c", spec)])
     assert scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args)).kind == "waiting"
+
+
+# -- probe -----------------------------------------------------------------------------------
+
+
+def test_the_probe_calls_every_command_the_scripts_call() -> None:
+    """A command added to a script is tried at start too, or this fails."""
+    called = {
+        command
+        for script in scripts.SCRIPTS
+        if script is not scripts.PROBE
+        for command in re.findall(r"redis\.call\('([A-Z]+)'", script.source)
+    }
+    assert called == set(scripts.PROBED)
+
+
+async def test_the_probe_leaves_no_key(s: Scripts, client: coredis.Redis[str]) -> None:
+    before = await client.keys("*")
+    assert await s.call(scripts.PROBE, A) == "ok"
+    assert await client.keys("*") == before
