@@ -234,6 +234,51 @@ async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
 
 
+async def test_a_refusal_of_only_the_queueing_script_is_one_outage_with_a_paused_retry(
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ACL change takes away RPUSH, which only the script that queues work calls:
+    another replica's ``wait=True`` work for a busy slot is refused, while every
+    reconnection (a renewal and a subscription) works. One STORE_UNAVAILABLE, no
+    STORE_RECOVERED while it lasts, the held work asked again at the capped backoff's
+    pace; once the permission is back, one STORE_RECOVERED and the held work runs.
+    Before, each reconnection reported a recovery, the held work was asked again at
+    once and refused again: ~500 outages a second, one WARNING each, a core busy."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    await set_user(client, "+@all")
+    acl_store = store_at(store, user_url(redis_server))
+    async with replica(acl_store) as (a, owning), replica(acl_store) as (b, recorder):
+        gate = trio.Event()
+        owner = await a.submit(ControllerSpec.queue(gated(gate, "owner"), slot="s"))
+        with trio.fail_after(5):
+            await owning.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="s")
+        caplog.clear()
+        await client.acl_setuser(USER, "-rpush")
+        held = await b.submit(ControllerSpec.queue(quick("b", "held"), slot="s", wait=True))
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        keeper = b._keeper
+        assert keeper is not None
+        before = keeper.statistics().round_trips
+        window = 2.0  # real time: 6 retries at the cap of TTL / 3, fewer before it
+        await trio.sleep(window)  # observing a rate over a real-clock window, not settling
+        assert keeper.statistics().round_trips - before <= 4 * (window / (TTL / 3)) + 8
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 2
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
+        assert recorder.of(EventKind.CONTROLLER_STORE_RECOVERED) == []
+        assert not held.done
+        await client.acl_setuser(USER, "+rpush")
+        gate.set()
+        with trio.fail_after(10):
+            assert (await owner.wait()).value == "owner"
+            assert (await held.wait()).value == "held"
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+
+
 BUSY_FOR_1_S = """
 local started = redis.call('TIME')
 while true do
