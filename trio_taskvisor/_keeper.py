@@ -1005,6 +1005,7 @@ class LeaseKeeper:
                     connected = await self._first_connect()
                 if connected:
                     self._available = self._started = True
+                    self._quiet = False
                     nursery.start_soon(self._timers)
                     task_status.started()
                     with trio.CancelScope() as self._io_scope:
@@ -1278,7 +1279,6 @@ class LeaseKeeper:
                     if not part.abandoned:
                         part.result = self._slot_info(part.slot, reply)
                         part.done.set()
-        self._quiet = False
         if self._probing and (batch.renews or any(isinstance(p, _Submit) for p in batch.parts)):
             self._recovered()
         if restarted and self._available:
@@ -1536,7 +1536,9 @@ class LeaseKeeper:
             self._back_off()
 
     def _recovered(self) -> None:
-        self._probing = False
+        # Only the outage's end makes failures warn again: a reconnection's renewal may
+        # work while its subscription is refused (an ACL without the channels).
+        self._probing = self._quiet = False
         log(logging.INFO, "slot store %s recovered", self.store.safe_url)
         self._report(StoreRecovered())
 

@@ -279,6 +279,36 @@ async def test_a_refusal_of_only_the_queueing_script_is_one_outage_with_a_paused
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
 
 
+async def test_a_refused_subscription_warns_once_per_outage(
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ACL change takes the channels away while the supervisor runs (the server
+    drops the subscription): one outage, and WARNINGs for it and its first failures
+    only; the reconnections that renew but are refused the subscription log at DEBUG.
+    Before, each of them warned (its renewal worked, which counted as the outage's end
+    for the log)."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    await set_user(client, "+@all")
+    async with replica(store_at(store, user_url(redis_server))) as (_, recorder):
+        caplog.clear()
+        await client.acl_setuser(USER, "resetchannels")
+        await client.client_kill(type_=coredis.PureToken.PUBSUB)
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        window = 2.0  # real time: 6 retries at the cap of TTL / 3, more before it
+        await trio.sleep(window)  # observing a rate over a real-clock window, not settling
+        refused = [r for r in caplog.records if "No permissions to access a channel" in r.message]
+        assert len(refused) >= 3
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 3
+        await client.acl_setuser(USER, "&*")
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
+        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
+
+
 BUSY_FOR_1_S = """
 local started = redis.call('TIME')
 while true do
