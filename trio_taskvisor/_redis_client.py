@@ -473,10 +473,18 @@ class _Wire:
 
     async def _replies(self, count: int) -> list[object]:
         replies: list[object] = []
-        while len(replies) < count:
-            kind, value = await self.next()
-            if kind != DataType.PUSH or cast("list[object]", value)[0] == "subscribe":
-                replies.append(value)
+        try:
+            while len(replies) < count:
+                kind, value = await self.next()
+                if kind != DataType.PUSH or cast("list[object]", value)[0] == "subscribe":
+                    replies.append(value)
+        except RedisConnectionError as closed:
+            # A server that answers with an error and closes (at ``maxclients``) said
+            # why: that error is the failure, as on coredis's connections.
+            said = next((r for r in replies if isinstance(r, Exception)), None)
+            if said is None:
+                raise
+            raise said from closed
         return replies
 
     async def next(self) -> tuple[DataType, object]:

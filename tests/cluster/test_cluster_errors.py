@@ -63,7 +63,7 @@ from trio_taskvisor import (
     open_supervisor,
 )
 from trio_taskvisor._keeper import LeaseLost, Owner
-from trio_taskvisor._redis_client import NoPrimaryError, RedisClient
+from trio_taskvisor._redis_client import NoPrimaryError, RedisClient, _head, open_client, open_wire
 from trio_taskvisor.redis import RedisSlotStore
 
 from helpers import invoke, nothing
@@ -628,6 +628,23 @@ async def test_a_server_with_no_room_for_another_client_is_named(store: RedisSlo
     assert "refused the connection: it has as many clients as its maxclients allows" in str(error)
     assert "could not be reached" not in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
+
+
+async def test_an_error_the_server_sends_as_it_closes_is_named(store: RedisSlotStore) -> None:
+    """A server at its ``maxclients`` answers a new socket (the subscription's, which
+    the keeper opens past coredis) with an error and closes it: the error names the
+    server's words, as coredis's does for the round trips' connection. It read "the
+    server closed the connection", the error it sent before lost."""
+    async with (
+        tcp_server(b"-ERR max number of clients reached\r\n") as port,
+        open_client(store_at(store, f"redis://127.0.0.1:{port}/0")) as client,
+    ):
+        with pytest.raises(coredis.exceptions.ConnectionError) as error:
+            await open_wire(client, store, (_head(b"SUBSCRIBE"), ("channel",)))
+    assert str(error.value) == "max number of clients reached"
+    assert RedisClient(store, "i").refusal(error.value, "the subscription") == (
+        "refused the connection: it has as many clients as its maxclients allows"
+    )
 
 
 HTTP_ANSWER = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
