@@ -23,7 +23,10 @@ Invariants:
   ``Rejected(STORE_UNAVAILABLE)``, or ``Full`` when ``wait=True``). An error reply that
   is no refusal (foreign data in the namespace, a server out of memory) is
   ``Rejected(STORE_UNAVAILABLE)`` with the error as its reason, even when
-  ``wait=True``: it is no outage, so no recovery would ever ask held work again. A
+  ``wait=True``: it is no outage, so no recovery would ever ask held work again. So is
+  an entry a renewal finds behind foreign data (its slot's lease or queue key of
+  another type), and an owner whose lease key is foreign data loses it
+  (``LeaseLost``, naming the key and the error); the other slots renew on. A
   submit that may have reached the server without its reply reaching us, or whose
   script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
   and any lease it took) in the next successful round trip.
@@ -1319,8 +1322,9 @@ class LeaseKeeper:
         for lease, stop in zip(renewal.leases, reply.leases, strict=True):
             if self._leases.get(lease.task_id) is not lease:
                 continue  # released or lost meanwhile
-            if stop is None:
-                self._lose(lease, lease.rule.refused())
+            if not isinstance(stop, str):
+                why = None if stop is None else self._foreign(lease.slot, stop.what)
+                self._lose(lease, lease.rule.refused(why))
                 continue
             lease.rule.renewed(sent_at)
             if stop and not lease.stop_reported:
@@ -1337,6 +1341,13 @@ class LeaseKeeper:
                 case "gone":
                     self._dequeue(task_id)
                     self._reject(slot, task_id, _rejection_kind(str(item.detail)))
+                case "foreign":
+                    # As an error reply to its submit: rejected, no outage. No withdrawal
+                    # (its script would fail on the key too): an entry left queued that
+                    # is granted later is given back, as any unknown grant is.
+                    self._dequeue(task_id)
+                    why = self._foreign(slot, str(item.detail))
+                    self._reject(slot, task_id, RejectionKind.STORE_UNAVAILABLE, why)
                 case "queued" | "resubmitted":
                     entries = self._queued[slot]
                     if kind == "resubmitted":
@@ -1880,9 +1891,17 @@ class LeaseKeeper:
             self._dequeue(task_id)
             self._reject(slot, task_id, RejectionKind.SUPERSEDED)
 
-    def _reject(self, slot: str, task_id: int, kind: RejectionKind) -> None:
+    def _reject(
+        self, slot: str, task_id: int, kind: RejectionKind, reason: str | None = None
+    ) -> None:
         self._attempts.pop(task_id, None)  # a rejected entry never comes back
-        self._report(Rejected(slot, task_id, kind))
+        self._report(Rejected(slot, task_id, kind, reason))
+
+    def _foreign(self, slot: str, what: str) -> str:
+        """Log a renewal item refused for foreign data; return why, to name it."""
+        why = f"foreign data in the slot store at {self.store.key_prefix}{what}"
+        log(logging.ERROR, "slot store renewal of slot %r refused: %s", slot, why)
+        return why
 
     def _followed(self, joiner: int, outcome: TaskOutcome[Any]) -> None:
         del self._follows[joiner]

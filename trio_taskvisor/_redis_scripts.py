@@ -45,6 +45,13 @@ grants it: replicas may run with different ``lease_ttl`` (a rolling change of it
 a holder counts on its own (a heartbeat of earlier versions, ``1``, says nothing: the
 caller's).
 
+Foreign data (a key of the namespace of another type than this table says: written by
+something else) fails the call that touches it, with the server's error, but for
+``renew``, which carries every item of a process: a slot's ``lease`` or ``q`` key of
+another type refuses that slot's items only (``['foreign', what]``), the reads it makes
+anyway done with ``redis.pcall`` (one ``TYPE`` more only where a queue is pruned), so
+one foreign key no longer fails the renewal of every lease of the process.
+
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
 marker is checked before anything may grant a lease or queue an entry, so a withdrawal
@@ -396,10 +403,13 @@ _RENEW: Final = r"""
 -- keys:    hb:<me> lease:<slot> q:<slot> gone:<e> out:<e> jn:<e> (per pair)
 -- args:    me, JSON [[slot, e, ...] leases, [slot, e, ...] queued, [slot, e, ...] followed]
 -- replies: JSON [leases, entries, follows], one item per pair sent, in order:
---          lease:    stop requester ('' for none) | null (refused: lost)
+--          lease:    stop requester ('' for none) | null (refused: lost) |
+--                    ['foreign', what] (refused: a slot key of another type)
 --          entry:    ['owner', token] | ['gone', reason] | ['queued', 0|1] |
---                    ['resubmitted', 0|1] (1: claimable now)
+--                    ['resubmitted', 0|1] (1: claimable now) | ['foreign', what]
 --          follow:   ['out', outcome] | ['gone', reason] | ['live'] | ['lost']
+-- Foreign data (a slot's lease or queue key of another type than these scripts write)
+-- refuses that slot's items only: what = the key (after P) and the server's error.
 local me, parts = ARGV[4], cjson.decode(ARGV[5])
 local expired = redis.call('EXISTS', P .. 'hb:' .. me) == 0
 redis.call('SET', P .. 'hb:' .. me, TTL, 'PX', TTL)
@@ -410,28 +420,42 @@ local lease_memo = {}
 local function lease_here(slot)
   local v = lease_memo[slot]
   if not v then
-    v = redis.call('HMGET', P .. 'lease:' .. slot, 'entry', 'token', 'stop')
+    v = redis.pcall('HMGET', P .. 'lease:' .. slot, 'entry', 'token', 'stop')
+    if v.err then v = {false, false, false, {'foreign', 'lease:' .. slot .. ': ' .. v.err}} end
     lease_memo[slot] = v
   end
-  return v[1], v[2], v[3]
+  return v[1], v[2], v[3], v[4]
+end
+
+-- e's place in the slot's queue (false: not in it), or false and the foreign item
+local function queued_at(slot, e)
+  local at = redis.pcall('LPOS', P .. 'q:' .. slot, e)
+  if type(at) == 'table' then return false, {'foreign', 'q:' .. slot .. ': ' .. at.err} end
+  return at
 end
 
 local leases, flat = {}, parts[1]
 for k = 1, #flat, 2 do
   local slot, e = flat[k], flat[k + 1]
-  local holder, _, stop = lease_here(slot)
+  local holder, _, stop, foreign = lease_here(slot)
   if holder == e then
     redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
     leases[#leases + 1] = stop or ''
   else
-    leases[#leases + 1] = cjson.null
+    leases[#leases + 1] = foreign or cjson.null
   end
 end
 
-local queues = {}  -- slot -> {q = live entries, at = entry -> position}
+local queues = {}  -- slot -> {q = live entries, at = entry -> position} | {foreign = item}
 local function queue_of(slot)
   local m = queues[slot]
   if not m then
+    local kind = redis.call('TYPE', P .. 'q:' .. slot).ok
+    if kind ~= 'list' and kind ~= 'none' then
+      m = {foreign = {'foreign', 'q:' .. slot .. ': a ' .. kind .. ', not a list'}}
+      queues[slot] = m
+      return m
+    end
     local q = prune(slot)
     local at = {}
     for k, x in ipairs(q) do at[x] = k end
@@ -445,16 +469,22 @@ local QUEUED_BEHIND, entries = {'queued', 0}, {}
 flat = parts[2]
 for k = 1, #flat, 2 do
   local slot, e = flat[k], flat[k + 1]
-  local holder, token = lease_here(slot)
+  local holder, token, _, foreign = lease_here(slot)
+  local behind
+  if holder and holder ~= e and not expired then behind, foreign = queued_at(slot, e) end
   local item
-  if holder == e then
+  if foreign then
+    item = foreign
+  elseif holder == e then
     -- a claim whose reply was lost: keep the lease alive until the owner learns of it
     redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
     item = {'owner', token}
-  elseif holder and not expired and redis.call('LPOS', P .. 'q:' .. slot, e) then
+  elseif behind then
     -- behind a holder: not claimable, so no prune (the other scripts prune, and held
     -- work asks again at each renewal); queued, so live (not gone, and we are alive)
     item = QUEUED_BEHIND
+  elseif queue_of(slot).foreign then
+    item = queue_of(slot).foreign
   else
     local m = queue_of(slot)
     local at = m.at[e]  -- a live entry of the queue: not gone
@@ -497,8 +527,7 @@ for k = 1, #flat, 2 do
     local gone = redis.call('GET', P .. 'gone:' .. e)
     if gone then
       item = {'gone', gone}
-    elseif alive(instance_of(e)) and (out or lease_here(slot) == e
-        or redis.call('LPOS', P .. 'q:' .. slot, e)) then
+    elseif alive(instance_of(e)) and (out or lease_here(slot) == e or queued_at(slot, e)) then
       item = {'live'}
     else
       item = {'lost'}
@@ -1420,7 +1449,7 @@ SubmitKind: TypeAlias = Literal["owner", "queued", "busy", "full", "joined", "go
 """The kinds of a ``submit`` reply."""
 ClaimKind: TypeAlias = Literal["owner", "gone", "missing", "wait"]
 """The kinds of a ``claim`` reply."""
-QueuedKind: TypeAlias = Literal["owner", "gone", "queued", "resubmitted"]
+QueuedKind: TypeAlias = Literal["owner", "gone", "queued", "resubmitted", "foreign"]
 """The kinds of a ``renew`` item for a queued entry."""
 FollowKind: TypeAlias = Literal["out", "gone", "live", "lost"]
 """The kinds of a ``renew`` item for a followed entry."""
@@ -1539,6 +1568,8 @@ def _parse_queued(raw: object) -> Reply[QueuedKind]:
             return Reply("owner", token=int(token))
         case ["gone", str(reason)]:
             return Reply("gone", detail=reason)
+        case ["foreign", str(what)]:
+            return Reply("foreign", detail=what)
         case _:
             raise ValueError(f"unexpected renew item {raw!r}")
 
@@ -1557,21 +1588,35 @@ def _parse_follow(raw: object) -> Reply[FollowKind]:
             raise ValueError(f"unexpected renew item {raw!r}")
 
 
-def _parse_lease(raw: object) -> str | None:
+@attrs.frozen
+class Foreign:
+    """A ``renew`` item refused for foreign data: ``what``, the slot's key (after the
+    prefix) of another type than the scripts write, and the server's error."""
+
+    what: str
+
+
+def _parse_lease(raw: object) -> str | Foreign | None:
     if raw is None or isinstance(raw, str):
         return raw
-    raise ValueError(f"unexpected renew item {raw!r}")
+    match _json_list(raw):
+        case ["foreign", str(what)]:
+            return Foreign(what)
+        case _:
+            raise ValueError(f"unexpected renew item {raw!r}")
 
 
 @attrs.frozen
 class RenewReply:
     """A parsed ``renew`` reply, one item per pair sent, in order.
 
-    ``leases``: ``None`` for a refused lease, else the instance that asked for a stop
-    (``""`` when nobody did). ``entries`` and ``follows``: see ``Reply``.
+    ``leases``: ``None`` for a refused lease, ``Foreign`` for one refused for foreign
+    data, else the instance that asked for a stop (``""`` when nobody did). ``entries``
+    and ``follows``: see ``Reply`` (an entry's ``foreign`` item: ``detail`` as
+    ``Foreign.what``).
     """
 
-    leases: tuple[str | None, ...]
+    leases: tuple[str | Foreign | None, ...]
     entries: tuple[Reply[QueuedKind], ...]
     follows: tuple[Reply[FollowKind], ...]
 

@@ -330,10 +330,11 @@ class LeaseDeadline:
         if self.lost is None:
             self.deadline = max(self.deadline, sent_at + LOST_LEASE_FRACTION * self.lease_ttl)
 
-    def refused(self) -> str:
-        """Record a refused renewal: the lease is lost now. Return the reason."""
+    def refused(self, why: str | None = None) -> str:
+        """Record a refused renewal (``why``: other than the server no longer holding
+        the lease): the lease is lost now. Return the reason."""
         if self.lost is None:
-            self.lost = "lease refused: the server no longer holds it for this owner"
+            self.lost = f"lease refused: {why or 'the server no longer holds it for this owner'}"
         return self.lost
 
     def check(self, now: float) -> str | None:

@@ -367,6 +367,54 @@ async def test_an_error_reply_to_a_submit_rejects_it_with_the_error(
     assert line.getMessage().startswith("slot store call failed (_Submit): WrongTypeError: ")
 
 
+@pytest.mark.parametrize("key", ["lease", "q"])
+async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
+    store: RedisSlotStore, client: coredis.Redis[str], key: str
+) -> None:
+    """Foreign data (a string) at slot ``a``'s lease or queue key, while ``a`` has an
+    owner and an entry queued behind it and slot ``b`` an owner: the renewal refuses
+    ``a``'s items only, naming the key and the server's error: the queued entry is
+    REJECTED(STORE_UNAVAILABLE), and the owner (for the lease key) ends LEASE_LOST. No
+    outage: ``b``'s owner keeps its lease past ``lease_ttl`` and new work runs. Before,
+    the whole renewal script failed, the process's store went unavailable, and ``b``'s
+    owner ended LEASE_LOST."""
+    gates = {slot: trio.Event() for slot in "ab"}
+    async with replica(store) as (sup, recorder):
+        owners = {
+            slot: await sup.submit(ControllerSpec.queue(gated(gate, slot), slot=slot))
+            for slot, gate in gates.items()
+        }
+        queued = await sup.submit(ControllerSpec.queue(quick("queued"), slot="a", wait=True))
+        with trio.fail_after(5):
+            await queued.wait_placed()
+            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="b")
+        await client.set(f"{store.key_prefix}{key}:a", "foreign")
+        with trio.fail_after(2 * store.lease_ttl):
+            rejected = await queued.wait()
+        assert rejected.rejection is RejectionKind.STORE_UNAVAILABLE
+        assert rejected.reason is not None
+        assert rejected.reason.startswith(
+            f"foreign data in the slot store at {store.key_prefix}{key}:a: "
+        )
+        if key == "lease":
+            with trio.fail_after(2 * store.lease_ttl):
+                lost = await owners["a"].wait()
+            assert lost.kind is OutcomeKind.LEASE_LOST
+            assert lost.reason == f"lease refused: {rejected.reason}"
+            assert "WRONGTYPE" in lost.reason
+        await trio.sleep(store.lease_ttl)  # observing b's lease over a lease_ttl, not settling
+        new = await sup.submit(ControllerSpec.queue(quick("new", 1), slot="c"))
+        with trio.fail_after(5):
+            assert (await new.wait()).value == 1
+        assert not owners["b"].done
+        gates["b"].set()
+        with trio.fail_after(5):
+            assert (await owners["b"].wait()).value == "b"
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([f"{store.key_prefix}{key}:a"])
+        gates["a"].set()
+
+
 async def test_shutdown_is_bounded_when_the_server_does_not_answer(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
