@@ -42,8 +42,7 @@ Invariants:
   node, a read-only replica: an error reply is no reply), or with the loss of the
   subscription, or when a renewal shows a restarted server (a new ``run_id``: the
   subscription did not survive it). It ends once a fresh connection renewed (without
-  an error reply) and subscribed again, and, if the server refused ``wait=True`` work
-  as such, once that work asked again (or the next renewal) was not refused.
+  an error reply) and subscribed again.
 * With ``replicas_ack = n > 0``, every round trip that may change the store ends with
   ``WAIT n``; one that fewer than ``n`` replicas acknowledged is handled exactly as a
   failed round trip (an outage; no reply in it is acted on: a submit's grant is given
@@ -119,14 +118,6 @@ Decisions the design leaves open:
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on,
   and grows), doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
-* A refusal of only what held work calls (an ACL without ``RPUSH``, which only the
-  script that queues work runs) does not show in a reconnection, which renews and
-  subscribes: after it, the keeper reports ``Room`` for the slots whose held work was
-  refused, and ``StoreRecovered`` only once a submit or a renewal is not refused. A
-  submit refused again meanwhile goes on with the same outage (its reconnection
-  paced by the backoff, logged at DEBUG), with no second ``StoreUnavailable``: before,
-  every reconnection reported a recovery, the held work was asked again at once and
-  refused again, some 500 outages a second.
 * ``SlotStoreUnavailableError`` names the last error the client reported (what the
   server was asked, and how it refused), chained as ``__cause__``; without one (the
   server stayed silent) it says "did not answer within N s", as does the WARNING that
@@ -639,11 +630,6 @@ class LeaseKeeper:
         self._error: tuple[str, Exception] | None = None
         self._backoff = 0.0  # the pause before the next reconnection attempt
         self._recovered_at = -math.inf
-        # Slots whose held work the server refused as such in this outage: a
-        # reconnection (a renewal, a subscription) does not show that refusal gone, so
-        # their work is asked again (``Room``) before ``StoreRecovered`` (``_probing``).
-        self._refused_slots: set[str] = set()
-        self._probing = False
         self._secrets = secrets_of(store.url)
         # limit pools: requests by their local id, and by their server id
         self.limit_sink: LimitSink | None = None
@@ -1209,8 +1195,6 @@ class LeaseKeeper:
             ):
                 asked = _asked(part)
                 self._error = (asked, reply)
-                if isinstance(part, _Submit) and part.wait:
-                    self._refused_slots.add(part.slot)
                 if not self._available:  # while reconnecting: logged as any failed attempt
                     self._log_failure(f"the slot store refused {asked}", reply)
                 self._batch_failed(batch, f"it refused {asked}: {self._describe(reply)}")
@@ -1282,8 +1266,6 @@ class LeaseKeeper:
                     if not part.abandoned:
                         part.result = self._slot_info(part.slot, reply)
                         part.done.set()
-        if self._probing and (batch.renews or any(isinstance(p, _Submit) for p in batch.parts)):
-            self._recovered()
         if restarted and self._available:
             # The server lost this process's subscription with its state: open it again.
             self._mark_unavailable("the slot store restarted")
@@ -1500,29 +1482,23 @@ class LeaseKeeper:
         if not self._available:
             return
         self._available = False
-        if self._probing:  # the outage goes on: its work was refused again
-            self._probing = False
-            log(logging.DEBUG, "slot store %s still unavailable: %s", self.store.safe_url, why)
-        else:
-            log(logging.WARNING, "slot store %s unavailable: %s", self.store.safe_url, why)
-            if self._started:
-                self._report(StoreUnavailable())
+        log(logging.WARNING, "slot store %s unavailable: %s", self.store.safe_url, why)
         for submit in list(self._submits.values()):
             if not submit.sent:
                 self._fail_submit(submit)
         self._claims.clear()
+        if self._started:
+            self._report(StoreUnavailable())
         self._io_wakeup.set()
 
     async def _recover(self) -> None:
         """Reconnect until a fresh connection renewed and subscribed (then report
-        ``StoreRecovered``, or first ask the work the server refused again), backing
-        off up to ``lease_ttl / 3``.
+        ``StoreRecovered``), backing off up to ``lease_ttl / 3``.
 
-        The first attempt is immediate unless the last outage ended (or its refused
-        work was asked again) less than ``lease_ttl / 3`` ago: then the backoff goes on
-        growing from where it stopped, so neither a server that fails every connection
-        soon after accepting it nor one that refuses only a script the reconnection
-        does not call is ever retried without a pause.
+        The first attempt is immediate unless the last outage ended less than
+        ``lease_ttl / 3`` ago: then the backoff goes on growing from where it stopped,
+        so a server that fails every connection, or every call, soon after accepting
+        it is never retried without a pause.
         """
         if trio.current_time() - self._recovered_at >= self._interval:
             self._backoff = 0.0
@@ -1536,22 +1512,13 @@ class LeaseKeeper:
                     self._available = True
                     self._error = None
                     self._recovered_at = trio.current_time()
-                    if not self._refused_slots:
-                        self._recovered()
-                        return
-                    self._probing = True
-                    for slot in sorted(self._refused_slots):
-                        self._report(Room(slot))
-                    self._refused_slots.clear()
+                    # Only the outage's end makes failures warn again: a reconnection's
+                    # renewal may work while its subscription is refused.
+                    self._quiet = False
+                    log(logging.INFO, "slot store %s recovered", self.store.safe_url)
+                    self._report(StoreRecovered())
                     return
             self._back_off()
-
-    def _recovered(self) -> None:
-        # Only the outage's end makes failures warn again: a reconnection's renewal may
-        # work while its subscription is refused (an ACL without the channels).
-        self._probing = self._quiet = False
-        log(logging.INFO, "slot store %s recovered", self.store.safe_url)
-        self._report(StoreRecovered())
 
     def _back_off(self) -> None:
         """A connection attempt failed: the next waits longer (``lease_ttl / 24``,

@@ -1305,6 +1305,7 @@ PROBED: Final = {
     "TIME": "redis.call('TIME')",
     "SET": "redis.call('SET', s, '1', 'PX', 60000)",
     "GET": "redis.call('GET', s)",
+    "TYPE": "redis.call('TYPE', s)",
     "GETEX": "redis.call('GETEX', s, 'PX', 60000)",
     "INCR": "redis.call('INCR', s)",
     "PTTL": "redis.call('PTTL', s)",
