@@ -115,6 +115,16 @@ Decisions the design leaves open:
   of server, a copy's may be an older one that still holds this process's units). A
   waiter granted by a push while a renewal is on the wire takes the generation of that
   renewal's answer for it (a rebase's new one).
+* Every limit renewal names the units this process holds (pool by pool, each request by
+  its number: a process may hold thousands; waiters are named as before), and the
+  server answers with those it no longer holds (a holders key evicted, deleted or
+  overwritten: ``_redis_scripts``): each is lost then (``limit_lost``), as a slot
+  lease whose key went is at the next renewal, so the pool holds more than its
+  capacity for at most one renewal interval. The server has given back that request's
+  units in its other pools already: no release follows. Before, the server's answer
+  said nothing of them: their holders ran on uncounted, never told, while other
+  processes took the units. Not while a rebase is due (a new server's answer: the
+  rebase tells).
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
   the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on,
   and grows), doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
@@ -398,7 +408,8 @@ class _LimitAcquire:
 @attrs.frozen
 class _LimitRenewal:
     waiters: tuple[_LimitRequest, ...]
-    rebased: tuple[_LimitRequest, ...] | None = None  # a rebase: the units it names
+    units: tuple[_LimitRequest, ...]  # the units it names (held)
+    rebase: bool = False  # a rebase: it moves them
 
 
 @attrs.define(eq=False)
@@ -802,13 +813,17 @@ class LeaseKeeper:
                 for r in self._limits.values()
                 if r.state == "held"
             }
-            # the server's keys of the pools this process holds units of live on with them
-            held = sorted({pid for pids in units.values() for pid in pids})
+            # the server's keys of the pools this process holds units of live on with
+            # them, and the server says which units it no longer counts (lost)
+            held: dict[str, list[str]] = {}
+            for r, pids in units.items():
+                for pid in pids:
+                    held.setdefault(pid, []).append(r.w)
             rebase = None
             if self._limit_rebase:
                 rebase = [(r.w, pids) for r, pids in units.items()]
-            args = scripts.limit_renew_args(self.instance_id, items, held, rebase)
-            renewal = _LimitRenewal(waiters, None if rebase is None else tuple(units))
+            args = scripts.limit_renew_args(self.instance_id, items, held.items(), rebase)
+            renewal = _LimitRenewal(waiters, tuple(units), rebase is not None)
             batch.add(renewal, (scripts.LIMIT_RENEW.name, args))
         if not self._closing:
             now = trio.current_time()
@@ -1241,13 +1256,20 @@ class LeaseKeeper:
                     reply_ = scripts.parse_limit(reply)
                     self._limit_gen(reply_.gen, sent_at)
                     self._limit_reply(request, reply_)
-                case _LimitRenewal(waiters, rebased):
+                case _LimitRenewal(waiters, units, rebase):
                     renewed = scripts.parse_limit_renew(reply)
-                    if rebased is not None:
+                    if rebase:
                         self._limit_rebase = False
-                        for request in rebased:  # moved to the new generation
+                        for request in units:  # moved to the new generation
                             if request.w not in renewed.lost and request.state == "held":
                                 request.gen = renewed.gen
+                    elif not self._limit_rebase:  # (a new server's answer tells nothing)
+                        for request in units:
+                            if request.w in renewed.lost and request.state == "held":
+                                self._limit_lose(request)  # the server no longer counts it
+                    for request in units:
+                        if request.w in renewed.lost:
+                            request.reached = False  # the script gave back its units
                     for request, item in zip(waiters, renewed.waiters, strict=True):
                         if request.state == "held" and item.kind == "granted":
                             # granted by a push while this was on the wire: the server

@@ -67,6 +67,19 @@ behind) is read and written back as a burst just spent (``capped_tat``): the poo
 one interval, not the step. Rate pools count on the server's clock (docs/design.md,
 "Limit pools on the server"); what a step of that clock does is decided here.
 
+Keys the server drops (evicted under a ``maxmemory-policy`` other than ``noeviction``,
+deleted by a clean-up script) lose what they held: every ``limit_renew`` names the units
+its process holds, pool by pool, and a unit its pool's holders (``lh:<pool>``) no longer
+hold is lost then, as a slot lease whose key went is lost at its owner's next
+``renew``; another process may take its room meanwhile, for at most one renewal
+interval. Foreign data there (another type of key, which no script wrote) counts as
+holding none in that check, as ``lttl``'s does: those units are lost (their other pools'
+units given back, that pool left alone), and the renewal goes on for the process's
+other units (failing, it would lose them all). Every other read of such a pool, an
+acquisition's or a settle's, fails naming the server's error, as one of a pool whose
+settings key holds foreign data does (so a renewal that asks again for a waiter of
+that pool fails, as before).
+
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
 lease's expiry on the server's clock, a decimal string of Unix milliseconds),
@@ -1163,17 +1176,22 @@ return 'ok'
 """
 
 _LIMIT_RENEW: Final = r"""
--- limit_renew: this process's units' lease, and its waiting requests.
+-- limit_renew: this process's units' lease, its units, and its waiting requests.
 -- keys:    lu:<me>, lh:<pool> lp:<pool> (pools it holds units of), and per waiter those
---          of limit_acquire; with a rebase, lh:<pool> lx:<w> of every unit named
--- args:    me, JSON [[w, [[pool id, spec], ...]], ...] (waiting requests), JSON [pool
---          id, ...] (the concurrency pools it holds units of: their keys live on), and
---          optionally a rebase: JSON [[w, [pool id, ...]], ...] (every unit the process
---          holds: its concurrency pools)
+--          of limit_acquire; with a rebase, lx:<w> of every unit named
+-- args:    me, JSON [[w, [[pool id, spec], ...]], ...] (waiting requests), JSON [[pool
+--          id, [n, ...]], ...] (the concurrency pools it holds units of, each with its
+--          units' requests, w = me .. '/' .. n: their keys live on), and optionally a
+--          rebase: JSON [[w, [pool id, ...]], ...] (every unit the process holds: its
+--          concurrency pools)
 -- replies: JSON [gen, items, lost]: gen is the live generation (units of another one
 --          are lost); one item per waiter, as limit_acquire replies (a waiter of an
---          expired generation is accepted again, at the tail); lost: the units of the
---          rebase that are not held in gen
+--          expired generation is accepted again, at the tail); lost: the units named
+--          (held, or in the rebase) that are not held in gen
+-- A unit named that its pool no longer holds in gen (its holders key deleted or evicted,
+-- or holding foreign data, which counts as holding none) is lost, its other pools'
+-- units given back: another instance may have taken its room meanwhile, so its holder
+-- must stop, as a slot owner whose lease key went does at its next renewal.
 -- A rebase follows a change of server (a failover, a restart from an older copy): the
 -- server may hold units the process gave back (a release the old server did not pass
 -- on), or lack units it holds. A new generation is made, and what the process names
@@ -1194,12 +1212,24 @@ if old then
 end
 local g = my_gen(me)
 say_ttl(true)
+local foreign = {}  -- pool id -> true: its holders key holds foreign data (holds none)
+-- the generations the holders of a pool give the requests ws, in order (a pool whose
+-- key holds foreign data gives none: false for each)
+local function holders_of(pid, ws)
+  local v = redis.pcall('HMGET', P .. 'lh:' .. pid, unpack(ws))
+  if v.err then
+    foreign[pid] = true
+    v = {}
+    for k = 1, #ws do v[k] = false end
+  end
+  return v
+end
 -- move w's units in pids from the old generation to g (as its marker says); whether
 -- each is held in g now
 local function move(w, pids)
   local kept = true
   for _, pid in ipairs(pids) do
-    local e = redis.call('HGET', P .. 'lh:' .. pid, w)
+    local e = holders_of(pid, {w})[1]
     if old and e == old then
       redis.call('HSET', P .. 'lh:' .. pid, w, g)
     elseif e ~= g then
@@ -1214,6 +1244,35 @@ for _, unit in ipairs(rebase or {}) do
   if not move(unit[1], unit[2]) then
     lost[#lost + 1] = unit[1]
     lost_pids[#lost] = unit[2]
+  end
+end
+if not rebase then
+  -- every unit named is held in g, or lost (in the order named: pool by pool); a pool's
+  -- holders read in one HMGET (of at most 1000 fields: unpack's limit)
+  local missing, pids_of = {}, {}
+  for _, pair in ipairs(held) do
+    local pid, ns = pair[1], pair[2]
+    for b = 1, #ns, 1000 do
+      local ws = {}
+      for k = b, math.min(b + 999, #ns) do ws[#ws + 1] = me .. '/' .. ns[k] end
+      local v = holders_of(pid, ws)
+      for k, w in ipairs(ws) do
+        if v[k] ~= g and not missing[w] then
+          missing[w] = true
+          lost[#lost + 1] = w
+          pids_of[w] = {}
+          lost_pids[#lost] = pids_of[w]
+        end
+      end
+    end
+  end
+  if #lost > 0 then  -- the pools each lost unit is named in
+    for _, pair in ipairs(held) do
+      for _, n in ipairs(pair[2]) do
+        local pids = pids_of[me .. '/' .. n]
+        if pids then pids[#pids + 1] = pair[1] end
+      end
+    end
   end
 end
 if old then
@@ -1231,10 +1290,17 @@ if old then
   end
 end
 -- given back once every unit and waiter moved (a pool read, or a settle, removes what
--- the old generation holds)
-for k, w in ipairs(lost) do release(w, lost_pids[k]) end
-for _, pid in ipairs(held) do
-  if redis.call('PEXPIRE', P .. 'lh:' .. pid, LIVE) == 1 then
+-- the old generation holds); not in a pool whose key holds foreign data
+for k, w in ipairs(lost) do
+  local pids = {}
+  for _, pid in ipairs(lost_pids[k]) do
+    if not foreign[pid] then pids[#pids + 1] = pid end
+  end
+  release(w, pids)
+end
+for _, pair in ipairs(held) do
+  local pid = pair[1]
+  if not foreign[pid] and redis.call('PEXPIRE', P .. 'lh:' .. pid, LIVE) == 1 then
     redis.call('PEXPIRE', P .. 'lp:' .. pid, LIVE)
   end
 end
@@ -1754,18 +1820,28 @@ def limit_release_args(request: str, pool_ids: Iterable[str]) -> Args:
 def limit_renew_args(
     instance: str,
     waiters: Iterable[tuple[str, Iterable[tuple[str, str]]]],
-    held: Iterable[str] = (),
+    held: Iterable[tuple[str, Iterable[str]]] = (),
     rebase: Iterable[tuple[str, Iterable[str]]] | None = None,
 ) -> Args:
     """``waiters``: ``(request, pools)`` of every waiting request of the process;
-    ``held``: the ids of the concurrency pools it holds units of; ``rebase``: after a
-    change of server, every unit it holds, as ``(request, concurrency pool ids)``."""
+    ``held``: ``(pool id, requests)`` of every concurrency pool it holds units of, with
+    the requests that hold them (each ``"<instance>/<n>"``, sent as ``n``: a process
+    may hold thousands); ``rebase``: after a change of server, every unit it holds, as
+    ``(request, concurrency pool ids)``."""
     items = [[request, _pairs(pools)] for request, pools in waiters]
     compact = (",", ":")
+    mine = f"{instance}/"
+
+    def number(request: str) -> str:
+        if not request.startswith(mine):
+            raise ValueError(f"request {request!r} is not of instance {instance!r}")
+        return request[len(mine) :]
+
+    units = [[pid, [number(request) for request in requests]] for pid, requests in held]
     args = (
         instance,
         json.dumps(items, separators=compact),
-        json.dumps(list(held), separators=compact),
+        json.dumps(units, separators=compact),
     )
     if rebase is None:
         return args
@@ -1818,7 +1894,7 @@ def parse_limit(raw: object) -> LimitReply:
 @attrs.frozen
 class LimitRenewReply:
     """A parsed ``limit_renew`` reply: the live generation, one item per waiter, and
-    the units of a rebase that are lost."""
+    the units named (held, or in a rebase) that are lost."""
 
     gen: str
     waiters: tuple[LimitReply, ...]

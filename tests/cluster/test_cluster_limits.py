@@ -366,6 +366,64 @@ async def test_a_slot_owner_whose_server_lost_everything_names_its_slot_lease(
     assert str(outcome.reason).startswith("lease refused"), outcome.reason
 
 
+@pytest.mark.parametrize("how", ["deleted", "foreign"])
+async def test_a_unit_whose_holder_entry_the_server_dropped_is_lost_at_the_next_renewal(
+    store: RedisSlotStore, client: coredis.Redis[str], how: str
+) -> None:
+    """The pool's holders key is deleted (evicted, a clean-up script) or overwritten with
+    foreign data while an attempt and a block hold its units: both are lost at the next
+    renewal (``LEASE_LOST``, ``LeaseLostError``), as a deleted slot lease is, and a unit
+    of another pool held alongside stays held (the renewal goes on). Before, they ran on
+    untold, uncounted: another instance took the units too (a capacity of 2 held by
+    three), and ``cluster_limit`` said ``held=0``."""
+    conc, other = ConcurrencyLimit("conc", 2), ConcurrencyLimit("other", 1)
+    async with replica(store) as (a, _), replica(store) as (b, _):
+        waiter = await a.add(held_by(trio.Event(), "held", conc, started := trio.Event()))
+        kept = await a.add(held_by(trio.Event(), "kept", other, kept_started := trio.Event()))
+        block_error: list[BaseException] = []
+        entered, lost = trio.Event(), trio.Event()
+
+        async def block() -> None:
+            try:
+                async with a.limited(conc):
+                    entered.set()
+                    await trio.sleep_forever()
+            except LeaseLostError as exc:
+                block_error.append(exc)
+                lost.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(block)
+            with trio.fail_after(2 * TTL):
+                await started.wait()
+                await kept_started.wait()
+                await entered.wait()
+            key = f"{store.key_prefix}lh:conc"
+            assert await client.hlen(key) == 2
+            await client.delete([key])
+            if how == "foreign":
+                await client.set(key, "not a hash")
+            else:  # the server no longer counts them: another instance takes the units
+                other_started = trio.Event()
+                await b.add(held_by(trio.Event(), "b", conc, other_started))
+                with trio.fail_after(2 * TTL):
+                    await other_started.wait()
+            with trio.fail_after(2 * TTL):  # the next renewal, at lease_ttl / 3
+                outcome = await waiter.wait()
+                await lost.wait()
+        assert outcome.kind is OutcomeKind.LEASE_LOST
+        assert outcome.reason == "limit lease lost: conc"
+        assert [str(e) for e in block_error] == ["limit lease lost: conc"]
+        if how == "deleted":
+            info = await a.cluster_limit(conc)
+            assert (info.held, info.holders) == (1, {b.instance_id: 1})
+        await trio.sleep(TTL)  # past the deadline of a unit whose renewals failed
+        assert not kept.done
+        info = await a.cluster_limit(other)
+        assert (info.held, info.holders) == (1, {a.instance_id: 1})
+        await a.remove("kept")
+
+
 async def test_cluster_limit_needs_a_slot_store() -> None:
     """Without a slot store ``cluster_limit`` raises ``ConfigError``."""
     async with open_supervisor() as sup:

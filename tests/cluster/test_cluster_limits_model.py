@@ -11,7 +11,9 @@ granted in a generation that expired since is asked for anew), releases, withdra
 waiting, granted and unsent requests), renewals, rebases (a renewal after a change of
 server, naming units the instance holds, and released ones that stand for units the new
 server lacks), killing an instance (its units' lease deleted, as its expiry would), the
-clock moving on, and queries. After every step it compares the reply, the live state on
+server dropping a pool's holders or one holder (an eviction, a clean-up script: the
+renewals name the units their instance holds, and one dropped is lost), the clock
+moving on, and queries. After every step it compares the reply, the live state on
 the server (holders, waiters in order, settings of pools in use, every key with an
 expiry) and the grant messages each instance received, and checks:
 
@@ -319,6 +321,7 @@ class LimitModel:
         self,
         me: str,
         waiters: list[tuple[str, list[tuple[str, str]]]],
+        held: list[tuple[str, list[str]]],
         rebase: list[tuple[str, tuple[str, ...]]] | None = None,
     ) -> list[Any]:
         self.sent = []
@@ -345,6 +348,10 @@ class LimitModel:
                 self.marker[w] = g
             else:
                 lost.append((w, pids))
+        if rebase is None:  # every unit named is held in g, or lost (in the order named)
+            missing = [w for pid, ws in held for w in ws if self.holders.get(pid, {}).get(w) != g]
+            for w in dict.fromkeys(missing):
+                lost.append((w, tuple(pid for pid, ws in held if w in ws)))
         if moving:
             for w, pairs in waiters:
                 waiter = self.waiters.get(w)
@@ -382,6 +389,18 @@ class LimitModel:
         self.gen.pop(instance, None)
         self.sent = []
 
+    def evict(self, pid: str, w: str | None) -> None:
+        """The server drops a pool's holders key (``w`` None: evicted, deleted by a
+        clean-up script) or one holder's entry: its room is there, though no script
+        has seen it yet."""
+        holders = self.holders.get(pid, {})
+        dropped = list(holders) if w is None else [w]
+        if any(self.live_gen(x, holders[x]) for x in dropped if x in holders):
+            self.unseen.add(pid)
+        for x in dropped:
+            holders.pop(x, None)
+        self.sent = []
+
     def advance(self, halves: int) -> None:
         """The clock moves on by ``halves`` half intervals of the rate pool."""
         for pid, pool in self.pools.items():
@@ -397,11 +416,18 @@ class Request:
     w: str
     pools: tuple[str, ...]
     specs: tuple[str, ...]
-    status: str = "unsent"  # unsent, waiting, granted, released, withdrawn, refused, lost
+    # unsent, waiting, granted, dropped (granted; the server dropped an entry of its
+    # units: lost at its next renewal), released, withdrawn, refused, lost
+    status: str = "unsent"
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
         return list(zip(self.pools, self.specs, strict=True))
+
+    @property
+    def concurrency_pools(self) -> tuple[str, ...]:
+        """The pools it holds a unit of once granted (as the keeper names them)."""
+        return tuple(pid for pid, spec in self.pairs if spec.startswith("concurrency"))
 
 
 class LimitMachine(RuleBasedStateMachine):
@@ -632,7 +658,7 @@ class LimitMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
-        held = [r for r in self.requests if r.status in ("granted", "released")]
+        held = [r for r in self.requests if r.status in ("granted", "dropped", "released")]
         if held:
             request = data.draw(st.sampled_from(held))
             args = scripts.limit_release_args(request.w, request.pools)
@@ -641,7 +667,8 @@ class LimitMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def withdraw(self, data: st.DataObject) -> None:
-        live = [r for r in self.requests if r.status in ("unsent", "waiting", "granted", "lost")]
+        statuses = ("unsent", "waiting", "granted", "dropped", "lost")
+        live = [r for r in self.requests if r.status in statuses]
         if live:
             request = data.draw(st.sampled_from(live))
             args = scripts.limit_release_args(request.w, request.pools)
@@ -658,23 +685,28 @@ class LimitMachine(RuleBasedStateMachine):
         named: list[Request] | None = None,
         unheard: list[Request] = [],  # noqa: B006 (never changed)
     ) -> None:
-        """A renewal; with ``named``, a rebase naming those requests' units;
-        ``unheard``: granted requests named as waiters (their process has not heard of
-        the grant)."""
+        """A renewal naming the units the instance holds (its granted requests); with
+        ``named``, a rebase naming those requests' units instead; ``unheard``: granted
+        requests named as waiters (their process has not heard of the grant)."""
         waiting = [r for r in self.requests if r.instance == instance and r.status == "waiting"]
         waiting += unheard
         pairs = [(r.w, r.pairs) for r in waiting]
-        rebase = None
-        if named is not None:
-            rebase = [
-                (r.w, tuple(pid for pid in r.pools if SPECS.get(pid, "").startswith("conc")))
-                for r in named
-            ]
-        args = scripts.limit_renew_args(instance, pairs, (), rebase)
-        reply = self.send("limit_renew", args, instance, pairs, rebase)
+        if named is None:
+            mine = [r for r in self.requests if r.instance == instance]
+            units = [r for r in mine if r.status in ("granted", "dropped")]
+        else:
+            units = named
+        per_unit = [(r.w, r.concurrency_pools) for r in units]
+        held: dict[str, list[str]] = {}
+        for w, pids in per_unit:
+            for pid in pids:
+                held.setdefault(pid, []).append(w)
+        rebase = None if named is None else per_unit
+        args = scripts.limit_renew_args(instance, pairs, held.items(), rebase)
+        reply = self.send("limit_renew", args, instance, pairs, list(held.items()), rebase)
         for request, item in zip(waiting, reply[1], strict=True):
             self.update(request, item)
-        for request in named or ():
+        for request in units:
             if request.w in reply[2]:
                 request.status = "lost"
 
@@ -687,7 +719,8 @@ class LimitMachine(RuleBasedStateMachine):
         mine = [r for r in self.requests if r.instance == instance]
         granted = [r for r in mine if r.status == "granted"]
         unheard = data.draw(st.lists(st.sampled_from(granted), unique_by=id)) if granted else []
-        candidates = [r for r in mine if r.status in ("granted", "released") and r not in unheard]
+        named_ = ("granted", "dropped", "released")
+        candidates = [r for r in mine if r.status in named_ and r not in unheard]
         named = data.draw(st.lists(st.sampled_from(candidates), unique_by=id)) if candidates else []
         self.renew_instance(instance, named, unheard)
 
@@ -698,6 +731,41 @@ class LimitMachine(RuleBasedStateMachine):
 
         async def step() -> Any:
             await server.client.delete([f"{server.prefix}lu:{instance}"])
+            return await server._observe(None)
+
+        self.compare_state(server._run(step))
+
+    @rule(data=st.data())
+    def evict(self, data: st.DataObject) -> None:
+        """The server drops a concurrency pool's holders key (eviction, a clean-up
+        script), or one live holder's entry: the units' requests are lost at their
+        instance's next renewal."""
+        model = self.model
+        live = {
+            pid: sorted(w for w, g in holders.items() if model.live_gen(w, g))
+            for pid, holders in model.holders.items()
+        }
+        pids = sorted(pid for pid, ws in live.items() if ws)
+        if not pids:
+            return
+        pid = data.draw(st.sampled_from(pids))
+        self.drop(pid, data.draw(st.none() | st.sampled_from(live[pid])))
+
+    def drop(self, pid: str, entry: str | None) -> None:
+        """The server drops the holders of ``pid`` (``entry`` None) or one holder's entry."""
+        dropped = set(self.model.holders.get(pid, {})) if entry is None else {entry}
+        self.model.evict(pid, entry)
+        for request in self.requests:
+            if request.status == "granted" and request.w in dropped:
+                request.status = "dropped"
+        server = self.server
+
+        async def step() -> Any:
+            key = f"{server.prefix}lh:{pid}"
+            if entry is None:
+                await server.client.delete([key])
+            else:
+                await server.client.hdel(key, [entry])
             return await server._observe(None)
 
         self.compare_state(server._run(step))
@@ -838,3 +906,30 @@ def test_distinct_pool_sets_blocked_by_their_tenants(machine: LimitMachine) -> N
     assert [parked_on(machine, w) for w in waiters] == tenants
     machine.release_request(tenant_holders[2])
     assert [w.status for w in waiters] == ["waiting", "waiting", "granted", "waiting"]
+
+
+def test_a_unit_whose_holders_the_server_dropped_is_lost_at_its_renewal(
+    machine: LimitMachine,
+) -> None:
+    """The server drops a pool's holders (an eviction): the unit is lost at its
+    instance's next renewal, and its unit of another pool is given back at once (a
+    waiter for that pool is granted)."""
+    unit = machine.new(A, CAP1, CAP2)
+    machine.new(C, CAP2)
+    w = machine.new(B, CAP2)
+    assert (unit.status, w.status) == ("granted", "waiting")
+    machine.drop(CAP1, None)
+    assert unit.status == "dropped"
+    machine.renew_instance(C)  # another instance's renewal: nothing of A's is lost
+    assert (unit.status, w.status) == ("dropped", "waiting")
+    machine.renew_instance(A)
+    assert (unit.status, w.status) == ("lost", "granted")
+
+
+def test_a_holder_entry_the_server_dropped_loses_that_unit_only(machine: LimitMachine) -> None:
+    """One holder's entry dropped (a clean-up script): that unit is lost at its
+    instance's next renewal, the instance's other unit of the pool stays held."""
+    first, second = machine.new(A, CAP2), machine.new(A, CAP2)
+    machine.drop(CAP2, first.w)
+    machine.renew_instance(A)
+    assert (first.status, second.status) == ("lost", "granted")

@@ -662,7 +662,7 @@ async def test_abandoned_limit_pools_leave_no_keys(s: Scripts) -> None:
     assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"
     assert (await limit_acquire(s, B, f"{B}/3", "c1", "k x")).kind == "waiting"
     await s.call(scripts.LIMIT_WITHDRAW, *scripts.limit_release_args(f"{B}/2", ["c1"]))
-    await s.call(scripts.LIMIT_RENEW, *scripts.limit_renew_args(A, [], ["c1"]))
+    await s.call(scripts.LIMIT_RENEW, *scripts.limit_renew_args(A, [], [("c1", [f"{A}/1"])]))
     keys = await s.client.keys(f"{s.prefix}l*")
     assert {k[len(s.prefix) :].split(":")[0] for k in keys} >= {"lp", "lh", "lq", "lg", "lw"}
     for key in keys:
@@ -679,7 +679,7 @@ async def test_renewal_keeps_the_keys_of_held_pools(s: Scripts) -> None:
     assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
     for _ in range(10):  # 1 s: more than 2 * lease_ttl
         await trio.sleep(ttl / 2)
-        await s.call(scripts.LIMIT_RENEW, *scripts.limit_renew_args(A, [], ["c1"]))
+        await s.call(scripts.LIMIT_RENEW, *scripts.limit_renew_args(A, [], [("c1", [f"{A}/1"])]))
     reply = scripts.parse_cluster_limit(await s.call(scripts.CLUSTER_LIMIT, "c1"))
     assert reply.holders == {A: 1}
     assert (await limit_acquire(s, B, f"{B}/2", "c1")).kind == "waiting"
