@@ -68,7 +68,7 @@ from trio_taskvisor import (
 )
 from trio_taskvisor.testing import EventRecorder
 
-from helpers import Service, async_fn, invoke, supervisor, sync_fn
+from helpers import Service, async_fn, failing, invoke, supervisor, sync_fn
 
 HUGE = 10**400  # an int too large for a float
 
@@ -582,6 +582,23 @@ async def test_regression_event_recorder_unknown_field_raises_at_once(
             recorder.of(EventKind.TASK_FINISHED, nmae="job")
         await recorder.wait_for(EventKind.TASK_FINISHED, name="job")
     assert recorder.of(EventKind.SUBSCRIBER_FAILED) == []
+
+
+async def test_event_recorder_takes_an_enum_fields_string_value(autojump_clock: Any) -> None:
+    """``outcome="failed"`` matches as ``kind="task_finished"`` does; it used to match
+    nothing, and ``wait_for`` waited for ever. A value no member has fails at the call."""
+    recorder = EventRecorder()
+    async with open_supervisor(subscribers=[recorder]) as sup:
+        waiter = await sup.add(TaskSpec.once("job", failing))
+        event = await recorder.wait_for(EventKind.TASK_FINISHED, name="job")
+        assert event.outcome is OutcomeKind.FAILED
+        assert recorder.of("task_finished", outcome="failed") == [event]
+        assert await recorder.wait_for("task_finished", outcome="failed") is event
+        with pytest.raises(ConfigError, match="unknown outcome 'faild'"):
+            recorder.of(EventKind.TASK_FINISHED, outcome="faild")
+        with pytest.raises(ConfigError, match="unknown rejection 'full'"):
+            await recorder.wait_for(EventKind.TASK_FINISHED, rejection="full")
+        await waiter.wait()
 
 
 def test_regression_args_string_is_not_split_into_characters() -> None:

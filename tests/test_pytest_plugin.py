@@ -140,7 +140,7 @@ def test_a_forced_teardown_fails_the_test(run_inner: RunInner) -> None:
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*shutdown had to force stubborn after grace=1.0 s*taskvisor_allow_force*"]
+        ["*shutdown had to force 'stubborn' after grace=1.0 s*taskvisor_allow_force*"]
     )
 
 
@@ -485,6 +485,26 @@ def test_allow_failures_accepts_unobserved_failures(run_inner: RunInner) -> None
         """
     )
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "marker",
+    ["taskvisor_allow_failures", "taskvisor_allow_force", "taskvisor_allow_subscriber_failure"],
+)
+def test_an_allowance_given_arguments_is_told_it_takes_none(
+    run_inner: RunInner, marker: str
+) -> None:
+    """``@pytest.mark.taskvisor_allow_failures("loader")`` reads as allowing one task's
+    failures; it allowed every task's. Now the test fails, saying it takes none."""
+    result = run_inner(
+        f"""
+        @pytest.mark.{marker}("loader")
+        async def test_marked(supervisor):
+            pass
+        """
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*@pytest.mark.{marker} takes no arguments*('loader',)*"])
 
 
 # -- configuration ---------------------------------------------------------------------------

@@ -85,9 +85,15 @@ running ends them at teardown: with ``autojump_clock`` a ``defer_cancel()`` bloc
 costs no real time, but under the real clock the default 60 s grace is real, and the
 force fails the test; mark it ``taskvisor_allow_force`` if the force is the point.
 
-``event_recorder`` keeps up to 1024 undelivered events (``queue_capacity``); a burst
-larger than that drops events for it (``SUBSCRIBER_OVERFLOW``), and the subscriber
-failure check could miss one. Override the fixture for a larger capacity.
+Events go through two bounded queues: the supervisor's bus (``bus_capacity``, 1024
+events not yet fanned out; its drops are counted in ``statistics().events_dropped``,
+with no event to say so) and ``event_recorder``'s own (``queue_capacity``, 1024; its
+drops are announced by ``SUBSCRIBER_OVERFLOW``). A burst larger than that (an
+``add_batch`` of a thousand tasks publishes several thousand events) loses events: a
+``wait_for`` of a lost one waits for ever, and the subscriber failure check could miss
+one. Raise both for such a test: ``@pytest.mark.taskvisor_config(bus_capacity=...)``,
+and an ``event_recorder`` fixture of its own returning
+``EventRecorder(queue_capacity=...)``.
 """
 
 from __future__ import annotations
@@ -217,9 +223,9 @@ async def supervisor(
             pytrace=False,
         )
     _check_subscribers(taskvisor_subscribers)
-    allow_force = node.get_closest_marker(_ALLOW_FORCE) is not None
-    allow_failure = node.get_closest_marker(_ALLOW_SUBSCRIBER_FAILURE) is not None
-    allow_task_failures = node.get_closest_marker(_ALLOW_FAILURES) is not None
+    allow_force = _allows(node, _ALLOW_FORCE)
+    allow_failure = _allows(node, _ALLOW_SUBSCRIBER_FAILURE)
+    allow_task_failures = _allows(node, _ALLOW_FAILURES)
     subscribers: list[Subscriber] = [event_recorder, *taskvisor_subscribers]
     problems: list[str] = []
     failed_tasks: list[tuple[TaskRecord, list[TaskRecord]]] = []
@@ -229,7 +235,8 @@ async def supervisor(
     except GraceExceededError as exc:
         if not allow_force:
             problems.append(
-                f"the supervisor fixture's shutdown had to force {', '.join(exc.stuck)} "
+                "the supervisor fixture's shutdown had to force "
+                f"{', '.join(map(repr, exc.stuck))} "
                 f"after grace={exc.grace!r} s (mark the test "
                 f"@pytest.mark.{_ALLOW_FORCE} if that is expected)"
             )
@@ -250,6 +257,18 @@ async def supervisor(
         )
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def _allows(node: pytest.Item, name: str) -> bool:
+    """Whether the test is marked ``name``, an allowance that takes no arguments: one
+    given (a task's name, say) would read as allowing that alone, and allow all."""
+    marker = node.get_closest_marker(name)
+    if marker is not None and (marker.args or marker.kwargs):
+        raise TypeError(
+            f"@pytest.mark.{name} takes no arguments (it applies to the whole test), "
+            f"got {marker.args or marker.kwargs!r}"
+        )
+    return marker is not None
 
 
 def _check_subscribers(value: object) -> None:

@@ -12,8 +12,9 @@ import attrs
 import trio
 
 from ._config import check_capacity
-from ._events import EventKind, TaskEvent
+from ._events import BackoffSource, EventKind, TaskEvent
 from ._exceptions import ConfigError
+from ._outcome import OutcomeKind, RejectionKind
 
 __all__ = ["EventRecorder"]
 
@@ -31,17 +32,32 @@ def _kind(kind: EventKind | str) -> EventKind:
 
 
 _FIELDS: Final = frozenset(attrs.fields_dict(TaskEvent))
+_ENUMS: Final[dict[str, type[OutcomeKind | RejectionKind | BackoffSource]]] = {
+    "outcome": OutcomeKind,
+    "rejection": RejectionKind,
+    "backoff_source": BackoffSource,
+}
 
 
-def _check_fields(fields: dict[str, Any]) -> None:
-    """A field that no ``TaskEvent`` has fails at the call: it would match nothing, and
-    ``wait_for`` would wait for ever."""
+def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` to match on, an enum field's string value as its member (as ``kind``
+    is taken). A field that no ``TaskEvent`` has, or a value no member has, fails at the
+    call: it would match nothing, and ``wait_for`` would wait for ever."""
     unknown = sorted(fields.keys() - _FIELDS)
     if unknown:
         raise TypeError(
             f"TaskEvent has no field {', '.join(map(repr, unknown))}; "
             f"its fields: {', '.join(sorted(_FIELDS))}"
         )
+    checked = dict(fields)
+    for name, value in fields.items():
+        enum = _ENUMS.get(name)
+        if enum is not None and isinstance(value, str):
+            try:
+                checked[name] = enum(value)
+            except ValueError:
+                raise ConfigError(f"unknown {name} {value!r}") from None
+    return checked
 
 
 def _matches(event: TaskEvent, kind: EventKind, fields: dict[str, Any]) -> bool:
@@ -75,9 +91,10 @@ class EventRecorder:
 
     def of(self, kind: EventKind | str, **fields: Any) -> list[TaskEvent]:
         """Recorded events of ``kind`` whose attributes equal ``fields`` (``TypeError``
-        for a name that is no ``TaskEvent`` field)."""
+        for a name that is no ``TaskEvent`` field; an enum field, ``outcome`` say, may be
+        given its member or its string value)."""
         kind = _kind(kind)
-        _check_fields(fields)
+        fields = _check_fields(fields)
         return [e for e in self.events if _matches(e, kind, fields)]
 
     async def wait_for(self, kind: EventKind | str, **fields: Any) -> TaskEvent:
@@ -87,7 +104,7 @@ class EventRecorder:
         for a field name that is no ``TaskEvent`` field (it would wait for ever).
         """
         kind = _kind(kind)
-        _check_fields(fields)
+        fields = _check_fields(fields)
         for event in self.events:
             if _matches(event, kind, fields):
                 await trio.lowlevel.checkpoint()
