@@ -326,6 +326,45 @@ def test_an_anyio_test_on_asyncio_is_told_what_it_needs(run_inner: RunInner, how
     result.stdout.no_fnmatch_line("*RunContext*")
 
 
+def test_an_anyio_test_whose_critical_task_fails_fails_and_the_run_goes_on(
+    pytester: pytest.Pytester, plugin_args: list[str]
+) -> None:
+    """On anyio's trio backend, which runs the fixture's setup, the test and its
+    teardown in one task, a critical task's failure fails the test with
+    ``CriticalTaskError`` (at teardown: anyio tears fixtures down after the test), and
+    the next test runs. Before, the supervisor's body scope covered the test: trio's
+    ``Cancelled`` left the test, and pytest hung for ever at the fixture's teardown."""
+    pytester.makepyfile(
+        test_inner=COMMON
+        + textwrap.dedent(
+            """
+            @pytest.fixture
+            def anyio_backend():
+                return "trio"
+
+
+            async def boom():
+                raise ValueError("kaboom")
+
+
+            @pytest.mark.anyio
+            async def test_critical(supervisor):
+                await supervisor.add(TaskSpec.once("crit", boom, critical=True))
+                await trio.sleep(0.5)
+
+
+            @pytest.mark.anyio
+            async def test_next(supervisor):
+                pass
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("--strict-markers", *plugin_args, timeout=60)
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*CriticalTaskError*critical task 'crit'*kaboom*"])
+    result.stdout.no_fnmatch_line("*trio.Cancelled*")
+
+
 # -- unobserved failures -------------------------------------------------
 
 

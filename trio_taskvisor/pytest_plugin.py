@@ -17,9 +17,14 @@ Fixtures
     and nobody called ``wait()`` or ``outcome_nowait()`` on its waiter or on that of a
     JOIN that followed it, and no ``start()`` raised ``OutcomeError`` for it (an
     unobserved failure), unless the test is marked ``taskvisor_allow_force`` /
-    ``taskvisor_allow_subscriber_failure`` / ``taskvisor_allow_failures``. The check
-    runs as part of the test, so a failure here is a test failure, not a teardown
-    error.
+    ``taskvisor_allow_subscriber_failure`` / ``taskvisor_allow_failures``. Under
+    pytest-trio the check runs as part of the test, so a failure here is a test
+    failure, not a teardown error; anyio tears fixtures down after the test, so there
+    it is an error at teardown. A critical task's failure fails the test with
+    ``CriticalTaskError``; under pytest-trio the test is cancelled at once, under anyio
+    it runs on (anyio runs the test in the fixture's own task, where the supervisor's
+    body scope would cancel it with a ``Cancelled`` that leaves the test: the
+    supervisor is opened in a task of its own there).
 ``event_recorder``
     A ``trio_taskvisor.testing.EventRecorder``, subscribed to ``supervisor`` when both
     are used. Alone, it is a recorder to pass to your own ``open_supervisor``.
@@ -98,8 +103,9 @@ and an ``event_recorder`` fixture of its own returning
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 
 import attrs
 import pytest
@@ -229,8 +235,9 @@ async def supervisor(
     subscribers: list[Subscriber] = [event_recorder, *taskvisor_subscribers]
     problems: list[str] = []
     failed_tasks: list[tuple[TaskRecord, list[TaskRecord]]] = []
+    opened = _in_own_task if "anyio_backend" in request.fixturenames else open_keeping_failures
     try:
-        async with open_keeping_failures(taskvisor_config, subscribers, failed_tasks) as sup:
+        async with opened(taskvisor_config, subscribers, failed_tasks) as sup:
             yield sup
     except GraceExceededError as exc:
         if not allow_force:
@@ -257,6 +264,39 @@ async def supervisor(
         )
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+@contextlib.asynccontextmanager
+async def _in_own_task(
+    config: SupervisorConfig,
+    subscribers: Iterable[Subscriber],
+    failures: list[tuple[TaskRecord, list[TaskRecord]]],
+) -> AsyncGenerator[Supervisor]:
+    """``open_keeping_failures`` in a task of its own, whose body waits for the exit:
+    what the supervisor raises (``CriticalTaskError``, ``GraceExceededError``) is raised
+    at the exit, and a critical failure cancels that task's body, not the caller's."""
+    done = trio.Event()
+    raised: list[Exception] = []
+
+    async def own(*, task_status: trio.TaskStatus[Supervisor]) -> None:
+        started = False
+        try:
+            async with open_keeping_failures(config, subscribers, failures) as sup:
+                task_status.started(sup)
+                started = True
+                await done.wait()
+        except Exception as exc:
+            if not started:
+                raise
+            raised.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        try:
+            yield await nursery.start(own)
+        finally:
+            done.set()
+    if raised:
+        raise raised[0]
 
 
 def _allows(node: pytest.Item, name: str) -> bool:
