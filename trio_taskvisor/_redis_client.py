@@ -325,7 +325,7 @@ async def open_wire(client: coredis.Redis[str], store: RedisSlotStore, *setup: _
         # A silent server is the keeper's to time out ("did not answer"); only a
         # subscription's confirmation has the client's own bound.
         with trio.fail_after(timeout if setup else math.inf):
-            replies = await wire.call([*commands, *setup])
+            replies = await wire.call([*commands, *setup], handshake=True)
         _check_handshake(replies, role_at, location)
     except BaseException as exc:
         await trio.aclose_forcefully(wire.stream)
@@ -436,16 +436,17 @@ class _Wire:
         only UTF-8: they stay bytes), or ``surrogateescape`` (the slots command's, reading
         what any process wrote: replies' and commands' strings carry them as text)."""
 
-    async def call(self, commands: Sequence[_Command]) -> list[object]:
+    async def call(self, commands: Sequence[_Command], *, handshake: bool = False) -> list[object]:
         """Send ``commands`` in one write; their replies, in order (a subscription's
-        confirmation is its ``SUBSCRIBE``'s reply)."""
+        confirmation is its ``SUBSCRIBE``'s reply). ``handshake``: a new socket's first
+        commands, whose error reply names the failure if the server then closes it."""
         self.received = False
         if self.silence == math.inf:  # the keeper's: no scope per round trip
             await self.stream.send_all(_packed(commands, self.errors))
         else:
             with trio.fail_after(self.silence):
                 await self.stream.send_all(_packed(commands, self.errors))
-        return await self._replies(len(commands))
+        return await self._replies(len(commands), handshake)
 
     def send_nowait(self, commands: Sequence[_Command]) -> bool:
         """Write ``commands`` now if the stream is a plain socket that takes some of the
@@ -471,7 +472,7 @@ class _Wire:
             await self.stream.send_all(unsent)
         return await self._replies(count)
 
-    async def _replies(self, count: int) -> list[object]:
+    async def _replies(self, count: int, handshake: bool = False) -> list[object]:
         replies: list[object] = []
         try:
             while len(replies) < count:
@@ -479,10 +480,11 @@ class _Wire:
                 if kind != DataType.PUSH or cast("list[object]", value)[0] == "subscribe":
                     replies.append(value)
         except RedisConnectionError as closed:
-            # A server that answers with an error and closes (at ``maxclients``) said
-            # why: that error is the failure, as on coredis's connections.
+            # A server that answers a new socket's handshake with an error and closes
+            # (at ``maxclients``) said why: that error is the failure, as on coredis's
+            # connections. (An error reply to a round trip's call is that call's.)
             said = next((r for r in replies if isinstance(r, Exception)), None)
-            if said is None:
+            if said is None or not handshake:
                 raise
             raise said from closed
         return replies

@@ -50,7 +50,10 @@ something else) fails the call that touches it, with the server's error, but for
 ``renew``, which carries every item of a process: a slot's ``lease`` or ``q`` key of
 another type refuses that slot's items only (``['foreign', what]``), the reads it makes
 anyway done with ``redis.pcall`` (one ``TYPE`` more only where a queue is pruned), so
-one foreign key no longer fails the renewal of every lease of the process.
+one foreign key no longer fails the renewal of every lease of the process. Only a
+``WRONGTYPE`` error counts as foreign data there: any other (an ACL that takes a command
+away, a server out of memory) fails the script as ``redis.call`` would, a refusal, which
+makes an outage, not a loss.
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -139,6 +142,14 @@ local function alive(i) return heartbeat(i) ~= false end
 local function live(e) return alive(instance_of(e)) end
 
 local function tell(i, msg) redis.call('PUBLISH', P .. 'ch:' .. i, cjson.encode(msg)) end
+
+-- The text of a redis.pcall's error reply r if it says WRONGTYPE (foreign data at the
+-- key: the caller refuses what reads it); any other error (a refusal: an ACL change, a
+-- server out of memory) is raised, failing the script as redis.call would.
+local function wrongtype(r)
+  if string.find(r.err, 'WRONGTYPE', 1, true) then return r.err end
+  error(r)
+end
 
 -- Make key k (a set of instances) last ms from now, unless it lasts longer already: the
 -- replicas that share it may run with different lease_ttl (a rolling change of it), and
@@ -434,7 +445,9 @@ local function lease_here(slot)
   local v = lease_memo[slot]
   if not v then
     v = redis.pcall('HMGET', P .. 'lease:' .. slot, 'entry', 'token', 'stop')
-    if v.err then v = {false, false, false, {'foreign', 'lease:' .. slot .. ': ' .. v.err}} end
+    if v.err then
+      v = {false, false, false, {'foreign', 'lease:' .. slot .. ': ' .. wrongtype(v)}}
+    end
     lease_memo[slot] = v
   end
   return v[1], v[2], v[3], v[4]
@@ -443,7 +456,7 @@ end
 -- e's place in the slot's queue (false: not in it), or false and the foreign item
 local function queued_at(slot, e)
   local at = redis.pcall('LPOS', P .. 'q:' .. slot, e)
-  if type(at) == 'table' then return false, {'foreign', 'q:' .. slot .. ': ' .. at.err} end
+  if type(at) == 'table' then return false, {'foreign', 'q:' .. slot .. ': ' .. wrongtype(at)} end
   return at
 end
 
@@ -1218,6 +1231,7 @@ local foreign = {}  -- pool id -> true: its holders key holds foreign data (hold
 local function holders_of(pid, ws)
   local v = redis.pcall('HMGET', P .. 'lh:' .. pid, unpack(ws))
   if v.err then
+    wrongtype(v)
     foreign[pid] = true
     v = {}
     for k = 1, #ws do v[k] = false end
@@ -1367,6 +1381,8 @@ CLUSTER_LIMIT: Final = _script("cluster_limit", _CLUSTER_LIMIT)
 
 # Each command the scripts call, called once on scratch keys of the caller's own (in
 # this order: the list and the set exist before they are read, and DEL comes last).
+# Each key has a TTL from the call that makes it on: a refused call ends the script
+# there, keeping what it wrote.
 PROBED: Final = {
     "TIME": "redis.call('TIME')",
     "SET": "redis.call('SET', s, '1', 'PX', 60000)",
@@ -1377,21 +1393,21 @@ PROBED: Final = {
     "PTTL": "redis.call('PTTL', s)",
     "PEXPIRE": "redis.call('PEXPIRE', s, 60000)",
     "EXISTS": "redis.call('EXISTS', s)",
-    "HSET": "redis.call('HSET', h, 'f', '1')",
+    "HSET": "redis.call('HSET', h, 'f', '1') redis.call('PEXPIRE', h, 60000)",
     "HGET": "redis.call('HGET', h, 'f')",
     "HMGET": "redis.call('HMGET', h, 'f')",
     "HGETALL": "redis.call('HGETALL', h)",
     "HDEL": "redis.call('HDEL', h, 'f')",
-    "RPUSH": "redis.call('RPUSH', l, 'a')",
+    "RPUSH": "redis.call('RPUSH', l, 'a') redis.call('PEXPIRE', l, 60000)",
     "LPUSH": "redis.call('LPUSH', l, 'b')",
     "LSET": "redis.call('LSET', l, 0, 'c')",
     "LRANGE": "redis.call('LRANGE', l, 0, -1)",
     "LPOS": "redis.call('LPOS', l, 'a')",
     "LREM": "redis.call('LREM', l, 0, 'a')",
     "LPOP": "redis.call('LPOP', l)",
-    "SADD": "redis.call('SADD', t, 'a')",
+    "SADD": "redis.call('SADD', t, 'a') redis.call('PEXPIRE', t, 60000)",
     "SMEMBERS": "redis.call('SMEMBERS', t)",
-    "ZADD": "redis.call('ZADD', z, 1, 'a')",
+    "ZADD": "redis.call('ZADD', z, 1, 'a') redis.call('PEXPIRE', z, 60000)",
     "ZRANGE": "redis.call('ZRANGE', z, 0, -1)",
     "ZCARD": "redis.call('ZCARD', z)",
     "ZREM": "redis.call('ZREM', z, 'a')",

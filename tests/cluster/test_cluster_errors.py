@@ -63,7 +63,14 @@ from trio_taskvisor import (
     open_supervisor,
 )
 from trio_taskvisor._keeper import LeaseLost, Owner
-from trio_taskvisor._redis_client import NoPrimaryError, RedisClient, _head, open_client, open_wire
+from trio_taskvisor._redis_client import (
+    NoPrimaryError,
+    RedisClient,
+    _head,
+    _Wire,
+    open_client,
+    open_wire,
+)
 from trio_taskvisor.redis import RedisSlotStore
 
 from helpers import invoke, nothing
@@ -232,6 +239,46 @@ async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
         assert done == ["ran"]
         assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+
+
+async def test_a_command_the_renewal_reads_taken_away_is_an_outage_not_foreign_data(
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ACL change takes away HMGET, which the renewal reads the slots' leases and the
+    pools' holders with: an outage (``CONTROLLER_STORE_UNAVAILABLE``), as every refusal
+    is, which ends once the permission is back. A first version of the per-slot
+    foreign-data check took the refusal for foreign data at every key it read: the
+    slot owner and the unit's holder ended ``LEASE_LOST`` at once, no outage."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    await set_user(client, "+@all")
+    async with replica(store_at(store, user_url(redis_server))) as (sup, recorder):
+        await sup.submit(ControllerSpec.queue(TaskSpec.once("owner", sleep_forever), slot="a"))
+        await sup.add(TaskSpec.once("holder", sleep_forever, limits=(ConcurrencyLimit("p", 2),)))
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="a")
+            await recorder.wait_for(EventKind.ATTEMPT_STARTING, name="holder")
+        await client.acl_setuser(USER, "-hmget")
+        with trio.fail_after(2 * TTL):  # the next renewal, at TTL / 3
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.acl_setuser(USER, "+hmget")
+        with trio.fail_after(5):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
+    assert not [e for e in recorder.events if "foreign" in (e.reason or "")]
+    assert not [r for r in caplog.records if "foreign" in r.getMessage()]
+
+
+async def test_a_refused_probe_leaves_no_key_without_an_expiry(
+    store: RedisSlotStore, redis_server: RedisServer, client: coredis.Redis[str]
+) -> None:
+    """A start refused at the probe's PUBLISH: the scratch keys it made before expire.
+    They had none: a pod crash-looping on a wrong ACL left a set of keys per start."""
+    await set_user(client, "+@all", "-publish")
+    await refused_start(store_at(store, user_url(redis_server)))
+    keys = await client.keys(f"{store.key_prefix}probe:*")
+    assert [key for key in keys if await client.pttl(key) < 0] == []
 
 
 async def test_a_refusal_of_only_the_queueing_script_is_one_outage_with_a_paused_retry(
@@ -645,6 +692,19 @@ async def test_an_error_the_server_sends_as_it_closes_is_named(store: RedisSlotS
     assert RedisClient(store, "i").refusal(error.value, "the subscription") == (
         "refused the connection: it has as many clients as its maxclients allows"
     )
+
+
+async def test_a_round_trip_cut_after_an_error_reply_is_a_closed_connection() -> None:
+    """A round trip whose first call is answered with an error, the connection then
+    closed (a server killed in the middle of the batch): the connection loss is the
+    failure (an outage, tried again), not that call's error, which is a handshake's
+    failure only."""
+    async with (
+        tcp_server(b"-WRONGTYPE Operation against a key\r\n") as port,
+        await trio.open_tcp_stream("127.0.0.1", port) as stream,
+    ):
+        with pytest.raises(coredis.exceptions.ConnectionError, match="closed the connection"):
+            await _Wire(stream).call([(_head(b"GET"), ("k",)), (_head(b"GET"), ("k2",))])
 
 
 HTTP_ANSWER = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
