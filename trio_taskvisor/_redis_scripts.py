@@ -1052,8 +1052,11 @@ end
 -- may have left room that nobody granted yet)
 local function release(w, pids)
   for _, pid in ipairs(pids) do
-    redis.call('HDEL', P .. 'lh:' .. pid, w)
-    pool(pid).touched = true  -- read after the HDEL: w no longer counts
+    local read = pools[pid]  -- read before: w counts in it (a read drops dead entries)
+    if redis.call('HDEL', P .. 'lh:' .. pid, w) == 1 and read and read.cap then
+      read.held = read.held - 1
+    end
+    pool(pid).touched = true  -- else read after the HDEL: w no longer counts
   end
   settle(pids)
 end

@@ -933,3 +933,28 @@ def test_a_holder_entry_the_server_dropped_loses_that_unit_only(machine: LimitMa
     machine.drop(CAP2, first.w)
     machine.renew_instance(A)
     assert (first.status, second.status) == ("lost", "granted")
+
+
+def test_two_lost_units_of_one_pool_both_give_their_room(machine: LimitMachine) -> None:
+    """A renewal finds two of its units of one pool lost (their holders key evicted, then
+    another pool's): the second's room is counted too, and the waiter it fits is
+    granted. The script counted a pool's holders once per call: after the first loss
+    gave the pool back its room, the second's HDEL left the count as it was, and the
+    waiter waited for its own renewal (found by the long run of the model)."""
+
+    def new(instance: str, *pools: str, other: bool = False) -> Request:
+        specs = tuple(OTHER_SPEC if other and pid == CAP1 else SPECS[pid] for pid in pools)
+        request = Request(instance, f"{instance}/{next(machine.numbers)}", pools, specs)
+        machine.requests.append(request)
+        machine.acquire(request)
+        return request
+
+    new(A, CAP2)
+    machine.drop(CAP2, None)  # the first unit's entry goes
+    new(A, CAP1, CAP2, other=True)
+    new(A, CAP2)
+    machine.drop(CAP1, None)  # the second unit's entry in CAP1 goes
+    waiter = new(B, CAP1, CAP2, other=True)
+    assert waiter.status == "waiting"
+    machine.renew_instance(A)  # both lost: CAP2 has room for the waiter
+    assert waiter.status == "granted"
