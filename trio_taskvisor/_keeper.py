@@ -126,8 +126,9 @@ Decisions the design leaves open:
   processes took the units. Not while a rebase is due (a new server's answer: the
   rebase tells).
 * Reconnection backs off from ``lease_ttl / 24`` (the first retry is immediate, unless
-  the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on,
-  and grows), doubling, capped at ``lease_ttl / 3``; every attempt uses a fresh client.
+  the previous outage ended less than ``lease_ttl / 3`` ago: then the backoff goes on
+  where it stopped, at least ``lease_ttl / 24``), doubling, capped at ``lease_ttl / 3``;
+  every attempt uses a fresh client.
 * ``SlotStoreUnavailableError`` names the last error the client reported (what the
   server was asked, and how it refused), chained as ``__cause__``; without one (the
   server stayed silent) it says "did not answer within N s", as does the WARNING that
@@ -1518,14 +1519,15 @@ class LeaseKeeper:
         ``StoreRecovered``), backing off up to ``lease_ttl / 3``.
 
         The first attempt is immediate unless the last outage ended less than
-        ``lease_ttl / 3`` ago: then the backoff goes on growing from where it stopped,
-        so a server that fails every connection, or every call, soon after accepting
-        it is never retried without a pause.
+        ``lease_ttl / 3`` ago: then the backoff goes on where it stopped (a second
+        failover soon after the first waits no longer than the first's last pause),
+        but never less than ``lease_ttl / 24``, so a server that fails every connection,
+        or every call, soon after accepting it is never retried without a pause.
         """
         if trio.current_time() - self._recovered_at >= self._interval:
             self._backoff = 0.0
         else:
-            self._grow_backoff()
+            self._backoff = max(self._backoff, self._interval / 8)
         while not self._available:
             if self._backoff:
                 await trio.sleep(self._backoff)
@@ -1546,9 +1548,6 @@ class LeaseKeeper:
         """A connection attempt failed: the next waits longer (``lease_ttl / 24``,
         doubling, capped at ``lease_ttl / 3``), and its failures log at DEBUG."""
         self._quiet = True
-        self._grow_backoff()
-
-    def _grow_backoff(self) -> None:
         self._backoff = min(self._interval, max(self._interval / 8, 2 * self._backoff))
 
     async def _first_connect(self) -> bool:
