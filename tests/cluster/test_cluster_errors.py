@@ -72,6 +72,7 @@ from trio_taskvisor._redis_client import (
     open_wire,
 )
 from trio_taskvisor.redis import RedisSlotStore
+from trio_taskvisor.testing import EventRecorder
 
 from helpers import invoke, nothing
 
@@ -87,6 +88,14 @@ def store_at(store: RedisSlotStore, url: str, connect_timeout: float = 1.0) -> R
 
 async def set_user(client: coredis.Redis[str], *rules: str) -> None:
     await client.acl_setuser(USER, "on", f">{PASSWORD}", "~*", "&*", *rules)
+
+
+def outages(recorder: EventRecorder) -> tuple[int, int]:
+    """How many ``CONTROLLER_STORE_UNAVAILABLE`` and ``CONTROLLER_STORE_RECOVERED``."""
+    return (
+        len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)),
+        len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)),
+    )
 
 
 def user_url(server: RedisServer, password: str = PASSWORD) -> str:
@@ -198,8 +207,7 @@ async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
         assert 3 <= len(attempts) <= 2 * (window / (TTL / 3)) + 4  # a spin made hundreds
         # the outage and the first failed reconnection (a spin logged ~400 lines a second)
         assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 3
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
-        assert recorder.of(EventKind.CONTROLLER_STORE_RECOVERED) == []
+        assert outages(recorder) == (1, 0)
         # the owner lost its lease (no renewal was accepted) and its caller got it
         with trio.fail_after(5):
             lost = await recorder.wait_for(EventKind.CONTROLLER_LEASE_LOST, slot="o")
@@ -237,8 +245,7 @@ async def test_a_refusal_that_starts_later_is_one_outage_with_a_paused_retry(
             await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
             await held_ended.wait()
         assert done == ["ran"]
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+        assert outages(recorder) == (1, 1)
 
 
 async def test_a_command_the_renewal_reads_taken_away_is_an_outage_not_foreign_data(
@@ -314,16 +321,14 @@ async def test_a_refusal_of_only_the_queueing_script_is_one_outage_with_a_paused
         await trio.sleep(window)  # observing a rate over a real-clock window, not settling
         assert keeper.statistics().round_trips - before <= 4 * (window / (TTL / 3)) + 8
         assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 2
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
-        assert recorder.of(EventKind.CONTROLLER_STORE_RECOVERED) == []
+        assert outages(recorder) == (1, 0)
         assert not held.done
         await client.acl_setuser(USER, "+rpush")
         gate.set()
         with trio.fail_after(10):
             assert (await owner.wait()).value == "owner"
             assert (await held.wait()).value == "held"
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+        assert outages(recorder) == (1, 1)
 
 
 async def test_a_refused_subscription_warns_once_per_outage(
@@ -419,8 +424,7 @@ async def test_a_server_busy_with_another_clients_script_is_one_outage(
             with trio.fail_after(10):
                 assert (await owner.wait()).value == "owner"
                 assert (await held.wait()).value == "held"
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)) == 1
-        assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
+        assert outages(recorder) == (1, 1)
         assert [r for r in caplog.records if "call failed" in r.getMessage()] == []
         unavailable = [r.getMessage() for r in caplog.records if "unavailable:" in r.getMessage()]
         assert len(unavailable) == 1

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import cast
+from typing import Generic, TypeVar, cast
 
 import coredis
 import pytest
@@ -138,6 +138,37 @@ class Passing:
         await self._conn.subscribe(channel, deliver, subscribed)
 
 
+H = TypeVar("H")
+
+
+class Hooked(Passing, Generic[H]):
+    """A ``Passing`` connection with its hook (the client that made it) as ``_hook``."""
+
+    def __init__(self, conn: Connection, hook: H) -> None:
+        super().__init__(conn)
+        self._hook = hook
+
+
+class Listening(Hooked[H]):
+    """Every call goes through ``round_trip`` (nothing is written by ``send_nowait``),
+    and ``heard`` sees each message once it has been delivered."""
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        return False  # every call through round_trip, where the hook is
+
+    async def subscribe(
+        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
+    ) -> None:
+        def deliver_then_hear(text: str) -> None:
+            deliver(text)
+            self.heard(text)
+
+        await self._conn.subscribe(channel, deliver_then_hear, subscribed)
+
+    def heard(self, text: str) -> None:
+        """A message was delivered."""
+
+
 class Writes(Wrapping):
     """A ``ServerClient`` that records the calls of each round trip its connections
     started with ``send_nowait`` (in the caller's task: ``written``) or sent with
@@ -152,11 +183,7 @@ class Writes(Wrapping):
         return _WritesConnection(conn, self)
 
 
-class _WritesConnection(Passing):
-    def __init__(self, conn: Connection, hook: Writes) -> None:
-        super().__init__(conn)
-        self._hook = hook
-
+class _WritesConnection(Hooked[Writes]):
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
         self._hook.sent.append([name for name, _ in calls])
         return await self._conn.round_trip(calls)
@@ -222,11 +249,7 @@ class MessageFirst(Wrapping):
         return _MessageFirstConnection(conn, self)
 
 
-class _MessageFirstConnection(Passing):
-    def __init__(self, conn: Connection, hook: MessageFirst) -> None:
-        super().__init__(conn)
-        self._hook = hook
-
+class _MessageFirstConnection(Listening[MessageFirst]):
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
         replies = await self._conn.round_trip(calls)
         if any(name == "submit" and args[0] == self._hook.slot for name, args in calls):
@@ -234,18 +257,9 @@ class _MessageFirstConnection(Passing):
             await self._hook.delivered.wait()
         return replies
 
-    def send_nowait(self, calls: Sequence[Call]) -> bool:
-        return False  # every call through round_trip, where the hook is
-
-    async def subscribe(
-        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
-    ) -> None:
-        def deliver_first(text: str) -> None:
-            deliver(text)
-            if json.loads(text)[1] == self._hook.slot:
-                self._hook.delivered.set()
-
-        await self._conn.subscribe(channel, deliver_first, subscribed)
+    def heard(self, text: str) -> None:
+        if json.loads(text)[1] == self._hook.slot:
+            self._hook.delivered.set()
 
 
 async def test_hand_over_message_before_the_queued_reply_is_kept(store: RedisSlotStore) -> None:

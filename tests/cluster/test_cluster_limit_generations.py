@@ -18,7 +18,7 @@ import pytest
 import trio
 from cluster_helpers import Scripts, open_keeper
 from conftest import RedisServer
-from test_cluster_keeper import Passing, Rewrite, Wrapping, with_ttl
+from test_cluster_keeper import Listening, Rewrite, Wrapping, with_ttl
 
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
@@ -216,11 +216,7 @@ class GrantInFlight(Wrapping):
         return _GrantInFlightConnection(conn, self)
 
 
-class _GrantInFlightConnection(Passing):
-    def __init__(self, conn: Connection, hook: GrantInFlight) -> None:
-        super().__init__(conn)
-        self._hook = hook
-
+class _GrantInFlightConnection(Listening[GrantInFlight]):
     async def round_trip(self, calls: Sequence[Call]) -> list[object]:
         hook = self._hook
         rebase = any(name == "limit_renew" and len(args) == 4 for name, args in calls)
@@ -232,18 +228,9 @@ class _GrantInFlightConnection(Passing):
         await hook.pushed.wait()
         return replies
 
-    def send_nowait(self, calls: Sequence[Call]) -> bool:
-        return False  # every call through round_trip, where the hook is
-
-    async def subscribe(
-        self, channel: str, deliver: Callable[[str], None], subscribed: Callable[[], None]
-    ) -> None:
-        def deliver_then_tell(text: str) -> None:
-            deliver(text)
-            if json.loads(text)[0] == "limit":
-                self._hook.pushed.set()
-
-        await self._conn.subscribe(channel, deliver_then_tell, subscribed)
+    def heard(self, text: str) -> None:
+        if json.loads(text)[0] == "limit":
+            self._hook.pushed.set()
 
 
 async def test_a_grant_pushed_while_the_rebase_is_on_the_wire_is_kept(

@@ -49,6 +49,25 @@ def held_by(
     return TaskSpec.once(name, body, limits=(pool,))
 
 
+@attrs.define
+class BlockUntilLost:
+    """A ``limited`` block held until its units are lost: ``entered`` is set inside it,
+    ``lost`` once ``LeaseLostError`` ended it (kept in ``errors``)."""
+
+    entered: trio.Event = attrs.field(factory=trio.Event)
+    lost: trio.Event = attrs.field(factory=trio.Event)
+    errors: list[BaseException] = attrs.field(factory=list)
+
+    async def hold(self, sup: Supervisor, *pools: ConcurrencyLimit | RateLimit) -> None:
+        try:
+            async with sup.limited(*pools):
+                self.entered.set()
+                await trio.sleep_forever()
+        except LeaseLostError as exc:
+            self.errors.append(exc)
+            self.lost.set()
+
+
 async def test_a_pool_holds_across_supervisors(store: RedisSlotStore) -> None:
     """A capacity-1 pool used by two instances: the second waits (``LIMIT_WAITING``,
     ``WAITING``) until the first's attempt exits, then starts (``LIMIT_ACQUIRED``)."""
@@ -266,22 +285,11 @@ async def test_a_lost_unit_ends_the_task_lease_lost(
 
         waiter = await sup.add(TaskSpec.once("held", body, limits=(pool,)))
         await started.wait()
-        block_error: list[BaseException] = []
-
-        entered = trio.Event()
-
-        async def block() -> None:
-            try:
-                async with sup.limited(pool):
-                    entered.set()
-                    await trio.sleep_forever()
-            except LeaseLostError as exc:
-                block_error.append(exc)
-
+        block = BlockUntilLost()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(block)
+            nursery.start_soon(block.hold, sup, pool)
             with trio.fail_after(2 * TTL):
-                await entered.wait()
+                await block.entered.wait()
             assert sup.limit_snapshot()[0].held == 2
             redis_server.pause()
             try:
@@ -291,7 +299,7 @@ async def test_a_lost_unit_ends_the_task_lease_lost(
                 redis_server.resume()
         assert outcome.kind is OutcomeKind.LEASE_LOST
         assert outcome.reason == "limit lease lost: fragile"
-        assert [str(e) for e in block_error] == ["limit lease lost: fragile"]
+        assert [str(e) for e in block.errors] == ["limit lease lost: fragile"]
 
 
 async def slot_owner_holding(
@@ -322,32 +330,21 @@ async def test_a_lost_unit_names_the_cause_and_only_the_pools_that_held_one(
     conc, rate = ConcurrencyLimit("conc", 2), RateLimit("rate", 100)
     async with replica(store) as (sup, _):
         waiter = await slot_owner_holding(sup, conc, rate)
-        block_error: list[BaseException] = []
-        entered, lost = trio.Event(), trio.Event()
-
-        async def block() -> None:
-            try:
-                async with sup.limited(conc, rate):
-                    entered.set()
-                    await trio.sleep_forever()
-            except LeaseLostError as exc:
-                block_error.append(exc)
-                lost.set()
-
+        block = BlockUntilLost()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(block)
+            nursery.start_soon(block.hold, sup, conc, rate)
             with trio.fail_after(2 * TTL):
-                await entered.wait()
+                await block.entered.wait()
             redis_server.pause()
             try:
                 with trio.fail_after(3 * TTL):
                     outcome = await waiter.wait()
-                    await lost.wait()
+                    await block.lost.wait()
             finally:
                 redis_server.resume()
         assert outcome.kind is OutcomeKind.LEASE_LOST
         assert str(outcome.reason).startswith("lease expired"), outcome.reason
-        assert [str(e) for e in block_error] == ["limit lease lost: conc"]
+        assert [str(e) for e in block.errors] == ["limit lease lost: conc"]
 
 
 async def test_a_slot_owner_whose_server_lost_everything_names_its_slot_lease(
@@ -380,24 +377,13 @@ async def test_a_unit_whose_holder_entry_the_server_dropped_is_lost_at_the_next_
     async with replica(store) as (a, _), replica(store) as (b, _):
         waiter = await a.add(held_by(trio.Event(), "held", conc, started := trio.Event()))
         kept = await a.add(held_by(trio.Event(), "kept", other, kept_started := trio.Event()))
-        block_error: list[BaseException] = []
-        entered, lost = trio.Event(), trio.Event()
-
-        async def block() -> None:
-            try:
-                async with a.limited(conc):
-                    entered.set()
-                    await trio.sleep_forever()
-            except LeaseLostError as exc:
-                block_error.append(exc)
-                lost.set()
-
+        block = BlockUntilLost()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(block)
+            nursery.start_soon(block.hold, a, conc)
             with trio.fail_after(2 * TTL):
                 await started.wait()
                 await kept_started.wait()
-                await entered.wait()
+                await block.entered.wait()
             key = f"{store.key_prefix}lh:conc"
             assert await client.hlen(key) == 2
             await client.delete([key])
@@ -410,10 +396,10 @@ async def test_a_unit_whose_holder_entry_the_server_dropped_is_lost_at_the_next_
                     await other_started.wait()
             with trio.fail_after(2 * TTL):  # the next renewal, at lease_ttl / 3
                 outcome = await waiter.wait()
-                await lost.wait()
+                await block.lost.wait()
         assert outcome.kind is OutcomeKind.LEASE_LOST
         assert outcome.reason == "limit lease lost: conc"
-        assert [str(e) for e in block_error] == ["limit lease lost: conc"]
+        assert [str(e) for e in block.errors] == ["limit lease lost: conc"]
         if how == "deleted":
             info = await a.cluster_limit(conc)
             assert (info.held, info.holders) == (1, {b.instance_id: 1})
