@@ -713,6 +713,29 @@ async def test_periodic_repeat_runs_in_a_fresh_copy(
     assert seen == ["submitter"] * 3
 
 
+async def test_a_task_added_by_an_attempt_names_itself_in_every_attempt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The context captured at add names the adding attempt; each of the added task's
+    attempts, restarts too, sees its own record in ``current_context()``."""
+    seen: list[tuple[str, int]] = []
+
+    async def child() -> None:
+        context = current_context()
+        seen.append((context.name, context.attempt))
+        if context.attempt < 3:
+            raise ValueError("retry me")
+
+    async def parent() -> None:
+        spec = TaskSpec.restartable("child", child, backoff=ONE_SECOND)
+        await (await current_context().supervisor.add(spec)).wait()
+        seen.append((current_context().name, current_context().attempt))
+
+    run = await run_spec(TaskSpec.once("parent", parent))
+    assert run.outcome.kind is OutcomeKind.COMPLETED
+    assert seen == [("child", 1), ("child", 2), ("child", 3), ("parent", 1)]
+
+
 async def test_attempt_changes_do_not_leak_to_submitter(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -1221,9 +1221,6 @@ class Registry:
 
     def _start_soon(self, rec: TaskRecord, permit: bool | None) -> None:
         assert self._nursery is not None
-        # Set in the captured context itself: the actor's copy has it, and so has every
-        # later attempt's fresh copy without setting it again (row 3, restarts).
-        current_task_context.set(rec)
         self._nursery.start_soon(run_actor, rec, self, permit, name=rec.name)
 
     # -- the actors' host (their tasks) -------------------------------------------------------
