@@ -79,6 +79,13 @@ def _stamp(svg: str, source: Path) -> str:
     return header + svg.rstrip("\n") + "\n"
 
 
+# Labels as SVG text, not HTML in a <foreignObject>: a foreignObject is as wide as the
+# label measured in the renderer's fonts, and clips it where the reader's fallback font
+# is wider (DejaVu Sans, the usual Linux fallback for "trebuchet ms": "attempt sta",
+# "queued: ta"). SVG text is never clipped.
+MERMAID_CONFIG = {"htmlLabels": False, "flowchart": {"htmlLabels": False}}
+
+
 def render(source: Path, mmdc: str, chromium: str) -> None:
     """Render one source to the SVG beside it."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,8 +93,11 @@ def render(source: Path, mmdc: str, chromium: str) -> None:
         config.write_text(
             json.dumps({"executablePath": chromium, "args": ["--no-sandbox", "--disable-gpu"]})
         )
+        mermaid = Path(tmp) / "mermaid.json"
+        mermaid.write_text(json.dumps(MERMAID_CONFIG))
         out = Path(tmp) / "out.svg"
-        command = [mmdc, "--quiet", "-p", str(config), "-b", "white", "-i", str(source)]
+        command = [mmdc, "--quiet", "-p", str(config), "-c", str(mermaid), "-b", "white"]
+        command += ["-i", str(source)]
         subprocess.run([*command, "-o", str(out)], check=True, timeout=120)
         svg = out.read_text(encoding="utf-8")
     source.with_suffix(".svg").write_text(_stamp(svg, source), encoding="utf-8")

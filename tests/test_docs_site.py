@@ -276,6 +276,13 @@ def test_diagrams_are_rendered_from_their_sources() -> None:
     assert render.stale() == [], "run: python docs/render_diagrams.py (see its docstring)"
 
 
+def test_diagram_labels_are_svg_text() -> None:
+    """No label is HTML in a ``<foreignObject>``: its box is as wide as the renderer's
+    fonts measured it, so a wider fallback font (DejaVu Sans) would clip the label."""
+    for svg in sorted((ROOT / "docs" / "diagrams").glob("*.svg")):
+        assert "<foreignObject" not in svg.read_text(encoding="utf-8"), svg
+
+
 def test_diagram_sources_are_not_mermaid_fences() -> None:
     """No page has a Mermaid fence: the theme would load Mermaid from a CDN to draw it."""
     for page in sorted((ROOT / "docs").rglob("*.md")):
