@@ -8,6 +8,7 @@ numbered sections.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -30,3 +31,17 @@ def test_a_module_cites_nothing_outside(path: Path) -> None:
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_page_cites_nothing_outside(path: Path) -> None:
     assert OUTSIDE.findall(path.read_text(encoding="utf-8")) == []
+
+
+# Test files a page tells the reader to write, not ones the repository holds.
+WRITTEN_BY_THE_READER = {"test_flaky.py"}
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_cited_test_file_exists(path: Path) -> None:
+    """A test file a page names (``test_keyed.py``, ``test_policy_*.py``) is in tests/."""
+    held = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
+    for name in set(re.findall(r"\btest_[\w*]+\.py\b", path.read_text(encoding="utf-8"))):
+        if name in WRITTEN_BY_THE_READER:
+            continue
+        assert any(fnmatch.fnmatch(h, name) for h in held), name
