@@ -48,6 +48,8 @@ Decisions:
   first sentinel's error chained), or the sentinels that answered know no such service.
   Credentials the primary refuses say "its primary": with two passwords in one URL, the
   error tells which one is wrong.
+* A server that asks for a password the URL does not give says so ("asks for a
+  password, and the URL gives none"), not that it refused credentials never sent.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from coredis.connection import (
 from coredis.constants.resp import DataType
 from coredis.exceptions import (
     AuthenticationError,
+    AuthenticationRequiredError,
     AuthorizationError,
     BusyLoadingError,
     InvalidResponse,
@@ -857,6 +860,9 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
         return "failed the TLS handshake"
     if timed_out and asked == "the subscription":
         return "did not confirm the subscription to this process's channel in time"
+    if isinstance(exc, AuthenticationRequiredError):  # no AUTH sent: the URL has no password
+        what = "asks for a password, and the URL gives none (redis://:PASSWORD@host)"
+        return what if store.sentinel is None else f"could not use its primary: it {what}"
     if isinstance(exc, AuthenticationError) and store.sentinel is not None:
         return "could not use its primary: it refused the credentials (the URL's user and password)"
     if isinstance(exc, AuthenticationError):

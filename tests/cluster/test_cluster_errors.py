@@ -634,6 +634,18 @@ async def test_wrong_password_is_named(
     assert "not-" + PASSWORD not in str(error)
 
 
+async def test_a_password_the_url_does_not_give_is_named(store: RedisSlotStore) -> None:
+    """A server that asks for a password the URL lacks says so; before, it read "refused
+    the credentials" (credentials never sent) with coredis's note on ``HELLO``."""
+    with running_server("tv-pw-") as server:
+        async with coredis.Redis.from_url(server.url) as admin:
+            await admin.config_set({"requirepass": PASSWORD})
+        error = await refused_start(store_at(store, server.url))
+    assert f"{server.url} asks for a password, and the URL gives none" in str(error)
+    assert "refused the credentials" not in str(error)
+    assert isinstance(error.__cause__, coredis.exceptions.AuthenticationRequiredError)
+
+
 async def test_bad_database_index_is_named(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:

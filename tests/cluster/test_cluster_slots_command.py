@@ -569,6 +569,20 @@ async def test_wrong_credentials_exit_2(
     assert PASSWORD not in err
 
 
+async def test_a_missing_password_is_named_exit_2() -> None:
+    """A server that asks for a password the URL lacks: one line that says so."""
+    with running_server("tv-pw-") as server:
+        async with coredis.Redis.from_url(server.url) as admin:
+            await admin.config_set({"requirepass": PASSWORD})
+        status, out, err = await slots_command(server.url)
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"error: slot store {server.url} asks for a password, and the URL gives none"
+        " (redis://:PASSWORD@host): AuthenticationRequiredError: "
+    )
+
+
 async def test_watch_shows_an_outage_and_goes_on(
     redis_server: RedisServer, store: RedisSlotStore
 ) -> None:
