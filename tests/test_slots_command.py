@@ -6,6 +6,7 @@ terminals and the errors of real servers are in ``tests/cluster/test_cluster_slo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -236,10 +237,11 @@ def test_text_says_when_the_instances_run_with_different_lease_ttl() -> None:
 
 
 def test_text_of_an_empty_namespace() -> None:
+    """Nothing at all in the namespace: the first section says where to look."""
     assert text(ClusterView((), ())) == [
         "TITLE",
         "slots: 0, 0 held, 0 queued",
-        "  none",
+        "  none: nothing in this namespace (see --namespace)",
         "instances: 0 live",
         "  none",
         "limit pools: 0",
@@ -371,6 +373,32 @@ def test_unbounded_text_cuts_nothing() -> None:
     joined = "\n".join(text(view))
     assert "…" not in joined
     assert all(row.instance in joined for row in view.instances)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_snapshot_fits_a_terminal_and_goes_whole_into_a_pipe(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], terminal: bool
+) -> None:
+    """Printed once on an 80-column terminal, no line is wider (before, each long row
+    wrapped in the middle of its queue) and every row is shown; into a pipe, whole."""
+    view = many(2, 30)
+
+    async def read(store: RedisSlotStore) -> ClusterView:
+        return view
+
+    monkeypatch.setattr(slots, "read_cluster", read)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    monkeypatch.setattr(slots.shutil, "get_terminal_size", lambda: os.terminal_size((80, 24)))
+    store = RedisSlotStore("redis://127.0.0.1:6379/0")
+    trio.run(functools.partial(slots.run, store, watch=False, as_json=False, live=False))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + 2 + 2 + 2 + 30 + 2  # every row: title, rules, heads, rows, none
+    if terminal:
+        assert max(map(len, lines)) == 80
+        assert "…" in lines[3]  # the first slot's queue, cut
+    else:
+        assert max(map(len, lines)) > 80
+        assert all(row.instance in "\n".join(lines) for row in view.instances)
 
 
 async def test_watch_waits_longer_after_a_long_read(

@@ -6,7 +6,10 @@ with its instance); every live instance (heartbeat time left, the ``lease_ttl`` 
 with, slots owned, entries queued, limit units held); every limit pool in use (its kind,
 units held and by whom, live waiters, and a rate pool's time until its next start).
 
-* By default one snapshot is printed as text; ``--json`` prints it as one JSON document
+* By default one snapshot is printed as text: on a terminal, fitted to its width (names
+  and queues cut with ``…``, every row shown, as ``ps`` cuts its lines), into a pipe
+  whole (before, a terminal wrapped each long row in the middle of its queue); ``--json``
+  prints it as one JSON document
   (``to_json``: top-level keys ``slots``, ``instances``, ``pools``); ``--watch`` redraws
   it every ``REFRESH`` seconds (or, after a read that took long, ``PACE`` times that
   read's time) until Ctrl+C, live with ``rich`` when it is installed and stdout is a
@@ -647,6 +650,9 @@ def render(
         if rows:
             lines.append(("head", head))
             lines.extend(_fit(rows, budget, what))
+        elif what == "slots" and not (view.instances or view.pools):
+            # Nothing at all: most often another namespace than the replicas' one.
+            lines.append(("note", "  none: nothing in this namespace (see --namespace)"))
         else:
             lines.append(("note", "  none on the server" if what == "pools" else "  none"))
     if width is not None:
@@ -815,7 +821,8 @@ async def run(store: RedisSlotStore, *, watch: bool, as_json: bool, live: bool) 
     if as_json:
         print(json.dumps(to_json(view), indent=2, allow_nan=False))
     elif not watch:
-        print(_text_of(render(view, title=_title(store, read_at))))
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        print(_text_of(render(view, title=_title(store, read_at, width), width=width)))
     else:
         draw = _watch_rich if live else _watch_plain
         async with trio.open_nursery() as nursery:
