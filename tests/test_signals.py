@@ -123,7 +123,9 @@ async def test_graceful_shutdown_after_a_signal_still_waits_for_deferred_work(
 async def test_signal_during_the_shutdown_forces_every_remaining_task(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    """A second signal forces at once: FORCE_ABORTED, listed in ``stuck``, GRACE_EXCEEDED."""
+    """A second signal forces at once: FORCE_ABORTED, listed in ``stuck``, GRACE_EXCEEDED,
+    the reasons saying so (before, "did not stop within the grace window", as though
+    the grace had run out)."""
     recorder = EventRecorder()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(signal_when, recorder, EventKind.ATTEMPT_STARTING, signal.SIGINT)
@@ -141,8 +143,11 @@ async def test_signal_during_the_shutdown_forces_every_remaining_task(
     assert sup.received_signal == signal.SIGINT  # the first one
     assert a.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
     assert b.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    assert a.outcome_nowait().reason == (
+        "force-aborted: forced at once by a signal during the shutdown"
+    )
     grace = recorder.of(EventKind.GRACE_EXCEEDED)
-    assert [e.reason for e in grace] == ["forced: a, b"]
+    assert [e.reason for e in grace] == ["forced at once (a signal): a, b"]
     assert recorder.kinds(EventKind.ALL_STOPPED_WITHIN_GRACE) == []
 
 

@@ -14,6 +14,10 @@ Decisions the design leaves open:
 * ``TaskOutcome[T]`` is generic in the task's return type: ``value`` is ``T | None``
   (``None`` unless ``COMPLETED``), ``unwrap()`` returns ``T``. The shared outcomes that
   carry no value (rejections, ``CANCELLED``, ...) are ``TaskOutcome[Any]``.
+* ``FORCE_ABORTED``'s fixed reason names why the task was forced: the grace ran out
+  ("did not stop within the grace window"), or a signal during the shutdown forced every
+  task at once ("forced at once by a signal during the shutdown"). Before, the second
+  read as the first, although its grace had not run out.
 """
 
 from __future__ import annotations
@@ -134,9 +138,6 @@ class Placement(enum.StrEnum):
     """Rejected at intake or while held."""
 
 
-FORCE_ABORTED_REASON: Final = "force-aborted: did not stop within the grace window"
-
-
 class OutcomeError(Exception):
     """``TaskOutcome.unwrap()`` of an outcome that is not a success."""
 
@@ -200,7 +201,11 @@ def rejected_outcome(rejection: RejectionKind, reason: str | None = None) -> Tas
 COMPLETED_NONE: Final[TaskOutcome[Any]] = TaskOutcome(OutcomeKind.COMPLETED)
 CANCELLED: Final[TaskOutcome[Any]] = TaskOutcome(OutcomeKind.CANCELLED)
 FORCE_ABORTED: Final[TaskOutcome[Any]] = TaskOutcome(
-    OutcomeKind.FORCE_ABORTED, reason=FORCE_ABORTED_REASON
+    OutcomeKind.FORCE_ABORTED, reason="force-aborted: did not stop within the grace window"
+)
+FORCED_AT_ONCE: Final[TaskOutcome[Any]] = TaskOutcome(
+    OutcomeKind.FORCE_ABORTED,
+    reason="force-aborted: forced at once by a signal during the shutdown",
 )
 PANICKED: Final[TaskOutcome[Any]] = TaskOutcome(
     OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled"

@@ -137,6 +137,7 @@ from ._limits import Limit, LimitView, Pool, PoolId, RateLimit, limit_view, pool
 from ._logging import log
 from ._outcome import (
     FORCE_ABORTED,
+    FORCED_AT_ONCE,
     PANICKED,
     OutcomeKind,
     Placement,
@@ -1336,7 +1337,7 @@ class Registry:
         rec.force_deadline = trio.current_time()  # from now on: the time of the force
         if self.shutting_down:
             self.stuck.append(rec.name)
-        self._commit_forced(rec, FORCE_ABORTED)
+        self._commit_forced(rec, FORCED_AT_ONCE if self._force_now else FORCE_ABORTED)
 
     def _commit_forced(self, rec: TaskRecord, outcome: TaskOutcome[object]) -> None:
         """Commit the outcome of a force: the actor may run on, but its joiners have
@@ -1489,9 +1490,8 @@ class Registry:
         self.stuck.sort()
         if self.bus.active:
             if self.stuck:
-                self.bus.publish(
-                    EventKind.GRACE_EXCEEDED, reason=f"forced: {', '.join(self.stuck)}"
-                )
+                how = "forced at once (a signal)" if self._force_now else "forced"
+                self.bus.publish(EventKind.GRACE_EXCEEDED, reason=f"{how}: {', '.join(self.stuck)}")
             else:
                 self.bus.publish(EventKind.ALL_STOPPED_WITHIN_GRACE)
         self.stopped.set()
