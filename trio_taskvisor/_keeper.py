@@ -24,9 +24,12 @@ Invariants:
   is no refusal (foreign data in the namespace, a server out of memory) is
   ``Rejected(STORE_UNAVAILABLE)`` with the error as its reason, even when
   ``wait=True``: it is no outage, so no recovery would ever ask held work again. So is
-  an entry a renewal finds behind foreign data (its slot's lease or queue key of
-  another type), and an owner whose lease key is foreign data loses it
-  (``LeaseLost``, naming the key and the error); the other slots renew on. A
+  an entry a renewal finds behind foreign data (its slot's lease or queue key, or
+  its own ``gone`` key, of another type), and an owner whose lease key is foreign
+  data loses it (``LeaseLost``, naming the key and the error); the other slots renew
+  on. A joiner of another process's work ends as that work does then (rejected, or
+  ``LEASE_LOST`` for a lost lease, naming the key), and one whose followed entry's
+  ``out`` or ``jn`` key is foreign data is rejected so. A
   submit that may have reached the server without its reply reaching us, or whose
   script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
   and any lease it took) in the next successful round trip.
@@ -1380,6 +1383,15 @@ class LeaseKeeper:
                     elif sent_at - follow.lost_since >= self._interval:
                         reason = f"followed work lost: {instance_of(follow.target)}"
                         self._followed(joiner, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
+                case "foreign":
+                    # as its entry's own renewal refuses it (or this follow's key): rejected
+                    why = self._foreign(follow.slot, str(answer.detail))
+                    self._followed(joiner, rejected_outcome(RejectionKind.STORE_UNAVAILABLE, why))
+                case "foreign_lease":
+                    # as its owner's renewal refuses the lease: lost, for the same cause
+                    why = self._foreign(follow.slot, str(answer.detail))
+                    reason = f"lease refused: {why}"
+                    self._followed(joiner, TaskOutcome(OutcomeKind.LEASE_LOST, reason=reason))
                 case _:
                     assert_never(follow_kind)
         for slot in sorted(self._watched):

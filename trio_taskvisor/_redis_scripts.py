@@ -48,12 +48,17 @@ caller's).
 Foreign data (a key of the namespace of another type than this table says: written by
 something else) fails the call that touches it, with the server's error, but for
 ``renew``, which carries every item of a process: a slot's ``lease`` or ``q`` key of
-another type refuses that slot's items only (``['foreign', what]``), the reads it makes
-anyway done with ``redis.pcall`` (one ``TYPE`` more only where a queue is pruned), so
-one foreign key no longer fails the renewal of every lease of the process. Only a
-``WRONGTYPE`` error counts as foreign data there: any other (an ACL that takes a command
-away, a server out of memory) fails the script as ``redis.call`` would, a refusal, which
-makes an outage, not a loss.
+another type refuses that slot's items only (``['foreign', what]``), and an entry's
+``gone``, ``out`` or ``jn`` key of another type the items that read it only (the
+entry's, or the follow's), the reads it makes anyway done with ``redis.pcall`` (one
+``TYPE`` more only where a queue is pruned), so one foreign key no longer fails the
+renewal of every lease of the process. A follow of an entry that its own renewal
+refuses so (its slot's key of another type) answers that refusal too: ``['foreign',
+what]`` for a queued entry, ``['foreign_lease', what]`` for the lease holder, whose
+owner loses its lease; its joiners end as the entry does, for the same cause (before,
+they ended lost two renewals later). Only a ``WRONGTYPE`` error counts as foreign data
+there: any other (an ACL that takes a command away, a server out of memory) fails the
+script as ``redis.call`` would, a refusal, which makes an outage, not a loss.
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -431,9 +436,14 @@ _RENEW: Final = r"""
 --                    ['foreign', what] (refused: a slot key of another type)
 --          entry:    ['owner', token] | ['gone', reason] | ['queued', 0|1] |
 --                    ['resubmitted', 0|1] (1: claimable now) | ['foreign', what]
---          follow:   ['out', outcome] | ['gone', reason] | ['live'] | ['lost']
--- Foreign data (a slot's lease or queue key of another type than these scripts write)
--- refuses that slot's items only: what = the key (after P) and the server's error.
+--          follow:   ['out', outcome] | ['gone', reason] | ['live'] | ['lost'] |
+--                    ['foreign', what] (the entry, or this follow, refused) |
+--                    ['foreign_lease', what] (the entry held the slot's lease,
+--                    refused: its owner loses it)
+-- Foreign data (a key of another type than these scripts write: a slot's lease or
+-- queue key, an entry's gone, out or jn key) refuses the items that read it only:
+-- what = the key (after P) and the server's error. A follow answers as its entry's
+-- own renewal does: an entry whose slot's key holds foreign data is refused there.
 local me, parts = ARGV[4], cjson.decode(ARGV[5])
 local expired = redis.call('EXISTS', P .. 'hb:' .. me) == 0
 redis.call('SET', P .. 'hb:' .. me, TTL, 'PX', TTL)
@@ -458,6 +468,13 @@ local function queued_at(slot, e)
   local at = redis.pcall('LPOS', P .. 'q:' .. slot, e)
   if type(at) == 'table' then return false, {'foreign', 'q:' .. slot .. ': ' .. wrongtype(at)} end
   return at
+end
+
+-- e's gone marker (false: none), or false and the foreign item
+local function gone_of(e)
+  local r = redis.pcall('GET', P .. 'gone:' .. e)
+  if type(r) == 'table' then return false, {'foreign', 'gone:' .. e .. ': ' .. wrongtype(r)} end
+  return r
 end
 
 local leases, flat = {}, parts[1]
@@ -514,8 +531,11 @@ for k = 1, #flat, 2 do
   else
     local m = queue_of(slot)
     local at = m.at[e]  -- a live entry of the queue: not gone
-    local gone = not at and redis.call('GET', P .. 'gone:' .. e)
-    if gone then
+    local gone = false
+    if not at then gone, foreign = gone_of(e) end
+    if foreign then
+      item = foreign
+    elseif gone then
       item = {'gone', gone}
     elseif at and not expired then
       item = {'queued', (not holder and at == 1) and 1 or 0}
@@ -538,25 +558,49 @@ for k = 1, #flat, 2 do
   entries[#entries + 1] = item
 end
 
+-- what e's own renewal finds of it (e's process is alive): {'live'}, or the item of
+-- foreign data at its slot's keys that refuses it there, or {'lost'}
+local function followed(slot, e)
+  local holder, _, _, foreign = lease_here(slot)
+  if holder == e then return {'live'} end
+  local at, queue_foreign = queued_at(slot, e)
+  -- queued: its process refuses the entry if the slot's lease key is foreign data
+  if at then return foreign or {'live'} end
+  if queue_foreign then return foreign or queue_foreign end
+  -- neither queued nor the holder: it held the lease (its owner loses it) or is lost
+  if foreign then return {'foreign_lease', foreign[2]} end
+  return {'lost'}
+end
+
 local follows = {}
 flat = parts[3]
 for k = 1, #flat, 2 do
   local slot, e = flat[k], flat[k + 1]
   local jk = P .. 'jn:' .. e
-  redis.call('SADD', jk, me)
-  last_at_least(jk, KEEP)
-  local out = redis.call('GET', P .. 'out:' .. e)
   local item
-  if out and out ~= 'pending' then
-    item = {'out', out}
+  local r = redis.pcall('SADD', jk, me)
+  if type(r) == 'table' then
+    item = {'foreign', 'jn:' .. e .. ': ' .. wrongtype(r)}
   else
-    local gone = redis.call('GET', P .. 'gone:' .. e)
-    if gone then
-      item = {'gone', gone}
-    elseif alive(instance_of(e)) and (out or lease_here(slot) == e or queued_at(slot, e)) then
-      item = {'live'}
+    last_at_least(jk, KEEP)
+    local out = redis.pcall('GET', P .. 'out:' .. e)
+    if type(out) == 'table' then
+      item = {'foreign', 'out:' .. e .. ': ' .. wrongtype(out)}
+    elseif out and out ~= 'pending' then
+      item = {'out', out}
     else
-      item = {'lost'}
+      local gone, foreign = gone_of(e)
+      if foreign then
+        item = foreign
+      elseif gone then
+        item = {'gone', gone}
+      elseif not alive(instance_of(e)) then
+        item = {'lost'}
+      elseif out then
+        item = {'live'}  -- released: its outcome is on its way
+      else
+        item = followed(slot, e)
+      end
     end
   end
   follows[#follows + 1] = item
@@ -1537,8 +1581,10 @@ ClaimKind: TypeAlias = Literal["owner", "gone", "missing", "wait"]
 """The kinds of a ``claim`` reply."""
 QueuedKind: TypeAlias = Literal["owner", "gone", "queued", "resubmitted", "foreign"]
 """The kinds of a ``renew`` item for a queued entry."""
-FollowKind: TypeAlias = Literal["out", "gone", "live", "lost"]
-"""The kinds of a ``renew`` item for a followed entry."""
+FollowKind: TypeAlias = Literal["out", "gone", "live", "lost", "foreign", "foreign_lease"]
+"""The kinds of a ``renew`` item for a followed entry (``foreign``: the entry, or the
+follow itself, refused for foreign data; ``foreign_lease``: the lease the entry held
+refused for foreign data; ``detail`` as ``Foreign.what``)."""
 ReleaseReply: TypeAlias = Literal["ok", "need_outcome"]
 """A ``release`` reply: ``need_outcome`` asks for the outcome (another process follows)."""
 
@@ -1670,6 +1716,10 @@ def _parse_follow(raw: object) -> Reply[FollowKind]:
             return Reply("live")
         case ["lost"]:
             return Reply("lost")
+        case ["foreign", str(what)]:
+            return Reply("foreign", detail=what)
+        case ["foreign_lease", str(what)]:
+            return Reply("foreign_lease", detail=what)
         case _:
             raise ValueError(f"unexpected renew item {raw!r}")
 

@@ -466,6 +466,31 @@ async def test_renew_follows(s: Scripts) -> None:
     assert items == [["out", "{}"], ["gone", "queue_timeout"], ["lost"]]
 
 
+async def test_renew_refuses_only_the_items_that_read_foreign_data(s: Scripts) -> None:
+    """Foreign data (a list, a string) at an entry's gone, out or jn key, or at the lease
+    key of a slot whose holder is followed: only the items that read it are refused,
+    naming the key and the server's error; the other items of the renewal answer as
+    always. Before, the whole script failed."""
+    for n, slot in enumerate("kmnx", 1):
+        await s.submit(slot, entry(B, n))  # B holds k, m, n and x
+    await s.submit("k", entry(A, 1))  # queued behind B's lease
+    await s.client.rpush(f"{s.prefix}gone:{entry(A, 2)}", ["foreign"])  # not queued
+    for key in (f"jn:{entry(B, 1)}", f"out:{entry(B, 2)}"):
+        await s.client.rpush(f"{s.prefix}{key}", ["foreign"])
+    await s.client.delete([f"{s.prefix}lease:x"])
+    await s.client.set(f"{s.prefix}lease:x", "foreign")
+    follows = [("k", entry(B, 1)), ("m", entry(B, 2)), ("n", entry(B, 3)), ("x", entry(B, 4))]
+    _, entries, items = await s.renew(A, [], [("f", entry(A, 2)), ("k", entry(A, 1))], follows)
+    wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value"
+    assert entries == [["foreign", f"gone:{entry(A, 2)}: {wrongtype}"], ["queued", 0]]
+    assert items == [
+        ["foreign", f"jn:{entry(B, 1)}: {wrongtype}"],
+        ["foreign", f"out:{entry(B, 2)}: {wrongtype}"],
+        ["live"],
+        ["foreign_lease", f"lease:x: {wrongtype}"],
+    ]
+
+
 async def test_renew_of_a_thousand_leases_is_one_call(
     client: coredis.Redis[str], store: RedisSlotStore
 ) -> None:

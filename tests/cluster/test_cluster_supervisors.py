@@ -415,6 +415,131 @@ async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
         gates["a"].set()
 
 
+async def test_foreign_data_at_an_entrys_gone_key_refuses_that_entry_only(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """Foreign data (a list) at a queued entry's ``gone`` key, once the entry left its
+    queue (data the server lost: the renewal reads the marker before it queues the
+    entry again), while slot ``b`` has an owner: the renewal refuses that entry only,
+    REJECTED(STORE_UNAVAILABLE) naming the key and the server's error. No outage: ``b``'s
+    owner keeps its lease past ``lease_ttl``. Before, the whole renewal failed, the
+    process's store went unavailable, and ``b``'s owner ended LEASE_LOST."""
+    gates = {slot: trio.Event() for slot in "ab"}
+    prefix = store.key_prefix
+    async with replica(store) as (sup, recorder):
+        owners = {
+            slot: await sup.submit(ControllerSpec.queue(gated(gate, slot), slot=slot))
+            for slot, gate in gates.items()
+        }
+        queued = await sup.submit(ControllerSpec.queue(quick("queued"), slot="a", wait=True))
+        with trio.fail_after(5):
+            await queued.wait_placed()
+            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="b")
+        (entry,) = await client.lrange(f"{prefix}q:a", 0, -1)
+        await client.rpush(f"{prefix}gone:{entry}", ["foreign"])  # then out of its queue
+        await client.lrem(f"{prefix}q:a", 0, entry)
+        with trio.fail_after(2 * store.lease_ttl):
+            rejected = await queued.wait()
+        assert rejected.rejection is RejectionKind.STORE_UNAVAILABLE
+        assert rejected.reason is not None
+        assert rejected.reason.startswith(
+            f"foreign data in the slot store at {prefix}gone:{entry}: WRONGTYPE"
+        )
+        await trio.sleep(store.lease_ttl)  # observing the leases over a lease_ttl
+        assert not owners["a"].done
+        assert not owners["b"].done
+        for gate in gates.values():
+            gate.set()
+        with trio.fail_after(5):
+            assert [(await owners[slot].wait()).value for slot in "ab"] == ["a", "b"]
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([f"{prefix}gone:{entry}"])
+
+
+@pytest.mark.parametrize("key", ["out", "jn"])
+async def test_foreign_data_at_a_followed_entrys_key_refuses_that_follow_only(
+    store: RedisSlotStore, client: coredis.Redis[str], key: str
+) -> None:
+    """Foreign data (a list) at the ``out`` or ``jn`` key of work that another process
+    owns and this one follows (a JOIN), while this process owns slot ``b``: its renewal
+    refuses that follow only: the joiner ends REJECTED(STORE_UNAVAILABLE) naming the key
+    and the server's error, as a JOIN whose submit the server answered with an error
+    does. No outage: ``b``'s owner keeps its lease past ``lease_ttl``, and the followed
+    work runs on. Before, the whole renewal failed, the process's store went
+    unavailable, and ``b``'s owner ended LEASE_LOST."""
+    gate_a, gate_b = trio.Event(), trio.Event()
+    prefix = store.key_prefix
+    async with replica(store) as (a, rec_a), replica(store) as (b, rec_b):
+        followed = await a.submit(ControllerSpec.queue(gated(gate_a, "a"), slot="a"))
+        await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=followed.id)
+        owner = await b.submit(ControllerSpec.queue(gated(gate_b, "b"), slot="b"))
+        await rec_b.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        joiner = await b.submit(ControllerSpec.join(quick("j"), slot="a"))
+        with trio.fail_after(5):
+            await joiner.wait_placed()
+        entry = await client.hget(f"{prefix}lease:a", "entry")
+        foreign = f"{prefix}{key}:{entry}"
+        await client.delete([foreign])
+        await client.rpush(foreign, ["foreign"])
+        with trio.fail_after(2 * store.lease_ttl):
+            rejected = await joiner.wait()
+        assert rejected.rejection is RejectionKind.STORE_UNAVAILABLE
+        assert rejected.reason is not None
+        assert rejected.reason.startswith(f"foreign data in the slot store at {foreign}: WRONGTYPE")
+        await trio.sleep(store.lease_ttl)  # observing the leases over a lease_ttl
+        assert not owner.done
+        assert not followed.done
+        await client.delete([foreign])
+        gate_a.set()
+        gate_b.set()
+        with trio.fail_after(5):
+            assert (await owner.wait()).value == "b"
+            assert (await followed.wait()).value == "a"
+        assert not rec_b.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+
+
+@pytest.mark.parametrize("key", ["lease", "q"])
+async def test_a_joiner_of_work_refused_for_foreign_data_ends_as_that_work(
+    store: RedisSlotStore, client: coredis.Redis[str], key: str
+) -> None:
+    """Foreign data (a string) at slot ``a``'s lease key while another process's owner
+    holds it, or at its queue key while that process's entry waits there, and this
+    process follows that work (a JOIN): the joiner ends as the followed work does, for
+    the same cause: LEASE_LOST ("lease refused: foreign data ...") for the owner,
+    REJECTED(STORE_UNAVAILABLE) naming the queue key for the queued entry. Before, it
+    ended LEASE_LOST "followed work lost" two renewals later, naming no cause."""
+    gate = trio.Event()
+    prefix = store.key_prefix
+    async with replica(store) as (a, rec_a), replica(store) as (b, _):
+        owner = await a.submit(ControllerSpec.queue(gated(gate, "a"), slot="a"))
+        await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        followed = owner
+        if key == "q":
+            followed = await a.submit(ControllerSpec.queue(quick("queued"), slot="a"))
+            with trio.fail_after(5):
+                await followed.wait_placed()
+        joiner = await b.submit(ControllerSpec.join(quick("j"), slot="a"))
+        with trio.fail_after(5):
+            await joiner.wait_placed()
+        await client.set(f"{prefix}{key}:a", "foreign")
+        with trio.fail_after(2 * store.lease_ttl):
+            expected = await followed.wait()
+            joined = await joiner.wait()
+        assert expected.reason is not None
+        assert f"foreign data in the slot store at {prefix}{key}:a: WRONGTYPE" in expected.reason
+        if key == "lease":
+            assert expected.kind is OutcomeKind.LEASE_LOST
+        else:
+            assert expected.rejection is RejectionKind.STORE_UNAVAILABLE
+        assert (joined.kind, joined.rejection, joined.reason) == (
+            expected.kind,
+            expected.rejection,
+            expected.reason,
+        )
+        await client.delete([f"{prefix}{key}:a"])
+        gate.set()
+
+
 async def test_shutdown_is_bounded_when_the_server_does_not_answer(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:

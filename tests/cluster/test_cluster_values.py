@@ -973,7 +973,14 @@ def test_renew_reply_parses_every_item_kind() -> None:
         [
             ["", "k:1:0000000b", None],
             [["owner", "17"], ["gone", "superseded"], ["queued", 0], ["resubmitted", 1]],
-            [["out", "{}"], ["gone", "queue_timeout"], ["live"], ["lost"]],
+            [
+                ["out", "{}"],
+                ["gone", "queue_timeout"],
+                ["live"],
+                ["lost"],
+                ["foreign", "jn:i/1: WRONGTYPE x"],
+                ["foreign_lease", "lease:s: WRONGTYPE x"],
+            ],
         ]
     )
     parsed = scripts.parse_renew(raw)
@@ -989,6 +996,8 @@ def test_renew_reply_parses_every_item_kind() -> None:
         Reply("gone", detail="queue_timeout"),
         Reply("live"),
         Reply("lost"),
+        Reply("foreign", detail="jn:i/1: WRONGTYPE x"),
+        Reply("foreign_lease", detail="lease:s: WRONGTYPE x"),
     )
     # the script's empty tables are JSON objects
     assert scripts.parse_renew("[{},{},{}]") == scripts.RenewReply((), (), ())
