@@ -880,6 +880,19 @@ class LeaseKeeper:
                     sink.limit_refused(request.rid, _other_settings(pool, str(reply.known), ours))
             case "gone":
                 pass  # withdrawn: the registry no longer waits for it
+            case "foreign":
+                # a renewal's waiter of a pool whose holders key is foreign data: refused,
+                # as an acquisition the server answers with an error is
+                del self._limits[request.rid]
+                del self._limit_ids[request.w]
+                why = f"foreign data in the slot store at {self.store.key_prefix}{reply.what}"
+                log(logging.ERROR, "slot store limit renewal of a waiter refused: %s", why)
+                if sink is not None:
+                    labels = ", ".join(repr(pool_label(_pool_of(pid))) for pid, _ in request.pools)
+                    message = (
+                        f"slot store {self.store.safe_url} refused the units of {labels}: {why}"
+                    )
+                    sink.limit_refused(request.rid, SlotStoreUnavailableError(message))
 
     def _limit_gen(self, gen: str | None, sent_at: float) -> None:
         """A reply showed the live generation of this process's units (``None``: none).
@@ -1262,6 +1275,14 @@ class LeaseKeeper:
                     self._limit_reply(request, reply_)
                 case _LimitRenewal(waiters, units, rebase):
                     renewed = scripts.parse_limit_renew(reply)
+                    for what in renewed.foreign:
+                        log(
+                            logging.ERROR,
+                            "slot store limit renewal: units lost to foreign data in the "
+                            "slot store at %s%s",
+                            self.store.key_prefix,
+                            what,
+                        )
                     if rebase:
                         self._limit_rebase = False
                         for request in units:  # moved to the new generation

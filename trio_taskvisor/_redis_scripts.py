@@ -82,11 +82,15 @@ hold is lost then, as a slot lease whose key went is lost at its owner's next
 ``renew``; another process may take its room meanwhile, for at most one renewal
 interval. Foreign data there (another type of key, which no script wrote) counts as
 holding none in that check, as ``lttl``'s does: those units are lost (their other pools'
-units given back, that pool left alone), and the renewal goes on for the process's
-other units (failing, it would lose them all). Every other read of such a pool, an
-acquisition's or a settle's, fails naming the server's error, as one of a pool whose
-settings key holds foreign data does (so a renewal that asks again for a waiter of
-that pool fails, as before).
+units given back, that pool left alone; the reply names the key, which the keeper
+logs), and the renewal goes on for the process's other units (failing, it would lose
+them all). A waiter of such a pool that the renewal asks for again is refused alone
+(``['foreign', pool, what]``: it ends with an error naming the key and the server's
+``WRONGTYPE`` error, as an acquisition answered with that error does) and leaves the
+pool's line; the renewal goes on for the other waiters. Every other read of such a
+pool, an acquisition's or a settle's, fails naming the server's error, as one of a
+pool whose settings key holds foreign data does (a settle of another pool that meets
+a group waiting for that one too, another process's waiter, still fails the renewal).
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
@@ -1244,10 +1248,13 @@ _LIMIT_RENEW: Final = r"""
 --          units' requests, w = me .. '/' .. n: their keys live on), and optionally a
 --          rebase: JSON [[w, [pool id, ...]], ...] (every unit the process holds: its
 --          concurrency pools)
--- replies: JSON [gen, items, lost]: gen is the live generation (units of another one
---          are lost); one item per waiter, as limit_acquire replies (a waiter of an
---          expired generation is accepted again, at the tail); lost: the units named
---          (held, or in the rebase) that are not held in gen
+-- replies: JSON [gen, items, lost, foreign]: gen is the live generation (units of
+--          another one are lost); one item per waiter, as limit_acquire replies (a
+--          waiter of an expired generation is accepted again, at the tail), or
+--          {'foreign', pool id, what} (refused: the pool's holders key, after P, holds
+--          foreign data; what names it and the server's error); lost: the units named
+--          (held, or in the rebase) that are not held in gen; foreign: what, for each
+--          holders key of foreign data that lost units were named in
 -- A unit named that its pool no longer holds in gen (its holders key deleted or evicted,
 -- or holding foreign data, which counts as holding none) is lost, its other pools'
 -- units given back: another instance may have taken its room meanwhile, so its holder
@@ -1272,14 +1279,18 @@ if old then
 end
 local g = my_gen(me)
 say_ttl(true)
-local foreign = {}  -- pool id -> true: its holders key holds foreign data (holds none)
+-- pool id -> what (its holders key, after P, and the server's error) when that key
+-- holds foreign data (it holds none), false when it was read and does not
+local foreign, foreign_lost = {}, {}
 -- the generations the holders of a pool give the requests ws, in order (a pool whose
--- key holds foreign data gives none: false for each)
+-- key holds foreign data gives none: false for each, and it is said in the reply)
 local function holders_of(pid, ws)
   local v = redis.pcall('HMGET', P .. 'lh:' .. pid, unpack(ws))
   if v.err then
-    wrongtype(v)
-    foreign[pid] = true
+    if not foreign[pid] then
+      foreign[pid] = 'lh:' .. pid .. ': ' .. wrongtype(v)
+      foreign_lost[#foreign_lost + 1] = foreign[pid]
+    end
     v = {}
     for k = 1, #ws do v[k] = false end
   end
@@ -1365,10 +1376,34 @@ for _, pair in ipairs(held) do
     redis.call('PEXPIRE', P .. 'lp:' .. pid, LIVE)
   end
 end
+-- A waiter of a pool whose holders key holds foreign data is refused, naming it (any
+-- read of such a pool fails: as limit_acquire's would), and leaves the pool's line;
+-- the other waiters are asked for as always.
+local function refusal(pairs_)
+  for _, pp in ipairs(pairs_) do
+    local pid = pp[1]
+    if foreign[pid] == nil then
+      local r = redis.pcall('HGET', P .. 'lh:' .. pid, me)
+      foreign[pid] = type(r) == 'table' and ('lh:' .. pid .. ': ' .. wrongtype(r)) or false
+    end
+    if foreign[pid] then return {'foreign', pid, foreign[pid]} end
+  end
+  return nil
+end
 local items = {}
-for k, pair in ipairs(waiters) do items[k] = acquire(me, pair[1], pair[2]) end
+for k, pair in ipairs(waiters) do
+  local refused = refusal(pair[2])
+  if refused then
+    local pids = {}
+    for j, pp in ipairs(pair[2]) do pids[j] = pp[1] end
+    drop_waiter(pair[1], pids)
+    items[k] = refused
+  else
+    items[k] = acquire(me, pair[1], pair[2])
+  end
+end
 tidy_all()
-return cjson.encode({g, items, lost})
+return cjson.encode({g, items, lost, foreign_lost})
 """
 
 _CLUSTER_LIMIT: Final = r"""
@@ -1918,8 +1953,9 @@ def limit_renew_args(
     return (*args, json.dumps(units, separators=compact))
 
 
-LimitKind: TypeAlias = Literal["granted", "waiting", "conflict", "gone"]
-"""The kinds of a ``limit_acquire`` reply (and of a ``limit_renew`` item)."""
+LimitKind: TypeAlias = Literal["granted", "waiting", "conflict", "gone", "foreign"]
+"""The kinds of a ``limit_acquire`` reply (and of a ``limit_renew`` item: ``foreign``
+only there)."""
 
 
 @attrs.frozen
@@ -1927,7 +1963,8 @@ class LimitReply:
     """A parsed ``limit_acquire`` reply: ``gen`` the generation of the grant (or of the
     wait); ``retry`` seconds until a rate pool allows a start (``None``: only a
     release can help); ``blocked`` the pool ids without room; for ``conflict``, ``pool``
-    and the ``known`` settings."""
+    and the ``known`` settings; for ``foreign``, ``pool`` and ``what``: its holders key
+    (after the prefix), which holds foreign data, and the server's error."""
 
     kind: LimitKind
     gen: str | None = None
@@ -1935,6 +1972,7 @@ class LimitReply:
     blocked: tuple[str, ...] = ()
     pool: str | None = None
     known: str | None = None
+    what: str | None = None
 
 
 def parse_limit(raw: object) -> LimitReply:
@@ -1956,25 +1994,32 @@ def parse_limit(raw: object) -> LimitReply:
             return LimitReply("conflict", pool=str(items[1]), known=str(items[2]))
         case "gone":
             return LimitReply("gone")
+        case "foreign":
+            return LimitReply("foreign", pool=str(items[1]), what=str(items[2]))
         case _:
             raise ValueError(f"unexpected script reply {raw!r}")
 
 
 @attrs.frozen
 class LimitRenewReply:
-    """A parsed ``limit_renew`` reply: the live generation, one item per waiter, and
-    the units named (held, or in a rebase) that are lost."""
+    """A parsed ``limit_renew`` reply: the live generation, one item per waiter, the
+    units named (held, or in a rebase) that are lost, and ``foreign``: the holders keys
+    (after the prefix) of foreign data that some of them were named in, each with the
+    server's error."""
 
     gen: str
     waiters: tuple[LimitReply, ...]
     lost: frozenset[str] = frozenset()
+    foreign: tuple[str, ...] = ()
 
 
 def parse_limit_renew(raw: object) -> LimitRenewReply:
     """Parse a raw ``limit_renew`` reply."""
     gen, items, *rest = _items(_json_reply(raw), 2)
     lost = frozenset(map(str, _items(rest[0] or [], 0))) if rest else frozenset[str]()
-    return LimitRenewReply(str(gen), tuple(map(parse_limit, _items(items or [], 0))), lost)
+    foreign = tuple(map(str, _items(rest[1] or [], 0))) if len(rest) > 1 else ()
+    waiters = tuple(map(parse_limit, _items(items or [], 0)))
+    return LimitRenewReply(str(gen), waiters, lost, foreign)
 
 
 @attrs.frozen

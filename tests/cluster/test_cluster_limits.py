@@ -410,6 +410,66 @@ async def test_a_unit_whose_holder_entry_the_server_dropped_is_lost_at_the_next_
         await a.remove("kept")
 
 
+async def test_a_waiter_of_a_pool_whose_holders_key_is_foreign_data_is_refused_alone(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pool's holders key is overwritten with foreign data while this process holds
+    its unit, has an attempt and a block waiting in it, and holds a unit of another
+    pool: the next renewal loses the held unit (logged naming the key), refuses both
+    waiters (the attempt ends ``FATAL`` and the block raises, each with a
+    ``SlotStoreUnavailableError`` naming the key and the server's ``WRONGTYPE`` error),
+    and the other pool's unit stays held. Before, the renewal asked for the waiters
+    again, and the whole renewal failed, every renewal: the unit of the other pool was
+    lost too, and the waiters waited on."""
+    conc, other = ConcurrencyLimit("conc", 1), ConcurrencyLimit("other", 1)
+    key = f"{store.key_prefix}lh:conc"
+    refused = f"refused the units of 'conc': foreign data in the slot store at {key}: WRONGTYPE"
+    errors: list[BaseException] = []
+
+    async def block(sup: Supervisor) -> None:
+        try:
+            async with sup.limited(conc):
+                pass  # pragma: no cover
+        except SlotStoreUnavailableError as exc:
+            errors.append(exc)
+
+    async with replica(store) as (a, recorder):
+        held = await a.add(held_by(trio.Event(), "held", conc, started := trio.Event()))
+        kept = await a.add(held_by(trio.Event(), "kept", other, kept_started := trio.Event()))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+            await kept_started.wait()
+        waiting = await a.add(TaskSpec.once("waiting", trio.lowlevel.checkpoint, limits=(conc,)))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(block, a)
+            with trio.fail_after(2 * TTL):
+                while (await a.cluster_limit(conc)).waiting < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await client.delete([key])
+            await client.set(key, "not a hash")
+            with trio.fail_after(2 * TTL):  # the next renewal, at lease_ttl / 3
+                lost = await held.wait()
+                outcome = await waiting.wait()
+        assert lost.kind is OutcomeKind.LEASE_LOST
+        assert outcome.kind is OutcomeKind.FATAL
+        assert isinstance(outcome.error, SlotStoreUnavailableError)
+        assert f"slot store {store.safe_url} {refused}" in str(outcome.error)
+        assert [type(e) for e in errors] == [SlotStoreUnavailableError]
+        assert refused in str(errors[0])
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(
+            f"units lost to foreign data in the slot store at {key}: WRONGTYPE" in m
+            for m in messages
+        )
+        await trio.sleep(TTL)  # past the deadline of a unit whose renewals failed
+        assert not kept.done
+        info = await a.cluster_limit(other)
+        assert (info.held, info.holders) == (1, {a.instance_id: 1})
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([key])
+        await a.remove("kept")
+
+
 async def test_cluster_limit_needs_a_slot_store() -> None:
     """Without a slot store ``cluster_limit`` raises ``ConfigError``."""
     async with open_supervisor() as sup:

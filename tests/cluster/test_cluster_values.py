@@ -30,7 +30,7 @@ from trio_taskvisor import ConfigError, OutcomeKind, RejectionKind, TaskOutcome
 from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore, SentinelTarget, TLSSettings, parse_sentinel_url
 from trio_taskvisor._keeper import secrets_of
-from trio_taskvisor._redis_scripts import Reply
+from trio_taskvisor._redis_scripts import LimitReply, Reply
 from trio_taskvisor._slotstore import (
     LOST_LEASE_FRACTION,
     MAX_TRANSFER_CHARS,
@@ -1036,6 +1036,17 @@ def test_renew_reply_with_bytes_not_utf8_keeps_them_as_surrogate_escapes() -> No
     assert parsed.follows == (Reply("out", detail="\udcff"),)
     limits = scripts.parse_limit_renew(b'["g\xff", []]')
     assert limits.gen == "g\udcff"
+
+
+def test_limit_renew_reply_parses_foreign_data_and_the_shorter_shape() -> None:
+    """A waiter refused for foreign data, and the holders keys of foreign data that lost
+    units were named in (a fourth part, which a reply of three parts lacks)."""
+    raw = '["g", [["foreign", "p", "lh:p: WRONGTYPE x"]], ["i/1"], ["lh:p: WRONGTYPE x"]]'
+    parsed = scripts.parse_limit_renew(raw)
+    assert parsed.waiters == (LimitReply("foreign", pool="p", what="lh:p: WRONGTYPE x"),)
+    assert (parsed.lost, parsed.foreign) == (frozenset({"i/1"}), ("lh:p: WRONGTYPE x",))
+    assert scripts.parse_limit_renew('["g", {}, {}, {}]').foreign == ()
+    assert scripts.parse_limit_renew('["g", {}, {}]').foreign == ()
 
 
 @pytest.mark.parametrize(
