@@ -861,7 +861,7 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
     if timed_out and asked == "the subscription":
         return "did not confirm the subscription to this process's channel in time"
     if isinstance(exc, AuthenticationRequiredError):  # no AUTH sent: the URL has no password
-        what = "asks for a password, and the URL gives none (redis://:PASSWORD@host)"
+        what = "asks for a password, and the URL gives none (:PASSWORD@ before the host)"
         return what if store.sentinel is None else f"could not use its primary: it {what}"
     if isinstance(exc, AuthenticationError) and store.sentinel is not None:
         return "could not use its primary: it refused the credentials (the URL's user and password)"

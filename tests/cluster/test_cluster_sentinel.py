@@ -314,6 +314,10 @@ SENTINELS_REFUSED = (
 PRIMARY_REFUSED = (
     "could not use its primary: it refused the credentials (the URL's user and password): "
 )
+PRIMARY_ASKS = (
+    "could not use its primary: it asks for a password, and the URL gives none"
+    " (:PASSWORD@ before the host): "
+)
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +332,7 @@ def guarded() -> Iterator[GuardedTopology]:
         (PRIMARY_PW, None, SENTINELS_REFUSED),
         (PRIMARY_PW, "wrong-pw", SENTINELS_REFUSED),
         ("wrong-pw", SENTINEL_PW, PRIMARY_REFUSED),
-        (None, SENTINEL_PW, PRIMARY_REFUSED),
+        (None, SENTINEL_PW, PRIMARY_ASKS),
     ],
     ids=["no-sentinel-password", "wrong-sentinel-password", "wrong-password", "no-password"],
 )

@@ -579,7 +579,7 @@ async def test_a_missing_password_is_named_exit_2() -> None:
     assert err.count("\n") == 1
     assert err.startswith(
         f"error: slot store {server.url} asks for a password, and the URL gives none"
-        " (redis://:PASSWORD@host): AuthenticationRequiredError: "
+        " (:PASSWORD@ before the host): AuthenticationRequiredError: "
     )
 
 
