@@ -34,6 +34,14 @@ Decisions:
   connection pool would.
 * A ``NOSCRIPT`` reply (the server lost its script cache in a restart) loads every
   script and sends again only the calls that did not run.
+* A subscription that has carried nothing for a renewal interval (``lease_ttl / 3``)
+  sends a ``PING`` on its socket, and ends when nothing answers within
+  ``connect_timeout`` (any reply counts, an error too): the keeper then opens a fresh
+  connection, as for any subscription that ended. A subscription is idle most of the
+  time, and its connection can die without a reset (a NAT's or a load balancer's idle
+  timeout, a firewall that forgot it): it waited for ever, and every hand-over to the
+  process, and every stop of its owners another process asked for, waited for the
+  next renewal to find it, with nothing logged.
 * The client's own bounds (connecting with TCP and TLS, a subscription's confirmation)
   are half the keeper's ``connect_timeout``, so their errors arrive within the keeper's
   bound; a server that accepts a connection and says nothing is the keeper's to time
@@ -280,10 +288,25 @@ class _RedisConnection:
         # a fresh connection and subscription. No reconnection here: a broken
         # subscription ends.
         wire = await open_wire(self._client, self._store, (_head(b"SUBSCRIBE"), (channel,)))
+        # A subscription is idle most of the time, and a connection that dies without a
+        # word (a NAT's or a load balancer's idle timeout, a firewall that drops its
+        # state) would leave it waiting for ever: every hand-over to this process would
+        # wait for a renewal to find it. After a renewal interval without a message it
+        # asks the server with a PING; no answer within ``connect_timeout`` ends it.
+        idle, bound = self._store.lease_ttl / 3, self._store.connect_timeout
         async with wire.stream:
             subscribed()
             while True:
-                kind, value = await wire.next()
+                with trio.move_on_after(idle) as quiet:
+                    kind, value = await wire.next()
+                if quiet.cancelled_caught:
+                    await wire.stream.send_all(_packed([_PING_COMMAND]))
+                    with trio.move_on_after(bound) as silent:
+                        kind, value = await wire.next()
+                    if silent.cancelled_caught:
+                        raise RedisConnectionError(
+                            f"the subscription did not answer a PING within {bound!r} s"
+                        )
                 if kind == DataType.PUSH and cast("list[object]", value)[0] == "message":
                     deliver(str(cast("list[object]", value)[2]))
 
@@ -410,6 +433,7 @@ def _decoded(value: object) -> object:
 
 
 _INFO, _DEL, _WAIT = _head(b"INFO"), _head(b"DEL"), _head(b"WAIT")
+_PING_COMMAND: _Command = (_head(b"PING"), ())
 # the slots command's reads
 _MULTI, _EXEC, _SCAN, _TIME = _head(b"MULTI"), _head(b"EXEC"), _head(b"SCAN"), _head(b"TIME")
 _GET, _HGET, _HMGET, _HGETALL = _head(b"GET"), _head(b"HGET"), _head(b"HMGET"), _head(b"HGETALL")

@@ -14,6 +14,8 @@ Timing bounds are liveness bounds with wide margins; every wait is bounded by
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import signal
 import socket
@@ -21,7 +23,8 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import coredis
@@ -53,6 +56,7 @@ from trio_taskvisor import (
     EventKind,
     OutcomeError,
     OutcomeKind,
+    Placement,
     RateLimit,
     RejectionKind,
     SlotStoreUnavailableError,
@@ -982,6 +986,82 @@ async def test_unknown_commands_are_named(
     error = await refused_start(store_at(store, server_without_evalsha.url))
     assert "refused the lease scripts as unknown commands: UnknownCommandError" in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.UnknownCommandError)
+
+
+# -- a subscription that dies without a word ---------------------------------------------------
+
+
+@asynccontextmanager
+async def forgetful_proxy(port: int) -> AsyncIterator[tuple[int, Callable[[], None]]]:
+    """A TCP proxy to the loopback server at ``port``: yields its own port and
+    ``forget()``, after which what the server sends on the subscriptions open at that
+    moment is dropped, as a NAT or a load balancer that forgot an idle connection drops
+    it: no reset, no close. Connections opened later pass."""
+    subscriptions: set[trio.SocketStream] = set()
+    forgotten: set[trio.SocketStream] = set()
+
+    async def pump(source: trio.SocketStream, sink: trio.SocketStream, client: bool) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await source.receive_some(65536):
+                if client and b"SUBSCRIBE" in data:
+                    subscriptions.add(source)
+                if client or sink not in forgotten:
+                    await sink.send_all(data)
+
+    async def handle(client: trio.SocketStream) -> None:
+        server = await trio.open_tcp_stream("127.0.0.1", port)
+        async with client, server, trio.open_nursery() as nursery:
+            nursery.start_soon(pump, client, server, True)
+            await pump(server, client, False)
+            nursery.cancel_scope.cancel()
+
+    def forget() -> None:
+        forgotten.update(subscriptions)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
+        )
+        yield listeners[0].socket.getsockname()[1], forget
+        nursery.cancel_scope.cancel(reason="the test proxy is no longer needed")
+
+
+async def test_a_subscription_that_dies_without_a_word_is_replaced(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A subscription whose connection dies without a reset (a NAT's idle timeout) is
+    found by a PING after a renewal interval without messages, and replaced: one
+    outage, and hand-overs to the process are pushed again. Before, it waited for ever,
+    and every hand-over to the process waited for its next renewal (up to
+    ``lease_ttl / 3``), with nothing logged."""
+    ttl = 3.0  # renewals every 1 s; the PING after 1 s of silence, answered within 0.5 s
+    slow = RedisSlotStore(store.url, namespace=store.namespace, lease_ttl=ttl, connect_timeout=0.5)
+    async with forgetful_proxy(redis_server.port) as (port, forget):
+        url = f"redis://127.0.0.1:{port}/0"
+        proxied = RedisSlotStore(url, namespace=store.namespace, lease_ttl=ttl, connect_timeout=0.5)
+        async with replica(slow) as (sup_a, _), replica(proxied) as (sup_b, recorder):
+            forget()
+            with trio.fail_after(4 * ttl):
+                await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+                await recorder.wait_for(EventKind.CONTROLLER_STORE_RECOVERED)
+            gate = trio.Event()
+            owner = await sup_a.submit(ControllerSpec.queue(gated(gate), slot="s", wait=True))
+            assert await owner.wait_placed() is Placement.OWNER
+            started = trio.Event()
+
+            async def next_owner() -> None:
+                started.set()
+
+            queued = await sup_b.submit(
+                ControllerSpec.queue(TaskSpec.once("next", next_owner), slot="s", wait=True)
+            )
+            assert await queued.wait_placed() is Placement.QUEUED
+            gate.set()
+            with trio.fail_after(ttl / 6):  # pushed: well within a renewal interval
+                await started.wait()
+            with trio.fail_after(2 * ttl):
+                assert (await queued.wait()).kind is OutcomeKind.COMPLETED
+            assert outages(recorder) == (1, 1)
 
 
 # -- a clock that does not run in real time -----------------------------------------------------
