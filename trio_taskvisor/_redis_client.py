@@ -46,6 +46,12 @@ Decisions:
   are half the keeper's ``connect_timeout``, so their errors arrive within the keeper's
   bound; a server that accepts a connection and says nothing is the keeper's to time
   out ("did not answer").
+* A plain URL that names a sentinel (its ``HELLO`` answers ``mode sentinel``) is refused
+  as such when a socket opens ("is a sentinel, not a data node: name the primary, or
+  the sentinels as redis+sentinel://..."), at start and in the slots command, as a
+  Sentinel URL that names a server is. It read as the sentinel's refusal of the first
+  command the store sent ("refused the lease scripts as unknown commands: unknown
+  command 'EVALSHA', ..."; the slots command's 'SCAN'; with a database, 'SELECT').
 * With a Sentinel URL each socket asks the sentinels for the primary when it opens
   (and the primary confirms its role with ``ROLE``); since the keeper opens a fresh
   connection after every failed round trip, a failover (even to a frozen primary,
@@ -369,9 +375,18 @@ _Command = tuple[_Head, tuple[str, ...]]
 """A command: its head, and the rest of its arguments."""
 
 
+class SentinelAddressError(ResponseError):
+    """A plain URL names a sentinel (its ``HELLO`` says ``mode sentinel``): it has no
+    data and knows none of the store's commands."""
+
+
 def _check_handshake(replies: list[object], role_at: int | None, location: TCPLocation) -> None:
-    """Raise the first error reply of a new socket's handshake, or ``StalePrimaryError``
-    when the ``ROLE`` reply at ``role_at`` is not a primary's."""
+    """Raise the first error reply of a new socket's handshake, ``SentinelAddressError``
+    when a plain URL's server is a sentinel, or ``StalePrimaryError`` when the ``ROLE``
+    reply at ``role_at`` is not a primary's."""
+    hello = replies[0]  # before a SELECT's error: a sentinel knows no SELECT
+    if role_at is None and isinstance(hello, dict) and hello.get("mode") == "sentinel":
+        raise SentinelAddressError(f"{location} answers as a sentinel")
     for reply in replies:
         if isinstance(reply, BaseException):
             raise reply
@@ -874,6 +889,11 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
         return f"could not load the file of its url option {exc.option!r}"
     if isinstance(exc, StalePrimaryError):
         return "named a primary that is no longer one (a failover in progress?)"
+    if isinstance(exc, SentinelAddressError):
+        return (
+            "is a sentinel, not a data node: name the primary, or the sentinels as"
+            " redis+sentinel://host:port/service"
+        )
     chain = _chain(exc)
     timed_out = any(isinstance(link, TimeoutError) for link in chain)
     if tls and timed_out and asked == "the connection":

@@ -246,6 +246,36 @@ async def test_a_url_naming_a_plain_server_as_a_sentinel_is_named(
     assert err.startswith(f"error: {said}"), err
 
 
+@pytest.mark.parametrize("db", [0, 1])
+async def test_a_plain_url_naming_a_sentinel_is_named(
+    sentinel_topology: SentinelTopology,
+    namespace: str,
+    capsys: pytest.CaptureFixture[str],
+    db: int,
+) -> None:
+    """A ``redis://`` URL whose address is a sentinel's (the other way round): named as
+    such, at once, by the start and by the ``slots`` command. Before, it read as the
+    sentinel's refusal of the first command ("refused the lease scripts as unknown
+    commands: UnknownCommandError: unknown command 'EVALSHA', ..."; 'SCAN' in the
+    ``slots`` command; "refused the connection" for 'SELECT' with a database)."""
+    url = f"redis://127.0.0.1:{sentinel_topology.sentinels[0].port}/{db}"
+    store = RedisSlotStore(url, namespace=namespace, connect_timeout=2.0)
+    started = time.monotonic()
+    error = await refused_start(store)
+    assert time.monotonic() - started < 1.0  # an answer, not a timeout
+    said = (
+        f"slot store {url} is a sentinel, not a data node: name the primary, or the"
+        " sentinels as redis+sentinel://host:port/service: SentinelAddressError"
+    )
+    assert str(error).startswith(said), error
+    command = functools.partial(slots.main, url, namespace=namespace)
+    with trio.fail_after(10):
+        status = await trio.to_thread.run_sync(command)
+    out, err = capsys.readouterr()
+    assert (status, out) == (2, "")
+    assert err.startswith(f"error: {said}"), err
+
+
 async def test_a_plain_server_before_the_sentinels_is_passed_over(
     redis_server: RedisServer, sentinel_topology: SentinelTopology, namespace: str
 ) -> None:
