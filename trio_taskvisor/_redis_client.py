@@ -306,8 +306,8 @@ class _RedisConnection:
                 with trio.move_on_after(idle) as quiet:
                     kind, value = await wire.next()
                 if quiet.cancelled_caught:
-                    await wire.stream.send_all(_packed([_PING_COMMAND]))
                     with trio.move_on_after(bound) as silent:
+                        await wire.stream.send_all(_packed([_PING_COMMAND]))
                         kind, value = await wire.next()
                     if silent.cancelled_caught:
                         raise RedisConnectionError(
