@@ -303,16 +303,7 @@ class _RedisConnection:
         async with wire.stream:
             subscribed()
             while True:
-                with trio.move_on_after(idle) as quiet:
-                    kind, value = await wire.next()
-                if quiet.cancelled_caught:
-                    with trio.move_on_after(bound) as silent:
-                        await wire.stream.send_all(_packed([_PING_COMMAND]))
-                        kind, value = await wire.next()
-                    if silent.cancelled_caught:
-                        raise RedisConnectionError(
-                            f"the subscription did not answer a PING within {bound!r} s"
-                        )
+                kind, value = await _heard(wire, idle, bound)
                 if kind == DataType.PUSH and cast("list[object]", value)[0] == "message":
                     deliver(str(cast("list[object]", value)[2]))
 
@@ -375,6 +366,17 @@ _Command = tuple[_Head, tuple[str, ...]]
 """A command: its head, and the rest of its arguments."""
 
 
+async def _heard(wire: _Wire, idle: float, bound: float) -> tuple[DataType, object]:
+    """The subscription's next message; after ``idle`` seconds without one, a ``PING``,
+    whose answer (or a message before it) must come within ``bound`` seconds."""
+    with trio.move_on_after(idle):
+        return await wire.next()
+    with trio.move_on_after(bound):
+        await wire.stream.send_all(_packed([_PING_COMMAND]))
+        return await wire.next()
+    raise RedisConnectionError(f"the subscription did not answer a PING within {bound!r} s")
+
+
 class SentinelAddressError(ResponseError):
     """A plain URL names a sentinel (its ``HELLO`` says ``mode sentinel``): it has no
     data and knows none of the store's commands."""
@@ -385,7 +387,11 @@ def _check_handshake(replies: list[object], role_at: int | None, location: TCPLo
     when a plain URL's server is a sentinel, or ``StalePrimaryError`` when the ``ROLE``
     reply at ``role_at`` is not a primary's."""
     hello = replies[0]  # before a SELECT's error: a sentinel knows no SELECT
-    if role_at is None and isinstance(hello, dict) and hello.get("mode") == "sentinel":
+    if (
+        role_at is None
+        and isinstance(hello, dict)
+        and cast("dict[object, object]", hello).get("mode") == "sentinel"
+    ):
         raise SentinelAddressError(f"{location} answers as a sentinel")
     for reply in replies:
         if isinstance(reply, BaseException):
