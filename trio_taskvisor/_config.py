@@ -17,15 +17,17 @@ Decisions the design leaves open:
   (never healthy, no budget); ``0`` is a ``ConfigError`` for both (they must be > 0).
 * ``RedisSlotStore.url`` is checked when the store is built: scheme ``redis`` or
   ``rediss``, a host, an optional port (1 to 65535) and an optional database path
-  (``/0``). The query options ``db``, ``username`` and ``password`` are passed on to
-  coredis as it documents them; any other option is a ``ConfigError`` naming it, and
-  so is an option given twice (coredis reads the first, a Sentinel URL read the last)
-  or a value given in the URL's body and as an option that differ: the path's database
-  and ``db``, the user part's name or password and ``username`` or ``password``
-  (coredis took the ``db`` option and the user part, the Sentinel parser the path and
-  the user part; the same value twice is accepted). Percent-escapes in the user
-  name and password are decoded, so a password may contain ``@``, ``:`` or ``/`` as
-  ``%40``, ``%3A``, ``%2F``.
+  (``/0``: ASCII digits, below ``2**31``, which the server's ``SELECT`` reads; a
+  larger number failed only at the start, as "refused the connection", and a
+  full-width digit was read as its ASCII one). The query options ``db``, ``username``
+  and ``password`` are passed on to coredis as it documents them; any other option is
+  a ``ConfigError`` naming it, and so is an option given twice (coredis reads the
+  first, a Sentinel URL read the last) or a value given in the URL's body and as an
+  option that differ: the path's database and ``db``, the user part's name or password
+  and ``username`` or ``password`` (coredis took the ``db`` option and the user part,
+  the Sentinel parser the path and the user part; the same value twice is accepted).
+  Percent-escapes in the user name and password are decoded, so a password may contain
+  ``@``, ``:`` or ``/`` as ``%40``, ``%3A``, ``%2F``.
 * TLS (``rediss``, ``rediss+sentinel``) checks the server as trio and browsers do: its
   certificate against the system's CAs (or ``ssl_ca_certs``, a file or a directory)
   and its host name against the certificate (coredis checks no host name unless
@@ -125,6 +127,11 @@ _URL_OPTIONS: Final = frozenset({"db", "password", "username"}) | _TLS_OPTIONS
 _SENTINEL_URL_OPTIONS: Final = _URL_OPTIONS | {"sentinel_password"}
 
 
+def _database(text: str) -> bool:
+    """Whether ``text`` is a database number the server's ``SELECT`` reads."""
+    return text.isascii() and text.isdigit() and int(text) < 2**31
+
+
 def _check_url(url: object) -> str:
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}")
@@ -155,8 +162,10 @@ def _check_url(url: object) -> str:
     if not parts.hostname:
         raise ConfigError("url must name a host, as in redis://host:6379/0")
     db = parts.path.strip("/")
-    if db and not db.isdigit():
-        raise ConfigError("url path must be a database number, as in redis://host:6379/0")
+    if db and not _database(db):
+        raise ConfigError(
+            "url path must be a database number (0 to 2147483647), as in redis://host:6379/0"
+        )
     options = _check_options(parts.query, tls=parts.scheme == "rediss")
     userinfo = parts.netloc.rpartition("@")[0]
     name, colon, secret = userinfo.partition(":")
@@ -192,8 +201,8 @@ def _check_options(query: str, *, tls: bool, sentinel: bool = False) -> dict[str
         if name in _TLS_OPTIONS and not tls:
             needs = "rediss+sentinel://" if sentinel else "rediss://"
             raise ConfigError(f"url option {name!r} needs a {needs} (TLS) url")
-        if name == "db" and not value.isdigit():
-            raise ConfigError("url option 'db' must be a database number")
+        if name == "db" and not _database(value):
+            raise ConfigError("url option 'db' must be a database number (0 to 2147483647)")
         options[name] = value
     return options
 
@@ -354,10 +363,10 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         raise ConfigError(
             "url must name the monitored service, as in redis+sentinel://s1:26379/mymaster/0"
         )
-    if len(path) > 2 or (len(path) == 2 and path[1] and not path[1].isdigit()):
+    if len(path) > 2 or (len(path) == 2 and path[1] and not _database(path[1])):
         raise ConfigError(
-            "url path must be /service or /service/db (a database number), as in "
-            "redis+sentinel://s1:26379/mymaster/0"
+            "url path must be /service or /service/db (a database number, 0 to 2147483647),"
+            " as in redis+sentinel://s1:26379/mymaster/0"
         )
     tls = parts.scheme == "rediss+sentinel"
     options = _check_options(parts.query, tls=tls, sentinel=True)

@@ -630,6 +630,31 @@ def test_unsupported_url_options_are_refused(query: str, named: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h:6379/2147483648",
+        "redis://h:6379/99999999999999999999",
+        "redis://h:6379/\uff11",  # a full-width 1
+        "redis://h:6379?db=2147483648",
+        "redis://h:6379?db=\uff11",
+        "redis+sentinel://s:26379/svc/2147483648",
+        "redis+sentinel://s:26379/svc/\uff11",
+    ],
+)
+def test_a_database_number_select_cannot_read_is_refused(url: str) -> None:
+    """A database number is ASCII digits below 2**31: a larger one failed only at the
+    start ("refused the connection: value is out of range"), and a full-width digit was
+    read as its ASCII one."""
+    with pytest.raises(ConfigError, match=r"a database number,? \(?0 to 2147483647"):
+        RedisSlotStore(url)
+
+
+def test_the_largest_database_number_is_accepted() -> None:
+    assert RedisSlotStore("redis://h:6379/2147483647?db=2147483647")
+    assert RedisSlotStore("redis+sentinel://s:26379/svc/2147483647")
+
+
+@pytest.mark.parametrize(
     ("url", "message"),
     [
         ("redis://u:p@h/0?password=q", "its password once: its user part and its option "),
