@@ -1209,7 +1209,7 @@ class LeaseKeeper:
                 except BaseException as exc:
                     self._contain(exc, "a round trip to the slot store failed", "the connection")
             if scope.cancelled_caught:
-                why = f"it did not answer within {round(bound, 3)!r} s"
+                why = f"it did not answer within {bound:.3g} s"  # 0.000333, not 0.0
         if replies is None or len(replies) != len(batch.calls):
             self._batch_failed(batch, why)
             return False
