@@ -760,6 +760,38 @@ async def test_events_stream_closed_by_its_consumer_ends_quietly(autojump_clock:
         assert outcome.kind is OutcomeKind.COMPLETED
 
 
+async def test_events_stream_opened_during_the_drain_ends_at_once(autojump_clock: Any) -> None:
+    """A stream opened while the shutdown drains the subscribers ends at once, and the
+    shutdown ends with the subscriber's drain (it waited for the drain deadline)."""
+
+    class SlowFirst:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def on_event(self, event: TaskEvent) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                await trio.sleep(1.0)  # the drain runs until 1.0
+
+    received: list[TaskEvent] = []
+    ended_at = -1.0
+
+    async def late_reader(sup: Any) -> None:
+        nonlocal ended_at
+        await sup.wait_closing()
+        await trio.sleep(0.5)  # the fan-out has ended, the subscriber still drains
+        async with sup.events() as stream:
+            received.extend([event async for event in stream])
+        ended_at = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        async with open_supervisor(subscribers=[SlowFirst()]) as sup:
+            nursery.start_soon(late_reader, sup)
+            await (await sup.add(TaskSpec.once("t", returns_done))).wait()
+        assert trio.current_time() == 1.0
+    assert (received, ended_at) == ([], 0.5)
+
+
 @pytest.mark.parametrize("capacity", [0, -5])
 async def test_events_capacity_below_one_is_a_config_error(capacity: int) -> None:
     """events() with a capacity below 1 raises ConfigError at the call."""

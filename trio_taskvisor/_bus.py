@@ -21,6 +21,11 @@ Decisions the design leaves open:
   dropped: an ``on_event`` that shields itself and outlives the deadline is given no
   more (before, it was handed every one of them, counted dropped all the same, and the
   shutdown took their number times a call's time).
+* An ``events()`` stream opened once the shutdown's drain has begun (``close()``: no
+  event is published from then on) ends at once, as one opened after the supervisor's
+  end does. It was given a lane that the finished fan-out never closed: its reader
+  waited, and the shutdown with it, until the drain deadline
+  (``subscriber_shutdown_timeout``).
 * The same subscriber object given twice is a ``ConfigError``: it would get (and count)
   every event twice. Two subscribers of one name are fine (their drops add up).
 * A ``BaseException`` from ``on_event`` that is not trio's cancellation
@@ -102,6 +107,7 @@ class EventBus:
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock  # set when the bus starts running
         self._closed = False
+        self._closing = False  # close() was called: nothing is published from then on
         self.finished = trio.Event()
         self.active = False
         self.published = 0
@@ -173,6 +179,7 @@ class EventBus:
 
     def close(self) -> None:
         """Stop accepting events; the fan-out forwards what is queued, then ends."""
+        self._closing = True
         self._send.close()
 
     def cancel(self) -> None:
@@ -209,7 +216,9 @@ class EventBus:
         """Open a lane that forwards later events into a receive channel."""
         capacity = check_capacity("capacity", capacity)
         send, recv = trio.open_memory_channel[TaskEvent](0)
-        if self._closed or self._nursery is None:
+        if self._closing or self._closed or self._nursery is None:
+            # No later event will come (a lane added once the fan-out has ended would
+            # never be closed): an ended stream.
             send.close()
             await trio.lowlevel.checkpoint()
             yield recv
