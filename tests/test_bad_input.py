@@ -1310,6 +1310,30 @@ async def test_regression_subscribers_not_a_collection_names_it(autojump_clock: 
     check_message(info.value, "EventRecorder")
 
 
+@pytest.mark.parametrize("flag", ["yes", 1, None])
+async def test_regression_handle_signals_not_a_bool_names_it(
+    autojump_clock: Any, flag: object
+) -> None:
+    """A truthy non-bool (``"yes"``, ``1``) used to handle signals, ``None`` not to."""
+    with pytest.raises(TypeError, match="handle_signals must be a bool") as info:
+        async with open_supervisor(handle_signals=flag):  # type: ignore[arg-type]
+            pytest.fail("the block must not run")
+    check_message(info.value, repr(flag))
+
+
+async def test_regression_is_alive_of_a_non_str_names_it(autojump_clock: Any) -> None:
+    """``sup.is_alive(1)`` (a ``TaskId``, say) used to answer ``False``."""
+    async with supervisor() as sup:
+        waiter = await sup.add(TaskSpec.once("job", trio.sleep, 1.0))
+        with pytest.raises(TypeError, match="name must be a task name") as info:
+            sup.is_alive(waiter.id)  # type: ignore[arg-type]
+        check_message(info.value, repr(waiter.id))
+        await trio.sleep(0.5)
+        assert sup.is_alive("job")
+        await waiter.wait()
+        await assert_still_works(sup)
+
+
 async def test_regression_run_in_slot_rejects_a_none_slot(autojump_clock: Any) -> None:
     """``None`` used to run the call in a per-call slot named after it."""
     body_runs: list[int] = []

@@ -809,6 +809,8 @@ class Supervisor:
     def is_alive(self, name: str) -> bool:
         """Whether ``name`` has an attempt physically in progress."""
         self._registry.check_thread("sup.is_alive, name", sync=True)
+        if not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"name must be a task name (a str), got {name!r}")
         return self._registry.is_alive(name)
 
     def statistics(self) -> SupervisorStatistics:
@@ -1028,6 +1030,8 @@ class Supervisor:
         elif not isinstance(config, SupervisorConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"config must be a SupervisorConfig, got {config!r}")
         _check_iterable("subscribers", subscribers, "subscribers")
+        if not isinstance(handle_signals, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"handle_signals must be a bool, got {handle_signals!r}")
         if config.controller is not None and config.controller.slot_store is not None:
             _check_real_clock()
         sup = cls(config, tuple(subscribers))
