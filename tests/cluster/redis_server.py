@@ -88,6 +88,7 @@ class RedisServer:
             except OSError:
                 pass
             if time.monotonic() > deadline:
+                self.stop()  # not left running (a server that asks for a password, say)
                 raise RuntimeError(f"{self.binary} did not accept connections in time")
             time.sleep(0.01)  # readiness poll of a child process, not a test's settle wait
 
