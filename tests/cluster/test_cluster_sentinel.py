@@ -221,22 +221,15 @@ async def test_no_reachable_sentinel_is_named_at_start(namespace: str) -> None:
     assert error.__cause__.__cause__ is not None  # the sentinel's connection error
 
 
-async def test_a_url_naming_a_plain_server_as_a_sentinel_is_named(
-    redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
+async def assert_named_at_once(
+    url: str, namespace: str, said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A ``redis+sentinel://`` URL whose address is a server, not a sentinel (the
-    primary's address, say): named as such, at once, by the start and by the ``slots``
-    command. Before, it read "refused the connection as unknown commands"."""
-    url = f"redis+sentinel://127.0.0.1:{redis_server.port}/mymaster"
+    """The start refuses ``url`` at once (an answer, not a timeout) with an error that
+    begins with ``said``, and the ``slots`` command prints it and exits 2."""
     store = RedisSlotStore(url, namespace=namespace, connect_timeout=2.0)
     started = time.monotonic()
     error = await refused_start(store)
-    assert time.monotonic() - started < 1.0  # an answer, not a timeout
-    said = (
-        f"slot store {url} could not ask its sentinels: they refused the SENTINEL command"
-        " as unknown (is the address a sentinel's? the URL names the sentinels, not the"
-        " primary): NoPrimaryError"
-    )
+    assert time.monotonic() - started < 1.0
     assert str(error).startswith(said), error
     command = functools.partial(slots.main, url, namespace=namespace)
     with trio.fail_after(10):
@@ -244,6 +237,21 @@ async def test_a_url_naming_a_plain_server_as_a_sentinel_is_named(
     out, err = capsys.readouterr()
     assert (status, out) == (2, "")
     assert err.startswith(f"error: {said}"), err
+
+
+async def test_a_url_naming_a_plain_server_as_a_sentinel_is_named(
+    redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``redis+sentinel://`` URL whose address is a server, not a sentinel (the
+    primary's address, say): named as such, at once, by the start and by the ``slots``
+    command. Before, it read "refused the connection as unknown commands"."""
+    url = f"redis+sentinel://127.0.0.1:{redis_server.port}/mymaster"
+    said = (
+        f"slot store {url} could not ask its sentinels: they refused the SENTINEL command"
+        " as unknown (is the address a sentinel's? the URL names the sentinels, not the"
+        " primary): NoPrimaryError"
+    )
+    await assert_named_at_once(url, namespace, said, capsys)
 
 
 @pytest.mark.parametrize("db", [0, 1])
@@ -259,21 +267,11 @@ async def test_a_plain_url_naming_a_sentinel_is_named(
     commands: UnknownCommandError: unknown command 'EVALSHA', ..."; 'SCAN' in the
     ``slots`` command; "refused the connection" for 'SELECT' with a database)."""
     url = f"redis://127.0.0.1:{sentinel_topology.sentinels[0].port}/{db}"
-    store = RedisSlotStore(url, namespace=namespace, connect_timeout=2.0)
-    started = time.monotonic()
-    error = await refused_start(store)
-    assert time.monotonic() - started < 1.0  # an answer, not a timeout
     said = (
         f"slot store {url} is a sentinel, not a data node: name the primary, or the"
         " sentinels as redis+sentinel://host:port/service: SentinelAddressError"
     )
-    assert str(error).startswith(said), error
-    command = functools.partial(slots.main, url, namespace=namespace)
-    with trio.fail_after(10):
-        status = await trio.to_thread.run_sync(command)
-    out, err = capsys.readouterr()
-    assert (status, out) == (2, "")
-    assert err.startswith(f"error: {said}"), err
+    await assert_named_at_once(url, namespace, said, capsys)
 
 
 async def test_a_plain_server_before_the_sentinels_is_passed_over(

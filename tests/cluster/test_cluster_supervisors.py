@@ -17,6 +17,7 @@ import pathlib
 import ssl
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import coredis
 import pytest
@@ -34,7 +35,9 @@ from trio_taskvisor import (
     RejectionKind,
     SlotStatus,
     SlotStoreUnavailableError,
+    Supervisor,
     TaskSpec,
+    TaskWaiter,
     current_context,
     open_supervisor,
 )
@@ -367,6 +370,22 @@ async def test_an_error_reply_to_a_submit_rejects_it_with_the_error(
     assert line.getMessage().startswith("slot store call failed (_Submit): WrongTypeError: ")
 
 
+async def owners_and_one_queued(
+    sup: Supervisor, recorder: EventRecorder, gates: dict[str, trio.Event]
+) -> tuple[dict[str, TaskWaiter[Any]], TaskWaiter[Any]]:
+    """An owner of slots ``a`` and ``b`` (each ends with its slot's name once its gate
+    is set), and an entry queued behind ``a``'s owner, placed."""
+    owners = {
+        slot: await sup.submit(ControllerSpec.queue(gated(gate, slot), slot=slot))
+        for slot, gate in gates.items()
+    }
+    queued = await sup.submit(ControllerSpec.queue(quick("queued"), slot="a", wait=True))
+    with trio.fail_after(5):
+        await queued.wait_placed()
+        await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="b")
+    return owners, queued
+
+
 @pytest.mark.parametrize("key", ["lease", "q"])
 async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
     store: RedisSlotStore, client: coredis.Redis[str], key: str
@@ -380,14 +399,7 @@ async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
     owner ended LEASE_LOST."""
     gates = {slot: trio.Event() for slot in "ab"}
     async with replica(store) as (sup, recorder):
-        owners = {
-            slot: await sup.submit(ControllerSpec.queue(gated(gate, slot), slot=slot))
-            for slot, gate in gates.items()
-        }
-        queued = await sup.submit(ControllerSpec.queue(quick("queued"), slot="a", wait=True))
-        with trio.fail_after(5):
-            await queued.wait_placed()
-            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="b")
+        owners, queued = await owners_and_one_queued(sup, recorder, gates)
         await client.set(f"{store.key_prefix}{key}:a", "foreign")
         with trio.fail_after(2 * store.lease_ttl):
             rejected = await queued.wait()
@@ -427,14 +439,7 @@ async def test_foreign_data_at_an_entrys_gone_key_refuses_that_entry_only(
     gates = {slot: trio.Event() for slot in "ab"}
     prefix = store.key_prefix
     async with replica(store) as (sup, recorder):
-        owners = {
-            slot: await sup.submit(ControllerSpec.queue(gated(gate, slot), slot=slot))
-            for slot, gate in gates.items()
-        }
-        queued = await sup.submit(ControllerSpec.queue(quick("queued"), slot="a", wait=True))
-        with trio.fail_after(5):
-            await queued.wait_placed()
-            await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, slot="b")
+        owners, queued = await owners_and_one_queued(sup, recorder, gates)
         (entry,) = await client.lrange(f"{prefix}q:a", 0, -1)
         await client.rpush(f"{prefix}gone:{entry}", ["foreign"])  # then out of its queue
         await client.lrem(f"{prefix}q:a", 0, entry)
