@@ -152,11 +152,12 @@ local function live(e) return alive(instance_of(e)) end
 
 local function tell(i, msg) redis.call('PUBLISH', P .. 'ch:' .. i, cjson.encode(msg)) end
 
--- The text of a redis.pcall's error reply r if it says WRONGTYPE (foreign data at the
--- key: the caller refuses what reads it); any other error (a refusal: an ACL change, a
--- server out of memory) is raised, failing the script as redis.call would.
-local function wrongtype(r)
-  if string.find(r.err, 'WRONGTYPE', 1, true) then return r.err end
+-- 'key: error' for a redis.pcall's error reply r at key (after P) if it says WRONGTYPE
+-- (foreign data at the key: the caller refuses what reads it); any other error (a
+-- refusal: an ACL change, a server out of memory) is raised, failing the script as
+-- redis.call would.
+local function wrongtype(key, r)
+  if string.find(r.err, 'WRONGTYPE', 1, true) then return key .. ': ' .. r.err end
   error(r)
 end
 
@@ -460,7 +461,7 @@ local function lease_here(slot)
   if not v then
     v = redis.pcall('HMGET', P .. 'lease:' .. slot, 'entry', 'token', 'stop')
     if v.err then
-      v = {false, false, false, {'foreign', 'lease:' .. slot .. ': ' .. wrongtype(v)}}
+      v = {false, false, false, {'foreign', wrongtype('lease:' .. slot, v)}}
     end
     lease_memo[slot] = v
   end
@@ -470,14 +471,14 @@ end
 -- e's place in the slot's queue (false: not in it), or false and the foreign item
 local function queued_at(slot, e)
   local at = redis.pcall('LPOS', P .. 'q:' .. slot, e)
-  if type(at) == 'table' then return false, {'foreign', 'q:' .. slot .. ': ' .. wrongtype(at)} end
+  if type(at) == 'table' then return false, {'foreign', wrongtype('q:' .. slot, at)} end
   return at
 end
 
 -- e's gone marker (false: none), or false and the foreign item
 local function gone_of(e)
   local r = redis.pcall('GET', P .. 'gone:' .. e)
-  if type(r) == 'table' then return false, {'foreign', 'gone:' .. e .. ': ' .. wrongtype(r)} end
+  if type(r) == 'table' then return false, {'foreign', wrongtype('gone:' .. e, r)} end
   return r
 end
 
@@ -584,12 +585,12 @@ for k = 1, #flat, 2 do
   local item
   local r = redis.pcall('SADD', jk, me)
   if type(r) == 'table' then
-    item = {'foreign', 'jn:' .. e .. ': ' .. wrongtype(r)}
+    item = {'foreign', wrongtype('jn:' .. e, r)}
   else
     last_at_least(jk, KEEP)
     local out = redis.pcall('GET', P .. 'out:' .. e)
     if type(out) == 'table' then
-      item = {'foreign', 'out:' .. e .. ': ' .. wrongtype(out)}
+      item = {'foreign', wrongtype('out:' .. e, out)}
     elseif out and out ~= 'pending' then
       item = {'out', out}
     else
@@ -1288,7 +1289,7 @@ local function holders_of(pid, ws)
   local v = redis.pcall('HMGET', P .. 'lh:' .. pid, unpack(ws))
   if v.err then
     if not foreign[pid] then
-      foreign[pid] = 'lh:' .. pid .. ': ' .. wrongtype(v)
+      foreign[pid] = wrongtype('lh:' .. pid, v)
       foreign_lost[#foreign_lost + 1] = foreign[pid]
     end
     v = {}
@@ -1384,7 +1385,7 @@ local function refusal(pairs_)
     local pid = pp[1]
     if foreign[pid] == nil then
       local r = redis.pcall('HGET', P .. 'lh:' .. pid, me)
-      foreign[pid] = type(r) == 'table' and ('lh:' .. pid .. ': ' .. wrongtype(r)) or false
+      foreign[pid] = type(r) == 'table' and wrongtype('lh:' .. pid, r)
     end
     if foreign[pid] then return {'foreign', pid, foreign[pid]} end
   end
