@@ -885,7 +885,7 @@ class LeaseKeeper:
                 # as an acquisition the server answers with an error is
                 del self._limits[request.rid]
                 del self._limit_ids[request.w]
-                why = f"foreign data in the slot store at {self.store.key_prefix}{reply.what}"
+                why = self._foreign_at(str(reply.what))
                 log(logging.ERROR, "slot store limit renewal of a waiter refused: %s", why)
                 if sink is not None:
                     labels = ", ".join(repr(pool_label(_pool_of(pid))) for pid, _ in request.pools)
@@ -1276,13 +1276,8 @@ class LeaseKeeper:
                 case _LimitRenewal(waiters, units, rebase):
                     renewed = scripts.parse_limit_renew(reply)
                     for what in renewed.foreign:
-                        log(
-                            logging.ERROR,
-                            "slot store limit renewal: units lost to foreign data in the "
-                            "slot store at %s%s",
-                            self.store.key_prefix,
-                            what,
-                        )
+                        why = self._foreign_at(what)
+                        log(logging.ERROR, "slot store limit renewal: units lost to %s", why)
                     if rebase:
                         self._limit_rebase = False
                         for request in units:  # moved to the new generation
@@ -1920,9 +1915,14 @@ class LeaseKeeper:
 
     def _foreign(self, slot: str, what: str) -> str:
         """Log a renewal item refused for foreign data; return why, to name it."""
-        why = f"foreign data in the slot store at {self.store.key_prefix}{what}"
+        why = self._foreign_at(what)
         log(logging.ERROR, "slot store renewal of slot %r refused: %s", slot, why)
         return why
+
+    def _foreign_at(self, what: str) -> str:
+        """Why, for foreign data at ``what`` (a key after the prefix, and the server's
+        error, as the scripts name it)."""
+        return f"foreign data in the slot store at {self.store.key_prefix}{what}"
 
     def _followed(self, joiner: int, outcome: TaskOutcome[Any]) -> None:
         del self._follows[joiner]
