@@ -36,6 +36,7 @@ from trio_taskvisor import (
     SlotStatus,
     SlotStoreUnavailableError,
     Supervisor,
+    TaskOutcome,
     TaskSpec,
     TaskWaiter,
     current_context,
@@ -386,6 +387,19 @@ async def owners_and_one_queued(
     return owners, queued
 
 
+async def refused_for_foreign_data(
+    waiter: TaskWaiter[Any], store: RedisSlotStore, said: str
+) -> TaskOutcome[Any]:
+    """``waiter``'s outcome, within two ``lease_ttl``: REJECTED(STORE_UNAVAILABLE),
+    its reason naming foreign data at ``said`` (a key after the prefix, and more)."""
+    with trio.fail_after(2 * store.lease_ttl):
+        rejected = await waiter.wait()
+    assert rejected.rejection is RejectionKind.STORE_UNAVAILABLE
+    assert rejected.reason is not None
+    assert rejected.reason.startswith(f"foreign data in the slot store at {store.key_prefix}{said}")
+    return rejected
+
+
 @pytest.mark.parametrize("key", ["lease", "q"])
 async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
     store: RedisSlotStore, client: coredis.Redis[str], key: str
@@ -401,13 +415,7 @@ async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
     async with replica(store) as (sup, recorder):
         owners, queued = await owners_and_one_queued(sup, recorder, gates)
         await client.set(f"{store.key_prefix}{key}:a", "foreign")
-        with trio.fail_after(2 * store.lease_ttl):
-            rejected = await queued.wait()
-        assert rejected.rejection is RejectionKind.STORE_UNAVAILABLE
-        assert rejected.reason is not None
-        assert rejected.reason.startswith(
-            f"foreign data in the slot store at {store.key_prefix}{key}:a: "
-        )
+        rejected = await refused_for_foreign_data(queued, store, f"{key}:a: ")
         if key == "lease":
             with trio.fail_after(2 * store.lease_ttl):
                 lost = await owners["a"].wait()
@@ -443,13 +451,7 @@ async def test_foreign_data_at_an_entrys_gone_key_refuses_that_entry_only(
         (entry,) = await client.lrange(f"{prefix}q:a", 0, -1)
         await client.rpush(f"{prefix}gone:{entry}", ["foreign"])  # then out of its queue
         await client.lrem(f"{prefix}q:a", 0, entry)
-        with trio.fail_after(2 * store.lease_ttl):
-            rejected = await queued.wait()
-        assert rejected.rejection is RejectionKind.STORE_UNAVAILABLE
-        assert rejected.reason is not None
-        assert rejected.reason.startswith(
-            f"foreign data in the slot store at {prefix}gone:{entry}: WRONGTYPE"
-        )
+        await refused_for_foreign_data(queued, store, f"gone:{entry}: WRONGTYPE")
         await trio.sleep(store.lease_ttl)  # observing the leases over a lease_ttl
         assert not owners["a"].done
         assert not owners["b"].done
@@ -486,11 +488,7 @@ async def test_foreign_data_at_a_followed_entrys_key_refuses_that_follow_only(
         foreign = f"{prefix}{key}:{entry}"
         await client.delete([foreign])
         await client.rpush(foreign, ["foreign"])
-        with trio.fail_after(2 * store.lease_ttl):
-            rejected = await joiner.wait()
-        assert rejected.rejection is RejectionKind.STORE_UNAVAILABLE
-        assert rejected.reason is not None
-        assert rejected.reason.startswith(f"foreign data in the slot store at {foreign}: WRONGTYPE")
+        await refused_for_foreign_data(joiner, store, f"{key}:{entry}: WRONGTYPE")
         await trio.sleep(store.lease_ttl)  # observing the leases over a lease_ttl
         assert not owner.done
         assert not followed.done
