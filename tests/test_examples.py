@@ -252,7 +252,7 @@ RUNS: dict[str, Run] = {
             "shutdown_requested",
             "grace_exceeded - forced: audit-writer",
             "summary:",
-            "GraceExceededError, as expected: audit-writer force-aborted",
+            "GraceExceededError, as expected: audit-writer ended force_aborted",
         ],
     ),
     "demo_live": Run(

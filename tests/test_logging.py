@@ -7,6 +7,7 @@ import datetime
 import enum
 import json
 import logging
+import math
 import re
 from typing import Any
 
@@ -22,6 +23,7 @@ from trio_taskvisor import (
     CriticalTaskError,
     EventKind,
     FatalError,
+    GraceExceededError,
     LoggingSubscriber,
     OutcomeKind,
     RejectionKind,
@@ -391,9 +393,9 @@ async def test_periodic_waits_log_at_debug_and_retries_at_info(
             {
                 "kind": EventKind.TASK_FINISHED,
                 "outcome": OutcomeKind.FORCE_ABORTED,
-                "reason": "force-aborted: did not stop within the grace window",
+                "reason": "did not stop within the grace window",
             },
-            "task_finished 'job' #7 - force-aborted: did not stop within the grace window",
+            "task_finished 'job' #7 force_aborted - did not stop within the grace window",
             id="force-aborted",
         ),
         pytest.param(
@@ -425,37 +427,36 @@ async def test_logging_subscriber_messages_never_repeat_a_label_in_the_reason(
     assert [r.getMessage() for r in caplog.records] == [message]
 
 
-async def test_the_demos_recent_events_say_force_aborted_once() -> None:
-    """The demo's line for a forced task is its reason, not "force_aborted: force-aborted"."""
-    from trio_taskvisor._cli.demo import Board
+async def test_a_forced_task_reads_force_aborted_wherever_it_is_shown(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.abc.Clock
+) -> None:
+    """A task forced at the end of the grace is ``force_aborted``, the outcome's kind, in
+    the log line, the demo's recent events and its summary, as every outcome is named by
+    its kind; the reason says why. Before, the reason began "force-aborted: ", so the
+    line and the event read "force-aborted" and the counters "force_aborted"."""
+    from trio_taskvisor._cli.demo import Board, summary
 
+    caplog.set_level(logging.DEBUG, "tests.logging.forced")
     board = Board(1.0)
-    reason = "force-aborted: did not stop within the grace window"
-    await board.on_event(
-        TaskEvent(
-            1,
-            0.0,
-            0.0,
-            EventKind.TASK_FINISHED,
-            TaskId(7),
-            "job",
-            outcome=OutcomeKind.FORCE_ABORTED,
-            reason=reason,
-        )
-    )
-    await board.on_event(
-        TaskEvent(
-            2,
-            0.0,
-            0.0,
-            EventKind.TASK_FINISHED,
-            TaskId(8),
-            "f",
-            outcome=OutcomeKind.FAILED,
-            reason="boom",
-        )
-    )
-    assert [line.text for line in board.recent] == [reason, "failed: boom"]
+    board.stop_deadline = -math.inf  # the grace ran out: no second Ctrl+C forced it
+    subscribers = [board, LoggingSubscriber(logging.getLogger("tests.logging.forced"))]
+    with pytest.raises(GraceExceededError) as info:
+        async with open_supervisor(SupervisorConfig(grace=1.0), subscribers=subscribers) as sup:
+            board.sup = sup
+            waiter = await sup.add(TaskSpec.once("audit-writer", deferring, 10.0))
+            board.waiters.append(waiter)
+            await trio.sleep(0.1)
+    board.grace_error = info.value
+    why = "did not stop within the grace window"
+    assert waiter.outcome_nowait().reason == why
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"task_finished 'audit-writer' {waiter.id} force_aborted - {why}" in messages
+    assert f"force_aborted: {why}" in [line.text for line in board.recent]
+    rows = dict(summary(board))
+    assert rows["outcomes"] == "1 task: 1 force_aborted"
+    assert "audit-writer ended force_aborted after the 1.5 s grace" in rows["shutdown"]
+    shown = [*messages, *(line.text for line in board.recent), *rows.values()]
+    assert not [text for text in shown if "force-aborted" in text]
 
 
 # -- LoggingSubscriber levels -------------------------------------------------------------

@@ -143,9 +143,7 @@ async def test_signal_during_the_shutdown_forces_every_remaining_task(
     assert sup.received_signal == signal.SIGINT  # the first one
     assert a.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
     assert b.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
-    assert a.outcome_nowait().reason == (
-        "force-aborted: forced at once by a signal during the shutdown"
-    )
+    assert a.outcome_nowait().reason == "forced at once by a signal during the shutdown"
     grace = recorder.of(EventKind.GRACE_EXCEEDED)
     assert [e.reason for e in grace] == ["forced at once (a signal): a, b"]
     assert recorder.kinds(EventKind.ALL_STOPPED_WITHIN_GRACE) == []

@@ -100,7 +100,7 @@ def _words(text: str) -> str:
 
 def says(reason: str | None, label: str) -> bool:
     """Whether ``reason`` begins with what ``label`` (an enum value) says, so a message
-    showing both would repeat it (``force_aborted - force-aborted: ...``)."""
+    showing both would repeat it (``superseded - superseded by ...``)."""
     return reason is not None and _words(reason).startswith(_words(label))
 
 
@@ -140,8 +140,8 @@ class LoggingSubscriber:
             parts.append(f"{event.duration:.3g}s after the force")
         reason = event.reason
         # A label the reason already begins with is left out ("superseded - superseded by
-        # a newer submission", "force_aborted - force-aborted: ..."); CONTROLLER_REJECTED's
-        # outcome (always REJECTED) repeats its kind.
+        # a newer submission"); CONTROLLER_REJECTED's outcome (always REJECTED) repeats
+        # its kind.
         if event.outcome is not None and kind is not EventKind.CONTROLLER_REJECTED:
             _label(parts, event.outcome.value, reason)
         if event.rejection is not None:

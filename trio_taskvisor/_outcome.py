@@ -17,7 +17,9 @@ Decisions the design leaves open:
 * ``FORCE_ABORTED``'s fixed reason names why the task was forced: the grace ran out
   ("did not stop within the grace window"), or a signal during the shutdown forced every
   task at once ("forced at once by a signal during the shutdown"). Before, the second
-  read as the first, although its grace had not run out.
+  read as the first, although its grace had not run out. The reason says why, not what:
+  the kind names the outcome (``force_aborted``), as every outcome's does, so a line
+  that shows both reads "force_aborted - did not stop ...", never a second spelling.
 """
 
 from __future__ import annotations
@@ -201,11 +203,11 @@ def rejected_outcome(rejection: RejectionKind, reason: str | None = None) -> Tas
 COMPLETED_NONE: Final[TaskOutcome[Any]] = TaskOutcome(OutcomeKind.COMPLETED)
 CANCELLED: Final[TaskOutcome[Any]] = TaskOutcome(OutcomeKind.CANCELLED)
 FORCE_ABORTED: Final[TaskOutcome[Any]] = TaskOutcome(
-    OutcomeKind.FORCE_ABORTED, reason="force-aborted: did not stop within the grace window"
+    OutcomeKind.FORCE_ABORTED, reason="did not stop within the grace window"
 )
 FORCED_AT_ONCE: Final[TaskOutcome[Any]] = TaskOutcome(
     OutcomeKind.FORCE_ABORTED,
-    reason="force-aborted: forced at once by a signal during the shutdown",
+    reason="forced at once by a signal during the shutdown",
 )
 PANICKED: Final[TaskOutcome[Any]] = TaskOutcome(
     OutcomeKind.PANICKED, reason="the supervisor's runner was cancelled"

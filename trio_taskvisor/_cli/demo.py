@@ -277,7 +277,7 @@ class Board:
             self.retrying.discard(name)
             style = _OUTCOME_STYLES[event.outcome]
             reason = event.reason
-            if says(reason, event.outcome.value):  # "force-aborted: ...", not twice
+            if says(reason, event.outcome.value):  # a reason that names its kind: once
                 text = reason or ""
             else:
                 text = event.outcome.value + (f": {reason}" if reason else "")
@@ -1025,7 +1025,7 @@ def summary(board: Board) -> list[tuple[str, str]]:
         rows.append(
             (
                 "shutdown",
-                f"GraceExceededError, as expected: {stuck} force-aborted after the "
+                f"GraceExceededError, as expected: {stuck} ended force_aborted after the "
                 f"{GRACE:g} s grace (its flush outlasts it); everything else stopped in time",
             )
         )
