@@ -201,6 +201,43 @@ async def test_a_streak_logs_its_first_failed_attempt_at_warning(
     ]
 
 
+async def test_log_lines_show_durations_as_a_person_reads_them(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every duration of a log line is three digits and a spaced unit, never an exponent
+    and under a millisecond in ms: the retry's line ("retrying in 3600 s", not "3.6e+03
+    s"), ``LoggingSubscriber``'s ``delay`` and a forced task's exit ("0.197 ms after the
+    force", not "0.000197s"), and the demo's event line for that exit."""
+    from trio_taskvisor._cli.demo import Board
+
+    caplog.set_level(logging.DEBUG, LOGGER)
+    async with open_supervisor() as sup:
+        spec = TaskSpec.restartable("poll", failing, backoff=BackoffPolicy.constant(3600.0))
+        waiter = await sup.add(spec)
+        await trio.sleep(1.0)
+        await sup.remove(waiter.id)
+    assert taskvisor_records(caplog)[0] == (
+        logging.WARNING,
+        f"task 'poll' ({waiter.id}) attempt 1 failed, retrying in 3600 s: boom",
+    )
+    caplog.clear()
+    subscriber = LoggingSubscriber(logging.getLogger("tests.logging.durations"))
+    board = Board(1.0)
+    caplog.set_level(logging.DEBUG, "tests.logging.durations")
+    for fields in (
+        {"kind": EventKind.BACKOFF_SCHEDULED, "attempt": 1, "delay": 0.2384},
+        {"kind": EventKind.FORCED_TASK_EXITED, "duration": 0.000197},
+    ):
+        event = TaskEvent(1, 0.0, 0.0, task_id=TaskId(7), name="job", **fields)
+        await subscriber.on_event(event)
+        await board.on_event(event)
+    assert [r.getMessage() for r in caplog.records] == [
+        "backoff_scheduled 'job' #7 attempt=1 delay=0.238 s",
+        "forced_task_exited 'job' #7 0.197 ms after the force",
+    ]
+    assert board.recent[-1].text == "0.197 ms after the force"
+
+
 async def test_the_records_name_the_line_that_logs_them(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -249,7 +286,7 @@ async def test_a_filter_that_raises_breaks_nothing(
     err = capsys.readouterr().err
     assert err.count("--- Logging error ---") == 2  # the retry, the final failure
     assert "RuntimeError: a filter's bug" in err
-    assert "Message: 'task %r (%s) attempt %d failed, retrying in %.3g s: %s'" in err
+    assert "Message: 'task %r (%s) attempt %d failed, retrying in %s: %s'" in err
 
 
 async def test_each_new_streak_logs_its_first_failure(

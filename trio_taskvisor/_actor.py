@@ -73,7 +73,7 @@ import trio
 from ._bus import EventBus
 from ._events import BackoffSource, EventKind
 from ._exceptions import FatalError, TaskCancelled, error_text, exit_code_of, split_cancelled
-from ._logging import log
+from ._logging import log, seconds
 from ._outcome import CANCELLED, COMPLETED_NONE, PANICKED, OutcomeKind, TaskOutcome
 from ._policies import (
     RestartLimit,
@@ -573,23 +573,23 @@ def _log_retry(rec: TaskRecord, error: BaseException, delay: float, retries: int
     if retries == 0:
         log(
             logging.WARNING,
-            "task %r (%s) attempt %d failed, retrying in %.3g s: %s",
+            "task %r (%s) attempt %d failed, retrying in %s: %s",
             rec.name,
             rec.id,
             rec.attempt,
-            delay,
+            seconds(delay),
             text,
             extra=extra,
         )
     else:
         log(
             logging.WARNING,
-            "task %r (%s) still failing: %d attempts failed in %.1f s, retrying in %.3g s: %s",
+            "task %r (%s) still failing: %d attempts failed in %.1f s, retrying in %s: %s",
             rec.name,
             rec.id,
             retries + 1,
             now - extras.failing_since,
-            delay,
+            seconds(delay),
             text,
             extra=extra,
         )

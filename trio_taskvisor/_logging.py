@@ -20,9 +20,11 @@ a loop (a filter that raises loses its record, reported on stderr).
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import traceback
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Final
 
 import attrs
@@ -85,6 +87,20 @@ def log(
                 pass
 
 
+def seconds(value: float) -> str:
+    """A duration as log lines show it to a person: three significant digits and the
+    unit, never an exponent: ``"0.238 s"``, ``"30 s"``, ``"3600 s"`` (``%.3g`` would say
+    ``3.6e+03``), and under a millisecond in milliseconds, ``"0.197 ms"`` (not
+    ``0.000197s``). The one formatter of the library's log lines and the demo's."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} s"
+    if abs(value) >= 999.5:  # 999.9 would round to 1e+03
+        return f"{value:.0f} s"
+    if abs(value) >= 0.001:
+        return f"{value:.3g} s"
+    return f"{Decimal(f'{value * 1000:.3g}'):f} ms"
+
+
 def _level(event: TaskEvent) -> int:
     kind = event.kind
     if kind is EventKind.TASK_FINISHED and event.outcome is not None:
@@ -133,11 +149,11 @@ class LoggingSubscriber:
         if event.attempt is not None and event.kind is not EventKind.TASK_FINISHED:
             parts.append(f"attempt={event.attempt}")
         if event.delay is not None:
-            parts.append(f"delay={event.delay:.3g}s")
+            parts.append(f"delay={seconds(event.delay)}")
         if event.dropped is not None:
             parts.append(f"dropped={event.dropped}")
         if event.kind is EventKind.FORCED_TASK_EXITED and event.duration is not None:
-            parts.append(f"{event.duration:.3g}s after the force")
+            parts.append(f"{seconds(event.duration)} after the force")
         reason = event.reason
         # A label the reason already begins with is left out ("superseded - superseded by
         # a newer submission"); CONTROLLER_REJECTED's outcome (always REJECTED) repeats

@@ -84,7 +84,7 @@ from .. import (
     current_context,
     open_supervisor,
 )
-from .._logging import says
+from .._logging import says, seconds
 from . import StdoutLines, drop_stdout
 
 if TYPE_CHECKING:
@@ -298,6 +298,8 @@ class Board:
                 # Before the grace ran out: only a signal during the shutdown forces so.
                 self.forced = True
                 self.say("Ctrl+C", "again: the supervisor forced the shutdown")
+        elif kind is EventKind.FORCED_TASK_EXITED and event.duration is not None:
+            text = f"{seconds(event.duration)} after the force"
         elif kind is EventKind.SUBSCRIBER_FAILED:
             text = event.reason or ""
         elif kind is EventKind.SUBSCRIBER_OVERFLOW:
