@@ -289,6 +289,22 @@ def test_diagram_sources_are_not_mermaid_fences() -> None:
         assert "```mermaid" not in page.read_text(encoding="utf-8"), page
 
 
+def test_the_docs_index_links_every_page_and_tells_how_the_diagrams_draw() -> None:
+    """The home page's list links every page of the site's menu (it had left out "Run a
+    service"), and what it says of the diagrams is how they draw: SVG images rendered by
+    ``docs/render_diagrams.py``, not Mermaid loaded from unpkg (as it said after they
+    became images)."""
+    menu = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n")[1]
+    menu = menu.split("\n\n")[0]
+    pages = re.findall(r"^ {2,6}- (?:[^\n]*: )?(\S+\.md)$", menu, re.MULTILINE)
+    pages = [page for page in pages if not page.startswith("reference/") and page != "index.md"]
+    assert "howto-service.md" in pages
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    assert [page for page in pages if f"]({page})" not in index] == []
+    assert "unpkg" not in index
+    assert "docs/render_diagrams.py" in index
+
+
 def test_diagrams_draw_with_nothing_from_outside(site: Path) -> None:
     """The diagrams are SVG images in the site itself, and the SVGs fetch nothing."""
     expected = {
