@@ -38,7 +38,17 @@ import pytest
 import trio
 from tmux import EXIT, tmux_server
 
-from trio_taskvisor import BackoffSource, EventKind, TaskEvent, TaskId, TaskInfo, TaskState
+from trio_taskvisor import (
+    BackoffSource,
+    ControllerSnapshot,
+    EventKind,
+    SlotStatus,
+    SlotView,
+    TaskEvent,
+    TaskId,
+    TaskInfo,
+    TaskState,
+)
 from trio_taskvisor._cli.demo import Board, _header_line, _state, counter_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -419,3 +429,61 @@ def test_shutdown_header_fits_80_columns(elapsed: float) -> None:
     (line,) = console.export_text().splitlines()
     assert line.endswith("forced in 1.5 s  Ctrl+C: force now"), line
     assert len(line) < 80
+
+
+# -- rows that do not fit ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Busy:
+    """A supervisor with more tasks and slots than a frame has rows for."""
+
+    infos: tuple[TaskInfo, ...]
+    slots: tuple[SlotView, ...]
+
+    def list(self) -> tuple[TaskInfo, ...]:
+        return self.infos
+
+    def alive_snapshot(self) -> list[str]:
+        return [info.name for info in self.infos]
+
+    def controller_snapshot(self) -> ControllerSnapshot:
+        return ControllerSnapshot(self.slots, len(self.slots), 0)
+
+
+def _rendered(renderable: Any, width: int) -> list[str]:
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None, record=True)
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+def test_more_rows_line_up_with_the_names_in_every_table() -> None:
+    """The "+N more" line that counts the rows left out starts where the names of its
+    table start, in the wide panels and the compact sections alike. Before, the compact
+    task section put it (and "no task registered") in the state column, after the
+    longest name, where the wide panel and the slot tables put it under the names."""
+    from trio_taskvisor._cli.demo import _compact_slots, _compact_tasks, _slots_panel, _tasks_panel
+
+    infos = tuple(
+        TaskInfo(TaskId(n), f"sync-tenant-{n}", None, TaskState.RUNNING, 1) for n in range(30)
+    )
+    slots = tuple(
+        SlotView(f"tenant:{n}", SlotStatus.RUNNING, TaskId(n), 0, 0, 1.0) for n in range(30)
+    )
+    board = Board(20.0)
+    board.sup = _Busy(infos, slots)  # type: ignore[assignment]
+    tables = [
+        (_tasks_panel(board), "sync-tenant-"),
+        (_compact_tasks(board, infos, [], 5), "sync-tenant-"),
+        (_slots_panel(board), "tenant:"),
+        (_compact_slots(slots, 3), "tenant:"),
+    ]
+    for renderable, name in tables:
+        lines = _rendered(renderable, 80)
+        names = {line.index(name) for line in lines if name in line}
+        (more,) = [line for line in lines if re.search(r"\+\d+ more", line)]
+        assert {more.index("+")} == names, lines
+    empty = _rendered(_compact_tasks(board, (), [], 5), 80)
+    assert empty[0].startswith("no task registered"), empty

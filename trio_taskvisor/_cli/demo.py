@@ -798,16 +798,17 @@ def _compact_tasks(
     _name_column(table, [i.name for i in infos] + forced)
     table.add_column(no_wrap=True, min_width=8)
     table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
-    lines: list[tuple[str, Text, Text]] = []
+    # "+N more" and "no task registered" go where the names are, as in every table.
+    lines: list[tuple[str | Text, Text, Text]] = []
     for info in infos:
         note = Text(board.notes.get(info.name, ""))
         lines.append((info.name, _state(board, info), note))
     lines += [(n, Text("forced", style="bold red"), Text("still running")) for n in forced]
     if not lines:
-        lines.append(("", Text("no task registered", style="dim"), Text("")))
+        lines.append((Text("no task registered", style="dim"), Text(""), Text("")))
     if len(lines) > rows:
         hidden = len(lines) - rows + 1
-        lines = [*lines[: rows - 1], ("", Text(f"+{hidden} more", style="dim"), Text(""))]
+        lines = [*lines[: rows - 1], (Text(f"+{hidden} more", style="dim"), Text(""), Text(""))]
     for name, state, text in lines:
         text.stylize("dim")
         table.add_row(name, state, text)
