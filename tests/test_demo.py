@@ -487,3 +487,16 @@ def test_more_rows_line_up_with_the_names_in_every_table() -> None:
         assert {more.index("+")} == names, lines
     empty = _rendered(_compact_tasks(board, (), [], 5), 80)
     assert empty[0].startswith("no task registered"), empty
+
+
+def test_both_slot_tables_show_a_status_s_time_alike() -> None:
+    """How long a slot has had its status reads "1.5 s" in the wide panel as in the
+    compact section (and every other duration of the view). Before, the panel said "1.5s"."""
+    from trio_taskvisor._cli.demo import _compact_slots, _slots_panel
+
+    slots = (SlotView("tenant:acme", SlotStatus.RUNNING, TaskId(1), 0, 0, 1.5),)
+    board = Board(20.0)
+    board.sup = _Busy((), slots)  # type: ignore[assignment]
+    for renderable in (_slots_panel(board), _compact_slots(slots, 3)):
+        (row,) = [line for line in _rendered(renderable, 80) if "tenant:acme" in line]
+        assert row.strip("│ ").split()[-2:] == ["1.5", "s"], row

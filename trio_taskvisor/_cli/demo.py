@@ -832,7 +832,7 @@ def _slots_panel(board: Board) -> RenderableType:
     for view in shown:
         status = Text(view.status.value, style=_SLOT_STYLES[view.status])
         table.add_row(
-            view.slot, status, str(view.owner_id), str(view.queue_depth), f"{view.status_for:.1f}s"
+            view.slot, status, str(view.owner_id), str(view.queue_depth), f"{view.status_for:.1f} s"
         )
     if len(shown) < len(slots):
         table.add_row(Text(f"+{len(slots) - len(shown)} more", style="dim"), "", "", "", "")
