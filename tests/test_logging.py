@@ -477,7 +477,7 @@ async def test_a_forced_task_reads_force_aborted_wherever_it_is_shown(
     board = Board(1.0)
     board.stop_deadline = -math.inf  # the grace ran out: no second Ctrl+C forced it
     subscribers = [board, LoggingSubscriber(logging.getLogger("tests.logging.forced"))]
-    with pytest.raises(GraceExceededError) as info:
+    with pytest.raises(GraceExceededError) as info:  # noqa: PT012
         async with open_supervisor(SupervisorConfig(grace=1.0), subscribers=subscribers) as sup:
             board.sup = sup
             waiter = await sup.add(TaskSpec.once("audit-writer", deferring, 10.0))
