@@ -301,16 +301,18 @@ TERMINAL = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120", "LI
 
 
 def reader_leaves(
-    command: list[str], env: dict[str, str], lines: int, tmp_path: Path
+    command: list[str], env: dict[str, str], lines: int, tmp_path: Path, *, clean: bool = False
 ) -> tuple[int, str]:
     """Run ``python -m trio_taskvisor *command`` with stdout a pipe whose reader reads
-    ``lines`` lines and closes it; the exit status and what went to stderr."""
+    ``lines`` lines and closes it; the exit status and what went to stderr. ``clean``:
+    without this process's ``TTY_COMPATIBLE``, ``TTY_INTERACTIVE`` and ``FORCE_COLOR``."""
     errors = tmp_path / "stderr"
+    base = _no_forced_terminal() if clean else os.environ
     with errors.open("w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "trio_taskvisor", *command],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            env={**base, "PYTHONPATH": str(ROOT), **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -349,12 +351,46 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(
     assert reader_leaves(command, env, 2, tmp_path) == (0, "")
 
 
+NOT_A_TERMINAL = (
+    "stdout is not a terminal, where the live view draws only its last frame: showing log "
+    "lines instead (--plain); TTY_COMPATIBLE=1 draws it anyway\n"
+)
+
+
+def _no_forced_terminal() -> dict[str, str]:
+    """This process's environment without what makes rich take any stdout for a terminal."""
+    drop = {"TTY_COMPATIBLE", "TTY_INTERACTIVE", "FORCE_COLOR"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def test_live_into_a_pipe_prints_log_lines_and_says_why() -> None:
+    """``demo --live > file`` (or ``| cat``): rich redraws only a terminal, so the live
+    view would show nothing for the whole run and then its last frame (every task gone,
+    "0 registered"). It prints the log lines and the summary instead, as ``--plain``
+    does, says why on stderr, and never writes an escape code. Before, the pipe got
+    nothing until the end, then the last frame and the summary in boxes."""
+    result = subprocess.run(
+        [sys.executable, "-m", "trio_taskvisor", "demo", "--live", "--duration", "1"],
+        cwd=ROOT,
+        env={**_no_forced_terminal(), "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (0, NOT_A_TERMINAL)
+    assert "task_added 'poll-orders'" in result.stdout
+    assert "\nsummary:\n" in result.stdout
+    assert "\x1b" not in result.stdout
+    assert "tasks (" not in result.stdout  # no frame
+
+
 def test_a_live_view_whose_reader_is_gone_exits_0(tmp_path: Path) -> None:
-    """``demo --live | true``: on a stdout that is no terminal the live view writes its
-    last frame and the summary at the end; a reader gone by then leaves nothing on
-    stderr and exit status 0. Before, rich exited with status 1."""
+    """``demo --live | true``: the log lines instead of the live view (a pipe is no
+    terminal); a reader gone from the start leaves only that hint on stderr and exit
+    status 0. Before, rich exited with status 1."""
     command = ["demo", "--live", "--duration", "1"]
-    assert reader_leaves(command, {}, 0, tmp_path) == (0, "")
+    assert reader_leaves(command, {}, 0, tmp_path, clean=True) == (0, NOT_A_TERMINAL)
 
 
 # -- the board and the header, directly -------------------------------------------------------

@@ -12,7 +12,9 @@ about 20 s of a supervised service, shown live with ``rich`` (``pip install
 'trio_taskvisor[demo]'``), or as log lines with ``--plain``. The live view needs a
 terminal of at least 80x24: ``--plain`` is the default when stdout is not a terminal,
 when the terminal is smaller, or when ``rich`` is missing (a hint on stderr says which);
-``--live`` insists on the live view (e.g. under ``script`` or with ``TTY_COMPATIBLE=1``).
+``--live`` insists on the live view on a terminal smaller than 80x24; on a stdout that
+is no terminal (a pipe, a file) it prints log lines too, with a hint on stderr, unless
+``TTY_COMPATIBLE=1`` makes ``rich`` draw there anyway.
 Ctrl+C starts the graceful shutdown; a second Ctrl+C forces it at once; either way the
 summary is printed. See ``trio_taskvisor._cli.demo``.
 
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         dest="plain",
         action="store_const",
         const=False,
-        help="the live view even when stdout does not look like a terminal",
+        help="the live view even on a terminal smaller than 80x24 (a stdout that is no "
+        "terminal still gets log lines, unless TTY_COMPATIBLE=1)",
     )
     demo.add_argument("--seed", type=int, help="seed the demo's randomness")
     tour = commands.add_parser("tour", help="a 2 s walk-through, logged event by event")

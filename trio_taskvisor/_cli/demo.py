@@ -28,7 +28,10 @@ panels sit side by side; from 80x24 to there they are stacked, with fewer column
 names, states and event kinds are never shortened, notes are). ``--plain`` logs one line
 per event instead (``LoggingSubscriber``); it is chosen automatically when stdout is not a
 terminal, when the terminal is smaller than 80x24, or when ``rich`` is missing (with a hint
-to install the ``demo`` extra). ``--live`` insists on the live view.
+to install the ``demo`` extra). ``--live`` insists on the live view, whatever the
+terminal's size; on a stdout that is no terminal (a pipe, a file), where ``rich`` would
+draw only the last frame at the end, it too prints log lines, and says so on stderr
+(``TTY_COMPATIBLE=1`` makes ``rich`` draw anyway).
 
 Ctrl+C (or SIGTERM) ends the run early, with the same graceful shutdown: the supervisor
 handles them (``open_supervisor(handle_signals=True)``). A second Ctrl+C forces the
@@ -1052,6 +1055,14 @@ def _live_available() -> bool:
     return True
 
 
+def _live_terminal() -> bool:
+    """Whether ``rich`` takes stdout for a terminal, which the live view redraws; on
+    anything else (a pipe, a file) ``Live`` shows only its last frame, at the end."""
+    from rich.console import Console
+
+    return Console().is_terminal
+
+
 def _too_small() -> str | None:
     """Why the terminal cannot hold the live view, or ``None`` when it can."""
     size = shutil.get_terminal_size(fallback=LIVE_MIN)
@@ -1079,7 +1090,10 @@ def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None 
 
     ``plain=None`` picks the live view when stdout is a terminal of at least 80x24 and
     ``rich`` is installed, else log lines; ``plain=False`` (``--live``) insists on the
-    live view, whatever the terminal, but still needs ``rich``.
+    live view, whatever the terminal's size, but still needs ``rich`` and a stdout that
+    ``rich`` takes for a terminal (a pipe or a file is not, unless ``TTY_COMPATIBLE=1``):
+    on any other it would draw nothing for the whole run and then its last frame only,
+    so log lines are printed instead, with a hint on stderr.
     """
     if plain is None:
         plain = not sys.stdout.isatty()
@@ -1091,6 +1105,13 @@ def main(*, duration: float = 20.0, plain: bool | None = None, seed: int | None 
         print(
             "rich is not installed: showing log lines instead of the live view; "
             "install the demo extra for it: pip install 'trio_taskvisor[demo]'",
+            file=sys.stderr,
+        )
+        plain = True
+    if not plain and not _live_terminal():
+        print(
+            "stdout is not a terminal, where the live view draws only its last frame: "
+            "showing log lines instead (--plain); TTY_COMPATIBLE=1 draws it anyway",
             file=sys.stderr,
         )
         plain = True
