@@ -536,3 +536,21 @@ def test_both_slot_tables_show_a_status_s_time_alike() -> None:
     for renderable in (_slots_panel(board), _compact_slots(slots, 3)):
         (row,) = [line for line in _rendered(renderable, 80) if "tenant:acme" in line]
         assert row.strip("│ ").split()[-2:] == ["1.5", "s"], row
+
+
+async def test_the_tours_outcomes_show_no_none(
+    autojump_clock: trio.abc.Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tour's outcome lines show a completed task's value and another's reason; a
+    cancelled task, which has neither, shows nothing after its kind. Before, it showed
+    "None" (the value it does not have)."""
+    from trio_taskvisor._cli.tour import tour
+
+    await tour()
+    outcomes = capsys.readouterr().out.split("outcomes:\n")[1].splitlines()
+    assert [line.split(None, 2) for line in outcomes] == [
+        ["fetch", "completed", "200"],
+        ["heartbeat", "cancelled"],
+        ["migrate", "fatal", "schema version 7 is not supported"],
+        ["stubborn", "force_aborted", "did not stop within the grace window"],
+    ]

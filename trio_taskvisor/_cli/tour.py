@@ -68,7 +68,9 @@ async def tour() -> None:
     print("outcomes:")
     for waiter in waiters:
         outcome = waiter.outcome_nowait()
-        print(f"  {waiter.name:<10} {outcome.kind.value:<14} {outcome.reason or outcome.value}")
+        # The value of a completed task, else the reason, if any (a cancelled task has none).
+        detail = outcome.value if outcome.is_success else outcome.reason or ""
+        print(f"  {waiter.name:<10} {outcome.kind.value:<14} {detail}".rstrip())
 
 
 def main() -> int:
