@@ -554,3 +554,33 @@ async def test_the_tours_outcomes_show_no_none(
         ["migrate", "fatal", "schema version 7 is not supported"],
         ["stubborn", "force_aborted", "did not stop within the grace window"],
     ]
+
+
+async def test_the_wide_view_shows_every_counter_row_when_they_wrap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Late in a run the counters' rows are long enough to wrap in the wide layout's
+    half-width panel (from 140 columns up): the body grows so that every row shows, and
+    the frame still fits the terminal. Before, the panel kept its height and cut the
+    last rows ("periodic", "events") without a sign."""
+    from trio_taskvisor._cli import demo
+
+    rows = [
+        ("outcomes", "38 tasks: 20 cancelled, 8 completed, 8 rejected, 1 failed, 1 force_aborted"),
+        ("rejections", "8 superseded, 1 shutting_down"),
+        ("runs", "73 runs and 9 retries: 52 ok, 9 failed, 2 timed out, 18 cancelled"),
+        ("pollers", "poll-orders 13, poll-payments 14, poll-legacy-erp 9 (gave up once)"),
+        ("tenants", "acme 5/9, globex 5/10, initech 4/13 landed; 13 replaced"),
+        ("cache", "97 reads, 16 stale, 4 refreshes (JOIN)"),
+        ("periodic", "compact-db 6 runs, 2 timed out"),
+        ("events", "483 published, 0 dropped"),
+    ]
+    monkeypatch.setattr(demo, "counter_rows", lambda board: rows)
+    board = Board(20.0)
+    board.sup = _Busy((), ())  # type: ignore[assignment]
+    for width, height in [(140, 32), (160, 40), (200, 50)]:
+        lines = _rendered(demo._frame(board, width, height), width)
+        assert len(lines) < height, (width, height)
+        labels = [label for label, _ in rows]
+        shown = [label for label in labels if any(f"│ {label} " in line for line in lines)]
+        assert shown == labels, (width, height, "\n".join(lines))

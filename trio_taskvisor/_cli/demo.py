@@ -603,6 +603,7 @@ def no_echo() -> Generator[None]:
 LIVE_MIN: Final = (80, 24)
 WIDE_MIN: Final = (140, 32)
 _BODY_HEIGHT: Final = 19  # wide layout: the task panel; slots and counters beside it
+# (taller when the counters' rows wrap to more lines than their panel has)
 _SLOTS_HEIGHT: Final = 7
 
 
@@ -621,11 +622,14 @@ def _wide_frame(board: Board, width: int, height: int) -> RenderableType:
     body.add_column(ratio=1)
     body.add_column(ratio=1)
     counters_width = (width - 1) // 2 - 4  # the right column, less borders and padding
+    counters = _wrapped_counters(board, counters_width)
+    # Every counter row is shown: the body grows when they wrap, recent events give way.
+    body_height = max(_BODY_HEIGHT, _SLOTS_HEIGHT + len(counters) + 2)
     body.add_row(
-        _tasks_panel(board),
-        Group(_slots_panel(board), _counters_panel(board, counters_width)),
+        _tasks_panel(board, body_height),
+        Group(_slots_panel(board), _counters_panel(counters, body_height - _SLOTS_HEIGHT)),
     )
-    recent = max(4, min(16, height - 1 - 3 - _BODY_HEIGHT))
+    recent = max(4, min(16, height - 1 - 3 - body_height))
     return Group(_header_panel(board), body, _recent_panel(board, recent))
 
 
@@ -759,7 +763,7 @@ def _name_column(table: Table, names: list[str], header: str = "") -> None:
     table.add_column(header, no_wrap=True, min_width=max(map(len, names), default=4))
 
 
-def _tasks_panel(board: Board) -> RenderableType:
+def _tasks_panel(board: Board, height: int = _BODY_HEIGHT) -> RenderableType:
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -771,7 +775,7 @@ def _tasks_panel(board: Board) -> RenderableType:
     table.add_column("state", no_wrap=True, min_width=8)
     table.add_column("runs", justify="right", no_wrap=True)
     table.add_column("note", no_wrap=True, overflow="ellipsis", ratio=1)
-    room = _BODY_HEIGHT - 3 - len(forced)  # borders and header
+    room = height - 3 - len(forced)  # borders and header
     shown = infos if len(infos) <= room else infos[: room - 1]
     for info in shown:
         table.add_row(
@@ -788,7 +792,7 @@ def _tasks_panel(board: Board) -> RenderableType:
     if not infos and not forced:
         table.add_row("", Text("no task registered", style="dim"), "", "", "")
     title = f"tasks ({len(infos)} registered)"
-    return Panel(table, title=title, title_align="left", height=_BODY_HEIGHT)
+    return Panel(table, title=title, title_align="left", height=height)
 
 
 def _compact_tasks(
@@ -889,11 +893,9 @@ def _counter_grid(lines: list[tuple[str, str]]) -> RenderableType:
     return grid
 
 
-def _counters_panel(board: Board, width: int) -> RenderableType:
+def _counters_panel(lines: list[tuple[str, str]], height: int) -> RenderableType:
     from rich.panel import Panel
 
-    height = _BODY_HEIGHT - _SLOTS_HEIGHT
-    lines = _wrapped_counters(board, width)[: height - 2]
     return Panel(_counter_grid(lines), title="counters", title_align="left", height=height)
 
 
