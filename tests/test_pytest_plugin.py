@@ -365,6 +365,49 @@ def test_an_anyio_test_whose_critical_task_fails_fails_and_the_run_goes_on(
     result.stdout.no_fnmatch_line("*trio.Cancelled*")
 
 
+def test_a_critical_failure_says_where_to_catch_it(run_inner: RunInner) -> None:
+    """A critical task's failure fails a test that uses ``supervisor``, even one that
+    wraps it in ``pytest.raises(CriticalTaskError)``: the fixture raises it, outside the
+    test's body. The error now carries a note that says so, and the recipe it gives (a
+    supervisor of the test's own) passes. Before, the test failed with the bare
+    ``CriticalTaskError`` raised from the fixture, and nothing said why ``pytest.raises``
+    had not caught it."""
+    result = run_inner(
+        """
+        from trio_taskvisor import CriticalTaskError, open_supervisor
+
+
+        async def boom():
+            raise ValueError("kaboom")
+
+
+        async def test_in_the_fixture(supervisor, autojump_clock):
+            with pytest.raises(CriticalTaskError):
+                await supervisor.add(TaskSpec.once("crit", boom, critical=True))
+                await trio.sleep(1.0)
+
+
+        async def test_as_the_note_says(autojump_clock):
+            with pytest.raises(CriticalTaskError) as caught:
+                async with open_supervisor(SupervisorConfig()) as sup:
+                    await sup.add(TaskSpec.once("crit", boom, critical=True))
+                    await trio.sleep_forever()
+            assert caught.value.name == "crit"
+            assert isinstance(caught.value.outcome.error, ValueError)
+        """
+    )
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*CriticalTaskError: critical task 'crit' (#*) ended failed: kaboom",
+            "*The supervisor fixture raised this when it closed, outside the test's body*"
+            " a pytest.raises(CriticalTaskError) in the test cannot catch it. To test a"
+            " critical task's failure, open a supervisor in the test: with"
+            " pytest.raises(CriticalTaskError): async with open_supervisor(...) as sup: ...",
+        ]
+    )
+
+
 # -- unobserved failures -------------------------------------------------
 
 

@@ -24,7 +24,10 @@ Fixtures
     ``CriticalTaskError``; under pytest-trio the test is cancelled at once, under anyio
     it runs on (anyio runs the test in the fixture's own task, where the supervisor's
     body scope would cancel it with a ``Cancelled`` that leaves the test: the
-    supervisor is opened in a task of its own there).
+    supervisor is opened in a task of its own there). The fixture raises it, outside
+    the test's body, so a ``pytest.raises(CriticalTaskError)`` in the test cannot catch
+    it (the error carries a note that says so): a test of a critical task's failure
+    opens a supervisor of its own (see Recipes).
 ``event_recorder``
     A ``trio_taskvisor.testing.EventRecorder``, subscribed to ``supervisor`` when both
     are used. Alone, it is a recorder to pass to your own ``open_supervisor``.
@@ -82,6 +85,16 @@ compare differences with the clock of the test::
         started = await event_recorder.wait_for(EventKind.ATTEMPT_STARTING, attempt=2)
         assert started.time - failed.time == 2.0
 
+A critical task's failure, when it is the point of the test: ``open_supervisor`` in
+the test raises ``CriticalTaskError`` where ``pytest.raises`` sees it::
+
+    async def test_a_dead_database_stops_the_service(autojump_clock):
+        with pytest.raises(CriticalTaskError) as caught:
+            async with open_supervisor(SupervisorConfig()) as sup:
+                await sup.add(TaskSpec.once("db", connect, critical=True))
+                await trio.sleep_forever()
+        assert caught.value.name == "db"
+
 Wait for events with ``await event_recorder.wait_for(kind, **fields)`` rather than
 sleeping; ``await trio.testing.wait_all_tasks_blocked()`` lets every task (the
 subscriber lanes included) run until it blocks. Seed the jitter with
@@ -114,7 +127,7 @@ import trio
 from ._bus import Subscriber
 from ._config import SupervisorConfig
 from ._events import EventKind
-from ._exceptions import GraceExceededError
+from ._exceptions import CriticalTaskError, GraceExceededError
 from ._record import TaskRecord
 from ._supervisor import Supervisor, open_keeping_failures
 from .testing import EventRecorder
@@ -132,6 +145,13 @@ _ALLOW_FORCE = "taskvisor_allow_force"
 _ALLOW_SUBSCRIBER_FAILURE = "taskvisor_allow_subscriber_failure"
 _ALLOW_FAILURES = "taskvisor_allow_failures"
 _CONFIG = "taskvisor_config"
+_CRITICAL_NOTE = (
+    "The supervisor fixture raised this when it closed, outside the test's body (under "
+    "pytest-trio the failure cancels the test at once): a pytest.raises(CriticalTaskError) "
+    "in the test cannot catch it. To test a critical task's failure, open a supervisor in "
+    "the test: with pytest.raises(CriticalTaskError): async with open_supervisor(...) as "
+    "sup: ..."
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -239,6 +259,9 @@ async def supervisor(
     try:
         async with opened(taskvisor_config, subscribers, failed_tasks) as sup:
             yield sup
+    except CriticalTaskError as exc:
+        exc.add_note(_CRITICAL_NOTE)
+        raise
     except GraceExceededError as exc:
         if not allow_force:
             problems.append(
