@@ -408,6 +408,52 @@ def test_a_critical_failure_says_where_to_catch_it(run_inner: RunInner) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "marks",
+    [
+        pytest.param("", id="trio-mode"),
+        pytest.param("@pytest.mark.trio", id="trio-marker"),
+    ],
+)
+def test_an_anyio_test_that_pytest_trio_runs_too_is_told_to_use_one(
+    run_inner: RunInner, marks: str
+) -> None:
+    """Under ``trio_mode = true`` (or with ``@pytest.mark.trio`` too), an anyio test that
+    uses ``supervisor`` fails at setup, saying that both plugins run it and how to use
+    one. Before, it failed inside trio with "Attempted to call run() from inside a
+    run()", naming neither plugin nor the fixture."""
+    result = run_inner(
+        f"""
+        @pytest.fixture
+        def anyio_backend():
+            return "trio"
+
+
+        @pytest.mark.anyio
+        {marks}
+        async def test_both(supervisor):
+            pass
+
+
+        @pytest.mark.anyio
+        async def test_no_fixture():
+            await trio.lowlevel.checkpoint()
+        """,
+        trio_mode=not marks,
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_both*",
+            "test_both uses the supervisor fixture and both pytest-trio (trio_mode = true or"
+            " @pytest.mark.trio) and anyio (@pytest.mark.anyio or the anyio_backend fixture)"
+            " run it: * Use one: under trio_mode = true drop the anyio marker, or for anyio"
+            " drop trio_mode and @pytest.mark.trio",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*RuntimeError*")
+
+
 # -- unobserved failures -------------------------------------------------
 
 

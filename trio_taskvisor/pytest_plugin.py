@@ -5,7 +5,9 @@ in every test of a project that has trio_taskvisor installed; it defines fixture
 markers and one check (nothing autouse). The async fixture needs pytest-trio: use it in
 trio tests, with ``trio_mode = true`` or ``@pytest.mark.trio`` (or anyio's
 ``@pytest.mark.anyio`` on the trio backend); a test that uses it otherwise fails at
-setup with a message that says so.
+setup with a message that says so. Use one of the two: a test that both run
+(``trio_mode = true`` and ``@pytest.mark.anyio``) fails at setup saying so, where trio
+alone would say "Attempted to call run() from inside a run()".
 
 Fixtures
 --------
@@ -183,14 +185,30 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test that uses ``supervisor`` but runs in no trio run fails at setup, saying what
     it needs. (pytest alone says that it "requested an async fixture" that nothing
     handled, and the next such test of the session then fails inside pytest.) One that
-    anyio runs on its asyncio backend is told so by the fixture itself."""
-    uses = "supervisor" in getattr(item, "fixturenames", ())
+    anyio runs on its asyncio backend is told so by the fixture itself. One that both
+    pytest-trio and anyio run fails at setup too, naming both (trio alone says "Attempted
+    to call run() from inside a run()")."""
+    fixturenames = getattr(item, "fixturenames", ())
+    if "supervisor" not in fixturenames:
+        return
     runner = item.get_closest_marker("trio") or item.get_closest_marker("anyio")
-    if uses and runner is None:
+    if runner is None:
         pytest.fail(
             f"{item.name} uses the supervisor fixture, which runs in the test's trio run: "
             "make it an async trio test (pytest-trio: trio_mode = true in the pytest "
             "configuration, or @pytest.mark.trio)",
+            pytrace=False,
+        )
+    if item.get_closest_marker("trio") is None:
+        return
+    if "anyio_backend" in fixturenames:
+        pytest.fail(
+            f"{item.name} uses the supervisor fixture and both pytest-trio (trio_mode = true "
+            "or @pytest.mark.trio) and anyio (@pytest.mark.anyio or the anyio_backend "
+            "fixture) run it: anyio runs the fixture in a trio run and pytest-trio the test "
+            'in another ("Attempted to call run() from inside a run()"). Use one: under '
+            "trio_mode = true drop the anyio marker, or for anyio drop trio_mode and "
+            "@pytest.mark.trio",
             pytrace=False,
         )
 
