@@ -454,6 +454,82 @@ def test_an_anyio_test_that_pytest_trio_runs_too_is_told_to_use_one(
     result.stdout.no_fnmatch_line("*RuntimeError*")
 
 
+HYPOTHESIS = """
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from trio_taskvisor import open_supervisor
+
+EXAMPLES = settings(
+    max_examples=3, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+"""
+
+
+def test_a_hypothesis_test_under_pytest_trio_is_told_to_open_its_own(
+    run_inner: RunInner,
+) -> None:
+    """pytest-trio runs each example of a ``@given`` test in a trio run of its own but
+    hands every example after the first the fixture value of the example before: a
+    closed supervisor (``SupervisorClosedError``, then pytest-trio's "cancelled the test
+    but didn't raise an error"), once Hypothesis's function-scoped-fixture health check
+    is suppressed. Now such a test fails at setup, saying why and what to do instead,
+    and what it says (a supervisor per example) passes."""
+    result = run_inner(
+        HYPOTHESIS
+        + """
+@EXAMPLES
+@given(st.integers(0, 9))
+async def test_fixture(supervisor, n):
+    await (await supervisor.add(TaskSpec.once(f"t{n}", trio.lowlevel.checkpoint))).wait()
+
+
+@EXAMPLES
+@given(st.integers(0, 9))
+async def test_own(n):
+    async with open_supervisor(SupervisorConfig()) as sup:
+        await (await sup.add(TaskSpec.once(f"t{n}", trio.lowlevel.checkpoint))).wait()
+"""
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_fixture*",
+            "test_fixture uses the supervisor fixture in a Hypothesis test (@given), which"
+            " pytest-trio runs in a trio run per example: from the second example on, the"
+            " test gets the supervisor of the example before, closed. Open a supervisor per"
+            " example in the test instead: async with open_supervisor(...) as sup: ...",
+        ]
+    )
+
+
+def test_a_hypothesis_test_under_anyio_shares_one_supervisor(run_inner: RunInner) -> None:
+    """anyio runs every example of a ``@given`` test in one trio run, with one
+    ``supervisor``: the examples share it, as Hypothesis's health check warns of
+    function-scoped fixtures (what the plugin documents)."""
+    result = run_inner(
+        HYPOTHESIS
+        + """
+SEEN = set()
+
+
+@pytest.fixture
+def anyio_backend():
+    return "trio"
+
+
+@pytest.mark.anyio
+@EXAMPLES
+@given(st.integers(0, 9))
+async def test_shared(supervisor, n):
+    SEEN.add(id(supervisor))
+    assert len(SEEN) == 1
+    assert not supervisor.closing
+""",
+        trio_mode=False,
+    )
+    result.assert_outcomes(passed=1)
+
+
 # -- unobserved failures -------------------------------------------------
 
 

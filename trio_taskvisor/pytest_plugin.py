@@ -9,6 +9,15 @@ setup with a message that says so. Use one of the two: a test that both run
 (``trio_mode = true`` and ``@pytest.mark.anyio``) fails at setup saying so, where trio
 alone would say "Attempted to call run() from inside a run()".
 
+Hypothesis: a ``@given`` test that uses ``supervisor`` and that pytest-trio runs fails
+at setup. pytest-trio runs each example in a trio run of its own, but hands every
+example after the first the fixture value of the example before, a supervisor that is
+closed by then; open a supervisor per example in the test instead (``async with
+open_supervisor(...) as sup:``). anyio runs all the examples in one trio run, with one
+supervisor that they share, as Hypothesis's ``function_scoped_fixture`` health check
+warns (suppress it if sharing is what the test wants); ``event_recorder`` is shared the
+same way under both.
+
 Fixtures
 --------
 ``supervisor``
@@ -187,7 +196,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     handled, and the next such test of the session then fails inside pytest.) One that
     anyio runs on its asyncio backend is told so by the fixture itself. One that both
     pytest-trio and anyio run fails at setup too, naming both (trio alone says "Attempted
-    to call run() from inside a run()")."""
+    to call run() from inside a run()"). So does a Hypothesis test that pytest-trio
+    runs (every example after the first would get a closed supervisor)."""
     fixturenames = getattr(item, "fixturenames", ())
     if "supervisor" not in fixturenames:
         return
@@ -209,6 +219,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             'in another ("Attempted to call run() from inside a run()"). Use one: under '
             "trio_mode = true drop the anyio marker, or for anyio drop trio_mode and "
             "@pytest.mark.trio",
+            pytrace=False,
+        )
+    if hasattr(getattr(item, "obj", None), "hypothesis"):
+        pytest.fail(
+            f"{item.name} uses the supervisor fixture in a Hypothesis test (@given), which "
+            "pytest-trio runs in a trio run per example: from the second example on, the "
+            "test gets the supervisor of the example before, closed. Open a supervisor per "
+            "example in the test instead: async with open_supervisor(...) as sup: ...",
             pytrace=False,
         )
 
