@@ -64,6 +64,13 @@ Decisions:
   error tells which one is wrong.
 * A server that asks for a password the URL does not give says so ("asks for a
   password, and the URL gives none"), not that it refused credentials never sent.
+* A socket that the server resets as it opens, before the handshake's answer, is a
+  dropped connection (``OpeningResetError``, a coredis ``ConnectionError``): the start
+  tries it again until ``connect_timeout``, as a server that closes it, and names it
+  "reset the connection as it opened", with the ``maxclients`` it may be (a server at
+  its limit whose error reply the reset overtook, or a proxy at its own). It was trio's
+  ``BrokenResourceError``, which the start raised at the first reset, in milliseconds,
+  as "could not be reached". A reset can say no more: the error only guesses at why.
 """
 
 from __future__ import annotations
@@ -354,8 +361,18 @@ async def open_wire(client: coredis.Redis[str], store: RedisSlotStore, *setup: _
         await trio.aclose_forcefully(wire.stream)
         if isinstance(exc, trio.TooSlowError):
             raise TimeoutError(f"no confirmation within {timeout:g} s") from None
+        reset = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+        if isinstance(reset, ConnectionError):  # the OS's: a reset, a broken pipe
+            raise OpeningResetError(f"{location} reset the connection as it opened") from reset
         raise
     return wire
+
+
+class OpeningResetError(RedisConnectionError):
+    """The server (or a proxy in front of it) accepted a new socket, then reset it
+    before it answered the handshake: a dropped connection, which may pass by itself
+    (a server at its ``maxclients`` whose error reply the reset overtook, a proxy's own
+    limit of clients)."""
 
 
 _name = itemgetter(0)
@@ -935,6 +952,11 @@ def _refusal(exc: Exception, asked: str, store: RedisSlotStore) -> str:
         return "did not answer in the Redis protocol (is it a Redis server?)"
     if any("max number of clients" in str(link) for link in chain):
         return "refused the connection: it has as many clients as its maxclients allows"
+    if isinstance(exc, OpeningResetError):
+        return (
+            "reset the connection as it opened (a server at its maxclients, or a proxy in"
+            " front of it at its own limit of clients, may refuse a client so)"
+        )
     return "could not be reached"
 
 

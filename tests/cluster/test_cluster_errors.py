@@ -20,6 +20,7 @@ import logging
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -69,6 +70,7 @@ from trio_taskvisor import (
 from trio_taskvisor._keeper import LeaseLost, Owner
 from trio_taskvisor._redis_client import (
     NoPrimaryError,
+    OpeningResetError,
     RedisClient,
     _head,
     _Wire,
@@ -482,6 +484,7 @@ def tls_failure() -> Exception:
     [
         (coredis.exceptions.ConnectionError("no connection to 127.0.0.1:1"), True),
         (coredis.exceptions.ConnectionError("max number of clients reached"), True),
+        (OpeningResetError("127.0.0.1:1 reset the connection as it opened"), True),
         (coredis.exceptions.AuthenticationFailureError("WRONGPASS"), False),
         (coredis.exceptions.AuthorizationError("NOPERM"), False),
         (coredis.exceptions.ResponseError("ERR DB index is out of range"), False),
@@ -695,6 +698,53 @@ async def test_a_server_with_no_room_for_another_client_is_named(store: RedisSlo
     assert "refused the connection: it has as many clients as its maxclients allows" in str(error)
     assert "could not be reached" not in str(error)
     assert isinstance(error.__cause__, coredis.exceptions.ConnectionError)
+
+
+@asynccontextmanager
+async def resetting_server() -> AsyncIterator[tuple[int, list[float]]]:
+    """A TCP server on a loopback port that resets every connection once it has read
+    the client's first bytes (``SO_LINGER`` 0: an RST, no FIN), as a server or a proxy
+    at its limit of clients may; yield its port and the times it accepted one."""
+    accepted: list[float] = []
+
+    async def handle(stream: trio.SocketStream) -> None:
+        accepted.append(time.monotonic())
+        with contextlib.suppress(trio.BrokenResourceError):
+            await stream.receive_some(65536)
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        stream.socket.close()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
+        )
+        yield listeners[0].socket.getsockname()[1], accepted
+        nursery.cancel_scope.cancel(reason="the test server is no longer needed")
+
+
+async def test_a_server_that_resets_new_connections_is_named_and_tried_again(
+    store: RedisSlotStore,
+) -> None:
+    """A server at its ``maxclients`` whose RST overtook its error reply, or a proxy at
+    its own limit, resets a new connection as it opens: a dropped connection, which the
+    start tries again with the reconnection's backoff until ``connect_timeout`` (a few
+    attempts, no spin), then names ("reset the connection as it opened", with the
+    maxclients it may be). Before, the start raised at the first reset, in
+    milliseconds, saying the server "could not be reached" (it was: it accepted)."""
+    async with resetting_server() as (port, accepted):
+        started = time.monotonic()
+        error = await refused_start(store_at(store, f"redis://127.0.0.1:{port}/0"))
+        took = time.monotonic() - started
+    assert (
+        "reset the connection as it opened (a server at its maxclients, or a proxy in front"
+        " of it at its own limit of clients, may refuse a client so)"
+    ) in str(error)
+    assert "could not be reached" not in str(error)
+    assert isinstance(error.__cause__, OpeningResetError)
+    assert isinstance(error.__cause__.__cause__, ConnectionResetError)
+    assert 0.9 <= took < 1.0 + 1.0  # connect_timeout, then the teardown
+    # backoff from lease_ttl / 24, doubling, capped at lease_ttl / 3: a few attempts
+    assert 3 <= len(accepted) <= 10, accepted
 
 
 async def test_an_error_the_server_sends_as_it_closes_is_named(store: RedisSlotStore) -> None:
