@@ -111,6 +111,14 @@ JSON argument and answers in JSON: encoding that many separate arguments and par
 that many reply items cost the client more than the script itself. The replies are
 typed on the Python side (``SubmitKind``, ``ClaimKind``, ``QueuedKind``, ``FollowKind``,
 ``ReleaseReply``): the keeper matches them exhaustively.
+
+A string of a reply that is not UTF-8 (another client wrote it into the namespace: a
+lease's entry, a ``gone`` reason, a pool's settings; the client leaves it as bytes) is
+read with those bytes escaped (``\\xff``, ``_shown``) in the replies of a submit, a claim,
+an acquisition and the queries, as the ``slots`` command shows it: never the ``repr`` of
+bytes (a joiner of such a lease ended "followed work lost: b'h\\xff:1:x"). An escaped
+entry is plain ASCII, so it can be sent back (a joiner follows it, and finds it lost).
+The JSON replies (``renew``, ``limit_renew``) keep such bytes as surrogate escapes.
 """
 
 from __future__ import annotations
@@ -1681,10 +1689,10 @@ def parse_submit(raw: object) -> Reply[SubmitKind]:
         case "full":
             return Reply("full", holder=_text(items[1]), retry=_ms(items[2]))
         case "joined":
-            holder, retry, target = _text(items[2]), _ms(items[3]), str(items[1])
+            holder, retry, target = _text(items[2]), _ms(items[3]), _shown(items[1])
             return Reply("joined", holder=holder, retry=retry, detail=target)
         case "gone":
-            return Reply("gone", detail=str(items[1]))
+            return Reply("gone", detail=_shown(items[1]))
         case _:
             raise ValueError(f"unexpected script reply {raw!r}")
 
@@ -1696,7 +1704,7 @@ def parse_claim(raw: object) -> Reply[ClaimKind]:
         case "owner":
             return Reply("owner", token=int(str(items[1])))
         case "gone":
-            return Reply("gone", detail=str(items[1]))
+            return Reply("gone", detail=_shown(items[1]))
         case "missing":
             return Reply("missing")
         case "wait":
@@ -1992,11 +2000,11 @@ def parse_limit(raw: object) -> LimitReply:
                 blocked=tuple(str(pid) for pid in blocked),  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
             )
         case "conflict":
-            return LimitReply("conflict", pool=str(items[1]), known=str(items[2]))
+            return LimitReply("conflict", pool=_shown(items[1]), known=_shown(items[2]))
         case "gone":
             return LimitReply("gone")
         case "foreign":
-            return LimitReply("foreign", pool=str(items[1]), what=str(items[2]))
+            return LimitReply("foreign", pool=_shown(items[1]), what=_shown(items[2]))
         case _:
             raise ValueError(f"unexpected script reply {raw!r}")
 

@@ -1252,6 +1252,28 @@ async def test_a_holder_not_utf8_is_shown_escaped_by_cluster_slot(
     assert (info.holder, info.fence_token) == ("h\\xff", 5)
 
 
+async def test_a_joiner_of_a_lease_whose_entry_is_not_utf8_ends_lost_naming_it_escaped(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """Another client wrote a lease whose entry is not UTF-8: a JOIN of that slot
+    follows it, finds it lost (no process of that name lives) and ends ``LEASE_LOST``
+    naming the instance escaped (``h\\xff``), as ``cluster_slot`` shows it; a QUEUE
+    submission behind it gets the slot once the lease expires. The reason read
+    "followed work lost: b'h\\xff:1:x" (the ``repr`` of bytes)."""
+    async with coredis.Redis.from_url(redis_server.url) as raw:
+        await raw.hset(f"{store.key_prefix}lease:s", {"entry": b"h\xff:1:x/1", "token": b"5"})
+        await raw.pexpire(f"{store.key_prefix}lease:s", 1500)
+    async with replica(store) as (sup, _):
+        joiner = await sup.submit(ControllerSpec.join(TaskSpec.once("j", nothing), slot="s"))
+        queued = await sup.submit(ControllerSpec.queue(TaskSpec.once("q", nothing), slot="s"))
+        with trio.fail_after(8):
+            lost = await joiner.wait()
+            assert (await queued.wait()).kind is OutcomeKind.COMPLETED
+    assert lost.kind is OutcomeKind.LEASE_LOST
+    assert lost.reason is not None
+    assert lost.reason.startswith("followed work lost: h\\xff:1:x")
+
+
 # -- strings the server cannot be sent --------------------------------------------------------
 
 SURROGATE = b"doc-\xff".decode(errors="surrogateescape")  # os.fsdecode of a non-UTF-8 name

@@ -1053,6 +1053,19 @@ def test_names_not_utf8_in_query_replies_are_shown_escaped() -> None:
     assert reply.holders == {"i\\xfe": 1}
 
 
+def test_strings_not_utf8_in_submit_claim_and_limit_replies_are_shown_escaped() -> None:
+    """A joined target, a ``gone`` reason, a pool's known settings: escaped, as the
+    query replies' names are, not the ``repr`` of bytes (``"b'h\\xff/1'"``)."""
+    joined = scripts.parse_submit(["joined", b"h\xff:1:x/1", b"h\xff:1:x", 1000])
+    assert (joined.detail, joined.holder) == ("h\\xff:1:x/1", "h\\xff:1:x")
+    assert scripts.parse_submit(["gone", b"why\xfe"]).detail == "why\\xfe"
+    assert scripts.parse_claim(["gone", b"why\xfe"]).detail == "why\\xfe"
+    conflict = scripts.parse_limit(["conflict", "p", b"concurrency \xff"])
+    assert (conflict.pool, conflict.known) == ("p", "concurrency \\xff")
+    foreign = scripts.parse_limit(["foreign", b"p\xff", "lh:p: WRONGTYPE x"])
+    assert (foreign.pool, foreign.what) == ("p\\xff", "lh:p: WRONGTYPE x")
+
+
 def test_renew_reply_with_bytes_not_utf8_keeps_them_as_surrogate_escapes() -> None:
     """A string another client wrote with bytes that are not UTF-8 (the client leaves
     such a reply as bytes): read, its bytes as surrogate escapes."""
