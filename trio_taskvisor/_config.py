@@ -65,6 +65,17 @@ Decisions the design leaves open:
   integer. A ``replicas_ack_timeout`` of ``None`` stays ``None`` (the field says what
   was given) and ``ack_timeout`` gives the effective value, ``lease_ttl / 10``, so that
   ``attrs.evolve`` of ``lease_ttl`` moves it too.
+* With ``replicas_ack > 0``, ``replicas_ack_timeout`` must be less than ``lease_ttl / 3``
+  and than ``connect_timeout`` (``ConfigError`` at construction and at
+  ``attrs.evolve``), and the default ``lease_ttl / 10`` is at most ``connect_timeout /
+  2``. A ``WAIT`` ends a round trip that the keeper bounds by ``connect_timeout``, and a
+  renewal's by the renewal interval (``lease_ttl / 3``) or its earliest lease deadline
+  if later: a longer ``WAIT`` never took effect, the keeper cut the round trip first,
+  and replicas that fell short read as a server that "did not answer within 0.466 s"
+  instead of "needs 2 replicas to acknowledge, 1 did within 0.25 s", its connection
+  dropped. Refused rather than shortened: a value the user gave is not silently
+  changed; the default follows whichever bound is shorter. Unchecked while
+  ``replicas_ack`` is 0, where the value is unused.
 * Strings sent to the slot store's server must encode as UTF-8 (``check_sendable``): the
   url (never quoted) and the namespace at construction; with a slot store, slots and
   limit names and keys at the call that brings them (``ConfigError``). A lone surrogate
@@ -519,7 +530,23 @@ class RedisSlotStore(SlotStore):
         default=None, kw_only=True, converter=_replicas_ack_timeout
     )
     """Seconds one ``WAIT`` waits for the replicas (``0.001`` to ``1e9``); ``None``:
-    ``lease_ttl / 10`` (see ``ack_timeout``). Unused while ``replicas_ack`` is 0."""
+    ``lease_ttl / 10``, at most ``connect_timeout / 2`` (see ``ack_timeout``). Unused
+    while ``replicas_ack`` is 0; with ``replicas_ack > 0`` it must be less than
+    ``lease_ttl / 3`` (the renewal interval) and than ``connect_timeout``, the bounds of
+    the round trips its ``WAIT`` ends (``ConfigError``)."""
+
+    def __attrs_post_init__(self) -> None:
+        timeout = self.replicas_ack_timeout
+        if not self.replicas_ack or timeout is None:
+            return
+        interval = self.lease_ttl / 3
+        if timeout >= interval or timeout >= self.connect_timeout:
+            raise ConfigError(
+                f"replicas_ack_timeout must be less than lease_ttl / 3 ({interval:.3g} s, the "
+                f"renewal interval) and than connect_timeout ({self.connect_timeout!r} s), "
+                f"got {timeout!r}: a WAIT that long would be cut short by the round trip it "
+                "ends, and replicas that fall short would read as a server that did not answer"
+            )
 
     def __repr__(self) -> str:
         return (
@@ -538,9 +565,10 @@ class RedisSlotStore(SlotStore):
 
     @property
     def ack_timeout(self) -> float:
-        """Seconds one ``WAIT`` waits: ``replicas_ack_timeout``, else ``lease_ttl / 10``."""
+        """Seconds one ``WAIT`` waits: ``replicas_ack_timeout``, else ``lease_ttl / 10``
+        (at most ``connect_timeout / 2``)."""
         if self.replicas_ack_timeout is None:
-            return self.lease_ttl / 10
+            return min(self.lease_ttl / 10, self.connect_timeout / 2)
         return self.replicas_ack_timeout
 
     @property

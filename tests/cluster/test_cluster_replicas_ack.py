@@ -245,6 +245,28 @@ async def test_a_lost_replica_makes_the_store_unavailable_until_it_is_back(
         assert len(recorder.of(EventKind.CONTROLLER_STORE_RECOVERED)) == 1
 
 
+async def test_a_short_connect_timeout_caps_the_default_wait_so_a_shortfall_is_named(
+    topology: Topology, primary: RedisServer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A long lease with a short ``connect_timeout`` (the bound of a request's round
+    trip): the default WAIT, ``lease_ttl / 10`` (3 s), is capped at ``connect_timeout /
+    2``, so a replica that does not acknowledge makes an outage named as such. Before,
+    the keeper cut the round trip at ``connect_timeout``, before its WAIT ended: "it did
+    not answer within 1 s", the replicas' shortfall unnamed."""
+    store = RedisSlotStore(
+        primary.url, namespace=namespace, lease_ttl=30.0, connect_timeout=1.0, replicas_ack=2
+    )
+    async with replica(store) as (sup, recorder):
+        topology.replicas[1].pause()
+        await sup.submit(ControllerSpec.queue(quick("now"), slot="k"))
+        with trio.fail_after(2 * store.connect_timeout):
+            await recorder.wait_for(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        topology.replicas[1].resume()
+    warnings = [r.getMessage() for r in caplog.records if "unavailable:" in r.getMessage()]
+    assert warnings, caplog.text
+    assert warnings[0].endswith("unavailable: needs 2 replicas to acknowledge, 1 did within 0.5 s")
+
+
 @attrs.define
 class PausedOnSubmit:
     """The replica ``pause_on_submit`` pauses, and the primary's reply to that submit."""

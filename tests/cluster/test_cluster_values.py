@@ -597,6 +597,51 @@ def test_replicas_ack_timeout_defaults_to_a_tenth_of_the_lease() -> None:
     assert "replicas_ack=1, replicas_ack_timeout=None)" in repr(store)
 
 
+@pytest.mark.parametrize(
+    ("fields", "bound"),
+    [
+        pytest.param({"replicas_ack_timeout": 1.0}, "0.333", id="the-renewal-interval"),
+        pytest.param({"replicas_ack_timeout": 0.5}, "0.333", id="past-the-renewal-interval"),
+        pytest.param(
+            {"replicas_ack_timeout": 0.2, "connect_timeout": 0.2}, "0.333", id="connect-timeout"
+        ),
+    ],
+)
+def test_a_replicas_ack_timeout_past_a_round_trips_bound_is_refused(
+    fields: dict[str, float], bound: str
+) -> None:
+    """With replicas_ack, a WAIT longer than the round trip it ends (a renewal's
+    lease_ttl / 3, a request's connect_timeout) is a ConfigError: the keeper cut that
+    round trip first, and replicas that fell short read as a server that "did not
+    answer". Also at attrs.evolve; unchecked while replicas_ack is 0 (unused)."""
+    given = fields["replicas_ack_timeout"]
+    with pytest.raises(ConfigError) as error:
+        RedisSlotStore("redis://h/0", lease_ttl=1.0, replicas_ack=1, **fields)  # type: ignore[arg-type]
+    assert str(error.value) == (
+        f"replicas_ack_timeout must be less than lease_ttl / 3 ({bound} s, the renewal"
+        f" interval) and than connect_timeout ({fields.get('connect_timeout', 5.0)!r} s), got"
+        f" {given!r}: a WAIT that long would be cut short by the round trip it ends, and"
+        " replicas that fall short would read as a server that did not answer"
+    )
+    unused = RedisSlotStore("redis://h/0", lease_ttl=1.0, **fields)  # type: ignore[arg-type]
+    assert unused.replicas_ack_timeout == given
+    with pytest.raises(ConfigError, match="replicas_ack_timeout must be less than"):
+        attrs.evolve(unused, replicas_ack=1)
+    fits = RedisSlotStore("redis://h/0", lease_ttl=1.0, replicas_ack=1, replicas_ack_timeout=0.3)
+    assert fits.ack_timeout == 0.3
+    with pytest.raises(ConfigError, match="replicas_ack_timeout must be less than"):
+        attrs.evolve(fits, lease_ttl=0.9)
+
+
+def test_the_default_replicas_ack_timeout_fits_connect_timeout() -> None:
+    """The default WAIT, lease_ttl / 10, is at most half of connect_timeout (a request's
+    round trip bound): a long lease with a short connect_timeout no longer waits past
+    the round trip (it waited 3.5 s in a round trip cut at 1 s)."""
+    store = RedisSlotStore("redis://h/0", lease_ttl=35.0, connect_timeout=1.0, replicas_ack=1)
+    assert (store.replicas_ack_timeout, store.ack_timeout) == (None, 0.5)
+    assert attrs.evolve(store, connect_timeout=10.0).ack_timeout == 3.5
+
+
 @pytest.mark.parametrize("url", [None, b"redis://h/0", 6379])
 def test_url_must_be_text(url: object) -> None:
     """A URL that is not a str is a TypeError."""
