@@ -58,7 +58,16 @@ what]`` for a queued entry, ``['foreign_lease', what]`` for the lease holder, wh
 owner loses its lease; its joiners end as the entry does, for the same cause (before,
 they ended lost two renewals later). Only a ``WRONGTYPE`` error counts as foreign data
 there: any other (an ACL that takes a command away, a server out of memory) fails the
-script as ``redis.call`` would, a refusal, which makes an outage, not a loss.
+script as ``redis.call`` would, a refusal, which makes an outage, not a loss. Foreign
+data that no item of the renewal owns is read as none, and the renewal goes on; its
+reply names each such key, which the keeper logs at ERROR: another process's ``hb`` key
+(that process counts as gone, as one whose heartbeat expired: its queued entries are
+pruned, a follow of its work answers ``lost``; a process that lives writes its key anew,
+with ``SET``, at its next renewal, and its entries come back at their queues' tails), and
+a slot's ``watch`` key when a prune tells the watchers (nobody is told: each watcher
+asks again at its own renewal). Refusing the items that read such a key instead would
+refuse, in every process, the entries of each queue that another process's entry sits
+in, for as long as the key stays (for ever, for a process that is gone).
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -142,13 +151,39 @@ local P, TTL, KEEP = ARGV[1], ARGV[2], ARGV[3]
 
 local function instance_of(e) return string.match(e, '^(.*)/') end
 
+-- 'key: error' for a redis.pcall's error reply r at key (after P) if it says WRONGTYPE
+-- (foreign data at the key: the caller refuses what reads it); any other error (a
+-- refusal: an ACL change, a server out of memory) is raised, failing the script as
+-- redis.call would.
+local function wrongtype(key, r)
+  if string.find(r.err, 'WRONGTYPE', 1, true) then return key .. ': ' .. r.err end
+  error(r)
+end
+
+-- renew sets this to a list: it reads foreign data at a key that no item of its own
+-- owns (another process's heartbeat, a slot's watch key) as none, naming the key here
+-- (its reply says them); in the other scripts (nil) such a key fails the script.
+local unowned = nil
+
+-- redis.call(cmd, P .. key, ...), but in renew a key of foreign data reads as none (nil)
+local function unowned_read(cmd, key, ...)
+  if not unowned then return redis.call(cmd, P .. key, ...) end
+  local r = redis.pcall(cmd, P .. key, ...)
+  if type(r) == 'table' and r.err then
+    unowned[#unowned + 1] = wrongtype(key, r)
+    return nil
+  end
+  return r
+end
+
 -- The heartbeat of process i: the lease TTL it renews with, in ms ('1' from earlier
--- versions of these scripts), or false when the process is gone.
+-- versions of these scripts), or false when the process is gone (in renew, also when
+-- its key holds foreign data: its process writes it anew at its next renewal).
 local hb_memo = {}
 local function heartbeat(i)
   local h = hb_memo[i]
   if h == nil then
-    h = redis.call('GET', P .. 'hb:' .. i)
+    h = unowned_read('GET', 'hb:' .. i) or false
     hb_memo[i] = h
   end
   return h
@@ -160,15 +195,6 @@ local function live(e) return alive(instance_of(e)) end
 
 local function tell(i, msg) redis.call('PUBLISH', P .. 'ch:' .. i, cjson.encode(msg)) end
 
--- 'key: error' for a redis.pcall's error reply r at key (after P) if it says WRONGTYPE
--- (foreign data at the key: the caller refuses what reads it); any other error (a
--- refusal: an ACL change, a server out of memory) is raised, failing the script as
--- redis.call would.
-local function wrongtype(key, r)
-  if string.find(r.err, 'WRONGTYPE', 1, true) then return key .. ': ' .. r.err end
-  error(r)
-end
-
 -- Make key k (a set of instances) last ms from now, unless it lasts longer already: the
 -- replicas that share it may run with different lease_ttl (a rolling change of it), and
 -- a shorter one's call must not cut a longer one's registration short. (PEXPIRE's GT
@@ -178,12 +204,13 @@ local function last_at_least(k, ms)
   if redis.call('PTTL', k) < tonumber(ms) then redis.call('PEXPIRE', k, ms) end
 end
 
+-- Tell the slot's watchers of room (in renew, none when the key holds foreign data: they
+-- learn of room at their own renewal)
 local function room(slot)
-  local wk = P .. 'watch:' .. slot
-  local watchers = redis.call('SMEMBERS', wk)
+  local watchers = unowned_read('SMEMBERS', 'watch:' .. slot) or {}
   if #watchers == 0 then return end
   for _, i in ipairs(watchers) do tell(i, {'room', slot}) end
-  redis.call('DEL', wk)
+  redis.call('DEL', P .. 'watch:' .. slot)
 end
 
 local function done(e)
@@ -442,9 +469,12 @@ return {instance_of(holder), token}
 
 _RENEW: Final = r"""
 -- renew: this process's heartbeat, its leases, queued and followed entries.
--- keys:    hb:<me> lease:<slot> q:<slot> gone:<e> out:<e> jn:<e> (per pair)
+-- keys:    hb:<me> lease:<slot> q:<slot> gone:<e> out:<e> jn:<e> (per pair), watch:<slot>
+--          (hb:* read)
 -- args:    me, JSON [[slot, e, ...] leases, [slot, e, ...] queued, [slot, e, ...] followed]
--- replies: JSON [leases, entries, follows], one item per pair sent, in order:
+-- replies: JSON [leases, entries, follows(, unowned)], one item per pair sent, in order
+--          (unowned, only when not empty: what, for each key of foreign data read as
+--          none, below):
 --          lease:    stop requester ('' for none) | null (refused: lost) |
 --                    ['foreign', what] (refused: a slot key of another type)
 --          entry:    ['owner', token] | ['gone', reason] | ['queued', 0|1] |
@@ -457,7 +487,12 @@ _RENEW: Final = r"""
 -- queue key, an entry's gone, out or jn key) refuses the items that read it only:
 -- what = the key (after P) and the server's error. A follow answers as its entry's
 -- own renewal does: an entry whose slot's key holds foreign data is refused there.
+-- Foreign data that no item owns is read as none and named in unowned: another
+-- process's heartbeat key (that process counts as gone: its queued entries are pruned,
+-- its followed ones lost; its own next renewal writes the key anew), a slot's watch key
+-- when a prune tells the watchers (nobody is told: they learn at their own renewal).
 local me, parts = ARGV[4], cjson.decode(ARGV[5])
+unowned = {}
 local expired = redis.call('EXISTS', P .. 'hb:' .. me) == 0
 redis.call('SET', P .. 'hb:' .. me, TTL, 'PX', TTL)
 hb_memo[me] = TTL
@@ -618,6 +653,7 @@ for k = 1, #flat, 2 do
   end
   follows[#follows + 1] = item
 end
+if #unowned > 0 then return cjson.encode({leases, entries, follows, unowned}) end
 return cjson.encode({leases, entries, follows})
 """
 
@@ -1799,6 +1835,9 @@ class RenewReply:
     leases: tuple[str | Foreign | None, ...]
     entries: tuple[Reply[QueuedKind], ...]
     follows: tuple[Reply[FollowKind], ...]
+    unowned: tuple[str, ...] = ()
+    """What (a key after the prefix, and the server's error), for each key of foreign
+    data that no item owns, read as none (another process's heartbeat, a watch key)."""
 
 
 def _json_reply(raw: object) -> object:
@@ -1817,17 +1856,20 @@ def _json_reply(raw: object) -> object:
 
 def renew_items(raw: object) -> list[list[object]]:
     """The three parts of a raw ``renew`` reply (the script answers in JSON, where an
-    empty part is ``{}``), unparsed."""
-    return [_items(part or [], 0) for part in _items(_json_reply(raw), 3)]
+    empty part is ``{}``), unparsed; without the keys it read as none."""
+    return [_items(part or [], 0) for part in _items(_json_reply(raw), 3)[:3]]
 
 
 def parse_renew(raw: object) -> RenewReply:
     """Parse a raw ``renew`` reply."""
-    leases, entries, follows = renew_items(raw)
+    parts = _items(_json_reply(raw), 3)
+    leases, entries, follows = (_items(part or [], 0) for part in parts[:3])
+    unowned = tuple(map(str, _items(parts[3] or [], 0))) if len(parts) > 3 else ()
     return RenewReply(
         tuple(map(_parse_lease, leases)),
         tuple(map(_parse_queued, entries)),
         tuple(map(_parse_follow, follows)),
+        unowned,
     )
 
 

@@ -543,6 +543,79 @@ async def test_a_joiner_of_work_refused_for_foreign_data_ends_as_that_work(
         gate.set()
 
 
+def error_logged(caplog: pytest.LogCaptureFixture, said: str) -> bool:
+    """Whether an ERROR record's message holds ``said``."""
+    return any(said in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+
+
+async def logged_at_once(caplog: pytest.LogCaptureFixture, said: str, within: float) -> None:
+    """Wait (up to ``within`` seconds) for an ERROR record whose message holds ``said``."""
+    with trio.fail_after(within):
+        while not error_logged(caplog, said):  # noqa: ASYNC110 (no event for a log record)
+            await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("read", ["prune", "follow", "watch"])
+async def test_foreign_data_no_item_owns_is_read_as_none_and_logged(
+    store: RedisSlotStore,
+    client: coredis.Redis[str],
+    caplog: pytest.LogCaptureFixture,
+    read: str,
+) -> None:
+    """Foreign data (a list, or a string) that the renewal reads but no item of its
+    process owns: another process's heartbeat key, met where the renewal prunes a queue
+    (``prune``) or follows that process's work (``follow``), and a slot's watch key when
+    a prune tells the watchers (``watch``). The renewal reads it as none and goes on,
+    logging the key at ERROR: a process whose heartbeat is foreign data counts as gone
+    (its queued entry is pruned, and this entry behind it takes the lease; the joiner of
+    its work ends LEASE_LOST as one of lost work), and nobody is told of the room. No
+    outage: this process's owner of ``b`` keeps its lease. Before, the whole renewal
+    failed, every renewal: an outage, and ``b``'s owner ended LEASE_LOST."""
+    prefix, ms = store.key_prefix, 60_000
+    gate = trio.Event()
+    async with replica(store) as (sup, recorder):
+        owner = await sup.submit(ControllerSpec.queue(gated(gate, "b"), slot="b"))
+        await recorder.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        # another process, x, holds slot a's lease and queues x/1 (and y/1) behind it
+        for i in "xy":
+            await client.set(f"{prefix}hb:{i}", str(ms), px=ms)
+        await client.hset(f"{prefix}lease:a", {"entry": "x/0", "token": "1"})
+        await client.pexpire(f"{prefix}lease:a", ms)
+        await client.rpush(f"{prefix}q:a", ["x/1", "y/1"] if read == "watch" else ["x/1"])
+        if read == "follow":
+            waiter = await sup.submit(ControllerSpec.join(quick("j"), slot="a"))
+        else:
+            waiter = await sup.submit(ControllerSpec.queue(quick("q", 1), slot="a"))
+        with trio.fail_after(5):
+            await waiter.wait_placed()
+        await client.delete([f"{prefix}hb:x"])
+        if read == "watch":  # x is gone, and y/1 heads the queue
+            await client.delete([f"{prefix}lease:a"])
+            await client.set(f"{prefix}watch:a", "foreign")
+            await logged_at_once(caplog, f"{prefix}watch:a: WRONGTYPE", 2 * store.lease_ttl)
+            (mine,) = [e for e in await client.lrange(f"{prefix}q:a", 0, -1) if e != "y/1"]
+            assert await client.lrange(f"{prefix}q:a", 0, -1) == ["y/1", mine]
+        else:
+            await client.rpush(f"{prefix}hb:x", ["foreign"])
+            if read == "prune":  # the lease is free: the renewal prunes the queue
+                await client.delete([f"{prefix}lease:a"])
+            with trio.fail_after(3 * store.lease_ttl):
+                outcome = await waiter.wait()
+            if read == "prune":
+                assert outcome.value == 1
+            else:
+                assert outcome.kind is OutcomeKind.LEASE_LOST
+                assert outcome.reason == "followed work lost: x"
+            await logged_at_once(caplog, f"{prefix}hb:x: WRONGTYPE", 0)
+        await trio.sleep(store.lease_ttl)  # observing b's lease over a lease_ttl
+        assert not owner.done
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([f"{prefix}{key}" for key in ("hb:x", "hb:y", "watch:a", "q:a")])
+        gate.set()
+        with trio.fail_after(5):
+            assert (await owner.wait()).value == "b"
+
+
 async def test_shutdown_is_bounded_when_the_server_does_not_answer(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:

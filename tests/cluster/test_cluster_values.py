@@ -1071,6 +1071,10 @@ def test_renew_reply_parses_every_item_kind() -> None:
     )
     # the script's empty tables are JSON objects
     assert scripts.parse_renew("[{},{},{}]") == scripts.RenewReply((), (), ())
+    # the keys of foreign data no item owns, read as none: a fourth part when any
+    raw = '[{},{},{},["hb:x: WRONGTYPE x","watch:s: WRONGTYPE x"]]'
+    assert scripts.parse_renew(raw).unowned == ("hb:x: WRONGTYPE x", "watch:s: WRONGTYPE x")
+    assert scripts.renew_items(raw) == [[], [], []]
 
 
 @given(
