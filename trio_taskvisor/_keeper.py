@@ -29,7 +29,11 @@ Invariants:
   data loses it (``LeaseLost``, naming the key and the error); the other slots renew
   on. A joiner of another process's work ends as that work does then (rejected, or
   ``LEASE_LOST`` for a lost lease, naming the key), and one whose followed entry's
-  ``out`` or ``jn`` key is foreign data is rejected so. A
+  ``out`` or ``jn`` key is foreign data is rejected so. Foreign data that a renewal
+  reads but no item of it owns (another process's heartbeat or a slot's watch key; in
+  a limit renewal, keys of other pools, groups and processes that a settle meets) is
+  read as none and logged at ERROR with the key; a limit waiter whose pool's or own
+  key is foreign data is refused alone. A
   submit that may have reached the server without its reply reaching us, or whose
   script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
   and any lease it took) in the next successful round trip.
@@ -1278,6 +1282,11 @@ class LeaseKeeper:
                     for what in renewed.foreign:
                         why = self._foreign_at(what)
                         log(logging.ERROR, "slot store limit renewal: units lost to %s", why)
+                    named = {*renewed.foreign, *(item.what for item in renewed.waiters)}
+                    for what in dict.fromkeys(renewed.unowned):
+                        if what not in named:  # (no waiter of its own was refused for it)
+                            why = self._foreign_at(what)
+                            log(logging.ERROR, "slot store limit renewal read as none: %s", why)
                     if rebase:
                         self._limit_rebase = False
                         for request in units:  # moved to the new generation

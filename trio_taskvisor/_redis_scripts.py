@@ -93,13 +93,25 @@ interval. Foreign data there (another type of key, which no script wrote) counts
 holding none in that check, as ``lttl``'s does: those units are lost (their other pools'
 units given back, that pool left alone; the reply names the key, which the keeper
 logs), and the renewal goes on for the process's other units (failing, it would lose
-them all). A waiter of such a pool that the renewal asks for again is refused alone
-(``['foreign', pool, what]``: it ends with an error naming the key and the server's
-``WRONGTYPE`` error, as an acquisition answered with that error does) and leaves the
-pool's line; the renewal goes on for the other waiters. Every other read of such a
-pool, an acquisition's or a settle's, fails naming the server's error, as one of a
-pool whose settings key holds foreign data does (a settle of another pool that meets
-a group waiting for that one too, another process's waiter, still fails the renewal).
+them all). A waiter that the renewal asks for again is refused alone when a key it
+reads holds foreign data: its pools' holders (``lh``), settings (``lp``), waiting
+(``lq``) and parked (``lk``) groups, its group (``lg``), its own keys (``lw``, ``lx``):
+``['foreign', pool, what]``, and it ends with an error naming the key and the
+server's ``WRONGTYPE`` error, as an acquisition answered with that error does. It is
+withdrawn there, as ``limit_withdraw`` would (it leaves its line, a grant it has not
+heard of is given back, its marker says ``gone``), and the renewal goes on for the
+other waiters. Foreign data that no waiter of the renewal owns, met where it settles a
+pool (another pool of a group that waits in it, another group, another process's
+waiter), or where it reads another process's generation (``lu``) or the acceptance
+counter (``lseq``), is read as none, and the renewal goes on; its reply names each such
+key, which the keeper logs at ERROR: a pool whose settings or holders are foreign
+data has no room (a group that waits for it too waits on, parked there), an index
+key of foreign data is left as it is, a group whose key is foreign data counts as
+empty (it leaves the indexes), a waiter whose key is, as one whose process is gone (it
+leaves its group, not granted), a generation, as none (that process's units are
+dead). Failing the renewal instead loses every unit of the process, for a key that
+is not its own. Every other script, an acquisition's, a release's, a withdrawal's,
+fails naming the server's error when it meets foreign data.
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
@@ -748,8 +760,10 @@ local FAR = 1e12
 -- holder's or waiter's keys never expire before its instance's units do, and a
 -- namespace nobody uses leaves nothing behind.
 local MY_TTL = tonumber(TTL)
-local LONGEST = tonumber(redis.call('GET', P .. 'lttl')) or 0
--- (a value no script wrote, foreign data, counts as none: the next say_ttl replaces it)
+local LONGEST = redis.pcall('GET', P .. 'lttl')
+-- (a value no script wrote, foreign data of any type, counts as none: the next say_ttl
+-- replaces it)
+LONGEST = type(LONGEST) == 'string' and tonumber(LONGEST) or 0
 if not (LONGEST > 0 and LONGEST < FAR) then LONGEST = 0 end
 local LIVE = 2 * math.max(MY_TTL, LONGEST)
 -- Say this instance's lease TTL when it is the longest in use (when it equals the
@@ -767,7 +781,7 @@ local gen_memo = {}
 local function gen_of(i)
   local g = gen_memo[i]
   if g == nil then
-    g = redis.call('GET', P .. 'lu:' .. i) or false
+    g = unowned_read('GET', 'lu:' .. i) or false  -- (foreign data, in limit_renew: none)
     gen_memo[i] = g
   end
   return g
@@ -806,16 +820,21 @@ local function rate_of(spec)
 end
 
 local pools = {}  -- pool id -> state, read once per script
+-- In limit_renew, a pool whose settings or holders key holds foreign data reads as one
+-- without settings (no room; nothing is written to it), the key named in unowned.
 local function pool(pid)
   local p = pools[pid]
   if p then return p end
-  local v = redis.call('HMGET', P .. 'lp:' .. pid, 'spec', 'tat')
+  local v = unowned_read('HMGET', 'lp:' .. pid, 'spec', 'tat') or {}
   p = {pid = pid, spec = v[1], tat = tonumber(v[2]) or -math.huge, held = 0, touched = false}
   if p.spec then
     local cap = string.match(p.spec, '^concurrency (%d+)$')
-    if cap then
+    local flat = cap and unowned_read('HGETALL', 'lh:' .. pid)
+    if cap and not flat then
+      p.spec = false
+    elseif cap then
       p.cap = tonumber(cap)
-      local hk, flat = P .. 'lh:' .. pid, redis.call('HGETALL', P .. 'lh:' .. pid)
+      local hk = P .. 'lh:' .. pid
       for k = 1, #flat, 2 do
         if gen_of(instance_of(flat[k])) == flat[k + 1] then
           p.held = p.held + 1
@@ -904,26 +923,28 @@ end
 
 -- score the group by its head in each pool's index and where it is parked, or take it
 -- out of both when it is empty
+-- (in limit_renew, a group whose key holds foreign data counts as empty, and an index
+-- key of foreign data is left as it is: both named in unowned)
 local function rehead(gid, spids)
-  local h = redis.call('ZRANGE', P .. 'lg:' .. gid, 0, 0, 'WITHSCORES')
+  local h = unowned_read('ZRANGE', 'lg:' .. gid, 0, 0, 'WITHSCORES') or {}
   for _, pid in ipairs(spids) do
-    local qk, kk = P .. 'lq:' .. pid, P .. 'lk:' .. pid
+    local q, k = 'lq:' .. pid, 'lk:' .. pid
     if h[1] then
-      redis.call('ZADD', qk, h[2], gid)
-      redis.call('PEXPIRE', qk, LIVE)
-      redis.call('ZADD', kk, 'XX', h[2], gid)
+      if unowned_read('ZADD', q, h[2], gid) then redis.call('PEXPIRE', P .. q, LIVE) end
+      unowned_read('ZADD', k, 'XX', h[2], gid)
     else
-      redis.call('ZREM', qk, gid)
-      redis.call('ZREM', kk, gid)
+      unowned_read('ZREM', q, gid)
+      unowned_read('ZREM', k, gid)
     end
   end
   return h
 end
 
+-- whether it was parked (not in limit_renew when the pool's key holds foreign data)
 local function park(gid, pid, score)
-  local kk = P .. 'lk:' .. pid
-  redis.call('ZADD', kk, score, gid)
-  redis.call('PEXPIRE', kk, LIVE)
+  if not unowned_read('ZADD', 'lk:' .. pid, score, gid) then return false end
+  redis.call('PEXPIRE', P .. 'lk:' .. pid, LIVE)
+  return true
 end
 
 -- the first of a group's pools without room (nil: every one has room)
@@ -936,7 +957,7 @@ end
 
 local function drop_waiter(w, pids)
   local gid, spids = group_of(pids)
-  if redis.call('ZREM', P .. 'lg:' .. gid, w) == 1 then rehead(gid, spids) end
+  if unowned_read('ZREM', 'lg:' .. gid, w) == 1 then rehead(gid, spids) end
   redis.call('DEL', P .. 'lw:' .. w)
 end
 
@@ -945,7 +966,7 @@ end
 local function next_seq()
   local t = redis.call('TIME')
   local seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', P .. 'lseq'))
+  local last = tonumber(unowned_read('GET', 'lseq') or false)
   if last and last >= seq then seq = last + 1 end
   redis.call('SET', P .. 'lseq', num(seq), 'PX', LIVE)
   return seq
@@ -989,8 +1010,9 @@ end
 -- their heads' order, a few at a time, and one blocked by another pool is parked there
 local function oldest_fitting(pid, before)
   local kk = P .. 'lk:' .. pid
+  local from = 0  -- (limit_renew) the groups left here: their blocker's key is foreign
   while true do
-    local r = redis.call('ZRANGE', kk, 0, 31, 'WITHSCORES')
+    local r = unowned_read('ZRANGE', 'lk:' .. pid, from, from + 31, 'WITHSCORES') or {}
     if not r[1] then return nil end
     for j = 1, #r, 2 do
       local seq = tonumber(r[j + 1])
@@ -998,8 +1020,7 @@ local function oldest_fitting(pid, before)
       local q = blocker(pools_of_group(r[j]))
       if not q then return r[j], seq end
       if q == pid then return nil end  -- only a pool with room is read: never
-      redis.call('ZREM', kk, r[j])
-      park(r[j], q, r[j + 1])
+      if park(r[j], q, r[j + 1]) then redis.call('ZREM', kk, r[j]) else from = from + 1 end
     end
   end
 end
@@ -1026,11 +1047,12 @@ local function settle(changed)
     end
     if not best then return end
     local spids = pools_of_group(best)
-    local head = redis.call('ZRANGE', P .. 'lg:' .. best, 0, 0)[1]
+    local head = (unowned_read('ZRANGE', 'lg:' .. best, 0, 0) or {})[1]
     if not head then
-      rehead(best, spids)  -- the group's key expired: forget it
+      rehead(best, spids)  -- the group's key expired (or holds foreign data): forget it
     else
-      local v = redis.call('HMGET', P .. 'lw:' .. head, 'pools', 'gen')
+      -- (a waiter whose key holds foreign data, in limit_renew: dropped, as a dead one)
+      local v = unowned_read('HMGET', 'lw:' .. head, 'pools', 'gen') or {}
       local i = instance_of(head)
       drop_waiter(head, spids)
       if v[1] and gen_of(i) == v[2] then
@@ -1045,7 +1067,7 @@ end
 local function tidy(p)
   if not p.touched or not p.spec then return end
   local lk = P .. 'lp:' .. p.pid
-  local waiting = redis.call('ZCARD', P .. 'lq:' .. p.pid) > 0
+  local waiting = (unowned_read('ZCARD', 'lq:' .. p.pid) or 1) > 0  -- (foreign: waiting)
   if p.cap then
     if p.held == 0 and not waiting then
       redis.call('DEL', lk, P .. 'lh:' .. p.pid)
@@ -1068,9 +1090,9 @@ end
 -- the number of a pool's live waiters (at most 1 when ``any``)
 local function live_waiters(pid, any)
   local n = 0
-  for _, gid in ipairs(redis.call('ZRANGE', P .. 'lq:' .. pid, 0, -1)) do
-    for _, w in ipairs(redis.call('ZRANGE', P .. 'lg:' .. gid, 0, -1)) do
-      if redis.call('HGET', P .. 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then
+  for _, gid in ipairs(unowned_read('ZRANGE', 'lq:' .. pid, 0, -1) or {}) do
+    for _, w in ipairs(unowned_read('ZRANGE', 'lg:' .. gid, 0, -1) or {}) do
+      if unowned_read('HGET', 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then
         n = n + 1
         if any then return n end
       end
@@ -1146,7 +1168,7 @@ end
 local function release(w, pids)
   for _, pid in ipairs(pids) do
     local read = pools[pid]  -- read before: w counts in it (a read drops dead entries)
-    if redis.call('HDEL', P .. 'lh:' .. pid, w) == 1 and read and read.cap then
+    if unowned_read('HDEL', 'lh:' .. pid, w) == 1 and read and read.cap then
       read.held = read.held - 1
     end
     pool(pid).touched = true  -- else read after the HDEL: w no longer counts
@@ -1293,13 +1315,15 @@ _LIMIT_RENEW: Final = r"""
 --          units' requests, w = me .. '/' .. n: their keys live on), and optionally a
 --          rebase: JSON [[w, [pool id, ...]], ...] (every unit the process holds: its
 --          concurrency pools)
--- replies: JSON [gen, items, lost, foreign]: gen is the live generation (units of
---          another one are lost); one item per waiter, as limit_acquire replies (a
---          waiter of an expired generation is accepted again, at the tail), or
---          {'foreign', pool id, what} (refused: the pool's holders key, after P, holds
---          foreign data; what names it and the server's error); lost: the units named
---          (held, or in the rebase) that are not held in gen; foreign: what, for each
---          holders key of foreign data that lost units were named in
+-- replies: JSON [gen, items, lost, foreign(, unowned)]: gen is the live generation
+--          (units of another one are lost); one item per waiter, as limit_acquire
+--          replies (a waiter of an expired generation is accepted again, at the tail),
+--          or {'foreign', pool id, what} (refused, and withdrawn: a key of its pool or
+--          of its own, after P, holds foreign data; what names it and the server's
+--          error); lost: the units named (held, or in the rebase) that are not held in
+--          gen; foreign: what, for each holders key of foreign data that lost units
+--          were named in; unowned (only when not empty): what, for each key of foreign
+--          data that the renewal read as none (see the module docstring)
 -- A unit named that its pool no longer holds in gen (its holders key deleted or evicted,
 -- or holding foreign data, which counts as holding none) is lost, its other pools'
 -- units given back: another instance may have taken its room meanwhile, so its holder
@@ -1315,6 +1339,7 @@ _LIMIT_RENEW: Final = r"""
 -- holds may be older than the one the process last heard of.)
 local me, waiters, held = ARGV[4], cjson.decode(ARGV[5]), cjson.decode(ARGV[6] or '[]')
 local rebase = ARGV[7] and cjson.decode(ARGV[7])
+unowned = {}
 local old = rebase and gen_of(me)  -- the live generation that moves (false: none)
 if old then
   local t = redis.call('TIME')
@@ -1395,13 +1420,13 @@ end
 if old then
   for _, pair in ipairs(waiters) do
     local w, wk = pair[1], P .. 'lw:' .. pair[1]
-    if redis.call('GET', P .. 'lx:' .. w) == old then
+    if unowned_read('GET', 'lx:' .. w) == old then
       -- granted in the old generation, its process not told yet: its units move too
       local pids = {}
       for k, pp in ipairs(pair[2]) do pids[k] = pp[1] end
       move(w, pids)
       redis.call('SET', P .. 'lx:' .. w, g, 'PX', KEEP)
-    elseif redis.call('HGET', wk, 'gen') == old then
+    elseif unowned_read('HGET', 'lw:' .. w, 'gen') == old then
       redis.call('HSET', wk, 'gen', g)
     end
   end
@@ -1423,31 +1448,65 @@ for _, pair in ipairs(held) do
 end
 -- A waiter of a pool whose holders key holds foreign data is refused, naming it (any
 -- read of such a pool fails: as limit_acquire's would), and leaves the pool's line;
--- the other waiters are asked for as always.
-local function refusal(pairs_)
+-- the other waiters are asked for as always. So is one whose own keys hold foreign
+-- data: its pools' settings (lp), waiting (lq) and parked (lk) groups, its group (lg),
+-- read here, each once (a typed read, which fails on foreign data); its own (lw, lx),
+-- once its acquisition failed (acquire reads them before it writes anything).
+local checked = {}  -- key (after P) -> what (foreign data) | false
+local function foreign_at(key, cmd, ...)
+  local f = checked[key]
+  if f == nil then
+    local r = redis.pcall(cmd, P .. key, ...)
+    f = type(r) == 'table' and r.err ~= nil and wrongtype(key, r)
+    checked[key] = f
+  end
+  return f
+end
+local function refusal(w, pairs_, pids)
   for _, pp in ipairs(pairs_) do
     local pid = pp[1]
     if foreign[pid] == nil then
       local r = redis.pcall('HGET', P .. 'lh:' .. pid, me)
       foreign[pid] = type(r) == 'table' and wrongtype('lh:' .. pid, r)
     end
-    if foreign[pid] then return {'foreign', pid, foreign[pid]} end
+    local what = foreign[pid] or foreign_at('lp:' .. pid, 'HGET', 'spec')
+      or foreign_at('lq:' .. pid, 'ZCARD') or foreign_at('lk:' .. pid, 'ZCARD')
+    if what then return {'foreign', pid, what} end
   end
+  local what = foreign_at('lg:' .. group_of(pids), 'ZCARD')
+  if w then
+    what = what or foreign_at('lx:' .. w, 'GET') or foreign_at('lw:' .. w, 'HGET', 'gen')
+  end
+  if what then return {'foreign', pids[1], what} end
   return nil
+end
+-- raise again an error that pcall caught (a string): a server's keeps its code
+local function raise(e)
+  if type(e) == 'string' and string.find(e, '^%u+ ') then error({err = e}) end
+  error(e)
 end
 local items = {}
 for k, pair in ipairs(waiters) do
-  local refused = refusal(pair[2])
+  local w, pids = pair[1], {}
+  for j, pp in ipairs(pair[2]) do pids[j] = pp[1] end
+  local refused = refusal(nil, pair[2], pids)
+  if not refused then
+    local ok, r = pcall(acquire, me, w, pair[2])
+    if ok then items[k] = r else refused = refusal(w, pair[2], pids) or raise(r) end
+  end
   if refused then
-    local pids = {}
-    for j, pp in ipairs(pair[2]) do pids[j] = pp[1] end
-    drop_waiter(pair[1], pids)
+    -- withdrawn, as limit_withdraw does: a grant it has not heard of given back, and
+    -- marked, so that an acquisition still on its way does not queue it again (a marker
+    -- of foreign data is left as it is)
+    local x = unowned_read('GET', 'lx:' .. w)
+    if x ~= nil then redis.call('SET', P .. 'lx:' .. w, 'gone', 'PX', KEEP) end
+    if x and x ~= 'gone' then release(w, pids) end
+    drop_waiter(w, pids)
     items[k] = refused
-  else
-    items[k] = acquire(me, pair[1], pair[2])
   end
 end
 tidy_all()
+if #unowned > 0 then return cjson.encode({g, items, lost, foreign_lost, unowned}) end
 return cjson.encode({g, items, lost, foreign_lost})
 """
 
@@ -2014,8 +2073,9 @@ class LimitReply:
     """A parsed ``limit_acquire`` reply: ``gen`` the generation of the grant (or of the
     wait); ``retry`` seconds until a rate pool allows a start (``None``: only a
     release can help); ``blocked`` the pool ids without room; for ``conflict``, ``pool``
-    and the ``known`` settings; for ``foreign``, ``pool`` and ``what``: its holders key
-    (after the prefix), which holds foreign data, and the server's error."""
+    and the ``known`` settings; for ``foreign``, ``pool`` and ``what``: the key (after
+    the prefix) of the pool, or of the request, that holds foreign data, and the
+    server's error."""
 
     kind: LimitKind
     gen: str | None = None
@@ -2062,6 +2122,9 @@ class LimitRenewReply:
     waiters: tuple[LimitReply, ...]
     lost: frozenset[str] = frozenset()
     foreign: tuple[str, ...] = ()
+    unowned: tuple[str, ...] = ()
+    """What (a key after the prefix, and the server's error), for each key of foreign
+    data the renewal read as none (another process's or pool's, met in a settle)."""
 
 
 def parse_limit_renew(raw: object) -> LimitRenewReply:
@@ -2069,8 +2132,9 @@ def parse_limit_renew(raw: object) -> LimitRenewReply:
     gen, items, *rest = _items(_json_reply(raw), 2)
     lost = frozenset(map(str, _items(rest[0] or [], 0))) if rest else frozenset[str]()
     foreign = tuple(map(str, _items(rest[1] or [], 0))) if len(rest) > 1 else ()
+    unowned = tuple(map(str, _items(rest[2] or [], 0))) if len(rest) > 2 else ()
     waiters = tuple(map(parse_limit, _items(items or [], 0)))
-    return LimitRenewReply(str(gen), waiters, lost, foreign)
+    return LimitRenewReply(str(gen), waiters, lost, foreign, unowned)
 
 
 @attrs.frozen

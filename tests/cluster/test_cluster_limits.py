@@ -8,6 +8,8 @@ outcomes. The tests with OS processes (a shared pool under SIGKILL and SIGSTOP) 
 
 from __future__ import annotations
 
+import logging
+
 import attrs
 import coredis
 import pytest
@@ -467,6 +469,51 @@ async def test_a_waiter_of_a_pool_whose_holders_key_is_foreign_data_is_refused_a
         assert (info.held, info.holders) == (1, {a.instance_id: 1})
         assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
         await client.delete([key])
+        await a.remove("kept")
+
+
+@pytest.mark.parametrize("kind", ["lp", "lq", "lk", "lg"])
+async def test_a_waiter_whose_pools_keys_are_foreign_data_is_refused_alone(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """Foreign data at a key of the pool an attempt waits in (its settings, its waiting
+    or parked groups) or of the attempt's group, while this process holds the pool's
+    unit and one of another pool: the next renewal refuses the attempt alone (``FATAL``,
+    a ``SlotStoreUnavailableError`` naming the key and the server's ``WRONGTYPE``
+    error, logged once); both units stay held, no outage. Before, every renewal of the
+    process failed while it waited: its units were lost, and the attempt waited on."""
+    conc, other = ConcurrencyLimit("conc", 1), ConcurrencyLimit("other", 1)
+    named = 'lg:["conc"]' if kind == "lg" else f"{kind}:conc"
+    key = f"{store.key_prefix}{named}"
+    async with replica(store) as (a, recorder):
+        held = await a.add(held_by(gate := trio.Event(), "held", conc, started := trio.Event()))
+        kept = await a.add(held_by(trio.Event(), "kept", other, kept_started := trio.Event()))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+            await kept_started.wait()
+        waiting = await a.add(TaskSpec.once("waiting", trio.lowlevel.checkpoint, limits=(conc,)))
+        with trio.fail_after(2 * TTL):
+            while (await a.cluster_limit(conc)).waiting < 1:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await client.delete([key])
+        await client.set(key, "foreign")
+        with trio.fail_after(2 * TTL):  # the next renewal, at lease_ttl / 3
+            outcome = await waiting.wait()
+        assert outcome.kind is OutcomeKind.FATAL
+        assert isinstance(outcome.error, SlotStoreUnavailableError)
+        refused = f"refused the units of 'conc': foreign data in the slot store at {key}: "
+        assert f"{refused}WRONGTYPE" in str(outcome.error)
+        await trio.sleep(TTL)  # past the deadline of a unit whose renewals failed
+        assert not held.done
+        assert not kept.done
+        messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert [m for m in messages if key in m and m.startswith("slot store limit")] == [
+            f"slot store limit renewal of a waiter refused: foreign data in the slot store "
+            f"at {key}: WRONGTYPE Operation against a key holding the wrong kind of value"
+        ]
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([key])
+        gate.set()
         await a.remove("kept")
 
 

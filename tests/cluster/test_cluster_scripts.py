@@ -730,6 +730,76 @@ async def test_a_rebase_keeps_a_grant_its_process_has_not_heard_of(s: Scripts) -
     assert (await limit_acquire(s, C, f"{C}/3", "c1")).kind == "waiting"
 
 
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+async def limit_renew(
+    s: Scripts, instance: str, *waiters: tuple[str, tuple[str, ...]]
+) -> scripts.LimitRenewReply:
+    """Renew ``instance``'s waiters, each of concurrency pools of capacity 1."""
+    asked = [(w, [(pid, CONC1) for pid in pools]) for w, pools in waiters]
+    args = scripts.limit_renew_args(instance, asked, (), None)
+    return scripts.parse_limit_renew(await s.call(scripts.LIMIT_RENEW, *args))
+
+
+async def make_foreign(s: Scripts, key: str) -> None:
+    """Foreign data at ``key`` (after the prefix): a list where a string belongs, else a
+    string."""
+    await s.client.delete([f"{s.prefix}{key}"])
+    if key.startswith("lx:"):
+        await s.client.rpush(f"{s.prefix}{key}", ["foreign"])
+    else:
+        await s.client.set(f"{s.prefix}{key}", "foreign")
+
+
+@pytest.mark.parametrize("kind", ["lp", "lq", "lk", "lg", "lw", "lx"])
+async def test_limit_renew_refuses_only_a_waiter_whose_own_key_is_foreign_data(
+    s: Scripts, kind: str
+) -> None:
+    """Foreign data at a key of B's waiter ``B/1`` (its pool's settings, waiting or parked
+    groups, its group, itself, its marker) while another waiter of B waits in another
+    pool: the renewal refuses that waiter only (``['foreign', pool, what]``, naming the
+    key and the server's error) and takes it out of its line, marked withdrawn; the
+    other waits on. Before, the whole script failed."""
+    for w, pool in ((f"{A}/1", "c1"), (f"{A}/2", "c2")):
+        assert (await limit_acquire(s, A, w, pool)).kind == "granted"
+    for w, pool in ((f"{B}/1", "c1"), (f"{B}/2", "c2")):
+        assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
+    key = {"lg": 'lg:["c1"]', "lw": f"lw:{B}/1", "lx": f"lx:{B}/1"}.get(kind, f"{kind}:c1")
+    await make_foreign(s, key)
+    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
+    refused, other = renewed.waiters
+    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", f"{key}: {WRONGTYPE}")
+    assert other.kind == "waiting"
+    if kind != "lg":
+        assert await s.client.zscore(f'{s.prefix}lg:["c1"]', f"{B}/1") is None
+    if kind != "lx":
+        assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert (await limit_acquire(s, B, f"{B}/2", "c2")).kind == "waiting"
+
+
+@pytest.mark.parametrize(("kind", "granted"), [("lp", B), ("lh", B), ("lk", C), ("lq", C)])
+async def test_limit_renew_reads_as_none_foreign_data_its_settle_meets(
+    s: Scripts, kind: str, granted: str
+) -> None:
+    """C's waiter waits in pools ``s`` and ``zf``, B's (younger) in ``s``: both held by
+    A, whose units then die; foreign data at a key of ``zf``. B's renewal settles ``s``
+    and meets C's group: ``zf`` with foreign settings or holders has no room (C's group
+    is parked there, and B's waiter granted); one with foreign index keys is left as it
+    is (C's waiter granted, its indexes in ``zf`` not written). The renewal goes on and
+    names the key. Before, the whole script failed."""
+    assert (await limit_acquire(s, A, f"{A}/1", "s", "zf")).kind == "granted"
+    assert (await limit_acquire(s, C, f"{C}/1", "s", "zf")).kind == "waiting"
+    assert (await limit_acquire(s, B, f"{B}/1", "s")).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    await make_foreign(s, f"{kind}:zf")
+    renewed = await limit_renew(s, B, (f"{B}/1", ("s",)))
+    assert renewed.waiters[0].kind == ("granted" if granted == B else "waiting")
+    assert f"{kind}:zf: {WRONGTYPE}" in renewed.unowned
+    holders = await s.client.hgetall(f"{s.prefix}lh:s")
+    assert list(holders) == [f"{granted}/1"]
+
+
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
 async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreign: str) -> None:
     """Foreign data where the longest lease in use is kept (``lttl``): the scripts read
@@ -847,12 +917,17 @@ async def test_a_concurrency_unit_with_room_costs_the_server_few_commands(s: Scr
 
 
 def test_the_probe_calls_every_command_the_scripts_call() -> None:
-    """A command added to a script is tried at start too, or this fails."""
+    """A command added to a script is tried at start too, or this fails (a command is
+    called with ``redis.call``, ``redis.pcall`` or ``unowned_read``, or named to
+    ``foreign_at``)."""
+    calls = r"(?:redis\.p?call|unowned_read)\('([A-Z]+)'|foreign_at\([^,]+, '([A-Z]+)'"
     called = {
         command
         for script in scripts.SCRIPTS
         if script is not scripts.PROBE
-        for command in re.findall(r"redis\.p?call\('([A-Z]+)'", script.source)
+        for match in re.findall(calls, script.source)
+        for command in match
+        if command
     }
     assert called == set(scripts.PROBED)
 
