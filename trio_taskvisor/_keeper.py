@@ -1354,8 +1354,7 @@ class LeaseKeeper:
         self._next_renewal = sent_at + self._interval
         for what in reply.unowned:
             # no item owns the key: the renewal read it as none and went on
-            why = self._foreign_at(what)
-            log(logging.ERROR, "slot store renewal read as none: %s", why)
+            log(logging.ERROR, "slot store renewal read as none: %s", self._foreign_at(what))
         for lease, stop in zip(renewal.leases, reply.leases, strict=True):
             if self._leases.get(lease.task_id) is not lease:
                 continue  # released or lost meanwhile
