@@ -1259,6 +1259,10 @@ class LeaseKeeper:
                     if not part.resolved:
                         self._submitted(part, scripts.parse_submit(reply), sent_at)
                 case _Release(_, eid, outcome):
+                    refused = scripts.release_refusal(reply)
+                    if refused is not None:
+                        why = self._foreign_at(refused)
+                        log(logging.ERROR, "slot store release of %s refused: %s", eid, why)
                     if scripts.parse_release(reply) == "need_outcome":
                         self._oblige(_StoreOutcome(eid, encode_outcome(outcome)))
                 case str():  # RUN_ID

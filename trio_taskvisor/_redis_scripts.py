@@ -67,7 +67,12 @@ with ``SET``, at its next renewal, and its entries come back at their queues' ta
 a slot's ``watch`` key when a prune tells the watchers (nobody is told: each watcher
 asks again at its own renewal). Refusing the items that read such a key instead would
 refuse, in every process, the entries of each queue that another process's entry sits
-in, for as long as the key stays (for ever, for a process that is gone).
+in, for as long as the key stays (for ever, for a process that is gone). ``release``
+on a lease key of foreign data refuses the lease part only (``['foreign', what,
+reply]``: as the owner's renewal refuses the lease, which has nothing to give back or
+hand over), and does its outcome part, so that the entry's joiners hear of its
+outcome at once (its owner's ``LEASE_LOST`` for the refused lease, as a rule), not at
+their next renewal.
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -415,10 +420,16 @@ _RELEASE: Final = r"""
 -- release: the owner e exited; give its lease back, to the next live head if any.
 -- keys:    lease:<slot> out:<e> jn:<e> q:<slot> fence:<slot> watch:<slot> (hb:* read)
 -- args:    slot, e, outcome (JSON, or '' when nobody is known to follow e)
--- replies: 'ok' | 'need_outcome' (another process follows e: store its outcome)
+-- replies: 'ok' | 'need_outcome' (another process follows e: store its outcome) |
+--          {'foreign', what, 'ok' | 'need_outcome'} (the lease refused: its key holds
+--          foreign data; what = the key, after P, and the server's error)
+-- A lease key of foreign data refuses the lease part only (as e's renewal refuses the
+-- lease: nothing to give back or hand over), and the outcome part is done as always,
+-- so that e's joiners hear of it now, not at their next renewal.
 local slot, e, outcome = ARGV[4], ARGV[5], ARGV[6]
 local lk = P .. 'lease:' .. slot
-local holder = redis.call('HGET', lk, 'entry')
+local holder, foreign = redis.pcall('HGET', lk, 'entry'), false
+if type(holder) == 'table' then holder, foreign = false, wrongtype('lease:' .. slot, holder) end
 if holder == e then redis.call('DEL', lk) end
 local reply = 'ok'
 local outk = P .. 'out:' .. e
@@ -430,6 +441,7 @@ elseif redis.call('EXISTS', P .. 'jn:' .. e) == 1 then
   if not stored then redis.call('SET', outk, 'pending', 'PX', KEEP); stored = 'pending' end
   if stored == 'pending' then reply = 'need_outcome' end
 end
+if foreign then return {'foreign', foreign, reply} end
 if not holder or holder == e then hand_over(slot, true) end
 return reply
 """
@@ -1808,8 +1820,23 @@ def parse_claim(raw: object) -> Reply[ClaimKind]:
             raise ValueError(f"unexpected script reply {raw!r}")
 
 
+def release_refusal(raw: object) -> str | None:
+    """What (the lease key after the prefix, and the server's error) when a raw
+    ``release`` reply says the lease was refused for foreign data, else ``None``."""
+    match raw:
+        case ["foreign", str(what), _]:
+            return what
+        case _:
+            return None
+
+
 def parse_release(raw: object) -> ReleaseReply:
-    """Parse a raw ``release`` reply."""
+    """Parse a raw ``release`` reply (of a refused lease: the reply of its outcome part)."""
+    match raw:
+        case ["foreign", str(), reply]:
+            raw = reply
+        case _:
+            pass
     if raw == "ok":
         return "ok"
     if raw == "need_outcome":

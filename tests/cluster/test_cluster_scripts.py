@@ -491,6 +491,30 @@ async def test_renew_refuses_only_the_items_that_read_foreign_data(s: Scripts) -
     ]
 
 
+async def test_a_release_on_a_foreign_lease_key_refuses_the_lease_and_tells_the_joiners(
+    s: Scripts,
+) -> None:
+    """Foreign data (a string) at the lease key of a slot whose owner releases: the
+    release refuses the lease part only (``['foreign', what, reply]``), and its outcome
+    part is done: the outcome stored and the joiners told, or ``need_outcome`` asked for.
+    Before, the whole script failed, and the joiners heard nothing until their renewal."""
+    await s.submit("k", entry(A, 1))
+    await s.submit("k", entry(B, 1), "join")
+    await s.submit("m", entry(A, 2))
+    await s.submit("m", entry(B, 2), "join")
+    for slot in "km":
+        await s.client.delete([f"{s.prefix}lease:{slot}"])
+        await s.client.set(f"{s.prefix}lease:{slot}", "foreign")
+    what = f"lease:k: {WRONGTYPE}"
+    assert await s.release("k", entry(A, 1), '{"kind": "completed"}') == ["foreign", what, "ok"]
+    assert await s.client.get(f"{s.prefix}out:{entry(A, 1)}") == '{"kind": "completed"}'
+    reply = await s.release("m", entry(A, 2))
+    assert reply == ["foreign", f"lease:m: {WRONGTYPE}", "need_outcome"]
+    assert scripts.parse_release(reply) == "need_outcome"
+    assert scripts.release_refusal(reply) == f"lease:m: {WRONGTYPE}"
+    assert await s.client.get(f"{s.prefix}lease:k") == "foreign"
+
+
 async def test_renew_of_a_thousand_leases_is_one_call(
     client: coredis.Redis[str], store: RedisSlotStore
 ) -> None:

@@ -543,6 +543,38 @@ async def test_a_joiner_of_work_refused_for_foreign_data_ends_as_that_work(
         gate.set()
 
 
+async def test_a_release_on_a_foreign_lease_key_tells_the_joiners_at_once(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Foreign data (a string) at slot ``a``'s lease key while this process's owner
+    holds it and another process (renewing every 3.3 s) follows that work: the owner's
+    renewal refuses the lease (LEASE_LOST, "lease refused: foreign data ..."), and its
+    release, refused for the lease key too (logged naming it), still gives the joiner
+    that outcome at once, for the same cause. Before, the release failed on the key,
+    and the joiner learnt of the loss only at its own next renewal."""
+    prefix = store.key_prefix
+    async with replica(store) as (a, rec_a), replica(store_like(store, lease_ttl=10.0)) as (b, _):
+        owner = await a.submit(ControllerSpec.queue(TaskSpec.once("o", until_cancelled), slot="a"))
+        await rec_a.wait_for(EventKind.CONTROLLER_LEASE_ACQUIRED, task_id=owner.id)
+        joiner = await b.submit(ControllerSpec.join(quick("j"), slot="a"))
+        with trio.fail_after(5):
+            await joiner.wait_placed()
+        await client.set(f"{prefix}lease:a", "foreign")
+        with trio.fail_after(2 * store.lease_ttl):
+            lost = await owner.wait()
+        assert lost.kind is OutcomeKind.LEASE_LOST
+        assert lost.reason is not None
+        assert lost.reason.startswith(f"lease refused: foreign data in the slot store at {prefix}")
+        with trio.fail_after(1.0):  # a push, well before b's next renewal
+            joined = await joiner.wait()
+        assert (joined.kind, joined.reason) == (lost.kind, lost.reason)
+        await logged_at_once(
+            caplog, f"refused: foreign data in the slot store at {prefix}lease:a", 0
+        )
+        assert not error_logged(caplog, "slot store call failed")
+        await client.delete([f"{prefix}lease:a"])
+
+
 def error_logged(caplog: pytest.LogCaptureFixture, said: str) -> bool:
     """Whether an ERROR record's message holds ``said``."""
     return any(said in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
