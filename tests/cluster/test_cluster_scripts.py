@@ -802,6 +802,24 @@ async def test_limit_renew_refuses_only_a_waiter_whose_own_key_is_foreign_data(
     assert (await limit_acquire(s, B, f"{B}/2", "c2")).kind == "waiting"
 
 
+async def test_limit_renew_gives_back_the_grant_of_a_refused_waiter(s: Scripts) -> None:
+    """B's waiter of pools ``c1`` and ``c2`` was granted by A's release, and its process
+    has not heard of it when ``c1``'s holders key is overwritten with foreign data: its
+    renewal refuses it, and gives back its unit of ``c2`` (which its process, told of a
+    refusal, would never release), marking it withdrawn. Before, the unit stayed held
+    while B's process lived, and ``c2`` had no room for anyone else."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/1", "c1", "c2")).kind == "waiting"
+    await limit_release(s, f"{A}/1", "c1")
+    assert list(await s.client.hgetall(f"{s.prefix}lh:c2")) == [f"{B}/1"]
+    await make_foreign(s, "lh:c1")
+    (refused,) = (await limit_renew(s, B, (f"{B}/1", ("c1", "c2")))).waiters
+    assert (refused.kind, refused.what) == ("foreign", f"lh:c1: {WRONGTYPE}")
+    assert await s.client.hgetall(f"{s.prefix}lh:c2") == {}
+    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert (await limit_acquire(s, C, f"{C}/1", "c2")).kind == "granted"
+
+
 @pytest.mark.parametrize(("kind", "granted"), [("lp", B), ("lh", B), ("lk", C), ("lq", C)])
 async def test_limit_renew_reads_as_none_foreign_data_its_settle_meets(
     s: Scripts, kind: str, granted: str
