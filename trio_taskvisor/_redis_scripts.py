@@ -114,9 +114,11 @@ data has no room (a group that waits for it too waits on, parked there), an inde
 key of foreign data is left as it is, a group whose key is foreign data counts as
 empty (it leaves the indexes), a waiter whose key is, as one whose process is gone (it
 leaves its group, not granted), a generation, as none (that process's units are
-dead). Failing the renewal instead loses every unit of the process, for a key that
-is not its own. Every other script, an acquisition's, a release's, a withdrawal's,
-fails naming the server's error when it meets foreign data.
+dead; the process's own makes a new one, and its units are lost). Failing the renewal
+instead loses every unit of the process, for a key that is not its own. The longest
+lease in use (``lttl``) of foreign data of any type counts as none in every limit
+script (it is written anew). Every other script, an acquisition's, a release's, a
+withdrawal's, fails naming the server's error when it meets foreign data.
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
@@ -1256,7 +1258,8 @@ do
         else
           if not live then
             local mine = tonumber(ARGV[2])
-            local longest = tonumber(redis.call('GET', P .. 'lttl')) or 0
+            local longest = redis.pcall('GET', P .. 'lttl')  -- (as LONGEST)
+            longest = type(longest) == 'string' and tonumber(longest) or 0
             if not (longest > 0 and longest < 1e12) then longest = 0 end  -- as LONGEST
             if mine > longest then redis.call('SET', P .. 'lttl', ARGV[2], 'PX', 2 * mine) end
             live = 2 * math.max(mine, longest)

@@ -858,6 +858,45 @@ async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreig
     assert 0 < await s.client.pttl(f"{s.prefix}lh:c1") <= 2000 * s.store.lease_ttl
 
 
+async def test_limit_renew_reads_a_generation_of_foreign_data_as_none(s: Scripts) -> None:
+    """A list at C's generation key (``lu``: the lease of its units) while C holds pool
+    ``c1``'s unit and B waits for it: B's renewal reads it as none (C's units are dead:
+    B is granted) and names the key; C's own renewal makes a new generation, and its
+    unit is lost. Before, both renewals failed, every time."""
+    assert (await limit_acquire(s, C, f"{C}/1", "c1")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{C}"])
+    await s.client.rpush(f"{s.prefix}lu:{C}", ["foreign"])
+    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)))
+    assert renewed.waiters[0].kind == "granted"
+    assert renewed.unowned == (f"lu:{C}: {WRONGTYPE}",)
+    args = scripts.limit_renew_args(C, [], [("c1", [f"{C}/1"])])
+    lost = scripts.parse_limit_renew(await s.call(scripts.LIMIT_RENEW, *args))
+    assert lost.lost == {f"{C}/1"}
+    assert lost.unowned == (f"lu:{C}: {WRONGTYPE}",)
+    assert await s.client.get(f"{s.prefix}lu:{C}") == lost.gen
+
+
+async def test_foreign_data_of_another_type_at_the_longest_lease_counts_as_none(
+    s: Scripts,
+) -> None:
+    """A list where the longest lease in use is kept (``lttl``): every limit script reads
+    it as none and writes its own, the renewal too. Before, it failed every limit
+    script: the common acquisition, the full one and every renewal (an outage of the
+    units of every process of the namespace)."""
+    key = f"{s.prefix}lttl"
+    for acquire in (f"{A}/1", f"{B}/2", None):  # the short way, the full script, a renewal
+        await s.client.delete([key])
+        await s.client.rpush(key, ["foreign"])
+        if acquire is None:
+            renewed = await limit_renew(s, B, (f"{B}/2", ("c1",)))
+            assert renewed.waiters[0].kind == "waiting"
+        else:
+            reply = await limit_acquire(s, acquire.split("/")[0], acquire, "c1")
+            assert reply.kind == ("granted" if acquire.startswith(A) else "waiting")
+        assert await s.client.get(key) == str(int(1000 * s.store.lease_ttl))
+
+
 async def test_a_release_of_several_pools_grants_the_oldest_of_all_their_waiters(
     s: Scripts,
 ) -> None:
