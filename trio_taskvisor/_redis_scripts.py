@@ -179,12 +179,14 @@ local function wrongtype(key, r)
   error(r)
 end
 
--- renew sets this to a list: it reads foreign data at a key that no item of its own
--- owns (another process's heartbeat, a slot's watch key) as none, naming the key here
--- (its reply says them); in the other scripts (nil) such a key fails the script.
+-- renew and limit_renew set this to a list: they read foreign data at a key that no
+-- item of theirs owns (another process's heartbeat, a slot's watch key; another pool's,
+-- group's or process's keys that a settle meets) as none, naming the key here (their
+-- reply says them); in the other scripts (nil) such a key fails the script.
 local unowned = nil
 
--- redis.call(cmd, P .. key, ...), but in renew a key of foreign data reads as none (nil)
+-- redis.call(cmd, P .. key, ...), but in renew and limit_renew a key of foreign data
+-- reads as none (nil)
 local function unowned_read(cmd, key, ...)
   if not unowned then return redis.call(cmd, P .. key, ...) end
   local r = redis.pcall(cmd, P .. key, ...)

@@ -820,24 +820,35 @@ async def test_limit_renew_gives_back_the_grant_of_a_refused_waiter(s: Scripts) 
     assert (await limit_acquire(s, C, f"{C}/1", "c2")).kind == "granted"
 
 
-@pytest.mark.parametrize(("kind", "granted"), [("lp", B), ("lh", B), ("lk", C), ("lq", C)])
+@pytest.mark.parametrize(
+    ("key", "granted"),
+    [
+        ("lp:zf", B),
+        ("lh:zf", B),
+        ("lk:zf", C),
+        ("lq:zf", C),
+        ('lg:["s","zf"]', B),
+        (f"lw:{C}/1", B),
+    ],
+)
 async def test_limit_renew_reads_as_none_foreign_data_its_settle_meets(
-    s: Scripts, kind: str, granted: str
+    s: Scripts, key: str, granted: str
 ) -> None:
     """C's waiter waits in pools ``s`` and ``zf``, B's (younger) in ``s``: both held by
-    A, whose units then die; foreign data at a key of ``zf``. B's renewal settles ``s``
-    and meets C's group: ``zf`` with foreign settings or holders has no room (C's group
-    is parked there, and B's waiter granted); one with foreign index keys is left as it
-    is (C's waiter granted, its indexes in ``zf`` not written). The renewal goes on and
-    names the key. Before, the whole script failed."""
+    A, whose units then die; foreign data at a key of ``zf``, of C's group or of C's
+    waiter. B's renewal settles ``s`` and meets C's group: ``zf`` with foreign settings
+    or holders has no room (C's group is parked there, and B's waiter granted); one
+    with foreign index keys is left as it is (C's waiter granted, its indexes in ``zf``
+    not written); a group or a waiter of foreign data is left out (B's granted). The
+    renewal goes on and names the key. Before, the whole script failed."""
     assert (await limit_acquire(s, A, f"{A}/1", "s", "zf")).kind == "granted"
     assert (await limit_acquire(s, C, f"{C}/1", "s", "zf")).kind == "waiting"
     assert (await limit_acquire(s, B, f"{B}/1", "s")).kind == "waiting"
     await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
-    await make_foreign(s, f"{kind}:zf")
+    await make_foreign(s, key)
     renewed = await limit_renew(s, B, (f"{B}/1", ("s",)))
     assert renewed.waiters[0].kind == ("granted" if granted == B else "waiting")
-    assert f"{kind}:zf: {WRONGTYPE}" in renewed.unowned
+    assert f"{key}: {WRONGTYPE}" in renewed.unowned
     holders = await s.client.hgetall(f"{s.prefix}lh:s")
     assert list(holders) == [f"{granted}/1"]
 
