@@ -1828,20 +1828,16 @@ def parse_claim(raw: object) -> Reply[ClaimKind]:
 def release_refusal(raw: object) -> str | None:
     """What (the lease key after the prefix, and the server's error) when a raw
     ``release`` reply says the lease was refused for foreign data, else ``None``."""
-    match raw:
-        case ["foreign", str(what), _]:
-            return what
-        case _:
-            return None
+    if raw == "ok" or raw == "need_outcome":  # (the common case: no list to read)
+        return None
+    items = _items(raw, 3)
+    return str(items[1]) if len(items) == 3 and items[0] == "foreign" else None
 
 
 def parse_release(raw: object) -> ReleaseReply:
     """Parse a raw ``release`` reply (of a refused lease: the reply of its outcome part)."""
-    match raw:
-        case ["foreign", str(), reply]:
-            raw = reply
-        case _:
-            pass
+    if release_refusal(raw) is not None:
+        raw = _items(raw, 3)[2]
     if raw == "ok":
         return "ok"
     if raw == "need_outcome":
