@@ -180,6 +180,35 @@ async def test_task_calling_shutdown_is_stopped_cancelled(
             sup.add_nowait(TaskSpec.once("late", returns_done))
 
 
+async def test_a_task_calling_shutdown_in_a_shielded_scope_gets_deadlock_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The stop cannot reach a shielded wait, and the shutdown waits for the task to end:
+    ``DeadlockError`` as the shutdown stops it, and the task ends ``CANCELLED``. Before,
+    the task and the shutdown waited for each other for ever (the deadline bounds it)."""
+    raised: list[tuple[float, str]] = []
+
+    async def body() -> None:
+        with trio.CancelScope(shield=True, deadline=100.0):
+            try:
+                await current_context().supervisor.shutdown()
+            except DeadlockError as exc:
+                raised.append((trio.current_time(), str(exc)))
+
+    async with supervisor() as sup:
+        waiter = await sup.add(TaskSpec.once("t", body))
+        await trio.testing.wait_all_tasks_blocked()  # the body is running
+        assert (await waiter.wait()).kind is OutcomeKind.CANCELLED
+    assert trio.current_time() == 0.0
+    assert raised == [
+        (
+            0.0,
+            f"sup.shutdown() in task 't' ({waiter.id}) cannot wait for the shutdown, which "
+            "waits for this task to end: it has begun, and has asked this task to stop",
+        )
+    ]
+
+
 # -- intake --------------------------------------------------------------------------------
 
 

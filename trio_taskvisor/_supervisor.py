@@ -104,6 +104,12 @@ Decisions the design leaves open:
   deadline (``subscriber_shutdown_timeout``) cancelled it, and the subscriber lost
   every later event. The shutdown begins, as the caller asked; only the wait is
   refused.
+* ``shutdown()`` inside an attempt of the same supervisor (or a task spawned in one)
+  begins the shutdown and waits until it asks the caller's task to stop: the stop's
+  ``Cancelled`` ends the call as before, and a shielded scope, which the stop cannot
+  reach, gets ``DeadlockError`` then (the task ends ``CANCELLED``, being stopped). The
+  call can never return: the shutdown ends only once the task has. Before, a shielded
+  caller and the shutdown waited for each other for ever.
 * A ``limited()`` block of a task outside the supervisor (another nursery) that still
   holds cluster units when the shutdown ends, its keeper stopped, has them lost:
   ``LeaseLostError`` is raised into it, its reason ending "(the supervisor's shutdown
@@ -993,7 +999,11 @@ class Supervisor:
 
         In a subscriber's ``on_event`` (of this supervisor) it starts the shutdown and
         raises ``DeadlockError`` at once: the shutdown ends by draining the subscribers,
-        so it waits for that ``on_event`` to return.
+        so it waits for that ``on_event`` to return. Inside an attempt of this
+        supervisor it starts the shutdown and waits until the shutdown stops the
+        caller's task: the stop's ``Cancelled`` ends the call, and in a shielded scope,
+        which the stop cannot reach, ``DeadlockError`` does (the shutdown waits for the
+        task to end).
         """
         self._registry.check_thread("sup.shutdown")
         self._start_shutdown(explicit=True)
@@ -1003,6 +1013,16 @@ class Supervisor:
                 f"sup.shutdown() in the on_event of subscriber {subscriber!r} cannot wait "
                 "for the shutdown, which ends by draining the subscribers, this one "
                 "included: it has begun, and ends once on_event returns"
+            )
+        caller = self._waits.caller()
+        if caller is not None:
+            # The shutdown ends only once this task has: it can never return here.
+            await caller.cancel_flag().wait_value(True)  # pyright: ignore[reportUnknownMemberType]
+            await trio.lowlevel.checkpoint_if_cancelled()  # the stop, unless shielded
+            raise DeadlockError(
+                f"sup.shutdown() in task {caller.name!r} ({caller.id}) cannot wait for the "
+                "shutdown, which waits for this task to end: it has begun, and has asked "
+                "this task to stop"
             )
         await self._shutdown.wait()
 
