@@ -7,9 +7,9 @@ completes.
 
 Decisions the documentation leaves open
 -----------------------------------
-* Policy values (``BackoffPolicy``, ``RestartPolicy``) raise ``ConfigError`` for wrong
-  types as well (``jitter="full"``, ``first="1"``, ``always("5")``): ``_policies``
-  validates every field as a value. Everywhere else a wrong type is a ``TypeError``.
+* Policy values (``BackoffPolicy``, ``RestartPolicy``) raise ``TypeError`` for wrong
+  types like everything else (``jitter="full"``, ``first="1"``, ``always("5")``); they
+  raised ``ConfigError`` before.
 * ``bool`` is not a number anywhere (policies included): ``True`` or ``False`` where a
   duration, count, capacity or exit code is expected is a ``TypeError``.
 * ``TaskSpec.args`` must be an iterable other than ``str`` / ``bytes`` (a string would
@@ -37,6 +37,8 @@ import functools
 import math
 import random
 from collections.abc import AsyncGenerator, Callable
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -293,7 +295,7 @@ CONSTRUCTOR_CASES: list[Any] = [
         "explicit slot",
         id="nameless-without-slot",
     ),
-    # BackoffPolicy (wrong types are ConfigError too: see the module docstring)
+    # BackoffPolicy
     pytest.param(lambda: BackoffPolicy(first=-1), ConfigError, "-1", id="backoff-first-neg"),
     pytest.param(lambda: BackoffPolicy(first=math.nan), ConfigError, "nan", id="backoff-first-nan"),
     pytest.param(lambda: BackoffPolicy(max=math.inf), ConfigError, "inf", id="backoff-max-inf"),
@@ -301,8 +303,8 @@ CONSTRUCTOR_CASES: list[Any] = [
     pytest.param(
         lambda: BackoffPolicy(first=5, max=2), ConfigError, "first=5.0", id="backoff-first-gt-max"
     ),
-    pytest.param(lambda: BackoffPolicy(jitter="full"), ConfigError, "'full'", id="jitter-str"),
-    pytest.param(lambda: BackoffPolicy(first="1"), ConfigError, "'1'", id="backoff-first-str"),
+    pytest.param(lambda: BackoffPolicy(jitter="full"), TypeError, "'full'", id="jitter-str"),
+    pytest.param(lambda: BackoffPolicy(first="1"), TypeError, "'1'", id="backoff-first-str"),
     pytest.param(lambda: BackoffPolicy(first=HUGE), ConfigError, "first", id="backoff-huge"),
     pytest.param(lambda: BackoffPolicy.constant(-1), ConfigError, "-1", id="constant-neg"),
     pytest.param(
@@ -320,7 +322,7 @@ CONSTRUCTOR_CASES: list[Any] = [
     # RestartPolicy
     pytest.param(lambda: RestartPolicy.always(-1), ConfigError, "-1", id="always-neg"),
     pytest.param(lambda: RestartPolicy.always(math.nan), ConfigError, "nan", id="always-nan"),
-    pytest.param(lambda: RestartPolicy.always("5"), ConfigError, "'5'", id="always-str"),
+    pytest.param(lambda: RestartPolicy.always("5"), TypeError, "'5'", id="always-str"),
     # TaskDefaults
     pytest.param(lambda: TaskDefaults(restart="x"), TypeError, "'x'", id="defaults-restart"),
     pytest.param(lambda: TaskDefaults(backoff=None), TypeError, "None", id="defaults-backoff"),
@@ -743,6 +745,56 @@ async def test_a_bool_is_never_a_number_in_supervisor_calls(
             await invoke(call, sup)
         check_message(info.value, shown)
         await assert_still_works(sup)
+
+
+_BACKOFF_PARAMETERS: dict[str, Callable[[Any], object]] = {
+    "BackoffPolicy.first": lambda v: BackoffPolicy(first=v),
+    "BackoffPolicy.max": lambda v: BackoffPolicy(max=v),
+    "BackoffPolicy.factor": lambda v: BackoffPolicy(factor=v),
+    "BackoffPolicy.floor": lambda v: BackoffPolicy(floor=v),
+    "BackoffPolicy.jitter": lambda v: BackoffPolicy(jitter=v),
+    "constant.delay": BackoffPolicy.constant,
+    "exponential.first": BackoffPolicy.exponential,
+    "exponential.max": lambda v: BackoffPolicy.exponential(1.0, max=v),
+    "exponential.factor": lambda v: BackoffPolicy.exponential(1.0, factor=v),
+    "exponential.jitter": lambda v: BackoffPolicy.exponential(1.0, jitter=v),
+    "RestartPolicy.always": RestartPolicy.always,
+}
+_FIELD = {"constant.delay": "first", "RestartPolicy.always": "interval"}
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1", b"1", [1.0], 1j, Decimal("1.5"), Fraction(3, 2), True, object()],
+    ids=["str", "bytes", "list", "complex", "Decimal", "Fraction", "bool", "object"],
+)
+@pytest.mark.parametrize("given", list(_BACKOFF_PARAMETERS))
+def test_a_policy_of_a_wrong_type_is_a_type_error_naming_the_field(
+    given: str, value: object
+) -> None:
+    """Every field of ``BackoffPolicy`` and its constructors, and ``always``'s interval,
+    refuse a value of a wrong type with a ``TypeError`` that names the field (they
+    raised ``ConfigError``, the only wrong types in the API that did)."""
+    field = _FIELD.get(given, given.rpartition(".")[2])
+    with pytest.raises(TypeError, match=rf"^{field} must be a ") as info:
+        _BACKOFF_PARAMETERS[given](value)
+    check_message(info.value, repr(value))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.nan, math.inf, -math.inf, -1, -1e-300, HUGE],
+    ids=["nan", "inf", "-inf", "-1", "-1e-300", "huge"],
+)
+@pytest.mark.parametrize("given", [k for k in _BACKOFF_PARAMETERS if not k.endswith("jitter")])
+def test_a_policy_of_a_wrong_value_is_a_config_error_naming_the_field(
+    given: str, value: object
+) -> None:
+    """NaN, infinities, negatives and ints too large for a float: ``ConfigError``."""
+    field = _FIELD.get(given, given.rpartition(".")[2])
+    minimum = 1 if field == "factor" else 0
+    with pytest.raises(ConfigError, match=rf"^{field} must be finite and >= {minimum}, got "):
+        _BACKOFF_PARAMETERS[given](value)
 
 
 def test_a_nan_duration_is_refused_as_not_finite() -> None:

@@ -20,8 +20,11 @@ Decisions the design leaves open, fixed here:
 
 * Durations (``first``, ``max``, ``floor``, an ``always`` interval) must be finite and
   ``>= 0``: ``inf`` and NaN raise ``ConfigError`` like negatives do. Ints are accepted
-  and stored as floats; non-numbers are rejected (``ConfigError``), and ``bool``, which
-  is not a number anywhere in the API, with a ``TypeError``.
+  and stored as floats; anything else (``str``, ``None``, ``Decimal``, ``Fraction``,
+  and ``bool``, which is not a number anywhere in the API) is a ``TypeError`` naming
+  the field, and so is a ``jitter`` that is no ``Jitter``: wrong types raise
+  ``TypeError`` here as everywhere in the API. (They raised ``ConfigError`` before, the
+  only values that did.)
 * ``floor`` above ``max`` is clamped to ``max`` rather than rejected.
 * The ``floor`` applies after jitter, to every delay, including ``base == 0`` (so
   ``first=0, floor=f`` always waits ``f``). The 1 ms safety floor applies after ``floor``
@@ -116,7 +119,7 @@ def _finite_at_least(low: float) -> Callable[[object, attrs.Attribute[float], fl
         if isinstance(value, bool):
             raise TypeError(f"{attribute.name} must be a real number, not a bool, got {value!r}")
         if not _is_real(value):
-            raise ConfigError(f"{attribute.name} must be a real number, got {value!r}")
+            raise TypeError(f"{attribute.name} must be a real number, got {value!r}")
         # An int that reaches here was too large to become a float.
         if isinstance(value, int) or not (math.isfinite(value) and value >= low):
             raise ConfigError(f"{attribute.name} must be finite and >= {low_text}, got {value!r}")
@@ -126,7 +129,7 @@ def _finite_at_least(low: float) -> Callable[[object, attrs.Attribute[float], fl
 
 def _is_jitter(_instance: object, _attribute: attrs.Attribute[Jitter], value: Jitter) -> None:
     if not isinstance(value, Jitter):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ConfigError(f"jitter must be a Jitter, got {value!r}")
+        raise TypeError(f"jitter must be a Jitter, got {value!r}")
 
 
 def _default_max(first: float) -> float:
@@ -141,8 +144,8 @@ def _default_max(first: float) -> float:
 class BackoffPolicy:
     """How long to wait before each retry of a failure streak.
 
-    Invalid values raise `ConfigError` at construction; a ``floor`` above ``max`` is
-    clamped to ``max``.
+    Invalid values raise `ConfigError` at construction, and values of a wrong type
+    `TypeError`; a ``floor`` above ``max`` is clamped to ``max``.
     """
 
     first: float = attrs.field(
@@ -260,7 +263,7 @@ def _check_interval(
     if isinstance(value, bool):
         raise TypeError(f"interval must be a number of seconds or None, not a bool, got {value!r}")
     if not _is_real(value):
-        raise ConfigError(f"interval must be a real number or None, got {value!r}")
+        raise TypeError(f"interval must be a real number or None, got {value!r}")
     if isinstance(value, int) or not (math.isfinite(value) and value >= 0):
         raise ConfigError(f"interval must be finite and >= 0, got {value!r}")
 
