@@ -196,6 +196,32 @@ async def test_critical_is_inherited_from_the_defaults(autojump_clock: trio.abc.
     assert trio.current_time() == 2.0
 
 
+async def test_keyed_work_inherits_critical_and_a_joiner_runs_nothing_to_escalate(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Under ``TaskDefaults(critical=True)`` controller work is critical like any task:
+    a keyed call's failure raises ``OutcomeError`` to its caller and shuts down (its
+    ``critical=False`` opts out). A joiner follows the joined work's outcome and runs
+    nothing: a non-critical owner's failure escalates through none of its joiners."""
+    config = SupervisorConfig(
+        controller=ControllerConfig(), task_defaults=TaskDefaults(critical=True)
+    )
+    async with open_supervisor(config) as sup:
+        with pytest.raises(OutcomeError):
+            await sup.run_in_slot("s", fails_after, 1.0, ValueError("x"), critical=False)
+        owner = TaskSpec.once("o", fails_after, 1.0, ValueError("o"), critical=False)
+        await sup.submit(ControllerSpec.queue(owner, slot="s"))
+        joiner = await sup.submit(ControllerSpec.join(TaskSpec.once("j", forever), slot="s"))
+        assert (await joiner.wait()).kind is OutcomeKind.FAILED
+    assert trio.current_time() == 2.0
+    with pytest.raises(CriticalTaskError, match=r"critical task 'fails_after#\d+'"):  # noqa: PT012
+        async with open_supervisor(config) as sup:
+            with pytest.raises(OutcomeError):
+                await sup.run_in_slot("s", fails_after, 1.0, ValueError("x"))
+            await trio.sleep_forever()
+    assert trio.current_time() == 3.0
+
+
 @pytest.mark.parametrize("value", [1, 0, "yes", None])
 def test_critical_must_be_a_bool(value: object) -> None:
     """``critical`` takes a ``bool`` only: anything else is a ``TypeError``."""

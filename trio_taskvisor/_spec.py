@@ -16,7 +16,10 @@ Decisions the design leaves open:
 * ``TaskSpec`` supports no weak references: the named constructors build specs whose
   options are all ``INHERIT`` without attrs' checked ``__init__`` (``_frozen``), which
   needs a layout without a weak-reference slot.
-* A JOIN on an idle slot starts its own work, like any policy on an idle slot.
+* A JOIN on an idle slot starts its own work, like any policy on an idle slot. A joiner
+  that follows other work runs nothing: its spec's options (``critical`` included) do
+  not apply, and it ends with the followed work's outcome; whether that work's failure
+  shuts the supervisor down is the followed work's own ``critical``, once.
 * ``ControllerSpec.queue_timeout`` keeps the value given (an ``int`` becomes a ``float``);
   ``math.inf`` stays ``math.inf`` and, like ``None``, sets no deadline. Any value other
   than ``None`` with JOIN or DROP_IF_RUNNING is a ``TypeError``, ``math.inf`` included.
