@@ -149,6 +149,32 @@ async def test_signal_during_the_shutdown_forces_every_remaining_task(
     assert recorder.kinds(EventKind.ALL_STOPPED_WITHIN_GRACE) == []
 
 
+async def test_two_signals_in_one_instant_are_two(autojump_clock: trio.abc.Clock) -> None:
+    """The second of two SIGINTs that come before the first is read (a second Ctrl+C
+    while the loop was busy) forces the shutdown at once. Before, trio's receiver
+    merged them into one: the shutdown waited out the whole grace window."""
+    recorder = EventRecorder()
+
+    async def twice() -> None:
+        await recorder.wait_for(EventKind.ATTEMPT_STARTING)
+        await trio.testing.wait_all_tasks_blocked()
+        send(signal.SIGINT)
+        send(signal.SIGINT)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(twice)
+        with pytest.raises(GraceExceededError) as info:  # noqa: PT012
+            async with open_supervisor(
+                supervisor_config(grace=60.0), subscribers=[recorder], handle_signals=True
+            ) as sup:
+                slow = await sup.add(TaskSpec.once("slow", deferring, 100.0))
+                await trio.sleep_forever()
+    assert trio.current_time() == 0.0  # not the 60 s grace
+    assert info.value.stuck == ("slow",)
+    assert slow.outcome_nowait().kind is OutcomeKind.FORCE_ABORTED
+    assert sup.received_signal == signal.SIGINT
+
+
 async def test_signal_during_a_shutdown_begun_otherwise_forces_it(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -44,7 +44,11 @@ Decisions the design leaves open:
   the block, the process's previous handlers are back. (Before, trio raised such a
   signal again as its receiver closed: SIGTERM ended a process that was leaving
   cleanly, SIGINT raised ``KeyboardInterrupt``. Its receiver now lies over handlers
-  that drop them, put back once what it had queued is delivered.)
+  that drop them, put back once what it had queued is delivered.) Every signal counts:
+  two that come before the watcher reads the first (a second Ctrl+C while the loop was
+  busy, or two in one instant) are two, the second forcing the shutdown the first
+  began. (trio's receiver merges a signal that comes again before it was read: the
+  second was lost, and the shutdown waited out its grace.)
 * ``handle_signals=True`` enters trio's signal receiver before the background starts,
   so that outside the main thread trio's ``RuntimeError`` comes at once (entered
   later, it left a started background waiting for a shutdown nothing began).
@@ -1199,9 +1203,10 @@ def _drop_signal(signum: int, frame: FrameType | None) -> None:
 
 @asynccontextmanager
 async def _signal_receiver() -> AsyncGenerator[AsyncIterator[int]]:
-    """trio's receiver of SIGINT and SIGTERM, over handlers that drop them: a signal
-    that comes once the watcher has stopped is dropped, where trio would raise it again
-    for the previous handlers as its receiver closes."""
+    """SIGINT and SIGTERM, each one delivered (trio's receiver merges a signal that comes
+    again before the first was read), over handlers that drop them: a signal that comes
+    once the watcher has stopped is dropped, where trio would raise it again for the
+    previous handlers as its receiver closes."""
     previous: dict[int, Any] = {}
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -1209,8 +1214,28 @@ async def _signal_receiver() -> AsyncGenerator[AsyncIterator[int]]:
     except ValueError:
         pass  # not the main thread: trio's receiver says so, next
     try:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            yield signals
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM):
+            # trio's receiver delivers a signal that comes again before the first was
+            # read once (a second Ctrl+C while the loop was busy would be lost): a
+            # handler of our own queues every one. trio's still checks the thread and
+            # puts the dropping handlers back.
+            token = trio.lowlevel.current_trio_token()
+            send, receive = trio.open_memory_channel[int](math.inf)
+            watching = True
+
+            def deliver(signum: int) -> None:
+                if watching:  # once the watcher has stopped: dropped
+                    send.send_nowait(signum)
+
+            def handler(signum: int, frame: FrameType | None) -> None:
+                token.run_sync_soon(deliver, signum)
+
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, handler)
+            try:
+                yield receive
+            finally:
+                watching = False
     finally:
         if previous:
             # A signal whose delivery to the receiver is still queued is raised again
