@@ -175,6 +175,49 @@ async def test_two_signals_in_one_instant_are_two(autojump_clock: trio.abc.Clock
     assert sup.received_signal == signal.SIGINT
 
 
+class BlocksInTheDrain:
+    """A subscriber that blocks on the shutdown's last event, as a slow exporter would."""
+
+    name = "blocks"
+    queue_capacity = 16
+
+    def __init__(self) -> None:
+        self.cancelled_at: list[float] = []
+
+    async def on_event(self, event: Any) -> None:
+        if event.kind is EventKind.ALL_STOPPED_WITHIN_GRACE:
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                self.cancelled_at.append(trio.current_time())
+                raise
+
+
+async def test_a_signal_during_the_subscribers_drain_ends_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Once every task has exited, a signal ends the subscribers' drain at once, as its
+    deadline does. Before, it changed nothing: the shutdown waited for the deadline
+    (``subscriber_shutdown_timeout``), and so did every further signal."""
+    recorder = EventRecorder()
+    blocks = BlocksInTheDrain()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal_when, recorder, EventKind.ATTEMPT_STARTING, signal.SIGINT)
+        nursery.start_soon(
+            signal_when, recorder, EventKind.ALL_STOPPED_WITHIN_GRACE, signal.SIGTERM
+        )
+        async with open_supervisor(
+            supervisor_config(subscriber_shutdown_timeout=30.0),
+            subscribers=[recorder, blocks],
+            handle_signals=True,
+        ) as sup:
+            await sup.add(TaskSpec.once("worker", forever))
+            await trio.sleep_forever()
+    assert trio.current_time() == 0.0  # not the 30 s drain deadline
+    assert blocks.cancelled_at == [0.0]
+    assert sup.received_signal == signal.SIGINT
+
+
 async def test_signal_during_a_shutdown_begun_otherwise_forces_it(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -10,7 +10,9 @@
    that deadline (``GRACE_EXCEEDED``, else ``ALL_STOPPED_WITHIN_GRACE``).
 4. Wait for every actor to exit physically (this wait cannot be bounded in trio: a
    forced task that never reaches a checkpoint keeps it open), then drain subscribers
-   for at most ``subscriber_shutdown_timeout`` and drop the rest.
+   for at most ``subscriber_shutdown_timeout`` and drop the rest. A signal during the
+   drain (``cut_drain``) ends it at once, as its deadline does; one before the drain
+   does not shorten it (the subscribers still get the forced tasks' last events).
 
 The workflow runs as a task in the supervisor's shielded background nursery, so
 cancelling a caller of ``shutdown()`` only stops that caller's wait.
@@ -33,6 +35,7 @@ class Shutdown:
     __slots__ = (
         "_bus",
         "_controller",
+        "_drain",
         "_drain_timeout",
         "_grace",
         "_registry",
@@ -56,6 +59,7 @@ class Shutdown:
         self._bus = bus
         self._grace = grace
         self._drain_timeout = drain_timeout
+        self._drain: trio.CancelScope | None = None  # the subscribers' drain, once begun
         self.started = False
         self.begun = trio.Event()  # set with ``started``: what ``wait_closing()`` waits for
         self.done = trio.Event()
@@ -92,6 +96,12 @@ class Shutdown:
         if error is not None:
             raise error
 
+    def cut_drain(self) -> None:
+        """End the subscribers' drain now, dropping what they have left, as its deadline
+        does (a signal during it). Before the drain, nothing."""
+        if self._drain is not None:
+            self._drain.cancel(reason="a signal during the subscribers' drain")
+
     async def _run(self) -> None:
         registry = self._registry
         bus = self._bus
@@ -105,7 +115,7 @@ class Shutdown:
                 await self._controller.exited.wait()
             self.stuck = tuple(registry.stuck)
             bus.close()
-            with trio.move_on_after(self._drain_timeout):
+            with trio.move_on_after(self._drain_timeout) as self._drain:
                 await bus.finished.wait()
             if not bus.finished.is_set():
                 bus.cancel()

@@ -39,7 +39,11 @@ Decisions the design leaves open:
   the owners' releases) ends that wait (before, Ctrl+C on a store that does not
   answer waited it out): what was not given back expires by its lease, as after a
   crash, with a WARNING. A signal that forces tasks does not cut it: their releases,
-  sent as they exit, hand their slots over at once on a server that answers. Signals
+  sent as they exit, hand their slots over at once on a server that answers. In the
+  same way a signal during the subscribers' drain ends it, dropping what they have
+  left, as its deadline does (before, it changed nothing: the shutdown waited for
+  ``subscriber_shutdown_timeout``); one before the drain does not shorten it, so the
+  subscribers still get the forced tasks' last events. Signals
   that arrive once the shutdown is done (before the block is left) are dropped; after
   the block, the process's previous handlers are back. (Before, trio raised such a
   signal again as its receiver closed: SIGTERM ended a process that was leaving
@@ -1191,6 +1195,7 @@ class Supervisor:
             self._registry.force_all()
             if self._keeper is not None:
                 self._keeper.cut_drain()  # nor wait for the store's last round trip
+            self._shutdown.cut_drain()  # nor for the subscribers to drain
         else:
             self._start_shutdown(explicit=True)
             self._body_scope.cancel(reason=reason)
