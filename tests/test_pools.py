@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -17,6 +18,8 @@ from trio_taskvisor._limits import (
     RateLimit,
     check_limits,
     gcra_allowed_at,
+    gcra_allows,
+    gcra_passed,
     gcra_start,
 )
 from trio_taskvisor._pools import PERMIT, PoolTable
@@ -49,6 +52,9 @@ from trio_taskvisor._pools import PERMIT, PoolTable
         (lambda: RateLimit("a", 1, per=1e308), ConfigError, "span of a full burst) must be"),
         (lambda: RateLimit("a", 1, per=1e305, burst=3), ConfigError, "at most 4.5e+304 s"),
         (lambda: RateLimit("a", 1, per=10**400), ConfigError, "per must be finite and > 0"),
+        # an interval that underflows to 0.0 would be no limit at all
+        (lambda: RateLimit("a", 2, per=5e-324), ConfigError, "per / rate (the interval"),
+        (lambda: RateLimit("a", 2**53, per=1e-310), ConfigError, "which is 0.0"),
         (lambda: ConcurrencyLimit("a", 1).key(""), ConfigError, "limit key must be non-empty"),
         (lambda: ConcurrencyLimit("a", 1).key("}"), ConfigError, "limit key must be non-empty"),
         (lambda: ConcurrencyLimit("a", 1).key(7), TypeError, "limit key must be a str"),  # type: ignore[arg-type]
@@ -73,13 +79,14 @@ def test_limit_values_are_plain_equal_values() -> None:
 def test_the_largest_limit_values_keep_the_rate_maths_finite() -> None:
     most = RateLimit("p", 2**53, per=1e9, burst=2**53)
     assert most.interval == 1e9 / 2**53
-    tat = gcra_start(gcra_start(-math.inf, 0.0, most.interval), 0.0, most.interval)
-    assert math.isfinite(gcra_allowed_at(tat, most.interval, most.burst))
+    anchor, count = gcra_start(*gcra_start(-math.inf, 0, 0.0, most.interval), 0.0, most.interval)
+    assert (anchor, count) == (0.0, 2)
+    assert gcra_allowed_at(anchor, 2**53, most.interval, most.burst) == most.interval
     slow = RateLimit("p", 1, per=1e297, burst=10**7)  # the span: 1e304
-    tat = -math.inf
-    for now in (0.0, 1e9, 1e300):  # a full burst ahead, the furthest GCRA goes
-        tat = gcra_start(tat, now, slow.interval) + slow.burst * slow.interval
-        assert math.isfinite(gcra_allowed_at(tat, slow.interval, slow.burst))
+    for now in (0.0, 1e9, 1e300):  # a full burst at now, the furthest GCRA goes
+        at = gcra_allowed_at(now, slow.burst, slow.interval, slow.burst)
+        assert math.isfinite(at)
+        assert gcra_allows(now, slow.burst, at, slow.interval, slow.burst)
     assert ConcurrencyLimit("c", 2**53).capacity == 2**53
 
 
@@ -111,24 +118,27 @@ def test_limits_option_names_each_limit_with_one_settings() -> None:
 def test_gcra_spaces_starts_by_the_interval_after_a_burst() -> None:
     """rate 100 per 60 s, burst 10: ten at once, then one every 0.6 s."""
     interval, burst = 0.6, 10
-    tat, starts = -math.inf, []
+    anchor, count, starts = -math.inf, 0, []
     now = 0.0
     while len(starts) < 13:
-        now = max(now, gcra_allowed_at(tat, interval, burst))
+        now = max(now, gcra_allowed_at(anchor, count, interval, burst))
         starts.append(now)
-        tat = gcra_start(tat, now, interval)
+        anchor, count = gcra_start(anchor, count, now, interval)
     assert starts[:10] == [0.0] * 10
     assert starts[10:] == pytest.approx([0.6, 1.2, 1.8])
 
 
 def test_gcra_idle_stretch_restores_the_burst() -> None:
     interval, burst = 1.0, 3
-    tat = gcra_start(gcra_start(gcra_start(-math.inf, 0.0, 1.0), 0.0, 1.0), 0.0, 1.0)
-    assert tat == 3.0
-    assert gcra_allowed_at(tat, interval, burst) == 1.0
+    state = (-math.inf, 0)
+    for _ in range(3):
+        state = gcra_start(*state, 0.0, interval)
+    assert state == (0.0, 3)  # tat: 3.0
+    assert gcra_allowed_at(*state, interval, burst) == 1.0
+    assert not gcra_passed(*state, 2.5, interval)
     # After tat has passed, the pool is as new: three more at once.
-    assert gcra_allowed_at(tat, interval, burst) <= 3.0
-    assert gcra_start(tat, 3.0, interval) == 4.0
+    assert gcra_passed(*state, 3.0, interval)
+    assert gcra_start(*state, 3.0, interval) == (3.0, 1)  # tat: 4.0
 
 
 @given(
@@ -141,15 +151,110 @@ def test_gcra_never_allows_more_than_burst_plus_rate_in_a_window(
 ) -> None:
     """In any window of length w, at most burst + w * rate / per starts are allowed."""
     interval = 1.0 / rate
-    tat, now, starts = -math.inf, 0.0, []
+    anchor, count, now, starts = -math.inf, 0, 0.0, []
     for gap in gaps:
-        now = max(now + gap, gcra_allowed_at(tat, interval, burst))
+        now = max(now + gap, gcra_allowed_at(anchor, count, interval, burst))
         starts.append(now)
-        tat = gcra_start(tat, now, interval)
+        anchor, count = gcra_start(anchor, count, now, interval)
     for i, first in enumerate(starts):
         for j in range(i, len(starts)):
             window = starts[j] - first
             assert j - i + 1 <= burst + window * rate + 1e-6
+
+
+# -- extreme numbers ---------------------------------------------------------------------------
+
+# Every RateLimit the constructor accepts: rates and bursts up to 2**53, periods from the
+# smallest float to 1e20 and past it, at times of a fresh MockClock up to far beyond a
+# trio clock's (its offset is up to 2e5 s, plus the uptime).
+_RATES = st.one_of(st.integers(1, 1000), st.integers(1, 2**53))
+_PERS = st.one_of(
+    st.floats(1e-3, 1e3),
+    st.floats(5e-324, 1e20, allow_subnormal=True),
+    st.sampled_from([1e20, 1e-20, 1.0, 1e300]),
+)
+_BURSTS = st.one_of(st.integers(1, 8), st.integers(1, 600))
+_NOWS = st.one_of(st.floats(0.0, 1e9), st.floats(0.0, 1e16), st.just(2.0**46))
+
+
+def _rate_limit(rate: int, per: float, burst: int) -> RateLimit:
+    try:
+        return RateLimit("r", rate, per=per, burst=burst)
+    except ConfigError:  # a full burst's span past what the maths hold: refused
+        assume(False)
+        raise
+
+
+@settings(max_examples=300, deadline=None)
+@given(_RATES, _PERS, _BURSTS, _NOWS)
+@example(488954, 1.0, 549, 33554432.0)  # 550 starts in one instant, before
+@example(1, 1e-20, 1, 1000.0)  # an interval below the clock's resolution: no limit
+@example(256, 1.0, 1, 2.0**45)  # an interval of half the clock's resolution
+def test_a_rate_pool_starts_exactly_a_burst_in_one_instant(
+    rate: int, per: float, burst: int, now: float
+) -> None:
+    """Whatever the numbers, a fresh rate pool grants ``burst`` starts in one instant,
+    no more. Before, a ``tat`` summed in floats lost what fell below its last digit: a
+    start too many, or no limit at all once the interval was below the clock's
+    resolution."""
+    limit = _rate_limit(rate, per, burst)
+    table = PoolTable()
+    idents = table.check([limit])
+    requests = [table.acquire(idents, now) for _ in range(min(burst, 600) + 2)]
+    table.poll(now)
+    granted = sum(request.granted for request in requests)
+    assert granted == min(burst, len(requests))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_RATES, _PERS, st.integers(1, 4), _NOWS, st.integers(1, 12))
+@example(1, 1e20, 1, 0.0, 2)
+@example(1, 1e20, 1, 1e5, 2)
+@example(1, 1e-20, 1, 1e5, 5)
+@example(2**53, 1.0, 3, 1e9, 6)
+def test_every_rate_wakeup_grants_and_spaces_starts_by_the_interval(
+    rate: int, per: float, burst: int, now: float, waiters: int
+) -> None:
+    """A waiter woken at ``next_wakeup`` is granted (a wake-up that grants nothing would
+    spin the registry's loop), each wake-up is later than the last, and no more starts
+    come in any window than GCRA allows, counted in exact arithmetic: ``burst`` plus the
+    window over the interval, give or take the clock's last digits."""
+    limit = _rate_limit(rate, per, burst)
+    table = PoolTable()
+    idents = table.check([limit])
+    requests = [table.acquire(idents, now) for _ in range(burst + waiters)]
+    starts = [now] * sum(request.granted for request in requests)
+    while len(starts) < len(requests):
+        wakeup = table.next_wakeup(now)
+        assert now < wakeup < math.inf
+        before = sum(request.granted for request in requests)
+        table.poll(wakeup)
+        after = sum(request.granted for request in requests)
+        assert after > before  # no wake-up in vain
+        starts += [wakeup] * (after - before)
+        now = wakeup
+    assert all(request.granted for request in requests)
+    interval = Fraction(limit.interval)  # per / rate as a float: the limit's interval
+    for i, first in enumerate(starts):
+        for j in range(i, len(starts)):
+            window = Fraction(starts[j]) - Fraction(first)
+            # the clock's last digits: one float step at each end, relative 2**-50 at most
+            slack = Fraction(math.ulp(starts[j])) * 2 + window / 2**50
+            assert (j - i + 1 - burst) * interval <= window + slack
+
+
+def test_a_period_of_1e20_waits_1e20_seconds() -> None:
+    """``per=1e20``: the second start comes 1e20 s after the first, not a float sooner."""
+    table = PoolTable()
+    idents = table.check([RateLimit("r", 1, per=1e20)])
+    assert table.acquire(idents, 0.0).granted
+    waiting = table.acquire(idents, 0.0)
+    assert not waiting.granted
+    assert table.next_wakeup(0.0) == 1e20
+    table.poll(math.nextafter(1e20, 0.0))
+    assert not waiting.granted
+    table.poll(1e20)
+    assert waiting.granted
 
 
 # -- the table --------------------------------------------------------------------------------
@@ -272,7 +377,9 @@ class Model:
         self.max_concurrent = max_concurrent
         self.held: dict[str, int] = dict.fromkeys(POOLS, 0)
         self.permits = 0
-        self.tat: dict[str, float] = dict.fromkeys(POOLS, -math.inf)
+        # GCRA as _limits states it: tat = anchor + count * interval.
+        self.anchor: dict[str, float] = dict.fromkeys(POOLS, -math.inf)
+        self.count: dict[str, int] = dict.fromkeys(POOLS, 0)
         self.waiting: list[tuple[int, tuple[str, ...], bool]] = []
         self.granted: list[int] = []
 
@@ -280,7 +387,8 @@ class Model:
         limit = limit_of(name)
         if isinstance(limit, RateLimit):
             interval = limit.per / limit.rate
-            return now >= self.tat[name] - (limit.burst - 1) * interval
+            spent = self.count[name] - limit.burst + 1
+            return spent <= 0 or now - self.anchor[name] >= spent * interval
         return self.held[name] < limit.capacity
 
     def fits(self, names: tuple[str, ...], permit: bool, now: float) -> bool:
@@ -293,7 +401,11 @@ class Model:
         for name in names:
             limit = limit_of(name)
             if isinstance(limit, RateLimit):
-                self.tat[name] = max(self.tat[name], now) + limit.per / limit.rate
+                interval = limit.per / limit.rate
+                if self.count[name] and now - self.anchor[name] < self.count[name] * interval:
+                    self.count[name] += 1
+                else:
+                    self.anchor[name], self.count[name] = now, 1
             else:
                 self.held[name] += 1
 

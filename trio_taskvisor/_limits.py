@@ -6,16 +6,32 @@ their spec (``TaskSpec(limits=...)``) or that a block of code takes
 ``RateLimit`` caps how many start per period. ``limit.key(k)`` is one pool per key, each
 with the limit's settings; a bare limit is one pool whose key is ``None``.
 
-A rate pool is GCRA, the generic cell rate algorithm, kept as one number per pool, its
-*theoretical arrival time* ``tat`` (``-inf`` for a pool never used). With
-``interval = per / rate``::
+A rate pool is GCRA, the generic cell rate algorithm: its state is its *theoretical
+arrival time* ``tat`` (none for a pool never used). With ``interval = per / rate``::
 
     allowed at t     when  t >= tat - (burst - 1) * interval
     after a start    tat = max(tat, t) + interval
 
 so starts are spaced ``interval`` apart on average and up to ``burst`` may start at once
-after an idle stretch. ``gcra_allowed_at`` is the earliest time a start is allowed;
-``gcra_start`` the ``tat`` after a start.
+after an idle stretch. In this process ``tat`` is kept as ``anchor + count * interval``:
+``anchor`` the time of the start that began the pool's busy stretch (a start when
+``tat`` had passed), ``count`` the starts since. ``gcra_allows`` is the rule above as
+``t - anchor >= (count - burst + 1) * interval``, ``gcra_start`` the state after a start,
+``gcra_allowed_at`` the earliest time a start is allowed and ``gcra_passed`` whether
+``tat`` has passed (the pool is as a new one).
+
+Why not ``tat`` itself, as the slot store's scripts keep it: a float ``tat`` added
+``interval`` once per start loses what falls below its last digit. Past ``now`` of
+about ``1e7`` (a trio clock's offset plus a month's uptime), a rate of 500 000 per
+second with a burst of 549 allowed 550 starts in one instant, and an interval below
+the clock's resolution none at all: ``tat`` stayed where it was, every start in the
+instant was allowed, the limit was no limit. Counted from an anchor, the rounding is
+one subtraction and one product, never summed: in one instant a pool allows at most
+``burst`` starts (exactly ``burst`` after an idle stretch) whatever the numbers, and
+``gcra_allowed_at`` is the first float time that ``gcra_allows`` accepts (a later one
+when ``anchor + span`` rounds down), so a waiter woken then is granted, and no driver
+spins on a wake-up that grants nothing. An interval below the clock's resolution
+spaces starts one representable time apart.
 
 Decisions the design leaves open:
 
@@ -32,6 +48,10 @@ Decisions the design leaves open:
   ``1.8e305`` s allowed every start) and the ``slots`` command's reading no longer
   count exactly. A ``per`` far beyond what the server's replies carry (``1e300``) stays
   allowed: the scripts clamp those.
+* ``per / rate`` must be ``> 0`` as a float (``ConfigError``): ``RateLimit("a", 2,
+  per=5e-324)`` has an interval that underflows to ``0.0``, which allowed every start
+  (no limit at all). Any positive interval works, however small: starts are then one
+  representable clock time apart, ``burst`` of them at once.
 * A ``limits`` tuple that names one limit with two settings (``a`` and ``a2.key(k)``
   with another capacity) raises ``ConfigError`` where the tuple is checked (the spec,
   ``TaskDefaults``), not at each call that would then bring the conflict.
@@ -39,6 +59,7 @@ Decisions the design leaves open:
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Final, Literal, TypeAlias
 
@@ -143,6 +164,11 @@ class RateLimit:
     ``2**53``."""
 
     def __attrs_post_init__(self) -> None:
+        if not self.interval > 0.0:
+            raise ConfigError(
+                f"per / rate (the interval between starts) must be > 0 as a float, got "
+                f"per={self.per!r} / rate={self.rate!r}, which is 0.0: no limit at all"
+            )
         span = self.burst * self.interval
         if not span <= _LONGEST_SPAN:
             raise ConfigError(
@@ -233,14 +259,34 @@ def pool_label(ident: PoolId) -> str:
 # -- GCRA ------------------------------------------------------------------------------------
 
 
-def gcra_allowed_at(tat: float, interval: float, burst: int) -> float:
-    """The earliest time a start is allowed in a rate pool whose state is ``tat``."""
-    return tat - (burst - 1) * interval
+def gcra_allows(anchor: float, count: int, now: float, interval: float, burst: int) -> bool:
+    """Whether a rate pool whose state is ``(anchor, count)`` allows a start at ``now``
+    (``now`` no earlier than ``anchor``; ``count == 0`` for a pool never used)."""
+    return count < burst or now - anchor >= (count - burst + 1) * interval
 
 
-def gcra_start(tat: float, now: float, interval: float) -> float:
-    """The pool's ``tat`` after a start at ``now`` (which must be allowed)."""
-    return max(tat, now) + interval
+def gcra_start(anchor: float, count: int, now: float, interval: float) -> tuple[float, int]:
+    """The state after a start at ``now`` (which must be allowed)."""
+    if count and now - anchor < count * interval:
+        return anchor, count + 1  # tat has not passed: it moves on by one interval
+    return now, 1  # a new busy stretch: tat = now + interval
+
+
+def gcra_allowed_at(anchor: float, count: int, interval: float, burst: int) -> float:
+    """The earliest time ``gcra_allows`` accepts: ``-inf`` while fewer than ``burst``
+    starts were counted (a start is allowed at any time from ``anchor``)."""
+    if count < burst:
+        return -math.inf
+    span = (count - burst + 1) * interval
+    at = anchor + span
+    while at - anchor < span:  # rounded down: the next float is the first allowed
+        at = math.nextafter(at, math.inf)
+    return at
+
+
+def gcra_passed(anchor: float, count: int, now: float, interval: float) -> bool:
+    """Whether the pool's ``tat`` has passed by ``now``: it then behaves as a new pool."""
+    return not count or now - anchor >= count * interval
 
 
 @attrs.frozen

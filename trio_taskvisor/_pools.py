@@ -52,6 +52,8 @@ from ._limits import (
     PoolId,
     RateLimit,
     gcra_allowed_at,
+    gcra_allows,
+    gcra_passed,
     gcra_start,
     pool_label,
     pool_parts,
@@ -62,9 +64,20 @@ PERMIT: Final[PoolId] = ("", None)
 
 
 class _Pool:
-    """One pool's state: a concurrency pool's units held, or a rate pool's ``tat``."""
+    """One pool's state: a concurrency pool's units held, or a rate pool's GCRA state
+    (``anchor``, ``count``: see ``_limits``)."""
 
-    __slots__ = ("burst", "capacity", "held", "ident", "interval", "rate", "tat", "waiters")
+    __slots__ = (
+        "anchor",
+        "burst",
+        "capacity",
+        "count",
+        "held",
+        "ident",
+        "interval",
+        "rate",
+        "waiters",
+    )
 
     def __init__(self, ident: PoolId, limit: Limit | None, capacity: int = 0) -> None:
         self.ident = ident
@@ -73,7 +86,8 @@ class _Pool:
         self.interval = limit.interval if isinstance(limit, RateLimit) else 0.0
         self.burst = limit.burst if isinstance(limit, RateLimit) else 1
         self.held = 0
-        self.tat = -math.inf
+        self.anchor = -math.inf
+        self.count = 0
         # Waiting requests by sequence number, in age order. An OrderedDict: waiters leave
         # from the front, and a dict's iteration would first pass over every slot they
         # left (O(waiters) per release until the dict is resized; benchmark row 11).
@@ -81,17 +95,17 @@ class _Pool:
 
     def has_room(self, now: float) -> bool:
         if self.rate:
-            return now >= gcra_allowed_at(self.tat, self.interval, self.burst)
+            return gcra_allows(self.anchor, self.count, now, self.interval, self.burst)
         return self.held < self.capacity
 
     def take(self, now: float) -> None:
         if self.rate:
-            self.tat = gcra_start(self.tat, now, self.interval)
+            self.anchor, self.count = gcra_start(self.anchor, self.count, now, self.interval)
         else:
             self.held += 1
 
     def allowed_at(self) -> float:
-        return gcra_allowed_at(self.tat, self.interval, self.burst)
+        return gcra_allowed_at(self.anchor, self.count, self.interval, self.burst)
 
 
 class Request:
@@ -346,7 +360,9 @@ class PoolTable:
     def _forget(self, pool: _Pool, now: float) -> None:
         # Only a keyed pool is forgotten (keys are often tenants: unbounded); a bare
         # limit's pool is one per name.
-        if pool.ident[1] is None or pool.held or pool.waiters or pool.tat > now:
+        if pool.ident[1] is None or pool.held or pool.waiters:
+            return
+        if pool.rate and not gcra_passed(pool.anchor, pool.count, now, pool.interval):
             return
         # A granted request keeps its rate pools after they were forgotten; a new pool of
         # the same identity may have been made since.
