@@ -196,6 +196,41 @@ async def test_critical_is_inherited_from_the_defaults(autojump_clock: trio.abc.
     assert trio.current_time() == 2.0
 
 
+async def test_work_awaiting_a_failing_critical_task_gets_its_outcome_and_stops(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Tasks awaiting the critical task's waiter (in a shielded scope too) get its
+    outcome in the instant it fails, then end as the shutdown stops them; the block
+    awaiting it gets it too, then ``CriticalTaskError``; nothing waits longer than the
+    shielded task's own sleep."""
+    config = supervisor_config(grace=1.0)
+    seen: list[tuple[str, OutcomeKind, float]] = []
+    with pytest.raises(CriticalTaskError) as info:  # noqa: PT012
+        async with open_supervisor(config) as sup:
+            key = await sup.add(
+                TaskSpec.once("key", fails_after, 1.0, ValueError("x"), critical=True)
+            )
+
+            async def awaits(label: str, shield: bool) -> None:
+                with trio.CancelScope(shield=shield):
+                    seen.append((label, (await key.wait()).kind, trio.current_time()))
+                    await trio.sleep(0.5)
+
+            plain = await sup.add(TaskSpec.once("plain", awaits, "plain", False))
+            shielded = await sup.add(TaskSpec.once("shielded", awaits, "shielded", True))
+            seen.append(("body", (await key.wait()).kind, trio.current_time()))
+            await trio.sleep_forever()
+    assert info.value.task_id == key.id
+    assert sorted(seen) == [
+        ("body", OutcomeKind.FAILED, 1.0),
+        ("plain", OutcomeKind.FAILED, 1.0),
+        ("shielded", OutcomeKind.FAILED, 1.0),
+    ]
+    assert plain.outcome_nowait().kind is OutcomeKind.CANCELLED
+    assert shielded.outcome_nowait().kind is OutcomeKind.CANCELLED  # stopped, then returned
+    assert trio.current_time() == 1.5
+
+
 async def test_keyed_work_inherits_critical_and_a_joiner_runs_nothing_to_escalate(
     autojump_clock: trio.abc.Clock,
 ) -> None:
