@@ -21,17 +21,17 @@ after an idle stretch. In this process ``tat`` is kept as ``anchor + count * int
 ``tat`` has passed (the pool is as a new one).
 
 Why not ``tat`` itself, as the slot store's scripts keep it: a float ``tat`` added
-``interval`` once per start loses what falls below its last digit. Past ``now`` of
-about ``1e7`` (a trio clock's offset plus a month's uptime), a rate of 500 000 per
-second with a burst of 549 allowed 550 starts in one instant, and an interval below
-the clock's resolution none at all: ``tat`` stayed where it was, every start in the
-instant was allowed, the limit was no limit. Counted from an anchor, the rounding is
-one subtraction and one product, never summed: in one instant a pool allows at most
-``burst`` starts (exactly ``burst`` after an idle stretch) whatever the numbers, and
-``gcra_allowed_at`` is the first float time that ``gcra_allows`` accepts (a later one
-when ``anchor + span`` rounds down), so a waiter woken then is granted, and no driver
-spins on a wake-up that grants nothing. An interval below the clock's resolution
-spaces starts one representable time apart.
+``interval`` once per start loses what falls below its last digit. At ``now = 2**25``
+s (a trio clock counts from the machine's uptime, plus an offset: about a year), a
+rate of 488 954 per second with a burst of 549 allowed 550 starts in one instant; and
+an interval below the clock's resolution (``rate=2**53``, ``per=1e-20``) did not move
+``tat`` at all: every start in the instant was allowed, the limit was no limit.
+Counted from an anchor, the rounding is one subtraction and one product, never summed:
+in one instant a pool allows at most ``burst`` starts (exactly ``burst`` after an idle
+stretch) whatever the numbers, and ``gcra_allowed_at`` is the first float time that
+``gcra_allows`` accepts (a later one when ``anchor + span`` rounds down), so a waiter
+woken then is granted, and no driver spins on a wake-up that grants nothing. An
+interval below the clock's resolution spaces starts one representable time apart.
 
 Decisions the design leaves open:
 
