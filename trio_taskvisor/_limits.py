@@ -30,8 +30,9 @@ Counted from an anchor, the rounding is one subtraction and one product, never s
 in one instant a pool allows at most ``burst`` starts (exactly ``burst`` after an idle
 stretch) whatever the numbers, and ``gcra_allowed_at`` is the first float time that
 ``gcra_allows`` accepts (a later one when ``anchor + span`` rounds down), so a waiter
-woken then is granted, and no driver spins on a wake-up that grants nothing. An
-interval below the clock's resolution spaces starts one representable time apart.
+woken then is granted, and no driver spins on a wake-up that grants nothing. With an
+interval below the clock's resolution, a spent burst waits for the clock's next
+representable time, which then allows as many starts as that step holds intervals.
 
 Decisions the design leaves open:
 
@@ -50,8 +51,7 @@ Decisions the design leaves open:
   allowed: the scripts clamp those.
 * ``per / rate`` must be ``> 0`` as a float (``ConfigError``): ``RateLimit("a", 2,
   per=5e-324)`` has an interval that underflows to ``0.0``, which allowed every start
-  (no limit at all). Any positive interval works, however small: starts are then one
-  representable clock time apart, ``burst`` of them at once.
+  (no limit at all). Any positive interval works, however small (see above).
 * A ``limits`` tuple that names one limit with two settings (``a`` and ``a2.key(k)``
   with another capacity) raises ``ConfigError`` where the tuple is checked (the spec,
   ``TaskDefaults``), not at each call that would then bring the conflict.
