@@ -180,16 +180,23 @@ async def test_task_calling_shutdown_is_stopped_cancelled(
             sup.add_nowait(TaskSpec.once("late", returns_done))
 
 
+@pytest.mark.parametrize("shielded", ["cancel-scope", "defer-cancel"])
 async def test_a_task_calling_shutdown_in_a_shielded_scope_gets_deadlock_error(
-    autojump_clock: trio.abc.Clock,
+    autojump_clock: trio.abc.Clock, shielded: str
 ) -> None:
     """The stop cannot reach a shielded wait, and the shutdown waits for the task to end:
     ``DeadlockError`` as the shutdown stops it, and the task ends ``CANCELLED``. Before,
-    the task and the shutdown waited for each other for ever (the deadline bounds it)."""
+    the task and the shutdown waited for each other: for ever in a shielded scope (the
+    deadline bounds it here), until the grace deadline forced it in a ``defer_cancel()``
+    block (``FORCE_ABORTED``, and a ``GraceExceededError`` of the shutdown)."""
     raised: list[tuple[float, str]] = []
 
     async def body() -> None:
-        with trio.CancelScope(shield=True, deadline=100.0):
+        if shielded == "cancel-scope":
+            scope: Any = trio.CancelScope(shield=True, deadline=100.0)
+        else:
+            scope = current_context().defer_cancel()
+        with scope:
             try:
                 await current_context().supervisor.shutdown()
             except DeadlockError as exc:

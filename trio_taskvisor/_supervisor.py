@@ -115,9 +115,10 @@ Decisions the design leaves open:
 * ``shutdown()`` inside an attempt of the same supervisor (or a task spawned in one)
   begins the shutdown and waits until it asks the caller's task to stop: the stop's
   ``Cancelled`` ends the call as before, and a shielded scope, which the stop cannot
-  reach, gets ``DeadlockError`` then (the task ends ``CANCELLED``, being stopped). The
-  call can never return: the shutdown ends only once the task has. Before, a shielded
-  caller and the shutdown waited for each other for ever.
+  reach (a ``defer_cancel()`` block too), gets ``DeadlockError`` then (the task ends
+  ``CANCELLED``, being stopped). The call can never return: the shutdown ends only once
+  the task has. Before, a shielded caller and the shutdown waited for each other for
+  ever, and one in a ``defer_cancel()`` block until the grace deadline forced it.
 * A ``limited()`` block of a task outside the supervisor (another nursery) that still
   holds cluster units when the shutdown ends, its keeper stopped, has them lost:
   ``LeaseLostError`` is raised into it, its reason ending "(the supervisor's shutdown
