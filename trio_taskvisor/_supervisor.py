@@ -119,6 +119,16 @@ Decisions the design leaves open:
   ``CANCELLED``, being stopped). The call can never return: the shutdown ends only once
   the task has. Before, a shielded caller and the shutdown waited for each other for
   ever, and one in a ``defer_cancel()`` block until the grace deadline forced it.
+* ``cancel()`` of the caller's own task (inside an attempt of it, or a task spawned in
+  one) requests the stop and, as ``shutdown()`` does, raises ``DeadlockError`` in a
+  shielded scope (a ``defer_cancel()`` block too) instead of waiting: the outcome it
+  would wait for comes once the task has ended. Outside one, the stop's ``Cancelled``
+  ends the call. Both share ``WaitChecker.refuse_self_wait``. Before, a shielded call
+  waited until the grace deadline forced the task (returning ``True``, the task
+  ``FORCE_ABORTED`` and still running), and one in a ``defer_cancel()`` block was
+  cancelled by that force. ``remove()`` waits for nothing and returns as for any task;
+  ``cancel_slot()`` of the caller's own slot raises ``DeadlockError`` before it stops
+  anything, as documented.
 * A ``limited()`` block of a task outside the supervisor (another nursery) that still
   holds cluster units when the shutdown ends, its keeper stopped, has them lost:
   ``LeaseLostError`` is raised into it, its reason ending "(the supervisor's shutdown
@@ -575,11 +585,22 @@ class Supervisor:
         """Claim or join the stop of ``target`` and wait until its outcome is committed.
 
         ``True`` only to the claimer. Bound the wait with ``trio.move_on_after``: the
-        stop continues when the caller leaves.
+        stop continues when the caller leaves. Inside an attempt of ``target`` itself
+        the stop's ``Cancelled`` ends the call, and in a shielded scope, which the stop
+        cannot reach, ``DeadlockError`` does (the outcome comes once the task has ended).
         """
         self._registry.check_thread("sup.cancel, target")
         claimed, rec = await self._stop(target)
         if rec is not None:
+            caller = self._waits.caller()
+            if rec is caller:
+                # The outcome comes once this task has ended: the call would wait for it.
+                await self._waits.refuse_self_wait(
+                    rec,
+                    f"sup.cancel() in task {rec.name!r} ({rec.id}) cannot wait for the "
+                    "outcome of its own task, which comes once the task has ended: its stop "
+                    "has been requested",
+                )
             await rec.wait()
         return claimed
 
@@ -1026,12 +1047,11 @@ class Supervisor:
         caller = self._waits.caller()
         if caller is not None:
             # The shutdown ends only once this task has: it can never return here.
-            await caller.cancel_flag().wait_value(True)  # pyright: ignore[reportUnknownMemberType]
-            await trio.lowlevel.checkpoint_if_cancelled()  # the stop, unless shielded
-            raise DeadlockError(
+            await self._waits.refuse_self_wait(
+                caller,
                 f"sup.shutdown() in task {caller.name!r} ({caller.id}) cannot wait for the "
                 "shutdown, which waits for this task to end: it has begun, and has asked "
-                "this task to stop"
+                "this task to stop",
             )
         await self._shutdown.wait()
 

@@ -34,6 +34,10 @@ The edges, computed from the live state when a search asks:
   without an actor yet, and actors before a later attempt) waits for every holder; one
   whose stop was requested ends at once and waits for none.
 
+``refuse_self_wait`` ends the calls that wait for their own task with no waiter to
+check (``shutdown()``, ``cancel()`` of the caller's own task): once the task is asked
+to stop, by its ``Cancelled``, or in a scope the stop cannot reach by ``DeadlockError``.
+
 Nothing here runs for a wait made outside an attempt, and the hooks run only while a
 checked wait is blocked, so a supervisor whose attempts wait for nothing pays nothing.
 
@@ -54,7 +58,7 @@ Decisions the design leaves open:
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import trio
 
@@ -125,6 +129,17 @@ class WaitChecker:
         if rec is None or rec.supervisor is not self._supervisor or not rec.in_attempt:
             return None
         return rec
+
+    async def refuse_self_wait(self, caller: TaskRecord, message: str) -> NoReturn:
+        """End a call of ``caller`` that can end only once ``caller``'s task has.
+
+        Waits until the task is asked to stop (the call has asked it, or will): the
+        stop's ``Cancelled`` ends the call, and in a scope the stop cannot reach (a
+        shielded one, a ``defer_cancel()`` block) ``DeadlockError(message)`` does.
+        """
+        await caller.cancel_flag().wait_value(True)  # pyright: ignore[reportUnknownMemberType]
+        await trio.lowlevel.checkpoint_if_cancelled()  # the stop, unless shielded
+        raise DeadlockError(message)
 
     async def guarded_wait(
         self, caller: object, waiter: TaskWaiter[Any], event: trio.Event, /, *, placement: bool
