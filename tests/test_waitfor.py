@@ -138,6 +138,17 @@ def test_a_satisfied_wait_has_no_edges_and_closes_nothing() -> None:
     assert wf.cycle_through(q) is None
 
 
+def test_closing_cycle_searches_from_the_edges_it_is_given() -> None:
+    """Given edges (a stopping caller's, whose waits report none), the search starts from
+    them: the wait that could end only once its caller has is found."""
+    a, q = nodes("a", "q")
+    wf: WaitFor[Node] = WaitFor(lambda n: [(a, "s:a")] if n is q else [], lambda w: [])
+    w: Wait[Node] = Wait(a, q)
+    wf.add(w)
+    assert wf.closing_cycle(w, [(q, "w:q")]) == [(a, "w:q"), (q, "s:a")]
+    assert wf.closing_cycle(w, []) is None
+
+
 def test_two_slot_cycle_is_closed_by_the_second_wait() -> None:
     """a waits for x (behind b), b then waits for y (behind a): b's wait closes it."""
     a, b, x, y = nodes("a", "b", "x", "y")

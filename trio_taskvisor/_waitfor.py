@@ -12,7 +12,10 @@ is stopping, which ends its waits by its grace deadline at the latest); any othe
 edges are its ``state_edges``. Two questions are answered:
 
 * ``closing_cycle(wait)``: does the new ``wait`` close a cycle (can its target reach its
-  caller)? The cycle, starting with the caller, in wait-for order.
+  caller)? The cycle, starting with the caller, in wait-for order. Given the wait's
+  edges, it searches from those: the driver asks so for a caller whose stop was
+  requested (its waits have no edges), to find a wait that can end only once the caller
+  has (a self-wait).
 * ``cycle_through(node)``: ``node`` has just gained edges (work taken in behind a slot,
   work that reached its permit wait, permit edges that appeared); is it now on a cycle?
   The cycle, starting with the caller of the wait that closes it: the first wait met
@@ -104,10 +107,16 @@ class WaitFor(Generic[N]):
             for successor, label in self._wait_edges(wait):
                 yield successor, label, wait
 
-    def closing_cycle(self, wait: Wait[N]) -> list[Step[N]] | None:
-        """The cycle the registered ``wait`` closes, from its caller; ``None`` if none."""
+    def closing_cycle(
+        self, wait: Wait[N], edges: Iterable[Edge[N]] | None = None
+    ) -> list[Step[N]] | None:
+        """The cycle the registered ``wait`` closes, from its caller; ``None`` if none.
+
+        ``edges``: the wait's edges to search from instead of ``wait_edges`` (a stopping
+        caller's, whose own waits have none, to find a wait for itself).
+        """
         caller = wait.caller
-        for successor, label in self._wait_edges(wait):
+        for successor, label in self._wait_edges(wait) if edges is None else edges:
             path = self._path(successor, caller)
             if path is not None:
                 return [(caller, label), *((node, lab) for node, lab, _ in path)]
