@@ -290,6 +290,9 @@ class TaskRecord(TaskWaiter[Any]):
             extras.cancel_flag.value = True
         if self.stop_scope is not None:
             self.stop_scope.cancel(reason=reason)
+        guard = self._guard
+        if guard is not None and guard.active:
+            guard.caller_stopping(self)  # its waits for itself end (DeadlockError)
 
     def force(self) -> None:
         """Unshield every deferred block so the pending stop reaches it."""

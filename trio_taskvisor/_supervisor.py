@@ -128,7 +128,9 @@ Decisions the design leaves open:
   ``FORCE_ABORTED`` and still running), and one in a ``defer_cancel()`` block was
   cancelled by that force. ``remove()`` waits for nothing and returns as for any task;
   ``cancel_slot()`` of the caller's own slot raises ``DeadlockError`` before it stops
-  anything, as documented.
+  anything, as documented. A REPLACE of the caller's own slot awaited by the caller is
+  a self-wait of the wait guard (``_waits``): ``run_in_slot`` withdraws its work on that
+  ``DeadlockError`` (or the stop's ``Cancelled``), as on any failure of its wait.
 * A ``limited()`` block of a task outside the supervisor (another nursery) that still
   holds cluster units when the shutdown ends, its keeper stopped, has them lost:
   ``LeaseLostError`` is raised into it, its reason ending "(the supervisor's shutdown
@@ -677,7 +679,9 @@ class Supervisor:
         held). Cancelling the caller withdraws queued or held work (it never runs) or
         stops running work, waiting for that stop (shielded, at most the grace window)
         before ``Cancelled`` propagates. Inside an attempt, raises ``DeadlockError`` when
-        the call closes a wait-for cycle. With ``JOIN``, ``T`` is the caller's promise
+        the call closes a wait-for cycle. A ``REPLACE`` of the caller's own slot stops the
+        caller: its ``Cancelled``, or in a shielded scope ``DeadlockError``, ends the
+        call, whose work is then withdrawn. With ``JOIN``, ``T`` is the caller's promise
         that the followed work returns the same type.
         """
         controller = self._require_controller("run_in_slot")

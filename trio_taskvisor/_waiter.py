@@ -57,6 +57,13 @@ class WaitGuard(Protocol):
     thread: int
     """The ident of the supervisor's thread (its trio run's)."""
 
+    active: bool
+    """A checked wait is blocked: ``caller_stopping`` has work to do."""
+
+    def caller_stopping(self, rec: Any, /) -> None:
+        """``rec``'s stop was requested: its blocked waits that can end only once it has
+        (a wait for itself) end with ``DeadlockError``, which a shielded wait gets."""
+
     def check_thread(self, call: str) -> None:
         """Raise ``RuntimeError`` for ``call`` (``"waiter.wait"``) in a thread other than
         the supervisor's: it would park a task of another trio run on its events."""

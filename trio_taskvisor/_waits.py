@@ -22,8 +22,9 @@ The edges, computed from the live state when a search asks:
 * wait edges: a blocked caller waits for its waits' targets (the awaited work; for
   ``wait_slot_idle`` the slot's owner). A satisfied wait (its target resolved, or placed
   for ``wait_placed``) has none, and neither have the waits of a caller whose stop was
-  requested: they end by its grace deadline at the latest, so they are only slow; nor
-  has a wait for work whose stop was requested, for the same reason (before, a task
+  requested: they end by its stop, or by its grace deadline at the latest, so they are
+  only slow (self-waits, below, aside); nor has a wait for work whose stop was
+  requested, for the same reason (before, a task
   blocked in ``cancel()`` of work waiting for a permit counted as a blocked permit
   holder, and another holder's wait for permit-waiting work raised ``DeadlockError``
   about half the time, with no cycle);
@@ -34,9 +35,18 @@ The edges, computed from the live state when a search asks:
   without an actor yet, and actors before a later attempt) waits for every holder; one
   whose stop was requested ends at once and waits for none.
 
-``refuse_self_wait`` ends the calls that wait for their own task with no waiter to
-check (``shutdown()``, ``cancel()`` of the caller's own task): once the task is asked
-to stop, by its ``Cancelled``, or in a scope the stop cannot reach by ``DeadlockError``.
+Self-waits: a wait of a caller whose stop was requested that would close a cycle if the
+caller's waits kept their edges (``_self_cycle``: the awaited work waits for the caller,
+as a REPLACE of the caller's own slot does) can end only once the caller has. The stop's
+``Cancelled`` ends it; a scope the stop cannot reach (shielded, a ``defer_cancel()``
+block) gets ``DeadlockError`` instead, its message the cycle's and that the task was
+asked to stop. It is looked for when such a wait begins (its ``checkpoint_if_cancelled``
+passed, so the stop could not reach it), when a blocked caller's stop is requested
+(``caller_stopping``, from ``TaskRecord.request_stop`` while ``active``: a REPLACE
+stops the owner as it takes the replacement in), and, for the stopping callers' waits
+that closed none yet (``_stopping``), when a node gains edges. ``refuse_self_wait`` ends
+the calls that wait for their own task with no waiter to check (``shutdown()``,
+``cancel()`` of the caller's own task) the same way: once the task is asked to stop.
 
 Nothing here runs for a wait made outside an attempt, and the hooks run only while a
 checked wait is blocked, so a supervisor whose attempts wait for nothing pays nothing.
@@ -50,6 +60,12 @@ Decisions the design leaves open:
   the wait's cancellation point.
 * A wait made from a task that copied an attempt's context but outlived the attempt is
   not checked (the attempt it names is over).
+* A self-wait of a stopping caller raises in a shielded scope, where it would wait
+  for ever (or, in a ``defer_cancel()`` block, until the grace deadline forces it), as
+  the stop comes: the stop, which the call asked (a REPLACE, ``cancel()``) or someone
+  else did, stands, and the task, returning, ends ``CANCELLED``. Before, a stopping
+  caller's waits were never checked. Any other wait of a stopping caller still waits
+  (it is only slow, or waits for a task outside the caller's reach).
 * Held work waits for its slot's owner (a slot edge) whatever budget holds it, as the
   design defines the edge; ``wait_placed`` on work held behind the caller's own slot
   therefore raises even when only the global pending budget holds it.
@@ -116,6 +132,9 @@ class WaitChecker:
         # edges) and the ids of the records waiting for a permit.
         self._holders: list[Edge[TaskRecord]] | None = None
         self._permit_waiters: set[int] = set()
+        # The blocked waits of stopping callers that do not wait for their caller (yet):
+        # a later edge may make them (edges_added).
+        self._stopping: list[_Guarded] = []
 
     # -- the guard (a waiter's task) -----------------------------------------------------------
 
@@ -165,11 +184,18 @@ class WaitChecker:
         self._sync_active()
         self._prepare()
         cycle = graph.closing_cycle(wait)
+        stopping = cycle is None and wait.caller.stop_requested
+        if stopping:
+            # Its stop came first and could not reach it (``checkpoint_if_cancelled``):
+            # a wait for itself can end only once the task has; any other is only slow.
+            cycle = self._self_cycle(wait)
+            if cycle is None:
+                self._stopping.append(wait)
         if cycle is not None:
             graph.remove(wait)
             self._sync_active()
             await trio.lowlevel.cancel_shielded_checkpoint()
-            raise DeadlockError(_message(cycle))
+            raise DeadlockError(_message(cycle, stopping=stopping))
         if self._holders is not None and not had_permit_edges:
             # This wait blocked the last free permit holder: every permit waiter now
             # waits for every holder, which may close cycles through other waits.
@@ -183,6 +209,8 @@ class WaitChecker:
                 await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             graph.remove(wait)
+            if self._stopping and wait in self._stopping:
+                self._stopping.remove(wait)
             self._sync_active()
         if wait.error is not None:
             raise wait.error
@@ -193,6 +221,39 @@ class WaitChecker:
         """``rec`` gained edges (taken in behind a slot, joined, waiting for a permit)."""
         if self.active:
             self._resolve_cycles_through(rec)
+            if self._stopping:
+                for wait in list(self._stopping):
+                    self._end_self_wait(wait)
+
+    def caller_stopping(self, rec: TaskRecord) -> None:
+        """``rec``'s stop was requested (called only while ``active``): end its waits
+        that wait for itself. In a scope the stop reaches, its ``Cancelled`` wins."""
+        waits = self._graph.waits.get(rec)
+        if waits is None:
+            return
+        for wait in list(waits):
+            assert isinstance(wait, _Guarded)
+            if not self._end_self_wait(wait):
+                self._stopping.append(wait)
+
+    def _end_self_wait(self, wait: _Guarded) -> bool:
+        """End ``wait`` of a stopping caller if it waits for its caller; whether it did."""
+        cycle = self._self_cycle(wait)
+        if cycle is None:
+            return False
+        self._graph.remove(wait)
+        if wait in self._stopping:
+            self._stopping.remove(wait)
+        wait.error = DeadlockError(_message(cycle, stopping=True))
+        if wait.scope is not None:
+            wait.scope.cancel(reason="wait for its own task")
+        return True
+
+    def _self_cycle(self, wait: _Guarded) -> list[Step[TaskRecord]] | None:
+        """The cycle back to its stopping caller that ``wait`` would close if the caller
+        were not stopping (its waits then have no edges), or ``None``."""
+        self._prepare()
+        return self._graph.closing_cycle(wait, self._edges(wait))
 
     def _resolve_cycles_through(self, rec: TaskRecord) -> None:
         """End, one by one, the waits that close cycles through ``rec``."""
@@ -247,6 +308,10 @@ class WaitChecker:
     def _wait_edges(self, wait: Wait[TaskRecord]) -> list[Edge[TaskRecord]]:
         if wait.caller.stop_requested:
             return []  # its waits end by its grace deadline at the latest
+        return self._edges(wait)
+
+    def _edges(self, wait: Wait[TaskRecord]) -> list[Edge[TaskRecord]]:
+        """``wait``'s edges, whether or not its caller is stopping."""
         kind = wait.kind
         if kind is _Kind.SLOT:
             assert isinstance(wait.target, str)
@@ -254,7 +319,7 @@ class WaitChecker:
             return [] if owner is None else [(owner, f"waits for slot {wait.target!r}, owned by")]
         target = wait.target
         assert isinstance(target, TaskRecord)
-        if target.done or target.stop_requested:
+        if target.done or (target.stop_requested and target is not wait.caller):
             return []  # it ends by its own grace deadline at the latest
         if kind is _Kind.PLACEMENT and target.placement is not None:
             return []
@@ -262,8 +327,11 @@ class WaitChecker:
         return [(target, kind.value)]
 
 
-def _message(cycle: list[Step[TaskRecord]]) -> str:
-    """``DeadlockError``'s message: every task on the cycle from the caller, in order."""
+def _message(cycle: list[Step[TaskRecord]], *, stopping: bool = False) -> str:
+    """``DeadlockError``'s message: every task on the cycle from the caller, in order.
+
+    ``stopping``: the caller has been asked to stop, which cannot reach the wait.
+    """
 
     def task(rec: TaskRecord) -> str:
         return f"{rec.name!r} ({rec.id})"
@@ -273,4 +341,11 @@ def _message(cycle: list[Step[TaskRecord]]) -> str:
         f"{'task ' + task(rec) if i == 0 else 'which'} {label} {task(cycle[(i + 1) % count][0])}"
         for i, (rec, label) in enumerate(cycle)
     ]
-    return "wait-for cycle: " + ", ".join(parts)
+    message = "wait-for cycle: " + ", ".join(parts)
+    if stopping:
+        message += (
+            f"; {task(cycle[0][0])} has been asked to stop, which cannot reach this wait "
+            "(a shielded scope, a defer_cancel() block), and the wait ends only once the "
+            "task has"
+        )
+    return message
