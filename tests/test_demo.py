@@ -138,7 +138,7 @@ def test_live_view_shows_every_panel(panes: dict[str, Pane], size: str) -> None:
     for label in COUNTER_LABELS:
         assert _row(label, screen), f"{size}: no {label} row\n{screen}"
     recent = screen[screen.index("recent events") :]
-    assert re.search(r"\d\.\d\ds \w+", recent), f"{size}: no recent event\n{screen}"
+    assert re.search(r"\d\.\d\d s \w+", recent), f"{size}: no recent event\n{screen}"
 
 
 @pytest.mark.parametrize("size", ["narrow", "wide"])

@@ -910,7 +910,9 @@ def _recent_table(board: Board, rows: int) -> RenderableType:
     _name_column(table, [item.name for item in items])
     table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
     for item in items:
-        table.add_row(f"{item.when:.2f}s", Text(item.label, style=item.style), item.name, item.text)
+        # A time since the start, with its unit spaced like the demo's durations.
+        when = f"{item.when:.2f} s"
+        table.add_row(when, Text(item.label, style=item.style), item.name, item.text)
     if not items:
         table.add_row("", Text("nothing yet", style="dim"), "", "")
     return table
