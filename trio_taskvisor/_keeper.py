@@ -38,7 +38,13 @@ Invariants:
   script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
   and any lease it took) in the next successful round trip.
 * Withdrawals, releases, stored outcomes and stop requests are sent until the server
-  acknowledges them (or the keeper closes); they are idempotent.
+  acknowledges them (or the keeper closes); they are idempotent. A limit release or
+  withdrawal the server answers with an error (a script that failed: it keeps what it
+  wrote) is sent again with each renewal, not at once (no spin), until it works, and
+  once more in the drain: before, it was dropped, and the units it had not given back
+  stayed held while the process lived (one unit fewer in the pool for every replica).
+  A limit acquisition answered with an error is withdrawn, as a submit is: its script
+  may have granted it before it failed, and nobody would release that grant.
 * A lease is reported lost (``LeaseLost``) when a renewal refuses it, or at
   ``0.8 * lease_ttl`` after the sending of its last confirmed acquisition or renewal,
   by a local timer that fires whether or not the server answers (``LeaseDeadline``);
@@ -665,6 +671,9 @@ class LeaseKeeper:
         # process holds to a new generation, so units it gave back that the new server
         # still counts (a failover, a restart from an older copy) die with the old one.
         self._limit_rebase = False
+        # Releases and withdrawals of units that the server answered with an error (a
+        # script that failed, keeping what it wrote): sent again with the next renewal.
+        self._limit_owed: list[_LimitRelease] = []
 
     def __repr__(self) -> str:
         return f"<LeaseKeeper {self.instance_id} {self.store!r}>"
@@ -833,6 +842,10 @@ class LeaseKeeper:
             args = scripts.limit_renew_args(self.instance_id, items, held.items(), rebase)
             renewal = _LimitRenewal(waiters, tuple(units), rebase is not None)
             batch.add(renewal, (scripts.LIMIT_RENEW.name, args))
+        if renew:
+            for owed in self._limit_owed:
+                batch.add(owed, self._obligation_call(owed))
+            self._limit_owed.clear()
         if not self._closing:
             now = trio.current_time()
             for request in self._limits.values():
@@ -972,6 +985,9 @@ class LeaseKeeper:
             self._reject(submit.slot, submit.task_id, RejectionKind.SHUTTING_DOWN)
         self._claims.clear()
         self._retry_at.clear()
+        for owed in self._limit_owed:  # once more, in the drain
+            self._obligations.append(owed)
+        self._limit_owed.clear()
         if self._io_scope is not None:
             drain_deadline = trio.current_time() + self.store.connect_timeout
             self._io_scope.deadline = min(self._io_scope.deadline, drain_deadline)
@@ -1275,7 +1291,13 @@ class LeaseKeeper:
                 case _StopOwner():
                     part.token = scripts.parse_stop_owner(reply)
                     part.done.set()
-                case _Withdraw() | _StoreOutcome() | _Bye() | _LimitRelease() | _Wait():
+                case _LimitRelease(w):
+                    for what in scripts.limit_release_unowned(reply):
+                        why = self._foreign_at(what)
+                        log(
+                            logging.ERROR, "slot store limit release of %s read as none: %s", w, why
+                        )
+                case _Withdraw() | _StoreOutcome() | _Bye() | _Wait():
                     pass
                 case _LimitAcquire(request):
                     reply_ = scripts.parse_limit(reply)
@@ -1342,6 +1364,10 @@ class LeaseKeeper:
             case _LimitAcquire(request) if self._limits.get(request.rid) is request:
                 del self._limits[request.rid]
                 del self._limit_ids[request.w]
+                # The script may have granted it before it failed (it keeps what it
+                # wrote), and nobody would release that grant: withdraw it.
+                pools = tuple(pid for pid, _ in request.pools)
+                self._oblige(_LimitRelease(request.w, pools, withdraw=True))
                 if self.limit_sink is not None:
                     labels = ", ".join(repr(pool_label(_pool_of(pid))) for pid, _ in request.pools)
                     message, _ = self._unavailable((f"the units of {labels}", error))
@@ -1351,6 +1377,10 @@ class LeaseKeeper:
             case _StopOwner():
                 part.failed = True
                 part.done.set()
+            case _LimitRelease() if not self._closing:
+                # Its units stay held while this process lives, else: sent again with
+                # the next renewal (every lease_ttl / 3: no spin), until it works.
+                self._limit_owed.append(part)
             case _:
                 pass
 

@@ -117,8 +117,18 @@ leaves its group, not granted), a generation, as none (that process's units are
 dead; the process's own makes a new one, and its units are lost). Failing the renewal
 instead loses every unit of the process, for a key that is not its own. The longest
 lease in use (``lttl``) of foreign data of any type counts as none in every limit
-script (it is written anew). Every other script, an acquisition's, a release's, a
-withdrawal's, fails naming the server's error when it meets foreign data.
+script (it is written anew). Every other script, an acquisition's, fails naming the
+server's error when it meets foreign data. A release (``limit_release``) and a
+withdrawal (``limit_withdraw``) read every key of foreign data as none and name it
+in their reply (``{'ok', what, ...}``), which the keeper logs at ERROR: they give
+back, and a holders key of foreign data holds none of the request's units, so there is
+nothing to refuse; failing, a release gave back the units of the pools before the key
+only (its script keeps what it wrote), and the others stayed held while the process
+lived (the keeper sends a release again only after no reply, not after an error one:
+it now does with each renewal too, for errors that are not foreign data). A
+withdrawal of a request whose marker (``lx``) is foreign data gives its units back as
+if granted (a release of units not held changes nothing) and leaves the marker as it
+is (an acquisition still on its way fails on it).
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
@@ -1299,10 +1309,15 @@ _LIMIT_RELEASE: Final = r"""
 -- keys:    lh:<pool> lp:<pool> lq:<pool> lk:<pool> (per pool of w and of the granted
 --          waiters, and of the pools where it parks groups)
 -- args:    w, JSON [pool id, ...]
--- replies: 'ok'
+-- replies: 'ok' | {'ok', what, ...} (what, for each key of foreign data read as none)
+-- Foreign data anywhere is read as none (a holders key of it holds none of w's units),
+-- so that w's units are given back in every other pool: a release that failed half-way
+-- held them while w's process lived.
 local w, pids = ARGV[4], cjson.decode(ARGV[5])
+unowned = {}
 release(w, pids)
 tidy_all()
+if #unowned > 0 then return {'ok', unpack(unowned)} end
 return 'ok'
 """
 
@@ -1310,16 +1325,21 @@ _LIMIT_WITHDRAW: Final = r"""
 -- limit_withdraw: w leaves for good, waiting or granted; its marker refuses it later.
 -- keys:    lx:<w> lw:<w> lq:<pool> lk:<pool> lh:<pool> lp:<pool>
 -- args:    w, JSON [pool id, ...]
--- replies: 'ok'
+-- replies: 'ok' | {'ok', what, ...} (as limit_release's)
+-- Foreign data is read as none, as in limit_release; a marker of it is left as it is
+-- (an acquisition of w still on its way fails on it), and w's units given back, as if
+-- granted (a release of units it does not hold changes nothing).
 local w, pids = ARGV[4], cjson.decode(ARGV[5])
-local x = redis.call('GET', P .. 'lx:' .. w)
-redis.call('SET', P .. 'lx:' .. w, 'gone', 'PX', KEEP)
-if x and x ~= 'gone' then release(w, pids) end
+unowned = {}
+local x = unowned_read('GET', 'lx:' .. w)
+if x ~= nil then redis.call('SET', P .. 'lx:' .. w, 'gone', 'PX', KEEP) end
+if x == nil or (x and x ~= 'gone') then release(w, pids) end
 if redis.call('EXISTS', P .. 'lw:' .. w) == 1 then
   for _, pid in ipairs(pids) do pool(pid).touched = true end
 end
 drop_waiter(w, pids)
 tidy_all()
+if #unowned > 0 then return {'ok', unpack(unowned)} end
 return 'ok'
 """
 
@@ -2057,6 +2077,17 @@ def limit_acquire_args(instance: str, request: str, pools: Iterable[tuple[str, s
 def limit_release_args(request: str, pool_ids: Iterable[str]) -> Args:
     """The same arguments serve ``limit_release`` and ``limit_withdraw``."""
     return (request, json.dumps(list(pool_ids), separators=(",", ":")))
+
+
+def limit_release_unowned(raw: object) -> tuple[str, ...]:
+    """What (a key after the prefix, and the server's error), for each key of foreign
+    data a raw ``limit_release`` or ``limit_withdraw`` reply says it read as none."""
+    if raw == "ok":  # (the common case: no list to read)
+        return ()
+    items = _items(raw)
+    if items[0] != "ok":
+        raise ValueError(f"unexpected script reply {raw!r}")
+    return tuple(map(_shown, items[1:]))
 
 
 def limit_renew_args(

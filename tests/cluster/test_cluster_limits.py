@@ -189,6 +189,101 @@ async def test_an_error_reply_to_an_acquisition_ends_the_task_fatal_naming_it(
         assert (await other.wait()).kind is OutcomeKind.COMPLETED
 
 
+async def test_an_acquisition_that_fails_after_its_grant_is_withdrawn(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """The pool's waiting groups key holds foreign data, which the acquisition reads only
+    after it granted the unit (a script keeps what it wrote before an error): the task
+    ends ``FATAL``, and its keeper withdraws the request, so the unit it never heard of
+    is given back. Before, the unit stayed held while the process lived (a pool of 1
+    with no room, for every replica)."""
+    await client.set(f"{store.key_prefix}lq:halfway", "not a zset")
+    limit = ConcurrencyLimit("halfway", 1)
+    holders = f"{store.key_prefix}lh:halfway"
+    async with replica(store) as (sup, _):
+        waiter = await sup.add(TaskSpec.once("t", trio.lowlevel.checkpoint, limits=(limit,)))
+        with trio.fail_after(2 * TTL):
+            outcome = await waiter.wait()
+            assert outcome.kind is OutcomeKind.FATAL
+            while await client.hlen(holders):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+
+
+async def test_a_release_gives_back_every_unit_past_foreign_data_and_logs_it(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task holds units of ``first`` and ``second`` when ``first``'s settings key is
+    overwritten with foreign data: its release reads that key as none, gives back the
+    unit of ``second`` and the keeper logs the key at ERROR. Before, the release failed
+    at the key, before it gave back the unit of ``second``, and was never sent again:
+    the unit stayed held while the process lived."""
+    first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
+    gate, started = trio.Event(), trio.Event()
+
+    async def body() -> None:
+        started.set()
+        await gate.wait()
+
+    key = f"{store.key_prefix}lp:first"
+    async with replica(store) as (sup, _):
+        waiter = await sup.add(TaskSpec.once("t", body, limits=(first, second)))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+        await client.delete([key])
+        await client.set(key, "not a hash")
+        gate.set()
+        with trio.fail_after(2 * TTL):
+            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+            while await client.hlen(f"{store.key_prefix}lh:second"):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        assert any(
+            r.levelno == logging.ERROR
+            and "slot store limit release of" in r.getMessage()
+            and f"read as none: foreign data in the slot store at {key}: WRONGTYPE"
+            in r.getMessage()
+            for r in caplog.records
+        )
+        await client.delete([key])
+
+
+async def test_a_release_the_server_answers_with_an_error_is_sent_again(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task holds units of ``first`` and ``second``; a holder of ``first`` that no
+    script wrote (a field of the right type that names no process) fails the release's
+    script when it reads that pool, before it gives back the unit of ``second``. The
+    keeper logs the error and sends the release again with each renewal (every
+    ``lease_ttl / 3``): once the field is gone, the unit of ``second`` is given back.
+    Before, a release answered with an error was never sent again: the unit stayed held
+    while the process lived."""
+    first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
+    gate, started = trio.Event(), trio.Event()
+
+    async def body() -> None:
+        started.set()
+        await gate.wait()
+
+    holders = f"{store.key_prefix}lh:second"
+    async with replica(store) as (sup, _):
+        waiter = await sup.add(TaskSpec.once("t", body, limits=(first, second)))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+        await client.hset(f"{store.key_prefix}lh:first", {"junk": "1"})
+        gate.set()
+        with trio.fail_after(2 * TTL):
+            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+            while not [r for r in caplog.records if "(_LimitRelease)" in r.getMessage()]:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await trio.sleep(TTL / 2)  # a renewal sent it again
+        assert len([r for r in caplog.records if "(_LimitRelease)" in r.getMessage()]) >= 2
+        assert await client.hlen(holders) == 1
+        await client.hdel(f"{store.key_prefix}lh:first", ["junk"])
+        with trio.fail_after(2 * TTL):
+            while await client.hlen(holders):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        assert (await sup.cluster_limit(second)).held == 0
+
+
 async def test_a_pool_holds_its_capacity_across_different_lease_ttls(
     store: RedisSlotStore,
 ) -> None:

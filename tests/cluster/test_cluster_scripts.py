@@ -770,7 +770,7 @@ async def make_foreign(s: Scripts, key: str) -> None:
     """Foreign data at ``key`` (after the prefix): a list where a string belongs, else a
     string."""
     await s.client.delete([f"{s.prefix}{key}"])
-    if key.startswith("lx:"):
+    if key.startswith(("lx:", "lu:")):
         await s.client.rpush(f"{s.prefix}{key}", ["foreign"])
     else:
         await s.client.set(f"{s.prefix}{key}", "foreign")
@@ -851,6 +851,57 @@ async def test_limit_renew_reads_as_none_foreign_data_its_settle_meets(
     assert f"{key}: {WRONGTYPE}" in renewed.unowned
     holders = await s.client.hgetall(f"{s.prefix}lh:s")
     assert list(holders) == [f"{granted}/1"]
+
+
+@pytest.mark.parametrize(
+    "key", ["lp:c1", "lh:c1", "lq:c1", "lk:c1", 'lg:["c1"]', f"lw:{B}/1", f"lu:{B}"]
+)
+async def test_limit_release_gives_back_every_unit_past_foreign_data(s: Scripts, key: str) -> None:
+    """A holds units of ``c1`` and ``c2``, B waits for ``c1``; foreign data at a key of
+    ``c1`` (its settings, holders, waiting or parked groups), of B's group, waiter or
+    generation. A's release reads it as none, gives back A's units in both pools and
+    names the key (``['ok', what]``). Before, the script failed at it, and when that was
+    before ``c2`` (``c1``'s settings, holders or the generation of one of its holders)
+    A's unit of ``c2`` stayed held while A's process lived: the keeper never sent the
+    release again."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1", "c2")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
+    await make_foreign(s, key)
+    raw = await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(f"{A}/1", ["c1", "c2"]))
+    assert f"{key}: {WRONGTYPE}" in scripts.limit_release_unowned(raw)
+    assert f"{A}/1" not in await s.client.hgetall(f"{s.prefix}lh:c2")
+    if key != "lh:c1":
+        assert f"{A}/1" not in await s.client.hgetall(f"{s.prefix}lh:c1")
+
+
+async def test_limit_withdraw_gives_back_the_units_of_a_marker_of_foreign_data(
+    s: Scripts,
+) -> None:
+    """B's request holds units of ``c1`` and ``c2`` when its marker (``lx``) is
+    overwritten with foreign data: its withdrawal gives them back all the same (whether
+    it was granted cannot be read), leaves the marker as it is and names it. Before, the
+    script failed at the marker: the units stayed held while B's process lived."""
+    assert (await limit_acquire(s, B, f"{B}/1", "c1", "c2")).kind == "granted"
+    await make_foreign(s, f"lx:{B}/1")
+    args = scripts.limit_release_args(f"{B}/1", ["c1", "c2"])
+    raw = await s.call(scripts.LIMIT_WITHDRAW, *args)
+    assert scripts.limit_release_unowned(raw) == (f"lx:{B}/1: {WRONGTYPE}",)
+    assert await s.client.hgetall(f"{s.prefix}lh:c1") == {}
+    assert await s.client.hgetall(f"{s.prefix}lh:c2") == {}
+    assert await s.client.lrange(f"{s.prefix}lx:{B}/1", 0, -1) == ["foreign"]
+    assert scripts.limit_release_unowned(await s.call(scripts.LIMIT_WITHDRAW, *args)) == (
+        f"lx:{B}/1: {WRONGTYPE}",
+    )
+
+
+def test_a_limit_release_reply_names_what_it_read_as_none() -> None:
+    assert scripts.limit_release_unowned("ok") == ()
+    assert scripts.limit_release_unowned(["ok", "lp:x: E", b"lh:\xff: E"]) == (
+        "lp:x: E",
+        "lh:\\xff: E",
+    )
+    with pytest.raises(ValueError, match="unexpected script reply"):
+        scripts.limit_release_unowned(["no"])
 
 
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
