@@ -32,8 +32,11 @@ Invariants:
   ``out`` or ``jn`` key is foreign data is rejected so. Foreign data that a renewal
   reads but no item of it owns (another process's heartbeat or a slot's watch key; in
   a limit renewal, keys of other pools, groups and processes that a settle meets) is
-  read as none and logged at ERROR with the key; a limit waiter whose pool's or own
-  key is foreign data is refused alone. A
+  read as none and logged at ERROR with the key, and so is such a key that a submit,
+  a claim, a release or a withdrawal reads (another process's heartbeat, a slot's
+  watch key; a heartbeat that is no lease TTL too: the grant lasts this process's
+  ``lease_ttl``), and any that a limit release or withdrawal reads; a limit waiter
+  whose pool's or own key is foreign data is refused alone. A
   submit that may have reached the server without its reply reaching us, or whose
   script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
   and any lease it took) in the next successful round trip.
@@ -1270,6 +1273,10 @@ class LeaseKeeper:
             if isinstance(reply, Exception):
                 self._call_failed(part, reply)
                 continue
+            if isinstance(part, _Submit | _Claim | _Release | _Withdraw) and scripts.read_unowned(
+                reply
+            ):
+                reply = self._read_as_none(part, reply)
             match part:  # the parts of most batches first (benchmark 10, the 3x50 callers)
                 case _Submit():
                     if not part.resolved:
@@ -1347,6 +1354,17 @@ class LeaseKeeper:
             # The server lost this process's subscription with its state: open it again.
             self._mark_unavailable("the slot store restarted")
         return True
+
+    def _read_as_none(self, part: _Submit | _Claim | _Release | _Withdraw, raw: object) -> object:
+        """Log each key of foreign data that a slot script read as none (another
+        process's heartbeat, a slot's watch key: no item of the call owns it); return the
+        script's own reply."""
+        reply, unowned = scripts.reads_unowned(raw)
+        name = type(part).__name__.lstrip("_").lower()
+        for what in unowned:
+            why = self._foreign_at(what)
+            log(logging.ERROR, "slot store %s of slot %r read as none: %s", name, part.slot, why)
+        return reply
 
     def _call_failed(self, part: _Part, error: Exception) -> None:
         """A call the server answered with an error that is not a refusal (a bug, or

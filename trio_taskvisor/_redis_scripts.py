@@ -72,7 +72,28 @@ on a lease key of foreign data refuses the lease part only (``['foreign', what,
 reply]``: as the owner's renewal refuses the lease, which has nothing to give back or
 hand over), and does its outcome part, so that the entry's joiners hear of its
 outcome at once (its owner's ``LEASE_LOST`` for the refused lease, as a rule), not at
-their next renewal.
+their next renewal. ``submit``, ``claim``, ``release`` and ``withdraw`` read those two
+keys that no call owns, another process's ``hb`` and a slot's ``watch`` (when a prune,
+or a grant, tells the watchers), as ``renew`` does: as none, the call going on, its
+reply wrapped as ``{'unowned', {what, ...}, reply}`` (``reads_unowned``; the grouped
+form wraps each call's), which the keeper logs at ERROR. Before, each failed at such a
+key, and a ``claim``, a hand-over or a REPLACE that took the lease failed after its
+grant (a script keeps what it wrote): the claim's entry held a lease whose owner heard
+of it only at its next renewal, and a hand-over's head was taken out of the queue and
+given a lease nobody was told of. With those reads done as none, nothing of a grant
+is left half-done there. The ``pcall`` is made where those keys are read only (one
+per heartbeat read, memoized, and per ``room``): no call more on the common path. A
+``watch`` key a full ``submit`` adds its process to is its own (``SADD``): foreign data
+there fails the submit, as before, before it wrote anything (its prune aside).
+A heartbeat that is a string but no lease TTL in ms (foreign data of the right type:
+no ``WRONGTYPE``) says nothing, as ``1`` does: a grant to that process's entry lasts
+the caller's ``lease_ttl``, and the key is named as above. The process stays live (its
+key exists; its next renewal writes it anew): read as no heartbeat, its entries would
+be pruned, and its lease holders lose their leases at their next renewal, for another
+process's write. Before, the grant's ``PEXPIRE`` failed the script after it had set
+the lease's fields: a lease without expiry, which a hand-over's head (taken out of the
+queue, never told) could never give back, and the slot was stuck while that process
+lived.
 
 Every script is idempotent per entry: a client may send it again after a connection
 error (a lost reply) and the second run changes nothing the first did not. A ``gone``
@@ -192,7 +213,10 @@ end
 -- renew and limit_renew set this to a list: they read foreign data at a key that no
 -- item of theirs owns (another process's heartbeat, a slot's watch key; another pool's,
 -- group's or process's keys that a settle meets) as none, naming the key here (their
--- reply says them); in the other scripts (nil) such a key fails the script.
+-- reply says them). So do submit, claim, release and withdraw (another process's
+-- heartbeat, a slot's watch key: ``reads_unowned`` wraps their replies) and
+-- limit_release and limit_withdraw (any key); in the other scripts (nil) such a key
+-- fails the script.
 local unowned = nil
 
 -- redis.call(cmd, P .. key, ...), but in renew and limit_renew a key of foreign data
@@ -273,9 +297,17 @@ end
 -- The lease TTL (ms, a string) of e's process: a lease granted to e lasts as long as
 -- its process counts on, which may run with another lease_ttl than the caller's (a
 -- rolling change of it). The caller's own when e's heartbeat does not say.
+-- A heartbeat that is no lease TTL in ms (no script wrote it: foreign data, of the
+-- right type) says nothing either, as '1' does: the caller's, named in unowned (a
+-- PEXPIRE with it failed the grant, after the queue's head was taken out).
 local function ttl_of(e)
-  local h = heartbeat(instance_of(e))
-  if h and h ~= '1' then return h end
+  local i = instance_of(e)
+  local h = heartbeat(i)
+  if h == TTL then return h end
+  if h and h ~= '1' then
+    if #h < 16 and string.match(h, '^[1-9]%d*$') then return h end
+    if unowned then unowned[#unowned + 1] = 'hb:' .. i .. ': no lease TTL in ms' end
+  end
   return TTL
 end
 
@@ -1579,7 +1611,28 @@ class Script:
     sha: str
 
 
+_READS_UNOWNED: Final = frozenset({"submit", "claim", "release", "withdraw"})
+"""The slot scripts that read another process's heartbeat and a slot's watch key of
+foreign data as none (``unowned``): their reply is ``{'unowned', {what, ...}, reply}``
+when they did (``reads_unowned``), else their own."""
+
+
+def _reads_unowned(body: str) -> str:
+    """``body`` with ``unowned`` on, its reply wrapped when it read a key as none."""
+    return f"""
+unowned = {{}}
+local function run()
+{body}
+end
+local reply = run()
+if #unowned > 0 then return {{'unowned', unowned, reply}} end
+return reply
+"""
+
+
 def _script(name: str, body: str) -> Script:
+    if name in _READS_UNOWNED:
+        body = _reads_unowned(body)
     source = _PRELUDE + body
     if name.startswith("limit_") or name == "cluster_limit":
         source = _PRELUDE + _LIMITS + body
@@ -1677,9 +1730,11 @@ local function one(ARGV)
 end
 local out = {{}}
 for b = 3, #ARGV - 1, {arity} do
+  unowned = {{}}  -- (each call reads as none what reads_unowned says)
   local ok, r = pcall(one, {{P, TTL, KEEP, {args}}})
   if not ok and type(r) ~= 'table' then r = redis.error_reply(tostring(r)) end
   if r == nil then r = false end  -- a hole would end the array
+  if ok and #unowned > 0 then r = {{'unowned', unowned, r}} end
   out[#out + 1] = r
 end
 return out
@@ -1843,6 +1898,23 @@ def parse_claim(raw: object) -> Reply[ClaimKind]:
             return Reply("wait", retry=_ms(items[1]))
         case _:
             raise ValueError(f"unexpected script reply {raw!r}")
+
+
+def read_unowned(raw: object) -> bool:
+    """Whether a raw reply of ``submit``, ``claim``, ``release`` or ``withdraw`` says
+    it read keys of foreign data as none (``reads_unowned`` tells which)."""
+    items = _json_list(raw)
+    return items is not None and len(items) == 3 and items[0] == "unowned"
+
+
+def reads_unowned(raw: object) -> tuple[object, tuple[str, ...]]:
+    """A raw reply of ``submit``, ``claim``, ``release`` or ``withdraw`` as its script's
+    own, and what (a key after the prefix, and why), once for each key of foreign data
+    it read as none (another process's heartbeat, a slot's watch key)."""
+    items = _json_list(raw)
+    if items is not None and len(items) == 3 and items[0] == "unowned":
+        return items[2], tuple(dict.fromkeys(map(_shown, _items(items[1] or [], 0))))
+    return raw, ()
 
 
 def release_refusal(raw: object) -> str | None:

@@ -757,6 +757,98 @@ async def test_a_rebase_keeps_a_grant_its_process_has_not_heard_of(s: Scripts) -
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 
+@pytest.mark.parametrize("script", ["submit", "claim", "release", "withdraw"])
+@pytest.mark.parametrize("key", ["hb", "watch"])
+async def test_slot_scripts_read_as_none_foreign_data_no_call_owns(
+    s: Scripts, script: str, key: str
+) -> None:
+    """A holds slot ``k``, B's and C's entries wait; foreign data at C's heartbeat key
+    (``hb``), or at the slot's watch key while C is gone (``watch``). A submit, a claim
+    of the free lease, A's release and A's withdrawal each prune the queue and read it
+    as none (C counts as gone; nobody is told of room), go on, and name it in their
+    reply (``['unowned', [what], reply]``). Before, each failed: a claim and a release,
+    after the grant (the claim's grant kept, a hand-over's head taken out of the queue
+    and no message sent)."""
+    assert (await s.submit("k", entry(A, 1)))[0] == "owner"
+    for e in (entry(B, 1), entry(C, 1)):
+        assert (await s.submit("k", e))[0] == "queued"
+    if key == "hb":
+        await s.client.delete([f"{s.prefix}hb:{C}"])
+        await s.client.rpush(f"{s.prefix}hb:{C}", ["foreign"])
+        what = f"hb:{C}: {WRONGTYPE}"
+    else:
+        await s.kill(C)
+        await s.client.set(f"{s.prefix}watch:k", "foreign")
+        what = f"watch:k: {WRONGTYPE}"
+    if script == "submit":
+        raw = await s.submit("k", entry(B, 2))
+    elif script == "claim":
+        await s.expire_lease("k")
+        raw = await s.claim("k", entry(B, 1))
+    elif script == "release":
+        raw = await s.release("k", entry(A, 1))
+    else:
+        raw = await s.withdraw("k", entry(A, 1))
+    assert scripts.read_unowned(raw)
+    reply, unowned = scripts.reads_unowned(raw)
+    assert unowned == (what,)
+    if script == "submit":
+        assert reply[0] == "queued"
+        assert await s.queue("k") == [entry(B, 1), entry(B, 2)]
+    else:
+        assert reply == "ok" or reply[0] == "owner"
+        assert (await s.lease("k"))["entry"] == entry(B, 1)
+        assert await s.queue("k") == []
+
+
+async def test_a_grouped_call_reads_as_none_what_its_script_does(s: Scripts) -> None:
+    """The grouped form of a submit answers each call as its own script would: the one
+    that met another process's heartbeat of foreign data names it, the other not."""
+    assert (await s.submit("k", entry(A, 1)))[0] == "owner"
+    assert (await s.submit("k", entry(C, 1)))[0] == "queued"
+    await s.client.delete([f"{s.prefix}hb:{C}"])
+    await s.client.rpush(f"{s.prefix}hb:{C}", ["foreign"])
+    grouped = scripts.GROUPED[scripts.SUBMIT.name].script
+    args = [
+        *scripts.submit_args("k", entry(B, 1), "queue", 10, False),
+        *scripts.submit_args("m", entry(B, 2), "queue", 10, False),
+    ]
+    first, second = await s.call(grouped, *args)
+    assert scripts.reads_unowned(first)[1] == (f"hb:{C}: {WRONGTYPE}",)
+    assert scripts.reads_unowned(first)[0][0] == "queued"
+    assert not scripts.read_unowned(second)
+    assert second[0] == "owner"
+
+
+@pytest.mark.parametrize("script", ["submit", "claim", "release"])
+async def test_a_heartbeat_that_is_no_lease_ttl_grants_for_the_callers(
+    s: Scripts, script: str
+) -> None:
+    """B's heartbeat key holds a string that is no number (foreign data of the right
+    type) when a grant to B's entry reads B's lease TTL there: the lease lasts the
+    caller's, and the reply names the key. Before, the grant's ``PEXPIRE`` failed the
+    script after it had written the lease: a hand-over left a lease without expiry to
+    an entry taken out of the queue, and nobody was told (the slot stuck while B
+    lived)."""
+    await s.client.set(f"{s.prefix}hb:{B}", "not a ttl", px=60_000)
+    if script == "submit":
+        raw = await s.submit("k", entry(B, 1))
+    else:
+        assert (await s.submit("k", entry(A, 1)))[0] == "owner"
+        assert (await s.submit("k", entry(B, 1)))[0] == "queued"
+        if script == "claim":
+            await s.expire_lease("k")
+            raw = await s.claim("k", entry(B, 1))
+        else:
+            raw = await s.release("k", entry(A, 1))
+    reply, unowned = scripts.reads_unowned(raw)
+    assert unowned == (f"hb:{B}: no lease TTL in ms",)
+    assert reply == "ok" or reply[0] == "owner"
+    assert (await s.lease("k"))["entry"] == entry(B, 1)
+    pttl = await s.client.pttl(f"{s.prefix}lease:k")
+    assert 0 < pttl <= 1000 * s.store.lease_ttl
+
+
 async def limit_renew(
     s: Scripts, instance: str, *waiters: tuple[str, tuple[str, ...]]
 ) -> scripts.LimitRenewReply:

@@ -648,6 +648,34 @@ async def test_foreign_data_no_item_owns_is_read_as_none_and_logged(
             assert (await owner.wait()).value == "b"
 
 
+async def test_a_submit_reads_another_process_heartbeat_of_foreign_data_as_none(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process, x, holds slot ``a``'s lease and has an entry queued there when
+    its heartbeat key is overwritten with a list: a submit to ``a`` prunes the queue,
+    reads it as none (x/1 counts as gone, pruned) and queues this work, logging the key
+    at ERROR. Before, the submit failed: the work was rejected with the server's error."""
+    prefix, ms = store.key_prefix, 60_000
+    async with replica(store) as (sup, recorder):
+        await client.hset(f"{prefix}lease:a", {"entry": "x/0", "token": "1"})
+        await client.pexpire(f"{prefix}lease:a", ms)
+        await client.rpush(f"{prefix}q:a", ["x/1"])
+        await client.rpush(f"{prefix}hb:x", ["foreign"])
+        waiter = await sup.submit(ControllerSpec.queue(quick("q", 1), slot="a"))
+        with trio.fail_after(5):
+            await waiter.wait_placed()
+        assert not waiter.done
+        (mine,) = await client.lrange(f"{prefix}q:a", 0, -1)
+        assert mine != "x/1"
+        await logged_at_once(caplog, "submit of slot 'a' read as none: foreign data in", 0)
+        await logged_at_once(caplog, f"{prefix}hb:x: WRONGTYPE", 0)
+        await client.delete([f"{prefix}lease:a"])  # its renewal claims the free lease
+        with trio.fail_after(3 * store.lease_ttl):
+            assert (await waiter.wait()).value == 1
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([f"{prefix}hb:x"])
+
+
 async def test_shutdown_is_bounded_when_the_server_does_not_answer(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
