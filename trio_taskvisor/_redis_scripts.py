@@ -81,7 +81,10 @@ key, and a ``claim``, a hand-over or a REPLACE that took the lease failed after 
 grant (a script keeps what it wrote): the claim's entry held a lease whose owner heard
 of it only at its next renewal, and a hand-over's head was taken out of the queue and
 given a lease nobody was told of. With those reads done as none, nothing of a grant
-is left half-done there. The ``pcall`` is made where those keys are read only (one
+is left half-done there; and a grant comes before the head's ``LPOP``, so one that fails
+on the slot's own fence key of foreign data (which fails the call: ``SET ... GET``
+refuses it before it writes) leaves the head queued, not out of its queue until its
+renewal put it back at the tail. The ``pcall`` is made where those keys are read only (one
 per heartbeat read, memoized, and per ``room``): no call more on the common path. A
 ``watch`` key a full ``submit`` adds its process to is its own (``SADD``): foreign data
 there fails the submit, as before, before it wrote anything (its prune aside).
@@ -353,8 +356,10 @@ local function hand_over(slot, free)
   local q = prune(slot)
   local e = q[1]
   if not e then return end
-  redis.call('LPOP', P .. 'q:' .. slot)
+  -- granted first: a grant that fails (the slot's fence key of foreign data, which
+  -- SET ... GET refuses before it writes) leaves e queued, not out of its queue
   local token, t, ttl = grant(slot, e)
+  redis.call('LPOP', P .. 'q:' .. slot)
   room(slot)
   local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
   tell(instance_of(e), {'grant', slot, e, token, string.format('%.0f', expiry)})
@@ -425,8 +430,8 @@ end
 if not holder then
   -- the lease is free while the queue is not (it expired, or a head's claim never
   -- came): take it over
+  local t = grant(slot, e)  -- (before the LPOP: as in hand_over)
   redis.call('LPOP', qk)
-  local t = grant(slot, e)
   room(slot)
   return {'owner', t, displaced}
 end
@@ -456,8 +461,8 @@ if not holder and q[1] ~= e then
   return {'wait', retry_ms(slot, q, true)}
 end
 if holder or q[1] ~= e then return {'wait', retry_ms(slot, q, holder)} end
+local t = grant(slot, e)  -- (before the LPOP: as in hand_over)
 redis.call('LPOP', P .. 'q:' .. slot)
-local t = grant(slot, e)
 room(slot)
 return {'owner', t}
 """

@@ -801,6 +801,28 @@ async def test_slot_scripts_read_as_none_foreign_data_no_call_owns(
         assert await s.queue("k") == []
 
 
+@pytest.mark.parametrize("script", ["claim", "release"])
+async def test_a_grant_that_fails_on_the_fence_key_leaves_its_entry_queued(
+    s: Scripts, script: str
+) -> None:
+    """The slot's fence key holds foreign data (a list) when a claim, or a release's
+    hand-over, grants the lease to the head of the queue: the script fails (the slot's
+    own key), and the head is still queued, so the next grant that works finds it.
+    Before, the head was taken out of the queue first: it waited for nothing, until its
+    renewal put it back at the tail."""
+    assert (await s.submit("k", entry(A, 1)))[0] == "owner"
+    assert (await s.submit("k", entry(B, 1)))[0] == "queued"
+    await s.client.delete([f"{s.prefix}fence:k"])
+    await s.client.rpush(f"{s.prefix}fence:k", ["foreign"])
+    if script == "claim":
+        await s.expire_lease("k")
+    grant = s.claim("k", entry(B, 1)) if script == "claim" else s.release("k", entry(A, 1))
+    with pytest.raises(coredis.exceptions.WrongTypeError):
+        await grant
+    assert await s.queue("k") == [entry(B, 1)]
+    assert await s.lease("k") == {}
+
+
 async def test_a_grouped_call_reads_as_none_what_its_script_does(s: Scripts) -> None:
     """The grouped form of a submit answers each call as its own script would: the one
     that met another process's heartbeat of foreign data names it, the other not."""
