@@ -35,7 +35,8 @@ Invariants:
   read as none and logged at ERROR with the key, and so is such a key that a submit,
   a claim, a release or a withdrawal reads (another process's heartbeat, a slot's
   watch key; a heartbeat that is no lease TTL too: the grant lasts this process's
-  ``lease_ttl``), and any that a limit release or withdrawal reads; a limit waiter
+  ``lease_ttl``), and any that a limit release or withdrawal reads, or that a limit
+  acquisition's settle meets in another pool, group or process; a limit waiter
   whose pool's or own key is foreign data is refused alone. A
   submit that may have reached the server without its reply reaching us, or whose
   script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
@@ -1273,9 +1274,9 @@ class LeaseKeeper:
             if isinstance(reply, Exception):
                 self._call_failed(part, reply)
                 continue
-            if isinstance(part, _Submit | _Claim | _Release | _Withdraw) and scripts.read_unowned(
-                reply
-            ):
+            if isinstance(
+                part, _Submit | _Claim | _Release | _Withdraw | _LimitAcquire
+            ) and scripts.read_unowned(reply):
                 reply = self._read_as_none(part, reply)
             match part:  # the parts of most batches first (benchmark 10, the 3x50 callers)
                 case _Submit():
@@ -1355,15 +1356,19 @@ class LeaseKeeper:
             self._mark_unavailable("the slot store restarted")
         return True
 
-    def _read_as_none(self, part: _Submit | _Claim | _Release | _Withdraw, raw: object) -> object:
-        """Log each key of foreign data that a slot script read as none (another
-        process's heartbeat, a slot's watch key: no item of the call owns it); return the
-        script's own reply."""
+    def _read_as_none(
+        self, part: _Submit | _Claim | _Release | _Withdraw | _LimitAcquire, raw: object
+    ) -> object:
+        """Log each key of foreign data that a script read as none (another process's
+        heartbeat, a slot's watch key; in an acquisition's settle, another pool's, group's
+        or process's key: no item of the call owns it); return the script's own reply."""
         reply, unowned = scripts.reads_unowned(raw)
-        name = type(part).__name__.lstrip("_").lower()
+        if isinstance(part, _LimitAcquire):
+            asked = f"limit acquisition of {part.request.w}"
+        else:
+            asked = f"{type(part).__name__.lstrip('_').lower()} of slot {part.slot!r}"
         for what in unowned:
-            why = self._foreign_at(what)
-            log(logging.ERROR, "slot store %s of slot %r read as none: %s", name, part.slot, why)
+            log(logging.ERROR, "slot store %s read as none: %s", asked, self._foreign_at(what))
         return reply
 
     def _call_failed(self, part: _Part, error: Exception) -> None:

@@ -141,16 +141,24 @@ leaves its group, not granted), a generation, as none (that process's units are
 dead; the process's own makes a new one, and its units are lost). Failing the renewal
 instead loses every unit of the process, for a key that is not its own. The longest
 lease in use (``lttl``) of foreign data of any type counts as none in every limit
-script (it is written anew). Every other script, an acquisition's, fails naming the
-server's error when it meets foreign data. A release (``limit_release``) and a
-withdrawal (``limit_withdraw``) read every key of foreign data as none and name it
-in their reply (``{'ok', what, ...}``), which the keeper logs at ERROR: they give
-back, and a holders key of foreign data holds none of the request's units, so there is
-nothing to refuse; failing, a release gave back the units of the pools before the key
-only (its script keeps what it wrote), and the others stayed held while the process
-lived (the keeper sends a release again only after no reply, not after an error one:
-it now does with each renewal too, for errors that are not foreign data). A
-withdrawal of a request whose marker (``lx``) is foreign data gives its units back as
+script (it is written anew). An acquisition (``limit_acquire``) reads foreign data that
+its request does not own as none, as the renewal does, where its settle meets it
+(another pool of a group parked on its pools, another group, another process's waiter
+or generation, the acceptance counter), its reply wrapped as ``{'unowned', {what,
+...}, reply}`` (``reads_unowned``; the keeper logs each at ERROR); its common case
+(``_LIMIT_ACQUIRE_FAST``) leaves a holder's generation of foreign data to the full
+script. At its own keys (its pools' ``lp``, ``lh``, ``lq``, ``lk``, its group's
+``lg``, its ``lw``, ``lx``, its process's ``lu``: ``owned``) it fails naming the
+server's error, as before, and the keeper withdraws it (the script may have granted
+it before it failed: an own waiting-groups key is read only after the grant).
+A release (``limit_release``) and a withdrawal (``limit_withdraw``) read every key of
+foreign data as none and name it in their reply (``{'ok', what, ...}``), which the
+keeper logs at ERROR: they give back, and a holders key of foreign data holds none of
+the request's units, so there is nothing to refuse; failing, a release gave back the
+units of the pools before the key only (its script keeps what it wrote), and the
+others stayed held while the process lived (the keeper sent a release again after no
+reply, not after an error one: it now does with each renewal too, for errors that are
+not foreign data). A withdrawal of a request whose marker (``lx``) is foreign data gives its units back as
 if granted (a release of units not held changes nothing) and leaves the marker as it
 is (an acquisition still on its way fails on it).
 
@@ -221,11 +229,14 @@ end
 -- limit_release and limit_withdraw (any key); in the other scripts (nil) such a key
 -- fails the script.
 local unowned = nil
+-- limit_acquire sets this to the keys (after P) its request owns: foreign data there
+-- fails the script all the same
+local owned = nil
 
--- redis.call(cmd, P .. key, ...), but in renew and limit_renew a key of foreign data
--- reads as none (nil)
+-- redis.call(cmd, P .. key, ...), but where unowned is set a key of foreign data that
+-- the call does not own reads as none (nil)
 local function unowned_read(cmd, key, ...)
-  if not unowned then return redis.call(cmd, P .. key, ...) end
+  if not unowned or (owned and owned[key]) then return redis.call(cmd, P .. key, ...) end
   local r = redis.pcall(cmd, P .. key, ...)
   if type(r) == 'table' and r.err then
     unowned[#unowned + 1] = wrongtype(key, r)
@@ -1275,7 +1286,11 @@ do
         local flat = v[1] and redis.call('HGETALL', hk) or {}
         for j = 1, #flat, 2 do
           local i = string.match(flat[j], '^(.*)/')
-          if gens[i] == nil then gens[i] = redis.call('GET', P .. 'lu:' .. i) or false end
+          if gens[i] == nil then
+            local g = redis.pcall('GET', P .. 'lu:' .. i)
+            if type(g) == 'table' then held = math.huge; break end  -- (the full script's)
+            gens[i] = g or false
+          end
           if gens[i] == flat[j + 1] then held = held + 1 else redis.call('HDEL', hk, flat[j]) end
         end
         if held >= tonumber(cap) then plan = nil; break end
@@ -1335,9 +1350,23 @@ _LIMIT_ACQUIRE: Final = r"""
 -- replies: {'granted', gen} | {'waiting', gen, retry_ms|false, {pool id, ...} without
 --          room} | {'conflict', pool id, known spec} | {'gone'} (withdrawn first)
 --          Sent again for a waiting w, it grants w if it fits now, else keeps its place.
+--          Wrapped as {'unowned', {what, ...}, reply} when it read a key as none:
+-- foreign data at a key w does not own (another pool of a group its settle meets,
+-- another group, another process's waiter or generation, the acceptance counter) is
+-- read as none, as in limit_renew; at its own (its pools' lp, lh, lq, lk, its group's
+-- lg, its lw, lx, its process's lu) it fails the script, as before.
 local me, w, pairs_ = ARGV[4], ARGV[5], cjson.decode(ARGV[6])
+unowned = {}
+owned = {['lx:' .. w] = true, ['lw:' .. w] = true, ['lu:' .. me] = true}
+local pids = {}
+for k, pair in ipairs(pairs_) do
+  pids[k] = pair[1]
+  for _, kind in ipairs({'lp:', 'lh:', 'lq:', 'lk:'}) do owned[kind .. pair[1]] = true end
+end
+owned['lg:' .. group_of(pids)] = true
 local reply = acquire(me, w, pairs_)
 tidy_all()
+if #unowned > 0 then return {'unowned', unowned, reply} end
 return reply
 """
 
@@ -1906,16 +1935,19 @@ def parse_claim(raw: object) -> Reply[ClaimKind]:
 
 
 def read_unowned(raw: object) -> bool:
-    """Whether a raw reply of ``submit``, ``claim``, ``release`` or ``withdraw`` says
-    it read keys of foreign data as none (``reads_unowned`` tells which)."""
+    """Whether a raw reply of ``submit``, ``claim``, ``release``, ``withdraw`` or
+    ``limit_acquire`` says it read keys of foreign data as none (``reads_unowned``
+    tells which)."""
     items = _json_list(raw)
     return items is not None and len(items) == 3 and items[0] == "unowned"
 
 
 def reads_unowned(raw: object) -> tuple[object, tuple[str, ...]]:
-    """A raw reply of ``submit``, ``claim``, ``release`` or ``withdraw`` as its script's
-    own, and what (a key after the prefix, and why), once for each key of foreign data
-    it read as none (another process's heartbeat, a slot's watch key)."""
+    """A raw reply of ``submit``, ``claim``, ``release``, ``withdraw`` or
+    ``limit_acquire`` as its script's own, and what (a key after the prefix, and why),
+    once for each key of foreign data it read as none (another process's heartbeat, a
+    slot's watch key; another pool's, group's or process's key an acquisition's settle
+    met)."""
     items = _json_list(raw)
     if items is not None and len(items) == 3 and items[0] == "unowned":
         return items[2], tuple(dict.fromkeys(map(_shown, _items(items[1] or [], 0))))

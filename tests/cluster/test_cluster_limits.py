@@ -14,7 +14,7 @@ import attrs
 import coredis
 import pytest
 import trio
-from cluster_helpers import config, replica
+from cluster_helpers import Scripts, config, replica
 from conftest import RedisServer
 
 from trio_taskvisor import (
@@ -32,6 +32,7 @@ from trio_taskvisor import (
     TaskWaiter,
     open_supervisor,
 )
+from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._redis_client import read_namespace
 from trio_taskvisor.redis import RedisSlotStore
 
@@ -244,6 +245,38 @@ async def test_a_release_gives_back_every_unit_past_foreign_data_and_logs_it(
             for r in caplog.records
         )
         await client.delete([key])
+
+
+async def test_an_acquisition_reads_another_process_key_of_foreign_data_as_none(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process, C, waits for pools ``s`` and ``zf``, both held by a process whose
+    units then died; ``zf``'s settings key is overwritten with foreign data. A block of
+    this process asks for ``s``: its acquisition settles ``s``, meets C's group, reads
+    ``zf``'s key as none (no room there: C waits on) and is granted, and the keeper logs
+    the key at ERROR. Before, the acquisition failed: the block raised
+    ``SlotStoreUnavailableError`` for another process's key."""
+    other = Scripts(client, store)
+    dead, c = "host-a:1:0000000a", "host-c:3:0000000c"
+    pools = [("s", "concurrency 1"), ("zf", "concurrency 1")]
+    for w, instance in ((f"{dead}/1", dead), (f"{c}/1", c)):
+        await other.call(scripts.LIMIT_ACQUIRE, *scripts.limit_acquire_args(instance, w, pools))
+    await client.delete([f"{store.key_prefix}lu:{dead}"])
+    key = f"{store.key_prefix}lp:zf"
+    await client.delete([key])
+    await client.set(key, "foreign")
+    async with replica(store) as (sup, _):
+        with trio.fail_after(2 * TTL):
+            async with sup.limited(ConcurrencyLimit("s", 1)):
+                holders = await client.hgetall(f"{store.key_prefix}lh:s")
+                assert [h.split("/")[0] for h in holders] == [sup.instance_id]
+    assert any(
+        r.levelno == logging.ERROR
+        and "slot store limit acquisition of" in r.getMessage()
+        and f"read as none: foreign data in the slot store at {key}: WRONGTYPE" in r.getMessage()
+        for r in caplog.records
+    )
+    await client.delete([key])
 
 
 async def test_a_release_the_server_answers_with_an_error_is_sent_again(

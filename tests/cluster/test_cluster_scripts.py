@@ -1018,6 +1018,47 @@ def test_a_limit_release_reply_names_what_it_read_as_none() -> None:
         scripts.limit_release_unowned(["no"])
 
 
+@pytest.mark.parametrize(
+    ("key", "granted"),
+    [
+        ("lp:zf", B),
+        ("lh:zf", B),
+        ("lk:zf", C),
+        ("lq:zf", C),
+        ('lg:["s","zf"]', B),
+        (f"lw:{C}/1", B),
+        (f"lu:{C}", B),
+    ],
+)
+async def test_limit_acquire_reads_as_none_foreign_data_its_settle_meets(
+    s: Scripts, key: str, granted: str
+) -> None:
+    """As the renewal's settle does (above): C's waiter waits in pools ``s`` and ``zf``,
+    both held by A, whose units then die; foreign data at a key of ``zf``, of C's group,
+    of C's waiter or of C's generation. B's acquisition of ``s`` settles ``s`` first and
+    meets C's group there: it reads the key as none, goes on (B, or C, granted), and
+    names it (``['unowned', [what], reply]``). Before, the acquisition failed, and B's
+    work ended ``FATAL`` for another process's key."""
+    assert (await limit_acquire(s, A, f"{A}/1", "s", "zf")).kind == "granted"
+    assert (await limit_acquire(s, C, f"{C}/1", "s", "zf")).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    await make_foreign(s, key)
+    args = scripts.limit_acquire_args(B, f"{B}/1", [("s", CONC1)])
+    raw = await s.call(scripts.LIMIT_ACQUIRE, *args)
+    reply, unowned = scripts.reads_unowned(raw)
+    assert f"{key}: {WRONGTYPE}" in unowned
+    assert scripts.parse_limit(reply).kind == ("granted" if granted == B else "waiting")
+    assert list(await s.client.hgetall(f"{s.prefix}lh:s")) == [f"{granted}/1"]
+
+
+async def test_limit_acquire_still_fails_on_foreign_data_at_its_own_keys(s: Scripts) -> None:
+    """Foreign data at a key of the request's own pool (its waiting groups) fails the
+    acquisition as before: the keeper refuses the request with the server's error."""
+    await make_foreign(s, "lq:c1")
+    with pytest.raises(coredis.exceptions.WrongTypeError):
+        await limit_acquire(s, A, f"{A}/1", "c1")
+
+
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
 async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreign: str) -> None:
     """Foreign data where the longest lease in use is kept (``lttl``): the scripts read
