@@ -158,9 +158,9 @@ the request's units, so there is nothing to refuse; failing, a release gave back
 units of the pools before the key only (its script keeps what it wrote), and the
 others stayed held while the process lived (the keeper sent a release again after no
 reply, not after an error one: it now does with each renewal too, for errors that are
-not foreign data). A withdrawal of a request whose marker (``lx``) is foreign data gives its units back as
-if granted (a release of units not held changes nothing) and leaves the marker as it
-is (an acquisition still on its way fails on it).
+not foreign data). A withdrawal of a request whose marker (``lx``) is foreign data
+gives its units back as if granted (a release of units not held changes nothing) and
+leaves the marker as it is (an acquisition still on its way fails on it).
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
