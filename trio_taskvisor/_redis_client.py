@@ -1189,7 +1189,7 @@ async def _read_pools(
     """The limit pools (keys ``lp:``, ``lh:``, ``lq:``, ``lg:``, ``lw:``, ``lu:``): a holder
     or a waiter is live while its instance's units' key holds the generation it carries;
     a pool's waiters are those of the groups (pool sets) in its ``lq:`` index. A pool
-    whose settings or ``tat`` are none this version writes (``scripts.next_start_ms``)
+    whose settings or GCRA state are none this version writes (``scripts.next_start_ms``)
     is left out, its ``lp:`` key put into ``malformed``."""
     pool_ids = sorted({k[len(prefix) + 3 :] for k in keys if k.startswith(prefix + "lp:")})
     if not pool_ids:
@@ -1197,7 +1197,7 @@ async def _read_pools(
     commands: list[_Command] = [(_TIME, ())]
     for pid in pool_ids:
         commands += [
-            (_HMGET, (f"{prefix}lp:{pid}", "spec", "tat")),
+            (_HMGET, (f"{prefix}lp:{pid}", "spec", "tat", "start", "n")),
             (_HGETALL, (f"{prefix}lh:{pid}",)),
             (_ZRANGE, (f"{prefix}lq:{pid}", "0", "-1")),
         ]
@@ -1227,13 +1227,13 @@ async def _read_pools(
     gens: dict[str, str | None] = dict(zip(instances, replies[: len(instances)], strict=True))
     waiter_gens: dict[str, str | None] = dict(zip(waiters, replies[len(instances) :], strict=True))
     pools: dict[str, PoolState] = {}
-    for pid, (spec, tat), held, line in raw:
+    for pid, (spec, tat, start, count), held, line in raw:
         if spec is None:
             continue
         holders = sorted(instance_of(h) for h, g in held.items() if gens.get(instance_of(h)) == g)
         waiting = sum(1 for w in line if gens.get(instance_of(w)) == waiter_gens.get(w))
         try:
-            next_ms = scripts.next_start_ms(spec, tat, now_ms)
+            next_ms = scripts.next_start_ms(spec, tat, now_ms, start, count)
         except ValueError:
             malformed.append(f"{prefix}lp:{pid}")
             continue

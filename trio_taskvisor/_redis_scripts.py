@@ -109,9 +109,31 @@ decimal strings, because Lua's number-to-string conversion keeps 14 digits; the
 
 A rate pool's GCRA ``tat`` more than a full burst ahead of the server's clock (which
 GCRA never leaves: the clock stepped back, as after a failover to a node whose clock is
-behind) is read and written back as a burst just spent (``capped_tat``): the pool waits
+behind) is read and written back as a burst just spent (``capped``): the pool waits
 one interval, not the step. Rate pools count on the server's clock (docs/design.md,
 "Limit pools on the server"); what a step of that clock does is decided here.
+
+A rate pool's GCRA state is ``start`` and ``n`` (its ``tat`` is ``start + n * interval``,
+ms), as in one process (``_limits``): the start of its busy stretch and the starts
+counted since, so the rounding is one product and one subtraction, never a sum. A
+``tat`` moved on by ``interval`` at each start, a double near the server's clock
+(``1.8e12`` ms, a step of ``2**-12`` ms), lost what fell below that step: with an
+interval below half the step (a rate above about 8.2 million per second:
+``RateLimit("r", 10_000_000)``, ``1e-4`` ms) it never moved, so every acquisition of
+one instant was granted, no limit at all; with one of about 1.4 steps it moved by one,
+so ``RateLimit("r", 1, per=3.4e-7, burst=12)`` granted 16 in one instant. The ``slots``
+reading counted the same ``tat``. Decided: keep the exact state, not refuse such
+intervals for a cluster: a limit that one process honours is honoured across the
+cluster, and the state costs no call (its fields are read and written by the same
+``HMGET`` and ``HSET``). In one instant a pool now grants at most ``burst`` (exactly
+``burst`` after an idle stretch) whatever its interval, and ``cluster_limit`` and the
+``slots`` reading say a start waits exactly when an acquisition then waits (the
+server's clock counts microseconds: an interval below one allows as many starts per
+microsecond as it holds intervals). A rolling upgrade: the scripts also write ``tat``
+(the double ``start + n * interval``), which earlier versions read and write alone;
+``start`` and ``n`` count only while the ``tat`` beside them is the one they make, so a
+``tat`` an earlier version moved on, capped or deleted (a ``tat`` alone, or none) is read
+as ``start = tat, n = 0``: the GCRA state as that version left it.
 
 Keys the server drops (evicted under a ``maxmemory-policy`` other than ``noeviction``,
 deleted by a clean-up script) lose what they held: every ``limit_renew`` names the units
@@ -768,7 +790,7 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # ======================  ======  ===========================================  ===========
 # key                     type    content                                      expiry
 # ======================  ======  ===========================================  ===========
-# ``P lp:<pool>``         hash    ``spec`` (settings), ``tat`` (rate, ms)       see below
+# ``P lp:<pool>``         hash    ``spec``; ``tat``, ``start``, ``n`` (ms)       see below
 # ``P lh:<pool>``         hash    holders: request -> its instance's generation  live
 # ``P lq:<pool>``         zset    groups waiting in the pool, scored by head     live
 # ``P lk:<pool>``         zset    groups parked on the pool, scored by head      live
@@ -790,9 +812,10 @@ return {instance_of(holder), token, redis.call('PTTL', P .. 'lease:' .. slot), n
 # are removed when a script reads a pool, dead waiters when a settle meets them at the
 # head of their group. A pool's settings stay while it has a live holder or waiter, and
 # a rate pool's while its ``tat`` is ahead of the server's clock (``lp`` then expires at
-# ``tat``). Every script that frees units, or first reads a pool, grants the oldest
-# waiters of the changed pools that fit (``settle``) and publishes ``["limit", w, gen]``
-# to their instances.
+# ``tat``; its GCRA state, ms, is ``start`` and ``n``: see the module's docstring).
+# Every script that frees units, or first reads a pool, grants the oldest waiters of the
+# changed pools that fit (``settle``) and publishes ``["limit", w, gen]`` to their
+# instances.
 #
 # A settle reads only the groups *parked* on the changed pools (below): a group is parked
 # on one of its pools that had no room when it was last checked. So the order rule is
@@ -874,16 +897,33 @@ local function my_gen(me)
   return g
 end
 
+-- A rate pool's GCRA state is ``start`` (ms) and ``n``: its tat is start + n * interval,
+-- counted from the start of its busy stretch, never summed (see the module's docstring).
+-- Its fields ``start`` and ``n`` count while ``tat`` is the one they make (this version
+-- writes all three); a ``tat`` alone, or one that no longer matches them (written by an
+-- earlier version, which reads and writes ``tat`` only), is read as start = tat, n = 0;
+-- no ``tat``, as a pool never used.
+local function gcra_state(tat, start, n, interval)
+  tat = tonumber(tat)
+  if not tat then return -math.huge, 0 end
+  start, n = tonumber(start), tonumber(n)
+  if start and n and start + n * interval == tat then return start, n end
+  return tat, 0
+end
+
+local function gcra_fields(start, n, interval)
+  return 'tat', num(start + n * interval), 'start', num(start), 'n', num(n)
+end
+
 -- A rate pool's tat is never more than a full burst ahead of the clock that set it: one
 -- further ahead tells of a server clock that stepped back (a failover to a node whose
 -- clock is behind, a clock set back), which would hold every start back by the step.
 -- It is set to now plus a full burst, as if a burst was just spent, and written so (1 ms
 -- of slack for rounding). The fast path of limit_acquire needs no such check: a tat that
 -- far ahead has no room, and sends it here.
-local function capped_tat(tat, now, burst, interval)
-  local full = now + burst * interval
-  if tat > full + 1 then return full end
-  return tat
+local function capped(start, n, now, burst, interval)
+  if start + n * interval > now + burst * interval + 1 then return now, burst end
+  return start, n
 end
 
 -- a rate spec's interval (ms) and burst (nothing for another spec)
@@ -899,8 +939,8 @@ local pools = {}  -- pool id -> state, read once per script
 local function pool(pid)
   local p = pools[pid]
   if p then return p end
-  local v = unowned_read('HMGET', 'lp:' .. pid, 'spec', 'tat') or {}
-  p = {pid = pid, spec = v[1], tat = tonumber(v[2]) or -math.huge, held = 0, touched = false}
+  local v = unowned_read('HMGET', 'lp:' .. pid, 'spec', 'tat', 'start', 'n') or {}
+  p = {pid = pid, spec = v[1], start = -math.huge, n = 0, held = 0, touched = false}
   if p.spec then
     local cap = string.match(p.spec, '^concurrency (%d+)$')
     local flat = cap and unowned_read('HGETALL', 'lh:' .. pid)
@@ -919,10 +959,11 @@ local function pool(pid)
     else
       p.interval, p.burst = rate_of(p.spec)
       if p.interval then
-        local tat = capped_tat(p.tat, NOW, p.burst, p.interval)
-        if tat ~= p.tat then
-          p.tat, p.touched = tat, true  -- tidy sets its key's expiry
-          redis.call('HSET', P .. 'lp:' .. pid, 'tat', num(tat))
+        p.start, p.n = gcra_state(v[2], v[3], v[4], p.interval)
+        local start, n = capped(p.start, p.n, NOW, p.burst, p.interval)
+        if start ~= p.start or n ~= p.n then
+          p.start, p.n, p.touched = start, n, true  -- tidy sets its key's expiry
+          redis.call('HSET', P .. 'lp:' .. pid, gcra_fields(start, n, p.interval))
         end
       end
     end
@@ -933,8 +974,8 @@ end
 
 -- set a new pool's settings (spec is as the client sent it)
 local function settle_spec(p, spec)
-  p.spec, p.cap, p.interval, p.tat, p.touched = spec, nil, nil, -math.huge, true
-  redis.call('HDEL', P .. 'lp:' .. p.pid, 'tat')
+  p.spec, p.cap, p.interval, p.start, p.n, p.touched = spec, nil, nil, -math.huge, 0, true
+  redis.call('HDEL', P .. 'lp:' .. p.pid, 'tat', 'start', 'n')
   local cap = string.match(spec, '^concurrency (%d+)$')
   if cap then p.cap = tonumber(cap); return end
   p.interval, p.burst = rate_of(spec)
@@ -946,9 +987,16 @@ local function room_in(p)
     if p.held < p.cap then return 0 end
     return false
   end
-  local at = p.tat - (p.burst - 1) * p.interval
-  if NOW >= at then return 0 end
-  return at - NOW
+  -- (NOW - start is exact while both are near the clock, within a factor of two)
+  local due, past = (p.n - p.burst + 1) * p.interval, NOW - p.start
+  if past >= due then return 0 end
+  return due - past
+end
+
+-- ms until a rate pool's tat passes (<= 0: passed, the pool is as a new one)
+local function ahead_ms(p)
+  if not p.interval then return -math.huge end
+  return p.n * p.interval - (NOW - p.start)
 end
 
 local function has_room(p) return p.spec ~= nil and p.spec ~= false and room_in(p) == 0 end
@@ -960,8 +1008,12 @@ local function take(p, w, g)
     redis.call('HSET', P .. 'lh:' .. p.pid, w, g)
     redis.call('PEXPIRE', P .. 'lh:' .. p.pid, LIVE)
   else
-    p.tat = math.max(p.tat, NOW) + p.interval
-    redis.call('HSET', P .. 'lp:' .. p.pid, 'tat', num(p.tat))
+    if NOW - p.start < p.n * p.interval then
+      p.n = p.n + 1  -- tat has not passed: it moves on by one interval
+    else
+      p.start, p.n = NOW, 1  -- a new busy stretch: tat = NOW + interval
+    end
+    redis.call('HSET', P .. 'lp:' .. p.pid, gcra_fields(p.start, p.n, p.interval))
   end
 end
 
@@ -1150,11 +1202,12 @@ local function tidy(p)
       redis.call('PEXPIRE', lk, LIVE)
     end
   else
-    if not waiting and p.tat <= NOW then
+    local ahead = ahead_ms(p)
+    if not waiting and ahead <= 0 then
       redis.call('DEL', lk)
     else
       redis.call('HSET', lk, 'spec', p.spec)
-      local ms = math.min(math.ceil(p.tat - NOW) + 1, FAR)
+      local ms = math.min(math.ceil(ahead) + 1, FAR)
       if waiting and ms < LIVE then ms = LIVE end
       redis.call('PEXPIRE', lk, ms)
     end
@@ -1177,7 +1230,7 @@ end
 
 -- whether a pool's settings must stay: a live holder or waiter, or a tat ahead
 local function in_use(p)
-  if p.held > 0 or (not p.cap and p.tat > NOW) then return true end
+  if p.held > 0 or (not p.cap and ahead_ms(p) > 0) then return true end
   return live_waiters(p.pid, true) > 0
 end
 
@@ -1273,11 +1326,12 @@ do
   local keys = {P .. 'lw:' .. w}
   for k, pair in ipairs(pairs_ or {}) do keys[k + 1] = P .. 'lq:' .. pair[1] end
   if pairs_ and redis.call('EXISTS', unpack(keys)) == 0 then
-    -- per pool: {new settings?, the rate pool's new tat (false: a concurrency pool)}
+    -- per pool: {new settings?, the rate pool's new start, n and interval (false: a
+    -- concurrency pool)}
     local plan, seen, gens, now = {}, {}, {[me] = g}, nil
     for k, pair in ipairs(pairs_) do
       local pid, spec = pair[1], pair[2]
-      local v = redis.call('HMGET', P .. 'lp:' .. pid, 'spec', 'tat')
+      local v = redis.call('HMGET', P .. 'lp:' .. pid, 'spec', 'tat', 'start', 'n')
       if seen[pid] or (v[1] and v[1] ~= spec) or (not v[1] and v[2]) then plan = nil; break end
       seen[pid] = true
       local cap = string.match(spec, '^concurrency (%d+)$')
@@ -1303,22 +1357,31 @@ do
           now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
         end
         local interval = tonumber(per) / tonumber(rate) * 1000  -- as rate_of
-        local tat = v[1] and tonumber(v[2]) or -math.huge
-        if now < tat - (tonumber(burst) - 1) * interval then plan = nil; break end
-        plan[k] = {not v[1], math.max(tat, now) + interval}
+        local start, n = -math.huge, 0  -- as gcra_state, room_in and take
+        local tat = v[1] and tonumber(v[2])
+        if tat then
+          start, n = tonumber(v[3]), tonumber(v[4])
+          if not (start and n and start + n * interval == tat) then start, n = tat, 0 end
+        end
+        local past = now - start
+        if past < (n - tonumber(burst) + 1) * interval then plan = nil; break end
+        if past < n * interval then n = n + 1 else start, n = now, 1 end
+        plan[k] = {not v[1], {start, n, interval}}
       end
     end
     if plan then
       local live  -- LIVE of the full script, and its say_ttl: for concurrency pools only
       for k, pair in ipairs(pairs_) do
-        local lk, new, tat = P .. 'lp:' .. pair[1], plan[k][1], plan[k][2]
-        if tat then
-          if new then
-            redis.call('HSET', lk, 'tat', string.format('%.17g', tat), 'spec', pair[2])
-          else
-            redis.call('HSET', lk, 'tat', string.format('%.17g', tat))
-          end
-          redis.call('PEXPIRE', lk, math.min(math.ceil(tat - now) + 1, 1e12))  -- FAR
+        local lk, new, gcra = P .. 'lp:' .. pair[1], plan[k][1], plan[k][2]
+        if gcra then
+          local start, n, interval = gcra[1], gcra[2], gcra[3]
+          local tat = string.format('%.17g', start + n * interval)  -- as gcra_fields
+          local fields = {'tat', tat, 'start', string.format('%.17g', start), 'n',
+                          string.format('%.17g', n)}
+          if new then fields[7], fields[8] = 'spec', pair[2] end
+          redis.call('HSET', lk, unpack(fields))
+          local ahead = n * interval - (now - start)
+          redis.call('PEXPIRE', lk, math.min(math.ceil(ahead) + 1, 1e12))  -- FAR
         else
           if not live then
             local mine = tonumber(ARGV[2])
@@ -2129,7 +2192,7 @@ def pool_wire_id(name: str, key: str | None) -> str:
 
 
 def capped_tat(tat: float, now: float, burst: int, interval: float) -> float:
-    """A rate pool's ``tat`` as the scripts read it (``capped_tat`` in their Lua; ms): one
+    """A rate pool's ``tat`` as the scripts read it (``capped`` in their Lua; ms): one
     more than a full burst ahead of ``now`` tells of a server clock that stepped back,
     and counts from ``now`` as a burst just spent."""
     full = now + burst * interval
@@ -2143,12 +2206,37 @@ def spec_text(kind: str, capacity: int, rate: int, per: float, burst: int) -> st
     return f"rate {rate} per {per!r} burst {burst}"
 
 
-def next_start_ms(spec: str, tat: str | None, now_ms: float) -> float | None:
-    """A pool's ms until a start is allowed from its settings ``spec`` and ``tat`` (as
-    ``spec_text`` and the scripts write them), ``now_ms`` the server's time: a
-    rate pool's (0.0 if now), ``None`` for a concurrency pool. Raise ``ValueError`` for
-    settings or a ``tat`` this version does not write (no counts of units, a rate of 0,
-    a period or a ``tat`` that is no finite number)."""
+def gcra_state(
+    tat: float | None, start: str | None, count: str | None, interval: float
+) -> tuple[float, float]:
+    """A rate pool's GCRA state ``(start, n)`` from its fields (as the scripts'
+    ``gcra_state`` reads them; ms): its ``tat`` is ``start + n * interval``. ``start`` and
+    ``n`` count while they make the ``tat`` beside them; a ``tat`` alone (or one an
+    earlier version wrote over them) is ``(tat, 0)``; none, a pool never used."""
+    if tat is None:
+        return -math.inf, 0.0
+    try:
+        first, n = float(start or "x"), float(count or "x")
+    except ValueError:
+        return tat, 0.0
+    if first + n * interval == tat:
+        return first, n
+    return tat, 0.0
+
+
+def next_start_ms(
+    spec: str,
+    tat: str | None,
+    now_ms: float,
+    start: str | None = None,
+    count: str | None = None,
+) -> float | None:
+    """A pool's ms until a start is allowed from its settings ``spec`` and GCRA fields
+    ``tat``, ``start`` and ``n`` (``count``; as ``spec_text`` and the scripts write them),
+    ``now_ms`` the server's time: a rate pool's (0.0 if now, exactly when the scripts
+    allow a start at ``now_ms``), ``None`` for a concurrency pool. Raise ``ValueError``
+    for settings or a ``tat`` this version does not write (no counts of units, a rate of
+    0, a period or a ``tat`` that is no finite number)."""
     if (match := _CONCURRENCY_SPEC.fullmatch(spec)) is not None:
         if stored_integer(match[1]) is None:
             raise ValueError(f"no capacity in {spec!r}")
@@ -2158,12 +2246,18 @@ def next_start_ms(spec: str, tat: str | None, now_ms: float) -> float | None:
     rate, burst, per = stored_integer(match[1]), stored_integer(match[3]), float(match[2])
     if not rate or not burst or not math.isfinite(per) or per <= 0:
         raise ValueError(f"no rate pool's settings: {spec!r}")
-    known = -math.inf if tat is None else float(tat)  # no tat: no start yet
-    if tat is not None and not math.isfinite(known):
+    known = None if tat is None else float(tat)  # no tat: no start yet
+    if known is not None and not math.isfinite(known):
         raise ValueError(f"no time: {tat!r}")
     interval = per / rate * 1000  # as the scripts' rate_of
-    capped = capped_tat(known, now_ms, burst, interval)
-    next_ms = max(0.0, capped - (burst - 1) * interval - now_ms)
+    first, n = gcra_state(known, start, count, interval)
+    tat_ms = first + n * interval
+    if capped_tat(tat_ms, now_ms, burst, interval) != tat_ms:  # as the scripts' capped
+        first, n = now_ms, float(burst)
+    due, past = (n - burst + 1) * interval, now_ms - first  # as room_in
+    if past >= due:
+        return 0.0
+    next_ms = due - past
     if not math.isfinite(next_ms):  # a period of 1e300 s, say
         raise ValueError(f"no finite time until a start for {spec!r}")
     return next_ms

@@ -1095,6 +1095,25 @@ def test_a_tat_is_capped_at_a_full_burst_ahead(
         assert capped == tat
 
 
+def test_a_rate_pools_gcra_state_is_read_from_its_fields_or_an_earlier_versions_tat() -> None:
+    """``start`` and ``n`` count while the ``tat`` beside them is the one they make; a
+    ``tat`` alone, or one an earlier version moved on (it writes ``tat`` only), is
+    ``(tat, 0)``; no ``tat``, a pool never used. The ``slots`` reading follows."""
+    now = 1_800_000_000_000.0
+    assert scripts.gcra_state(None, repr(now), "2", 0.5) == (-math.inf, 0.0)
+    assert scripts.gcra_state(now + 1.0, repr(now), "2", 0.5) == (now, 2.0)
+    assert scripts.gcra_state(now + 1.5, repr(now), "2", 0.5) == (now + 1.5, 0.0)
+    assert scripts.gcra_state(now + 1.5, None, None, 0.5) == (now + 1.5, 0.0)
+    assert scripts.gcra_state(now + 1.5, "x", "2", 0.5) == (now + 1.5, 0.0)
+    spec = "rate 2000 per 1.0 burst 2"  # an interval of 0.5 ms
+    # two starts at now: the third waits one interval; an earlier version's tat alone
+    # (now + 1.0, the same) reads the same
+    assert scripts.next_start_ms(spec, repr(now + 1.0), now, repr(now), "2") == 0.5
+    assert scripts.next_start_ms(spec, repr(now + 1.0), now) == 0.5
+    assert scripts.next_start_ms(spec, repr(now + 1.0), now + 0.5, repr(now), "2") == 0.0
+    assert scripts.next_start_ms(spec, None, now, repr(now), "2") == 0.0  # tat deleted
+
+
 def test_names_not_utf8_in_query_replies_are_shown_escaped() -> None:
     """A holder (or a pool's holder instance) that is not UTF-8: escaped, not a repr."""
     assert scripts.parse_cluster_slot([b"h\xff", "5", 1000, 0]).holder == "h\\xff"
