@@ -20,12 +20,13 @@ after an idle stretch. In this process ``tat`` is kept as ``anchor + count * int
 ``gcra_allowed_at`` the earliest time a start is allowed and ``gcra_passed`` whether
 ``tat`` has passed (the pool is as a new one).
 
-Why not ``tat`` itself, as the slot store's scripts keep it: a float ``tat`` added
-``interval`` once per start loses what falls below its last digit. At ``now = 2**25``
-s (a trio clock counts from the machine's uptime, plus an offset: about a year), a
-rate of 488 954 per second with a burst of 549 allowed 550 starts in one instant; and
-an interval below the clock's resolution (``rate=2**53``, ``per=1e-20``) did not move
-``tat`` at all: every start in the instant was allowed, the limit was no limit.
+Why not ``tat`` itself (the slot store's scripts keep the same state on the server:
+see ``_redis_scripts``): a float ``tat`` added ``interval`` once per start loses what
+falls below its last digit. At ``now = 2**25`` s (a trio clock counts from the
+machine's uptime, plus an offset: about a year), a rate of 488 954 per second with a
+burst of 549 allowed 550 starts in one instant; and an interval below the clock's
+resolution (``rate=2**53``, ``per=1e-20``) did not move ``tat`` at all: every start in
+the instant was allowed, the limit was no limit.
 Counted from an anchor, the rounding is one subtraction and one product, never summed:
 in one instant a pool allows at most ``burst`` starts (exactly ``burst`` after an idle
 stretch) whatever the numbers, and ``gcra_allowed_at`` is the first float time that
