@@ -312,7 +312,12 @@ class _RedisConnection:
             while True:
                 kind, value = await _heard(wire, idle, bound)
                 if kind == DataType.PUSH and cast("list[object]", value)[0] == "message":
-                    deliver(str(cast("list[object]", value)[2]))
+                    # (bytes that are not UTF-8, in a name another client wrote: as
+                    # surrogate escapes, as the scripts' JSON replies read them)
+                    message = cast("list[object]", value)[2]
+                    if isinstance(message, bytes):
+                        message = message.decode("utf-8", "surrogateescape")
+                    deliver(str(message))
 
 
 async def open_wire(client: coredis.Redis[str], store: RedisSlotStore, *setup: _Command) -> _Wire:

@@ -210,7 +210,11 @@ read with those bytes escaped (``\\xff``, ``_shown``) in the replies of a submit
 an acquisition and the queries, as the ``slots`` command shows it: never the ``repr`` of
 bytes (a joiner of such a lease ended "followed work lost: b'h\\xff:1:x"). An escaped
 entry is plain ASCII, so it can be sent back (a joiner follows it, and finds it lost).
-The JSON replies (``renew``, ``limit_renew``) keep such bytes as surrogate escapes.
+The JSON replies (``renew``, ``limit_renew``) keep such bytes as surrogate escapes, and
+so do a ``limit_acquire`` reply's generation and the messages (``P ch:<instance>``),
+which the keeper compares with a renewal's: before, an acquisition read a generation
+that is not UTF-8 as the ``repr`` of bytes, so the units it granted were lost at the
+next renewal, and a message of it was no JSON (ignored).
 """
 
 from __future__ import annotations
@@ -1952,6 +1956,13 @@ def _shown(value: object) -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
+def _escaped(value: object) -> str:
+    """A string of a reply as text, bytes that are not UTF-8 as surrogate escapes: as the
+    JSON replies (``_json_reply``) and the messages read them, for a value that they
+    carry too and that is compared with theirs (an instance's generation)."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
 def _items(raw: object, minimum: int = 1) -> list[object]:
     if not isinstance(raw, list) or len(raw) < minimum:  # pyright: ignore[reportUnknownArgumentType]
         raise ValueError(f"unexpected script reply {raw!r}")
@@ -2353,13 +2364,13 @@ def parse_limit(raw: object) -> LimitReply:
     items = _items(raw)
     match items[0]:
         case "granted":
-            return LimitReply("granted", gen=str(items[1]))
+            return LimitReply("granted", gen=_escaped(items[1]))
         case "waiting":
             retry = items[2]
             blocked = items[3] if isinstance(items[3], list) else []  # pyright: ignore[reportUnknownVariableType]
             return LimitReply(
                 "waiting",
-                gen=str(items[1]),
+                gen=_escaped(items[1]),
                 retry=None if retry is None or retry is False else _ms(retry),
                 blocked=tuple(str(pid) for pid in blocked),  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
             )

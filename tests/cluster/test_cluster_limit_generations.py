@@ -24,6 +24,7 @@ from trio_taskvisor import _redis_scripts as scripts
 from trio_taskvisor._config import RedisSlotStore
 from trio_taskvisor._keeper import Call, Connection, StoreRecovered
 from trio_taskvisor._limits import ConcurrencyLimit
+from trio_taskvisor._redis_client import RedisClient
 
 A, B, C = "keeper-a:1:0000000a", "keeper-b:2:0000000b", "keeper-c:3:0000000c"
 POOL = (("p", None), ConcurrencyLimit("p", 2))
@@ -301,3 +302,55 @@ async def test_a_unit_held_through_two_changes_of_server_is_kept(
         assert sink.seen == [("granted", 1)]
         gen = await client.get(lu)
         assert await client.hgetall(f"{store.key_prefix}lh:p") == {f"{A}/l1": gen}
+
+
+async def test_a_generation_not_utf8_reads_the_same_in_grants_and_renewals(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """An instance's generation (``lu:<instance>``) that another client wrote with bytes
+    that are not UTF-8: an acquisition's reply, a renewal's and a grant's message read
+    it as the same text, so the units held keep their generation. Before, the
+    acquisition's reply read it as the ``repr`` of bytes (``"b'1\\xff'"``) and the
+    renewal with surrogate escapes: at the first renewal every unit held was lost, and
+    each grant after it was taken for one of an expired generation."""
+    sink = Sink()
+    key = f"{store.key_prefix}lu:{A}"
+    async with coredis.Redis.from_url(redis_server.url, decode_responses=False) as raw:
+        await raw.set(key, b"1\xff", px=60_000)
+        async with open_keeper(store, A) as a:
+            a.keeper.limit_sink = sink
+            a.keeper.limit_acquire(1, (POOL,))
+            with trio.fail_after(2 * store.lease_ttl):
+                await sink.wait_for("granted", 1)
+            await trio.sleep(store.lease_ttl)  # renewals, every lease_ttl / 3
+            a.keeper.limit_acquire(2, (POOL,))
+            with trio.fail_after(2 * store.lease_ttl):
+                await sink.wait_for("granted", 2)
+            await trio.sleep(store.lease_ttl)
+            assert [kind for kind, _ in sink.seen] == ["granted", "granted"], sink.seen
+        assert await raw.get(key) is None or await raw.get(key) == b"1\xff"
+
+
+async def test_a_message_not_utf8_is_delivered_with_surrogate_escapes(
+    store: RedisSlotStore, redis_server: RedisServer
+) -> None:
+    """A grant's message (``["limit", w, gen]``) of a generation that is not UTF-8
+    reaches the keeper as JSON text, its bytes as surrogate escapes (as the renewal reads
+    the generation). Before, it came as the ``repr`` of bytes, which is no JSON: the
+    grant was ignored until the next renewal."""
+    heard: list[str] = []
+    channel = f"{store.key_prefix}ch:{A}"
+    async with (
+        RedisClient(store, A).connect() as conn,
+        coredis.Redis.from_url(redis_server.url, decode_responses=False) as raw,
+        trio.open_nursery() as nursery,
+    ):
+        subscribed = trio.Event()
+        nursery.start_soon(conn.subscribe, channel, heard.append, subscribed.set)
+        with trio.fail_after(5):
+            await subscribed.wait()
+            await raw.publish(channel, b'["limit","' + A.encode() + b'/l1","1\xff"]')
+            while not heard:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert [json.loads(text) for text in heard] == [["limit", f"{A}/l1", "1\udcff"]]

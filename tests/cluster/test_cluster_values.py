@@ -1144,6 +1144,16 @@ def test_renew_reply_with_bytes_not_utf8_keeps_them_as_surrogate_escapes() -> No
     assert limits.gen == "g\udcff"
 
 
+def test_a_generation_not_utf8_reads_the_same_in_acquisition_and_renewal_replies() -> None:
+    """An instance's generation that another client wrote with bytes that are not UTF-8:
+    an acquisition's reply (granted, waiting) reads it as the renewal's JSON does, with
+    surrogate escapes; before, as the ``repr`` of bytes, so the keeper took its units for
+    ones of another generation (lost at the next renewal)."""
+    renewed = scripts.parse_limit_renew(b'["1\xff", []]').gen
+    assert scripts.parse_limit(["granted", b"1\xff"]).gen == renewed == "1\udcff"
+    assert scripts.parse_limit(["waiting", b"1\xff", False, []]).gen == renewed
+
+
 def test_limit_renew_reply_parses_foreign_data_and_the_shorter_shape() -> None:
     """A waiter refused for foreign data, and the holders keys of foreign data that lost
     units were named in (a fourth part, which a reply of three parts lacks)."""
