@@ -20,8 +20,8 @@ expiry) and the grant messages each instance received, and checks:
 * a concurrency pool never has more live holders than its capacity, and a rate pool
   never more than its burst of starts ahead of the clock. The model's clock moves only
   by ``advance``, in half intervals of the rate pool (half an hour each), and the step
-  moves the pool's ``tat`` on the server back as much, which is the same to GCRA; the
-  real clock's seconds during an example never decide a comparison;
+  moves the pool's ``tat`` and ``start`` on the server back as much, which is the same
+  to GCRA; the real clock's seconds during an example never decide a comparison;
 * all at once: a request holds a unit of every concurrency pool it asked for, or none;
 * oldest that fits, as the scripts have seen the room: a group (the waiters of one pool
   set) is parked on one of its pools, and a parked-on pool has room only if the clock
@@ -772,15 +772,19 @@ class LimitMachine(RuleBasedStateMachine):
 
     @rule(halves=st.integers(1, 3))
     def advance(self, halves: int) -> None:
-        """Move the rate pool's clock on: its ``tat`` on the server moves back as much."""
+        """Move the rate pool's clock on: its ``tat`` and ``start`` on the server move back
+        as much."""
         self.model.advance(halves)
         server = self.server
 
         async def step() -> Any:
             key = f"{server.prefix}lp:{RATE}"
-            tat = await server.client.hget(key, "tat")
+            tat, start = await server.client.hmget(key, ["tat", "start"])
             if tat is not None:
-                await server.client.hset(key, {"tat": repr(float(tat) - halves * HALF)})
+                moved = {"tat": repr(float(tat) - halves * HALF)}
+                if start is not None:  # (else an earlier version's tat alone)
+                    moved["start"] = repr(float(start) - halves * HALF)
+                await server.client.hset(key, moved)
             return await server._observe(None)
 
         self.compare_state(server._run(step))
