@@ -54,6 +54,7 @@ import collections
 import contextlib
 import logging
 import math
+import os
 import random
 import shutil
 import sys
@@ -541,7 +542,7 @@ async def _run_live(board: Board, seed: int | None) -> None:
             drop_stdout()
             board.end_now()
 
-    console = QuietConsole()
+    console = QuietConsole(force_terminal=_tty_compatible())
 
     def frame() -> RenderableType:
         return _frame(board, console.size.width, console.size.height)
@@ -1064,7 +1065,14 @@ def _live_terminal() -> bool:
     anything else (a pipe, a file) ``Live`` shows only its last frame, at the end."""
     from rich.console import Console
 
-    return Console().is_terminal
+    return Console(force_terminal=_tty_compatible()).is_terminal
+
+
+def _tty_compatible() -> bool | None:
+    """``True`` under ``TTY_COMPATIBLE=1``: stdout is drawn on as a terminal, whatever it
+    is. ``rich`` reads the variable itself from 14.0; it is read here for the earlier
+    versions the ``demo`` extra allows too."""
+    return True if os.environ.get("TTY_COMPATIBLE") == "1" else None
 
 
 def _too_small() -> str | None:
