@@ -291,6 +291,23 @@ async def test_joiners_of_timed_out_work_get_its_outcome(autojump_clock: Any) ->
         assert tail.outcome_nowait() == TIMED_OUT
 
 
+async def test_cancel_at_the_deadline_returns_once_the_timeout_is_committed(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """``cancel()`` of queued work that reaches the loop in the instant of its deadline,
+    before the loop woke for the deadline: the timeout wins, and ``cancel()`` returns
+    ``False`` only once the outcome is committed (it returned with the work pending)."""
+    async with supervisor(max_slot_queue=10) as sup:
+        await sup.submit(queue("owner", job, 10.0, slot="s"))
+        waiter = await sup.submit(queue("late", job, 1.0, slot="s", queue_timeout=1.0))
+        await settle()  # the loop waits for the deadline
+        mock_clock.jump(1.0)  # no checkpoint: the cancel's command reaches the loop first
+        assert await sup.cancel(waiter.id) is False
+        assert waiter.outcome_nowait() == TIMED_OUT
+        assert trio.current_time() == 1.0
+        await sup.cancel("owner")
+
+
 async def test_replace_withdrawn_at_its_deadline_does_not_undo_its_stop(
     autojump_clock: Any,
 ) -> None:

@@ -695,10 +695,10 @@ class Controller:
 
     def _remove(self, target: TaskId) -> tuple[bool, TaskRecord] | None:
         entry = self.machine.remove(target, trio.current_time())
-        if entry is None:
-            return None
+        # Also when nothing was found: the removal first expired the deadlines that came,
+        # perhaps the target's own, and its outcome must be committed before the reply.
         self._apply()
-        return True, entry.payload
+        return None if entry is None else (True, entry.payload)
 
     # -- the registry's reports (RecordListener) ----------------------------------------------
 
