@@ -2022,10 +2022,10 @@ def reads_unowned(raw: object) -> tuple[object, tuple[str, ...]]:
     once for each key of foreign data it read as none (another process's heartbeat, a
     slot's watch key; another pool's, group's or process's key an acquisition's settle
     met)."""
-    items = _json_list(raw)
-    if items is not None and len(items) == 3 and items[0] == "unowned":
-        return items[2], tuple(dict.fromkeys(map(_shown, _items(items[1] or [], 0))))
-    return raw, ()
+    if not read_unowned(raw):
+        return raw, ()
+    _, what, reply = cast("list[object]", raw)
+    return reply, tuple(dict.fromkeys(map(_shown, _items(what or [], 0))))
 
 
 def release_refusal(raw: object) -> str | None:
