@@ -84,6 +84,15 @@ class Browser:
 
     def open(self, url: str, width: int, height: int, *, mobile: bool = False) -> None:
         """Show ``url`` on a screen ``width`` x ``height`` CSS pixels; wait for its fonts."""
+        self.resize(width, height, mobile=mobile)
+        self._events.clear()
+        self.call("Page.navigate", url=url)
+        self._wait_for("Page.loadEventFired")
+        self.evaluate("document.fonts.ready.then(() => true)")
+
+    def resize(self, width: int, height: int, *, mobile: bool = False) -> None:
+        """Make the screen ``width`` x ``height`` CSS pixels; the page stays and lays out
+        again, as when a reader resizes the window (its media queries follow)."""
         self.call(
             "Emulation.setDeviceMetricsOverride",
             width=width,
@@ -91,10 +100,6 @@ class Browser:
             deviceScaleFactor=1,
             mobile=mobile,
         )
-        self._events.clear()
-        self.call("Page.navigate", url=url)
-        self._wait_for("Page.loadEventFired")
-        self.evaluate("document.fonts.ready.then(() => true)")
 
     def evaluate(self, expression: str) -> Any:
         """Return the value of a JavaScript expression (a promise is awaited)."""
