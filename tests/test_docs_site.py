@@ -7,7 +7,7 @@ look at a few pages: a signature built from attrs fields, an included example, t
 diagrams (SVG images rendered by ``docs/render_diagrams.py``, and nothing loaded from
 another host). They need the ``docs`` extra and skip without it. The last ones open
 every page in a headless Chromium (``tests/chromium.py``, the network off) at desktop
-widths from 1220 to 1920 px and at phones' sizes and measure what a reader sees: no code
+widths from 1020 to 1920 px and at phones' sizes and measure what a reader sees: no code
 block scrolls sideways on a desktop; on a phone long code lines scroll inside their
 block, by choice, and nothing else is wider than the screen.
 """
@@ -453,10 +453,13 @@ _SCROLLING_CODE = """[...document.querySelectorAll('pre')].flatMap((pre) => {
 })"""
 
 
-# The widths a desktop reader's window may have: every 5 px across the theme's 1220 px
-# breakpoint (the navigation and the table of contents both get a column there, and the
-# sidebars narrow until about 1340 px), then common screens up to 1920 px.
-DESKTOP_WIDTHS = [*range(1220, 1295, 5), 1300, 1340, 1366, 1400, 1439, 1440, 1536, 1600, 1920]
+# The widths a desktop or tablet reader's window may have: from 1020 px, where the table
+# of contents (its own column from 960 px) leaves room for 100 columns of code, past an
+# iPad's 1024, 1080 and 1194 px; every 5 px across the theme's 1220 px breakpoint (the
+# navigation gets a column too, and the sidebars narrow until about 1340 px); then common
+# screens up to 1920 px.
+DESKTOP_WIDTHS = [1020, 1024, 1080, 1100, 1180, 1194, 1219, *range(1220, 1295, 5)]
+DESKTOP_WIDTHS += [1300, 1340, 1366, 1400, 1439, 1440, 1536, 1600, 1920]
 
 # The names in a sidebar that do not fit it: [the name, its width, the room it has].
 _CUT_NAMES = """[...document.querySelectorAll('.md-sidebar .md-nav__link .md-ellipsis')]
@@ -492,16 +495,17 @@ def desktop(site: Path, browser: Browser) -> dict[int, dict[str, list[Any]]]:
 def test_no_code_block_scrolls_sideways_on_a_desktop(
     desktop: dict[int, dict[str, list[Any]]],
 ) -> None:
-    """From 1220 to 1920 px wide every code block shows its lines whole.
+    """From 1020 to 1920 px wide every code block shows its lines whole.
 
     The code here is written up to 100 columns (ruff's line-length), and the theme's
     column held about 80 of them: 90 blocks on 17 pages scrolled sideways at 1280 px,
     the text diagrams of the nursery tree cut at the right edge. ``docs/stylesheets/
-    code-width.css`` makes room for 100; a longer line must be wrapped. From 1220 px,
-    where the sidebars narrow, to 1275 px, lines of 96 to 100 columns scrolled while the
-    sidebars had a fixed width. The page is measured in the browser (with a classic
-    scroll bar, 15 px, as on Linux and Windows), in the system's monospace font, as a
-    reader sees it.
+    code-width.css`` makes room for 100; a longer line must be wrapped. With sidebars
+    of a fixed width, lines of 96 to 100 columns still scrolled from 1220 px (where the
+    sidebars narrow) to 1275 px, and on an iPad's 1024 px 31 blocks did. Narrower, from
+    960 to 1015 px (beside the table of contents) and below 850 px, the longest lines
+    still scroll. The page is measured in the browser (with a classic scroll bar, 15 px,
+    as on Linux and Windows), in the system's monospace font, as a reader sees it.
     """
     scrolling = {width: found["code"] for width, found in desktop.items() if found["code"]}
     assert scrolling == {}
