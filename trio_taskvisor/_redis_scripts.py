@@ -183,6 +183,16 @@ reply, not after an error one: it now does with each renewal too, for errors tha
 not foreign data). A withdrawal of a request whose marker (``lx``) is foreign data
 gives its units back as if granted (a release of units not held changes nothing) and
 leaves the marker as it is (an acquisition still on its way fails on it).
+A pool's holders (``lh``) with a field that is no request (no ``/``: of no instance,
+foreign data of the right type, which no script wrote) are foreign data as a key of
+another type is: read as none where such a key is (a pool without room, named
+``lh:<pool>: a holder that is no request``), and where the key is the call's own (an
+acquisition's pools, a renewal's waiter's, the ``cluster_limit`` query) the script fails
+naming it (``ERR foreign data in the slot store at <key>: ...``), which refuses the
+acquisition, or the renewal's waiter alone (``['foreign', pool, what]``). Before, every
+limit script that read the pool failed with a Lua error (``gen_of`` of no instance): a
+renewal, losing every unit of its process; a release, keeping the units of the pools
+after it. A waiter (``lg``) that is no request counts as one of a dead instance.
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
@@ -269,6 +279,16 @@ local function unowned_read(cmd, key, ...)
     return nil
   end
   return r
+end
+
+-- Foreign data of the right type at key (after P): what names it. Read as none where
+-- unowned_read reads a key of another type as none (named in unowned); elsewhere it
+-- fails the script, naming the key (as an error of the server would).
+local function read_foreign(key, what)
+  if not unowned or (owned and owned[key]) then
+    error({err = 'ERR foreign data in the slot store at ' .. P .. what})
+  end
+  unowned[#unowned + 1] = what
 end
 
 -- The heartbeat of process i: the lease TTL it renews with, in ms ('1' from earlier
@@ -878,8 +898,10 @@ local function say_ttl(renewal)
 end
 
 local gen_memo = {}
--- the generation of an instance's units (false: none, its units are dead)
+-- the generation of an instance's units (false: none, its units are dead; nil for no
+-- instance, a request or waiter no script wrote: equal to no generation read)
 local function gen_of(i)
+  if not i then return nil end
   local g = gen_memo[i]
   if g == nil then
     g = unowned_read('GET', 'lu:' .. i) or false  -- (foreign data, in limit_renew: none)
@@ -939,12 +961,17 @@ end
 
 local pools = {}  -- pool id -> state, read once per script
 -- In limit_renew, a pool whose settings or holders key holds foreign data reads as one
--- without settings (no room; nothing is written to it), the key named in unowned.
+-- without settings (no room; nothing is written to it), the key named in unowned. So
+-- does one whose holders hold a field that is no request (no '/': foreign data of the
+-- right type, which no script wrote), where the key is not the call's own (p.foreign
+-- names it; at its own, the script fails naming it, as a key of another type does).
+-- The dead holders met before such a field are removed, as always.
 local function pool(pid)
   local p = pools[pid]
   if p then return p end
   local v = unowned_read('HMGET', 'lp:' .. pid, 'spec', 'tat', 'start', 'n') or {}
   p = {pid = pid, spec = v[1], start = -math.huge, n = 0, held = 0, touched = false}
+  pools[pid] = p  -- (before read_foreign may fail: limit_renew's refusal reads it)
   if p.spec then
     local cap = string.match(p.spec, '^concurrency (%d+)$')
     local flat = cap and unowned_read('HGETALL', 'lh:' .. pid)
@@ -954,7 +981,14 @@ local function pool(pid)
       p.cap = tonumber(cap)
       local hk = P .. 'lh:' .. pid
       for k = 1, #flat, 2 do
-        if gen_of(instance_of(flat[k])) == flat[k + 1] then
+        local i = instance_of(flat[k])
+        if not i then
+          p.spec, p.cap, p.held = false, nil, 0
+          p.foreign = 'lh:' .. pid .. ': a holder that is no request'
+          read_foreign('lh:' .. pid, p.foreign)
+          break
+        end
+        if gen_of(i) == flat[k + 1] then
           p.held = p.held + 1
         else
           redis.call('HDEL', hk, flat[k])
@@ -972,7 +1006,6 @@ local function pool(pid)
       end
     end
   end
-  pools[pid] = p
   return p
 end
 
@@ -1344,6 +1377,7 @@ do
         local flat = v[1] and redis.call('HGETALL', hk) or {}
         for j = 1, #flat, 2 do
           local i = string.match(flat[j], '^(.*)/')
+          if not i then held = math.huge; break end  -- (no request: the full script's)
           if gens[i] == nil then
             local g = redis.pcall('GET', P .. 'lu:' .. i)
             if type(g) == 'table' then held = math.huge; break end  -- (the full script's)
@@ -1639,7 +1673,8 @@ local function refusal(w, pairs_, pids)
       local r = redis.pcall('HGET', P .. 'lh:' .. pid, me)
       foreign[pid] = type(r) == 'table' and wrongtype('lh:' .. pid, r)
     end
-    local what = foreign[pid] or foreign_at('lp:' .. pid, 'HGET', 'spec')
+    local what = foreign[pid] or (pools[pid] and pools[pid].foreign)
+      or foreign_at('lp:' .. pid, 'HGET', 'spec')
       or foreign_at('lq:' .. pid, 'ZCARD') or foreign_at('lk:' .. pid, 'ZCARD')
     if what then return {'foreign', pid, what} end
   end
@@ -1661,7 +1696,12 @@ for k, pair in ipairs(waiters) do
   for j, pp in ipairs(pair[2]) do pids[j] = pp[1] end
   local refused = refusal(nil, pair[2], pids)
   if not refused then
+    -- its pools' holders are its own there: one that is no request fails the acquire
+    -- (pool), and refuses it (refusal), as in limit_acquire
+    owned = {}
+    for _, pid in ipairs(pids) do owned['lh:' .. pid] = true end
     local ok, r = pcall(acquire, me, w, pair[2])
+    owned = nil
     if ok then items[k] = r else refused = refusal(w, pair[2], pids) or raise(r) end
   end
   if refused then
@@ -1689,7 +1729,8 @@ local pid = ARGV[4]
 local p = pool(pid)
 if not p.spec then return {false, {}, 0, false} end
 local per = {}
-local flat = redis.call('HGETALL', P .. 'lh:' .. pid)
+-- (pool failed on a holder that is no request; a rate pool has none)
+local flat = p.cap and redis.call('HGETALL', P .. 'lh:' .. pid) or {}
 for k = 1, #flat, 2 do
   local i = instance_of(flat[k])
   per[i] = (per[i] or 0) + 1

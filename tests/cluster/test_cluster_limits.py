@@ -282,11 +282,12 @@ async def test_an_acquisition_reads_another_process_key_of_foreign_data_as_none(
 async def test_a_release_the_server_answers_with_an_error_is_sent_again(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A task holds units of ``first`` and ``second``; a holder of ``first`` that no
-    script wrote (a field of the right type that names no process) fails the release's
-    script when it reads that pool, before it gives back the unit of ``second``. The
-    keeper logs the error and sends the release again with each renewal (every
-    ``lease_ttl / 3``): once the field is gone, the unit of ``second`` is given back.
+    """A task holds units of ``first`` and ``second``; settings of ``first`` that no
+    script wrote (a rate whose period is no number: the scripts fail on it, they do not
+    read it as foreign data) fail the release's script when it reads that pool, before
+    it gives back the unit of ``second``. The keeper logs the error and sends the
+    release again with each renewal (every ``lease_ttl / 3``): once the settings are
+    back, the unit of ``second`` is given back.
     Before, a release answered with an error was never sent again: the unit stayed held
     while the process lived."""
     first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
@@ -301,7 +302,8 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         waiter = await sup.add(TaskSpec.once("t", body, limits=(first, second)))
         with trio.fail_after(2 * TTL):
             await started.wait()
-        await client.hset(f"{store.key_prefix}lh:first", {"junk": "1"})
+        settings = f"{store.key_prefix}lp:first"
+        await client.hset(settings, {"spec": "rate 1 per x burst 1"})
         gate.set()
         with trio.fail_after(2 * TTL):
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
@@ -310,7 +312,7 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         await trio.sleep(TTL / 2)  # a renewal sent it again
         assert len([r for r in caplog.records if "(_LimitRelease)" in r.getMessage()]) >= 2
         assert await client.hlen(holders) == 1
-        await client.hdel(f"{store.key_prefix}lh:first", ["junk"])
+        await client.hset(settings, {"spec": "concurrency 2"})
         with trio.fail_after(2 * TTL):
             while await client.hlen(holders):  # noqa: ASYNC110
                 await trio.sleep(0.01)

@@ -1059,6 +1059,109 @@ async def test_limit_acquire_still_fails_on_foreign_data_at_its_own_keys(s: Scri
         await limit_acquire(s, A, f"{A}/1", "c1")
 
 
+NO_REQUEST = "a holder that is no request"
+
+
+async def add_junk_holder(s: Scripts, pid: str) -> str:
+    """A holder of pool ``pid`` that no script wrote (a field with no ``/``: no request,
+    of no instance); what a reply names it as."""
+    await s.client.hset(f"{s.prefix}lh:{pid}", {"junk": "1"})
+    return f"lh:{pid}: {NO_REQUEST}"
+
+
+@pytest.mark.parametrize("script", ["limit_release", "limit_withdraw"])
+async def test_a_release_reads_a_holder_that_is_no_request_as_none(s: Scripts, script: str) -> None:
+    """A holds units of ``c1`` and ``c2`` when ``c1``'s holders gain a field that names no
+    request (foreign data of the right type): A's release, or withdrawal, reads ``c1``'s
+    holders as none (foreign data), gives back A's units in both pools and names the
+    key. Before, the script failed with a Lua error (``gen_of`` of no instance), and the
+    unit of ``c2`` stayed held."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1", "c2")).kind == "granted"
+    what = await add_junk_holder(s, "c1")
+    script_ = scripts.LIMIT_RELEASE if script == "limit_release" else scripts.LIMIT_WITHDRAW
+    raw = await s.call(script_, *scripts.limit_release_args(f"{A}/1", ["c1", "c2"]))
+    assert scripts.limit_release_unowned(raw) == (what,)
+    assert await s.client.hgetall(f"{s.prefix}lh:c1") == {"junk": "1"}
+    assert await s.client.hgetall(f"{s.prefix}lh:c2") == {}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+async def test_an_acquisition_refuses_a_holder_that_is_no_request_in_its_own_pool(
+    s: Scripts, fast: bool
+) -> None:
+    """A field that names no request among the holders of the request's own pool fails
+    the acquisition naming the key, as foreign data at its own keys does (the keeper
+    refuses the request with that error and withdraws it), by the common case's way
+    (the pool has room) and the full script's (the pool is full). Before, it failed
+    with a Lua error that named no key."""
+    pools = [("c1", "concurrency 2" if fast else CONC1)]
+    for instance in (A, C):
+        args = scripts.limit_acquire_args(instance, f"{instance}/1", pools)
+        await s.call(scripts.LIMIT_ACQUIRE, *args)
+    what = await add_junk_holder(s, "c1")
+    with pytest.raises(coredis.exceptions.ResponseError) as error:
+        await s.call(scripts.LIMIT_ACQUIRE, *scripts.limit_acquire_args(B, f"{B}/1", pools))
+    assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
+    assert f"{B}/1" not in await s.client.hgetall(f"{s.prefix}lh:c1")
+
+
+@pytest.mark.parametrize("script", ["limit_acquire", "limit_renew"])
+async def test_a_settle_reads_a_holder_that_is_no_request_in_another_pool_as_none(
+    s: Scripts, script: str
+) -> None:
+    """C waits in pools ``s`` and ``zf``, B (younger) in ``s``, both held by A, whose units
+    then die; ``zf``'s holders gain a field that names no request. B's acquisition, or
+    B's renewal, settles ``s`` and meets C's group: ``zf``'s holders read as none (no
+    room: C waits on), B is granted, and the key is named. Before, the script failed
+    with a Lua error: B's block raised, or B's whole renewal failed."""
+    assert (await limit_acquire(s, A, f"{A}/1", "s", "zf")).kind == "granted"
+    assert (await limit_acquire(s, C, f"{C}/1", "s", "zf")).kind == "waiting"
+    if script == "limit_renew":
+        assert (await limit_acquire(s, B, f"{B}/1", "s")).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    what = await add_junk_holder(s, "zf")
+    if script == "limit_acquire":
+        args = scripts.limit_acquire_args(B, f"{B}/1", [("s", CONC1)])
+        reply, unowned = scripts.reads_unowned(await s.call(scripts.LIMIT_ACQUIRE, *args))
+        assert scripts.parse_limit(reply).kind == "granted"
+    else:
+        renewed = await limit_renew(s, B, (f"{B}/1", ("s",)))
+        assert renewed.waiters[0].kind == "granted"
+        unowned = renewed.unowned
+    assert what in unowned
+    assert list(await s.client.hgetall(f"{s.prefix}lh:s")) == [f"{B}/1"]
+
+
+async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_a_holder_that_is_no_request(
+    s: Scripts,
+) -> None:
+    """B waits in ``c1`` and in ``c2``; ``c1``'s holders gain a field that names no
+    request: B's renewal refuses that waiter only (``['foreign', 'c1', what]``, as for
+    foreign data at its own keys), withdraws it, and asks for the other. Before, the
+    whole renewal failed with a Lua error, every time: B's units of every pool lost."""
+    for w, pool in ((f"{A}/1", "c1"), (f"{A}/2", "c2")):
+        assert (await limit_acquire(s, A, w, pool)).kind == "granted"
+    for w, pool in ((f"{B}/1", "c1"), (f"{B}/2", "c2")):
+        assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
+    what = await add_junk_holder(s, "c1")
+    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
+    refused, other = renewed.waiters
+    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
+    assert other.kind == "waiting"
+    assert what not in renewed.unowned
+    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+
+
+async def test_the_pool_query_refuses_a_holder_that_is_no_request(s: Scripts) -> None:
+    """``cluster_limit`` of a pool whose holders hold a field that names no request fails
+    naming the key (the query reads nothing as none). Before, with a Lua error."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
+    what = await add_junk_holder(s, "c1")
+    with pytest.raises(coredis.exceptions.ResponseError) as error:
+        await s.call(scripts.CLUSTER_LIMIT, "c1")
+    assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
+
+
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
 async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreign: str) -> None:
     """Foreign data where the longest lease in use is kept (``lttl``): the scripts read
