@@ -22,25 +22,25 @@ Invariants:
   the call: by its reply, or by the failure or the timeout of its round trip (then
   ``Rejected(STORE_UNAVAILABLE)``, or ``Full`` when ``wait=True``). An error reply that
   is no refusal (foreign data in the namespace, a server out of memory) is
-  ``Rejected(STORE_UNAVAILABLE)`` with the error as its reason, even when
-  ``wait=True``: it is no outage, so no recovery would ever ask held work again. So is
-  an entry a renewal finds behind foreign data (its slot's lease or queue key, or
-  its own ``gone`` key, of another type), and an owner whose lease key is foreign
-  data loses it (``LeaseLost``, naming the key and the error); the other slots renew
-  on. A joiner of another process's work ends as that work does then (rejected, or
+  ``Rejected(STORE_UNAVAILABLE)`` with the error as its reason, even when ``wait=True``:
+  it is no outage, so no recovery would ever ask held work again. So is an entry a
+  renewal finds behind foreign data (its slot's lease or queue key, or its own ``gone``
+  key, of another type), or whose own claim's grant meets it (its slot's fence key: the
+  script takes it out of its queue for good), and an owner whose lease key is foreign
+  data loses it (``LeaseLost``, naming the key and the error); the other slots renew on.
+  A joiner of another process's work ends as that work does then (rejected, or
   ``LEASE_LOST`` for a lost lease, naming the key), and one whose followed entry's
   ``out`` or ``jn`` key is foreign data is rejected so. Foreign data that a renewal
-  reads but no item of it owns (another process's heartbeat or a slot's watch key; in
-  a limit renewal, keys of other pools, groups and processes that a settle meets) is
-  read as none and logged at ERROR with the key, and so is such a key that a submit,
-  a claim, a release or a withdrawal reads (another process's heartbeat, a slot's
-  watch key; a heartbeat that is no lease TTL too: the grant lasts this process's
-  ``lease_ttl``), and any that a limit release or withdrawal reads, or that a limit
-  acquisition's settle meets in another pool, group or process; a limit waiter
-  whose pool's or own key is foreign data is refused alone. A
-  submit that may have reached the server without its reply reaching us, or whose
-  script failed half-way (a script keeps what it wrote), is withdrawn (its queue entry
-  and any lease it took) in the next successful round trip.
+  reads but no item of it owns (another process's heartbeat or a slot's watch key; in a
+  limit renewal, keys of other pools, groups and processes that a settle meets) is read
+  as none and logged at ERROR with the key, and so is such a key that a submit, a claim,
+  a release or a withdrawal reads (another process's heartbeat, a slot's watch key; a
+  heartbeat that is no lease TTL too: the grant lasts this process's ``lease_ttl``), and
+  any that a limit release or withdrawal reads, or that a limit acquisition's settle
+  meets in another pool, group or process; a limit waiter whose pool's or own key is
+  foreign data is refused alone. A submit that may have reached the server without its
+  reply reaching us, or whose script failed half-way (a script keeps what it wrote), is
+  withdrawn (its queue entry and any lease it took) in the next successful round trip.
 * Withdrawals, releases, stored outcomes and stop requests are sent until the server
   acknowledges them (or the keeper closes); they are idempotent. A limit release or
   withdrawal the server answers with an error (a script that failed: it keeps what it
@@ -1537,6 +1537,13 @@ class LeaseKeeper:
                 self._renew_now = True  # the renewal puts it back at the tail
             case "wait":
                 self._retry(slot, reply.retry)
+            case "foreign":
+                # refused, out of its queue for good (its grant met foreign data at the
+                # slot's key): as a renewal's refusal, rejected, no outage
+                self._dequeue(task_id)
+                why = self._foreign_at(str(reply.detail))
+                log(logging.ERROR, "slot store claim of slot %r refused: %s", slot, why)
+                self._reject(slot, task_id, RejectionKind.STORE_UNAVAILABLE, why)
             case _:
                 assert_never(kind)
 

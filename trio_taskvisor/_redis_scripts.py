@@ -84,7 +84,12 @@ given a lease nobody was told of. With those reads done as none, nothing of a gr
 is left half-done there; and a grant comes before the head's ``LPOP``, so one that fails
 on the slot's own fence key of foreign data (which fails the call: ``SET ... GET``
 refuses it before it writes) leaves the head queued, not out of its queue until its
-renewal put it back at the tail. The ``pcall`` is made where those keys are read only (one
+renewal put it back at the tail. The head's own ``claim`` whose grant fails so is
+refused instead (``{'foreign', what}``, which its keeper rejects, naming the key): it
+leaves its queue for good, marked gone (``store_unavailable``) and its joiners told, as a
+withdrawal does; failing, it stayed the claimable head, its claim failed at each of its
+renewals, and its waiter was never answered (the grant's ``SET ... GET`` is a ``pcall``:
+no call more). The ``pcall`` is made where those keys are read only (one
 per heartbeat read, memoized, and per ``room``): no call more on the common path. A
 ``watch`` key a full ``submit`` adds its process to is its own (``SADD``): foreign data
 there fails the submit, as before, before it wrote anything (its prune aside).
@@ -375,12 +380,18 @@ end
 -- server's TIME and that TTL. A free lease has no key (every write of one sets its
 -- entry), so nothing to delete, and the fence is read as it is set: two calls fewer per
 -- grant (benchmark 10, the 3x50 callers and hand-over rows).
-local function grant(slot, e)
+-- Foreign data at the fence key (SET ... GET refuses it before it writes anything)
+-- fails the script, or, with refusable (e's own claim), returns false and what.
+local function grant(slot, e, refusable)
   local fk = P .. 'fence:' .. slot
   local t = redis.call('TIME')
   local now = t[1] .. string.format('%06d', tonumber(t[2]))
   local token = now
-  local last = redis.call('SET', fk, now, 'GET')
+  local last = redis.pcall('SET', fk, now, 'GET')
+  if type(last) == 'table' then
+    if refusable then return false, wrongtype('fence:' .. slot, last) end
+    error(last)
+  end
   if last and (#last > #now or (#last == #now and last >= now)) then
     -- the last token is not below the clock (a clock step back, or within its tick)
     redis.call('SET', fk, last)
@@ -498,10 +509,16 @@ return {'queued', hi, retry_ms(slot, {e}, holder), displaced}
 
 _CLAIM: Final = r"""
 -- claim: the live head e of the slot's queue takes the free lease (or confirms a grant).
--- keys:    lease:<slot> fence:<slot> q:<slot> gone:<e> watch:<slot> (hb:* read)
+-- keys:    lease:<slot> fence:<slot> q:<slot> gone:<e> jn:<e> watch:<slot> (hb:* read)
 -- args:    slot, e
 -- replies: {'owner', token} | {'gone', reason} | {'missing'} (not in the queue: renew
---          puts it back) | {'wait', retry_ms} (not the head, or the lease is held)
+--          puts it back) | {'wait', retry_ms} (not the head, or the lease is held) |
+--          {'foreign', what} (refused: the grant met foreign data at the slot's fence
+--          key; what = the key, after P, and the server's error)
+-- A head whose grant fails so is refused, and leaves its queue for good (marked gone,
+-- as a withdrawal does): it would be refused so again at each of its renewals, which
+-- find it claimable, its waiter never answered. A hand-over's grant fails the call
+-- instead, leaving the head queued: its own claim refuses it.
 local slot, e = ARGV[4], ARGV[5]
 local holder, token = lease_of(slot)
 if holder == e then
@@ -518,7 +535,14 @@ if not holder and q[1] ~= e then
   return {'wait', retry_ms(slot, q, true)}
 end
 if holder or q[1] ~= e then return {'wait', retry_ms(slot, q, holder)} end
-local t = grant(slot, e)  -- (before the LPOP: as in hand_over)
+local t, what = grant(slot, e, true)  -- (before the LPOP: as in hand_over)
+if not t then
+  redis.call('SET', P .. 'gone:' .. e, 'store_unavailable', 'NX', 'PX', KEEP)
+  redis.call('LPOP', P .. 'q:' .. slot)
+  room(slot)
+  done(e)
+  return {'foreign', what}
+end
 redis.call('LPOP', P .. 'q:' .. slot)
 room(slot)
 return {'owner', t}
@@ -1950,7 +1974,7 @@ def renew_args(
 
 SubmitKind: TypeAlias = Literal["owner", "queued", "busy", "full", "joined", "gone"]
 """The kinds of a ``submit`` reply."""
-ClaimKind: TypeAlias = Literal["owner", "gone", "missing", "wait"]
+ClaimKind: TypeAlias = Literal["owner", "gone", "missing", "wait", "foreign"]
 """The kinds of a ``claim`` reply."""
 QueuedKind: TypeAlias = Literal["owner", "gone", "queued", "resubmitted", "foreign"]
 """The kinds of a ``renew`` item for a queued entry."""
@@ -2045,6 +2069,8 @@ def parse_claim(raw: object) -> Reply[ClaimKind]:
             return Reply("missing")
         case "wait":
             return Reply("wait", retry=_ms(items[1]))
+        case "foreign":
+            return Reply("foreign", detail=_shown(items[1]))
         case _:
             raise ValueError(f"unexpected script reply {raw!r}")
 

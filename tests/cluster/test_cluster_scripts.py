@@ -805,22 +805,52 @@ async def test_slot_scripts_read_as_none_foreign_data_no_call_owns(
 async def test_a_grant_that_fails_on_the_fence_key_leaves_its_entry_queued(
     s: Scripts, script: str
 ) -> None:
-    """The slot's fence key holds foreign data (a list) when a claim, or a release's
-    hand-over, grants the lease to the head of the queue: the script fails (the slot's
-    own key), and the head is still queued, so the next grant that works finds it.
-    Before, the head was taken out of the queue first: it waited for nothing, until its
-    renewal put it back at the tail."""
+    """The slot's fence key holds foreign data (a list) when another entry's claim, or a
+    release's hand-over, grants the lease to the head of the queue: the script fails
+    (the slot's own key), and the head is still queued, so the next grant that works
+    finds it (or its own claim refuses it: below). Before, the head was taken out of
+    the queue first: it waited for nothing, until its renewal put it back at the
+    tail."""
     assert (await s.submit("k", entry(A, 1)))[0] == "owner"
     assert (await s.submit("k", entry(B, 1)))[0] == "queued"
     await s.client.delete([f"{s.prefix}fence:k"])
     await s.client.rpush(f"{s.prefix}fence:k", ["foreign"])
     if script == "claim":
+        assert (await s.submit("k", entry(C, 1)))[0] == "queued"
         await s.expire_lease("k")
-    grant = s.claim("k", entry(B, 1)) if script == "claim" else s.release("k", entry(A, 1))
+    grant = s.claim("k", entry(C, 1)) if script == "claim" else s.release("k", entry(A, 1))
     with pytest.raises(coredis.exceptions.WrongTypeError):
         await grant
-    assert await s.queue("k") == [entry(B, 1)]
+    assert (await s.queue("k"))[0] == entry(B, 1)
     assert await s.lease("k") == {}
+
+
+async def test_a_claim_whose_grant_fails_on_the_fence_key_refuses_its_entry(
+    s: Scripts, inbox: dict[str, Inbox]
+) -> None:
+    """The slot's fence key holds foreign data (a list) when the head's own claim takes
+    the free lease: the claim refuses it (``['foreign', what]``, naming the key and the
+    server's error), takes it out of its queue for good (marked gone,
+    ``store_unavailable``) and tells its joiners; the next entry is the head. Before, the
+    script failed and left the head queued: its renewal found it claimable at each
+    round, its claim failed each time, and its waiter was never answered."""
+    assert (await s.submit("k", entry(A, 1)))[0] == "owner"
+    for e in (entry(C, 1), entry(B, 1)):
+        assert (await s.submit("k", e))[0] == "queued"
+    assert (await s.submit("k", entry(A, 2), "join"))[:2] == ["joined", entry(B, 1)]
+    await s.client.delete([f"{s.prefix}fence:k"])
+    await s.client.rpush(f"{s.prefix}fence:k", ["foreign"])
+    await s.expire_lease("k")
+    reply = scripts.parse_claim(await s.claim("k", entry(C, 1)))
+    assert (reply.kind, reply.detail) == ("foreign", f"fence:k: {WRONGTYPE}")
+    assert await s.queue("k") == [entry(B, 1)]
+    assert await s.get(f"gone:{entry(C, 1)}") == "store_unavailable"
+    assert scripts.parse_claim(await s.claim("k", entry(C, 1))).kind == "gone"  # sent again
+    reply = scripts.parse_claim(await s.claim("k", entry(B, 1)))  # the next head, so too
+    assert (reply.kind, reply.detail) == ("foreign", f"fence:k: {WRONGTYPE}")
+    assert await s.queue("k") == []
+    with trio.fail_after(5):
+        await inbox[A].wait_kind("done", entry(B, 1))  # to the joiners
 
 
 async def test_a_grouped_call_reads_as_none_what_its_script_does(s: Scripts) -> None:

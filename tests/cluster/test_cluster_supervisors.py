@@ -435,6 +435,45 @@ async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
         gates["a"].set()
 
 
+async def script_calls(client: coredis.Redis[str]) -> tuple[int, int]:
+    """The server's script calls so far, and how many of them failed."""
+    stats = (await client.info("commandstats")).get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)), int(stats.get("failed_calls", 0))
+
+
+async def test_a_queued_entry_whose_grant_meets_foreign_data_is_refused_once(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """Foreign data (a list) at slot ``a``'s fence key while ``a``'s owner runs and an
+    entry waits behind it: the owner's release fails at the hand-over (the head stays
+    queued), and the head's own claim refuses it: its work ends
+    REJECTED(STORE_UNAVAILABLE) naming the key, within a renewal or two, the entry is out
+    of the server's queue, and no call is sent for it again (no failed call, a renewal
+    per ``lease_ttl / 3``). Before, the claim failed at each renewal (one failed call
+    and one ERROR record per ``lease_ttl / 3``) for as long as the process lived, and
+    the work was never answered."""
+    gates = {slot: trio.Event() for slot in "ab"}
+    prefix = store.key_prefix
+    async with replica(store) as (sup, recorder):
+        owners, queued = await owners_and_one_queued(sup, recorder, gates)
+        await client.delete([f"{prefix}fence:a"])
+        await client.rpush(f"{prefix}fence:a", ["foreign"])
+        gates["a"].set()
+        with trio.fail_after(5):
+            assert (await owners["a"].wait()).value == "a"
+        await refused_for_foreign_data(queued, store, "fence:a: WRONGTYPE")
+        assert await client.lrange(f"{prefix}q:a", 0, -1) == []
+        calls, failed = await script_calls(client)
+        await trio.sleep(store.lease_ttl)  # observing the calls over a lease_ttl
+        now_calls, now_failed = await script_calls(client)
+        assert now_failed == failed
+        assert now_calls - calls <= 5  # the renewals, 3 per lease_ttl
+        assert not owners["b"].done
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([f"{prefix}fence:a"])
+        gates["b"].set()
+
+
 async def test_foreign_data_at_an_entrys_gone_key_refuses_that_entry_only(
     store: RedisSlotStore, client: coredis.Redis[str]
 ) -> None:
