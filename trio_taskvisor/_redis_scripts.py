@@ -39,8 +39,11 @@ itself) or a ``claim`` by another entry that finds the lease free and the queue 
 empty hands the lease over too: the head's own claim is due then, or never comes (a
 failover that lost a hand-over, or a restart from an older copy, left the head an entry
 whose live process no longer knows it; that process gives such a grant back with a
-withdrawal). Before, the slot waited for that claim while the process lived. A lease
-lasts the ``lease_ttl`` of its holder's process, which its heartbeat holds, whoever
+withdrawal). Before, the slot waited for that claim while the process lived. A
+``withdraw`` hands a free lease over too, also when it finds nothing of its entry: a
+try of it that failed before its hand-over (the keeper sends it again) gave the lease
+back, and a ``release`` sent again hands over likewise (before, it did nothing then).
+A lease lasts the ``lease_ttl`` of its holder's process, which its heartbeat holds, whoever
 grants it: replicas may run with different ``lease_ttl`` (a rolling change of it), and
 a holder counts on its own (a heartbeat of earlier versions, ``1``, says nothing: the
 caller's).
@@ -597,14 +600,13 @@ _WITHDRAW: Final = r"""
 local slot, e, reason = ARGV[4], ARGV[5], ARGV[6]
 local lk = P .. 'lease:' .. slot
 redis.call('SET', P .. 'gone:' .. e, reason, 'NX', 'PX', KEEP)
-local changed = redis.call('LREM', P .. 'q:' .. slot, 0, e) > 0
-if changed then room(slot) end
-if redis.call('HGET', lk, 'entry') == e then
-  redis.call('DEL', lk)
-  changed = true
-end
+if redis.call('LREM', P .. 'q:' .. slot, 0, e) > 0 then room(slot) end
+local held = redis.call('HGET', lk, 'entry') == e
+if held then redis.call('DEL', lk) end
 done(e)
-if changed then hand_over(slot) end
+-- also when this call found nothing of e's: a try of it that failed before its
+-- hand-over (the keeper sends it again) left the lease free, as a release's does
+hand_over(slot, held)
 return 'ok'
 """
 

@@ -359,20 +359,17 @@ class ClusterModel:
         # stays superseded for its joiners; a late withdrawal rewrites nothing).
         self.gone.setdefault(e, reason)
         q = self.q.get(slot, [])
-        changed = e in q
-        if changed:
+        if e in q:
             q[:] = [x for x in q if x != e]
             self.room(slot)
         lease = self.lease.get(slot)
         if lease is not None and lease.entry == e:
             del self.lease[slot]
-            changed = True
         self.done(e)
-        # Resolved for the script: the spec hands the lease over whenever it is free;
-        # a withdrawal that changed nothing freed nothing (the lease was handed over
-        # when it was given back, or the head retries at the expiry it was told).
-        if changed:
-            self.hand_over(slot)
+        # The spec hands the lease over whenever it is free, also after a withdrawal
+        # that changed nothing: a try of it that failed before its hand-over (sent
+        # again by the keeper) left the lease free, as a release's does.
+        self.hand_over(slot)
         return "ok"
 
     def stop_owner(self, slot: str, requester: str) -> list[str | None] | None:
