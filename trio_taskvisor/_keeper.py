@@ -42,13 +42,18 @@ Invariants:
   reply reaching us, or whose script failed half-way (a script keeps what it wrote), is
   withdrawn (its queue entry and any lease it took) in the next successful round trip.
 * Withdrawals, releases, stored outcomes and stop requests are sent until the server
-  acknowledges them (or the keeper closes); they are idempotent. A limit release or
-  withdrawal the server answers with an error (a script that failed: it keeps what it
-  wrote) is sent again with each renewal, not at once (no spin), until it works, and
-  once more in the drain: before, it was dropped, and the units it had not given back
-  stayed held while the process lived (one unit fewer in the pool for every replica).
-  A limit acquisition answered with an error is withdrawn, as a submit is: its script
-  may have granted it before it failed, and nobody would release that grant.
+  acknowledges them (or the keeper closes); they are idempotent. A withdrawal, a
+  release, a stored outcome, a limit release or a limit withdrawal that the server
+  answers with an error (a script that failed: it keeps what it wrote) is sent again
+  with each renewal, not at once (no spin), until it works, and once more in the drain
+  (``_owed``, one path for all five; a stop request's waiter learns of the error
+  instead). Before, it was dropped: a limit release's units stayed held while the
+  process lived (one unit fewer in the pool for every replica), and a slot's release
+  or withdrawal that failed before its hand-over left the slot free with its queue
+  waiting, until the head's own claim, as did a stored outcome that failed before it
+  told the joiners. A limit acquisition answered with an error is withdrawn, as a
+  submit is: its script may have granted it before it failed, and nobody would
+  release that grant.
 * A lease is reported lost (``LeaseLost``) when a renewal refuses it, or at
   ``0.8 * lease_ttl`` after the sending of its last confirmed acquisition or renewal,
   by a local timer that fires whether or not the server answers (``LeaseDeadline``);
@@ -163,6 +168,16 @@ Decisions the design leaves open:
   server ran before the grant left (benchmark 10, the hand-over rows: p50 about 0.2 ms
   lower). A submit still waits for the loop: submits arriving together share a round
   trip (benchmark 10, the 3x50 rows).
+* An obligation sent again for an error (above) has no cap on its tries, and is not
+  dropped once it seems moot: a cap would leak for ever what it had not done (units
+  held while the process lives: a pool with less room for every replica), and a lease
+  that expired meanwhile leaves a release its other work (the outcome that joiners of
+  other processes wait for, the hand-over to the next head: an expiry publishes
+  nothing), a withdrawal its marker (which refuses a late submit of the entry) and the
+  entry's removal from its queue (where it would be granted). A lasting error costs one
+  call per renewal and item. Its error is logged at ERROR the first time, naming the
+  item, and again only when it changes (else at DEBUG: it would log at every
+  renewal), and once the item worked, that at INFO ("worked, after N failed tries").
 * At ``close`` pending submits are rejected ``SHUTTING_DOWN`` and no new lease is taken;
   leases still held are not released (their owners may still run): they expire
   ``lease_ttl`` after their last renewal.
@@ -344,21 +359,23 @@ class _Follow:
 
 
 # Obligations name server entry ids: a withdrawal must reach the attempt it withdraws.
-@attrs.frozen
+# Compared by identity (``eq=False``): one the server answered with an error is known
+# by its object until it works (``LeaseKeeper._failing``).
+@attrs.frozen(eq=False)
 class _Withdraw:
     slot: str
     eid: str
     reason: str
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class _Release:
     slot: str
     eid: str
     outcome: TaskOutcome[Any]
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class _StoreOutcome:
     eid: str
     text: str
@@ -388,7 +405,7 @@ class _StopOwner:
         )
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class _LimitRelease:
     w: str
     pools: tuple[str, ...]
@@ -396,6 +413,18 @@ class _LimitRelease:
 
 
 _Obligation: TypeAlias = _Withdraw | _Release | _StoreOutcome | _StopOwner | _LimitRelease
+_Owed: TypeAlias = _Withdraw | _Release | _StoreOutcome | _LimitRelease
+"""The obligations sent again with each renewal when the server answers one with an
+error (a ``_StopOwner``'s waiter learns of the error instead)."""
+
+
+@attrs.define(eq=False)
+class _Failing:
+    """An item the server answered with an error, sent again with each renewal until it
+    works: its last error (described) and how many sends failed."""
+
+    error: str
+    tries: int = 1
 
 
 @attrs.define(eq=False)
@@ -675,9 +704,12 @@ class LeaseKeeper:
         # process holds to a new generation, so units it gave back that the new server
         # still counts (a failover, a restart from an older copy) die with the old one.
         self._limit_rebase = False
-        # Releases and withdrawals of units that the server answered with an error (a
-        # script that failed, keeping what it wrote): sent again with the next renewal.
-        self._limit_owed: list[_LimitRelease] = []
+        # Obligations that the server answered with an error (a script that failed,
+        # keeping what it wrote): sent again with the next renewal, not at once.
+        self._owed: list[_Owed] = []
+        # What failed so, until it works: its error is logged at ERROR once, and again
+        # only when it changes.
+        self._failing: dict[_Owed, _Failing] = {}
 
     def __repr__(self) -> str:
         return f"<LeaseKeeper {self.instance_id} {self.store!r}>"
@@ -846,10 +878,6 @@ class LeaseKeeper:
             args = scripts.limit_renew_args(self.instance_id, items, held.items(), rebase)
             renewal = _LimitRenewal(waiters, tuple(units), rebase is not None)
             batch.add(renewal, (scripts.LIMIT_RENEW.name, args))
-        if renew:
-            for owed in self._limit_owed:
-                batch.add(owed, self._obligation_call(owed))
-            self._limit_owed.clear()
         if not self._closing:
             now = trio.current_time()
             for request in self._limits.values():
@@ -989,9 +1017,8 @@ class LeaseKeeper:
             self._reject(submit.slot, submit.task_id, RejectionKind.SHUTTING_DOWN)
         self._claims.clear()
         self._retry_at.clear()
-        for owed in self._limit_owed:  # once more, in the drain
-            self._obligations.append(owed)
-        self._limit_owed.clear()
+        self._obligations.extend(self._owed)  # once more, in the drain
+        self._owed.clear()
         if self._io_scope is not None:
             drain_deadline = trio.current_time() + self.store.connect_timeout
             self._io_scope.deadline = min(self._io_scope.deadline, drain_deadline)
@@ -1161,6 +1188,9 @@ class LeaseKeeper:
                 [(follow.slot, follow.target) for _, follow in renewal.follows],
             )
             batch.add(renewal, (scripts.RENEW.name, args))
+            for owed in self._owed:  # what the server answered with an error: again
+                batch.add(owed, self._obligation_call(owed))
+            self._owed.clear()
         while self._obligations:
             obligation = self._obligations.popleft()
             batch.add(obligation, self._obligation_call(obligation))
@@ -1283,6 +1313,8 @@ class LeaseKeeper:
                     if not part.resolved:
                         self._submitted(part, scripts.parse_submit(reply), sent_at)
                 case _Release(_, eid, outcome):
+                    if self._failing:
+                        self._worked(part)
                     refused = scripts.release_refusal(reply)
                     if refused is not None:
                         why = self._foreign_at(refused)
@@ -1300,12 +1332,17 @@ class LeaseKeeper:
                     part.token = scripts.parse_stop_owner(reply)
                     part.done.set()
                 case _LimitRelease(w):
+                    if self._failing:
+                        self._worked(part)
                     for what in scripts.limit_release_unowned(reply):
                         why = self._foreign_at(what)
                         log(
                             logging.ERROR, "slot store limit release of %s read as none: %s", w, why
                         )
-                case _Withdraw() | _StoreOutcome() | _Bye() | _Wait():
+                case _Withdraw() | _StoreOutcome():
+                    if self._failing:
+                        self._worked(part)
+                case _Bye() | _Wait():
                     pass
                 case _LimitAcquire(request):
                     reply_ = scripts.parse_limit(reply)
@@ -1376,6 +1413,20 @@ class LeaseKeeper:
         foreign data in the namespace): the call's work is handled as failed, without an
         outage (refusals are handled by ``_batch_done``)."""
         described = self._describe(error)
+        match part:
+            case _Withdraw() | _Release() | _StoreOutcome() | _LimitRelease():
+                # What it had not done stays undone while this process lives, else (units
+                # held, a slot's lease not handed over, joiners not told): sent again with
+                # the next renewal (every lease_ttl / 3: no spin), until it works.
+                if self._closing:  # the drain's last try: the rest expires on the server
+                    self._failed(part, described, "the shutdown does not send it again")
+                    self._failing.pop(part, None)
+                else:
+                    self._owed.append(part)
+                    self._failed(part, described, "sent again with each renewal until it works")
+                return
+            case _:
+                pass
         log(logging.ERROR, "slot store call failed (%s): %s", type(part).__name__, described)
         match part:
             case _Submit() if not part.resolved:
@@ -1400,12 +1451,31 @@ class LeaseKeeper:
             case _StopOwner():
                 part.failed = True
                 part.done.set()
-            case _LimitRelease() if not self._closing:
-                # Its units stay held while this process lives, else: sent again with
-                # the next renewal (every lease_ttl / 3: no spin), until it works.
-                self._limit_owed.append(part)
             case _:
                 pass
+
+    def _failed(self, item: _Owed, error: str, then: str) -> None:
+        """``item`` failed with ``error`` (described); ``then`` says what follows. Logged
+        at ERROR the first time and when its error changes, else at DEBUG: a lasting
+        error would log at every renewal."""
+        failing = self._failing.get(item)
+        if failing is None:
+            self._failing[item] = _Failing(error)
+        else:
+            failing.tries += 1
+            if failing.error == error:
+                what, tries = _named(item), failing.tries
+                log(logging.DEBUG, "slot store %s failed again (try %d): %s", what, tries, error)
+                return
+            failing.error = error
+        log(logging.ERROR, "slot store %s failed: %s (%s)", _named(item), error, then)
+
+    def _worked(self, item: _Owed) -> None:
+        """``item`` worked: say so if it had failed (``_failed``)."""
+        failing = self._failing.pop(item, None)
+        if failing is not None:
+            tries = f"{failing.tries} failed {'try' if failing.tries == 1 else 'tries'}"
+            log(logging.INFO, "slot store %s worked, after %s", _named(item), tries)
 
     def _renewed(self, renewal: _Renewal, reply: scripts.RenewReply, sent_at: float) -> None:
         self._next_renewal = sent_at + self._interval
@@ -2139,6 +2209,21 @@ def first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
     if isinstance(first, BaseExceptionGroup):
         return first_leaf(first)
     return first
+
+
+def _named(item: _Owed) -> str:
+    """An obligation sent again, for log records."""
+    match item:
+        case _Release(slot, eid, _):
+            return f"release of {eid} in slot {slot!r}"
+        case _Withdraw(slot, eid, _):
+            return f"withdrawal of {eid} from slot {slot!r}"
+        case _StoreOutcome(eid, _):
+            return f"outcome of {eid}"
+        case _LimitRelease(w, _, withdraw):
+            return f"limit {'withdrawal' if withdraw else 'release'} of {w}"
+        case _:
+            assert_never(item)
 
 
 def _asked(part: _Part) -> str:

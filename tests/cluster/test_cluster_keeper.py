@@ -7,6 +7,7 @@ Waits are for reports or keys, never sleeps.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -19,7 +20,7 @@ import coredis
 import pytest
 import trio
 import trio.testing
-from cluster_helpers import Scripts, open_keeper
+from cluster_helpers import Scripts, entry, open_inboxes, open_keeper
 from conftest import RedisServer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -988,3 +989,114 @@ async def test_a_reconnection_with_queued_entries_renews_again_once_subscribed(
             # Two: the reconnection's renewal, then the one once subscribed.
             while b.keeper.statistics().round_trips < before + 2:  # noqa: ASYNC110
                 await trio.sleep(0.01)
+
+
+class Timed(Wrapping):
+    """A ``ServerClient`` that records when each round trip was sent (started with
+    ``send_nowait`` or sent with ``round_trip``), with the names of its calls."""
+
+    def __init__(self, store: RedisSlotStore, instance_id: str) -> None:
+        super().__init__(store, instance_id)
+        self.trips: list[tuple[float, list[str]]] = []
+
+    def wrap(self, conn: Connection) -> Connection:
+        return _TimedConnection(conn, self)
+
+    def with_call(self, name: str) -> list[tuple[float, list[str]]]:
+        """The round trips that held a call of ``name``."""
+        return [(at, names) for at, names in self.trips if name in names]
+
+
+class _TimedConnection(Hooked[Timed]):
+    async def round_trip(self, calls: Sequence[Call]) -> list[object]:
+        self._hook.trips.append((trio.current_time(), [name for name, _ in calls]))
+        return await self._conn.round_trip(calls)
+
+    def send_nowait(self, calls: Sequence[Call]) -> bool:
+        started = self._conn.send_nowait(calls)
+        if started:
+            self._hook.trips.append((trio.current_time(), [name for name, _ in calls]))
+        return started
+
+
+def records_of(caplog: pytest.LogCaptureFixture, level: int, said: str) -> list[str]:
+    """The messages of ``caplog``'s records at ``level`` that hold ``said``."""
+    return [r.getMessage() for r in caplog.records if r.levelno == level and said in r.getMessage()]
+
+
+@pytest.mark.parametrize("call", ["release", "withdraw", "store_outcome"])
+async def test_an_obligation_the_server_answers_with_an_error_is_sent_with_each_renewal(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture, call: str
+) -> None:
+    """A holds slot ``k`` and B's entry waits behind it (B: a process of raw script
+    calls, which never claims). A's release, or withdrawal, fails on foreign data at the
+    slot's fence key after it gave the lease back, before its hand-over (the grant
+    fails); A's stored outcome, on foreign data at the entry's joiners key (after it
+    stored the outcome, before it told the joiners). The keeper logs the error at
+    ERROR once, and sends the call again with each renewal (every ``lease_ttl / 3``),
+    never at once, failing again quietly (DEBUG); once the key is gone, the next
+    renewal's call works (B is granted the lease), the keeper logs at INFO that it
+    worked, and sends it no more. Before, the call was dropped at its error: B waited
+    for a claim of its own, with the slot free."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    prefix, interval = store.key_prefix, store.lease_ttl / 3
+    name = {"release": scripts.RELEASE, "withdraw": scripts.WITHDRAW}.get(
+        call, scripts.STORE_OUTCOME
+    ).name
+    what = {
+        "release": f"slot store release of {A}/1 in slot 'k'",
+        "withdraw": f"slot store withdrawal of {A}/1 from slot 'k'",
+        "store_outcome": f"slot store outcome of {A}/1",
+    }[call]
+    other = Scripts(client, with_ttl(store, 30.0))  # B's heartbeat lives 30 s
+    key = f"{prefix}jn:{A}/1" if call == "store_outcome" else f"{prefix}fence:k"
+    hook = Timed(store, A)
+    async with (
+        open_inboxes(store.url, store, B) as inbox,
+        open_keeper(store, A, client=hook) as a,
+    ):
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        await other.heartbeat(B)
+        assert (await other.submit("k", entry(B, 1)))[0] == "queued"
+        await client.delete([key])
+        if call == "store_outcome":
+            await client.set(key, "foreign")  # EXISTS: the release asks for the outcome
+        else:
+            await client.hset(key, {"foreign": "1"})
+        if call == "withdraw":
+            a.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
+        else:
+            a.keeper.release("k", 1, DONE)
+        with trio.fail_after(2.0):
+            while not hook.with_call(name):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await trio.sleep(4 * interval)
+        sends = hook.with_call(name)
+        assert 4 <= len(sends) <= 6  # the first, then one per renewal: no spin
+        assert scripts.RENEW.name in sends[1][1]
+        for (at, _), (then, names) in itertools.pairwise(sends[1:]):
+            assert scripts.RENEW.name in names
+            assert then - at > interval / 2
+        (error,) = records_of(caplog, logging.ERROR, what)
+        assert f"{what} failed: " in error
+        assert "WrongTypeError: Operation against a key holding the wrong kind" in error
+        assert error.endswith("(sent again with each renewal until it works)")
+        assert len(records_of(caplog, logging.DEBUG, f"{what} failed again")) >= 3
+        if call == "store_outcome":  # stored, the joiners not told
+            assert (await other.lease("k"))["entry"] == entry(B, 1)
+            assert await other.get(f"out:{A}/1") not in (None, "pending")
+        else:
+            assert (await other.lease("k"), await other.queue("k")) == ({}, [entry(B, 1)])
+            assert inbox[B].of("grant") == []
+        await client.delete([key])
+        with trio.fail_after(2 * interval + 1.0):
+            while not records_of(caplog, logging.INFO, what):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            await inbox[B].wait_kind("grant", "k", entry(B, 1))
+        (worked,) = records_of(caplog, logging.INFO, what)
+        assert re.fullmatch(f"{re.escape(what)} worked, after [0-9]+ failed tries", worked)
+        sent = len(hook.with_call(name))
+        await trio.sleep(2 * interval)
+        assert len(hook.with_call(name)) == sent  # no more
+        assert len(records_of(caplog, logging.ERROR, what)) == 1

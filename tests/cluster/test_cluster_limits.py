@@ -71,6 +71,11 @@ class BlockUntilLost:
             self.lost.set()
 
 
+def said(caplog: pytest.LogCaptureFixture, level: int, text: str = "") -> list[str]:
+    """The messages of the records at ``level`` that hold ``text``."""
+    return [r.getMessage() for r in caplog.records if r.levelno == level and text in r.getMessage()]
+
+
 async def test_a_pool_holds_across_supervisors(store: RedisSlotStore) -> None:
     """A capacity-1 pool used by two instances: the second waits (``LIMIT_WAITING``,
     ``WAITING``) until the first's attempt exits, then starts (``LIMIT_ACQUIRED``)."""
@@ -285,11 +290,13 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
     """A task holds units of ``first`` and ``second``; settings of ``first`` that no
     script wrote (a rate whose period is no number: the scripts fail on it, they do not
     read it as foreign data) fail the release's script when it reads that pool, before
-    it gives back the unit of ``second``. The keeper logs the error and sends the
-    release again with each renewal (every ``lease_ttl / 3``): once the settings are
-    back, the unit of ``second`` is given back.
-    Before, a release answered with an error was never sent again: the unit stayed held
-    while the process lived."""
+    it gives back the unit of ``second``. The keeper logs the error at ERROR and sends
+    the release again with each renewal (every ``lease_ttl / 3``), logging its failures
+    again at DEBUG only: once the settings are back, the unit of ``second`` is given
+    back, and the keeper logs at INFO that the release worked. Before, a release
+    answered with an error was never sent again: the unit stayed held while the process
+    lived; then it was, logged at ERROR each time."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
     gate, started = trio.Event(), trio.Event()
 
@@ -307,16 +314,23 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         gate.set()
         with trio.fail_after(2 * TTL):
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
-            while not [r for r in caplog.records if "(_LimitRelease)" in r.getMessage()]:  # noqa: ASYNC110
+            while not said(caplog, logging.ERROR):  # noqa: ASYNC110
                 await trio.sleep(0.01)
-        await trio.sleep(TTL / 2)  # a renewal sent it again
-        assert len([r for r in caplog.records if "(_LimitRelease)" in r.getMessage()]) >= 2
+        await trio.sleep(TTL)  # three renewals sent it again
+        (error,) = said(caplog, logging.ERROR)
+        assert error.startswith("slot store limit release of ")
+        assert " failed: " in error
+        assert error.endswith("(sent again with each renewal until it works)")
+        assert len(said(caplog, logging.DEBUG, "slot store limit release of ")) >= 2
         assert await client.hlen(holders) == 1
         await client.hset(settings, {"spec": "concurrency 2"})
         with trio.fail_after(2 * TTL):
             while await client.hlen(holders):  # noqa: ASYNC110
                 await trio.sleep(0.01)
+            while not said(caplog, logging.INFO, "slot store limit release of "):  # noqa: ASYNC110
+                await trio.sleep(0.01)
         assert (await sup.cluster_limit(second)).held == 0
+        assert len(said(caplog, logging.ERROR)) == 1
 
 
 async def test_a_pool_holds_its_capacity_across_different_lease_ttls(
