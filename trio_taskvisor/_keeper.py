@@ -178,6 +178,12 @@ Decisions the design leaves open:
   call per renewal and item. Its error is logged at ERROR the first time, naming the
   item, and again only when it changes (else at DEBUG: it would log at every
   renewal), and once the item worked, that at INFO ("worked, after N failed tries").
+* A limit renewal the server answers with an error (no refusal: a script error) is no
+  outage: the slots' renewal in the same round trip worked, and an outage would stop
+  their work. It is not acted on, as a renewal in an outage: its units are not renewed
+  (lost at ``0.8 * lease_ttl`` after their last renewal), its waiters wait, and the
+  next renewal makes it again, as each does. Its error is logged by the rule of an
+  obligation sent again. Before, it was logged at ERROR at every renewal.
 * At ``close`` pending submits are rejected ``SHUTTING_DOWN`` and no new lease is taken;
   leases still held are not released (their owners may still run): they expire
   ``lease_ttl`` after their last renewal.
@@ -420,8 +426,8 @@ error (a ``_StopOwner``'s waiter learns of the error instead)."""
 
 @attrs.define(eq=False)
 class _Failing:
-    """An item the server answered with an error, sent again with each renewal until it
-    works: its last error (described) and how many sends failed."""
+    """An item the server answered with an error, sent (or made) again with each renewal
+    until it works: its last error (described) and how many sends failed."""
 
     error: str
     tries: int = 1
@@ -707,9 +713,9 @@ class LeaseKeeper:
         # Obligations that the server answered with an error (a script that failed,
         # keeping what it wrote): sent again with the next renewal, not at once.
         self._owed: list[_Owed] = []
-        # What failed so, until it works: its error is logged at ERROR once, and again
-        # only when it changes.
-        self._failing: dict[_Owed, _Failing] = {}
+        # What failed so, until it works (the limit renewal by its script's name): its
+        # error is logged at ERROR once, and again only when it changes.
+        self._failing: dict[_Owed | str, _Failing] = {}
 
     def __repr__(self) -> str:
         return f"<LeaseKeeper {self.instance_id} {self.store!r}>"
@@ -1349,6 +1355,8 @@ class LeaseKeeper:
                     self._limit_gen(reply_.gen, sent_at)
                     self._limit_reply(request, reply_)
                 case _LimitRenewal(waiters, units, rebase):
+                    if self._failing:
+                        self._worked(scripts.LIMIT_RENEW.name)
                     renewed = scripts.parse_limit_renew(reply)
                     for what in renewed.foreign:
                         why = self._foreign_at(what)
@@ -1425,6 +1433,13 @@ class LeaseKeeper:
                     self._owed.append(part)
                     self._failed(part, described, "sent again with each renewal until it works")
                 return
+            case _LimitRenewal():
+                # As in an outage: units it did not renew are lost at their deadline, and
+                # waiters wait; the next renewal asks again (as it would anyway).
+                then = "made again with each renewal; meanwhile units are lost at their "
+                then += "deadline and waiters wait, as while the store is unavailable"
+                self._failed(scripts.LIMIT_RENEW.name, described, then)
+                return
             case _:
                 pass
         log(logging.ERROR, "slot store call failed (%s): %s", type(part).__name__, described)
@@ -1454,10 +1469,11 @@ class LeaseKeeper:
             case _:
                 pass
 
-    def _failed(self, item: _Owed, error: str, then: str) -> None:
-        """``item`` failed with ``error`` (described); ``then`` says what follows. Logged
-        at ERROR the first time and when its error changes, else at DEBUG: a lasting
-        error would log at every renewal."""
+    def _failed(self, item: _Owed | str, error: str, then: str) -> None:
+        """``item`` (an obligation, or the limit renewal by its script's name) failed with
+        ``error`` (described); ``then`` says what follows. Logged at ERROR the first time
+        and when its error changes, else at DEBUG: a lasting error would log at every
+        renewal."""
         failing = self._failing.get(item)
         if failing is None:
             self._failing[item] = _Failing(error)
@@ -1470,7 +1486,7 @@ class LeaseKeeper:
             failing.error = error
         log(logging.ERROR, "slot store %s failed: %s (%s)", _named(item), error, then)
 
-    def _worked(self, item: _Owed) -> None:
+    def _worked(self, item: _Owed | str) -> None:
         """``item`` worked: say so if it had failed (``_failed``)."""
         failing = self._failing.pop(item, None)
         if failing is not None:
@@ -2211,8 +2227,8 @@ def first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
     return first
 
 
-def _named(item: _Owed) -> str:
-    """An obligation sent again, for log records."""
+def _named(item: _Owed | str) -> str:
+    """An obligation (or the limit renewal, by its script's name), for log records."""
     match item:
         case _Release(slot, eid, _):
             return f"release of {eid} in slot {slot!r}"
@@ -2222,6 +2238,8 @@ def _named(item: _Owed) -> str:
             return f"outcome of {eid}"
         case _LimitRelease(w, _, withdraw):
             return f"limit {'withdrawal' if withdraw else 'release'} of {w}"
+        case str():
+            return "limit renewal"
         case _:
             assert_never(item)
 

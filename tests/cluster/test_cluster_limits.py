@@ -333,6 +333,52 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         assert len(said(caplog, logging.ERROR)) == 1
 
 
+async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it; a
+    holder of ``solo`` that no script wrote (a field of the right type that names no
+    process) fails ``a``'s limit renewal as a whole (its waiter's settle reads the
+    pool). No outage: the waiter waits, as while the store is unavailable, and each
+    renewal makes the call again; the keeper logs the error at ERROR once, at DEBUG
+    after. Once the field is gone, the next renewal works (logged at INFO), and the
+    waiter starts when ``b`` gives its unit back. Before, the error was logged at ERROR
+    at every renewal (three times a second here), for as long as it lasted."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    pool, gate, started = ConcurrencyLimit("solo", 1), trio.Event(), trio.Event()
+
+    async with replica(store) as (a, recorder_a), replica(store) as (b, _):
+        holder = await b.add(held_by(gate, "holder", pool, started))
+        with trio.fail_after(2 * TTL):
+            await started.wait()
+        waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=(pool,)))
+        with trio.fail_after(2 * TTL):
+            await recorder_a.wait_for(EventKind.LIMIT_WAITING)
+        await client.hset(f"{store.key_prefix}lh:solo", {"junk": "1"})
+        with trio.fail_after(2 * TTL):
+            while not said(caplog, logging.ERROR):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await trio.sleep(TTL)  # three renewals more
+        (error,) = said(caplog, logging.ERROR)
+        assert error.startswith("slot store limit renewal failed: ")
+        assert error.endswith(
+            "(made again with each renewal; meanwhile units are lost at their deadline "
+            "and waiters wait, as while the store is unavailable)"
+        )
+        assert len(said(caplog, logging.DEBUG, "slot store limit renewal failed again")) >= 2
+        assert [info.state for info in a.list()] == [TaskState.WAITING]
+        assert recorder_a.of(EventKind.CONTROLLER_STORE_UNAVAILABLE) == []
+        await client.hdel(f"{store.key_prefix}lh:solo", ["junk"])
+        with trio.fail_after(2 * TTL):
+            while not said(caplog, logging.INFO, "slot store limit renewal worked, after"):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        gate.set()
+        with trio.fail_after(2 * TTL):
+            assert (await holder.wait()).kind is OutcomeKind.COMPLETED
+            assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
+        assert len(said(caplog, logging.ERROR)) == 1
+
+
 async def test_a_pool_holds_its_capacity_across_different_lease_ttls(
     store: RedisSlotStore,
 ) -> None:
