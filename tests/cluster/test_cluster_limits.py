@@ -336,13 +336,14 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
 async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it; a
-    holder of ``solo`` that no script wrote (a field of the right type that names no
-    process) fails ``a``'s limit renewal as a whole (its waiter's settle reads the
-    pool). No outage: the waiter waits, as while the store is unavailable, and each
-    renewal makes the call again; the keeper logs the error at ERROR once, at DEBUG
-    after. Once the field is gone, the next renewal works (logged at INFO), and the
-    waiter starts when ``b`` gives its unit back. Before, the error was logged at ERROR
+    """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it;
+    settings of ``solo`` that no script wrote (a rate whose period is no number: the
+    scripts fail on it, they do not read it as foreign data) fail ``a``'s limit renewal
+    as a whole (its waiter's settle reads the pool). No outage: the waiter waits, as
+    while the store is unavailable, and each renewal makes the call again; the keeper
+    logs the error at ERROR once, at DEBUG after. Once the settings are back, the next
+    renewal works (logged at INFO), and the waiter starts when ``b`` gives its unit
+    back. Before, the error was logged at ERROR
     at every renewal (three times a second here), for as long as it lasted."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     pool, gate, started = ConcurrencyLimit("solo", 1), trio.Event(), trio.Event()
@@ -354,7 +355,8 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=(pool,)))
         with trio.fail_after(2 * TTL):
             await recorder_a.wait_for(EventKind.LIMIT_WAITING)
-        await client.hset(f"{store.key_prefix}lh:solo", {"junk": "1"})
+        settings = f"{store.key_prefix}lp:solo"
+        await client.hset(settings, {"spec": "rate 1 per x burst 1"})
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.ERROR):  # noqa: ASYNC110
                 await trio.sleep(0.01)
@@ -368,7 +370,7 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         assert len(said(caplog, logging.DEBUG, "slot store limit renewal failed again")) >= 2
         assert [info.state for info in a.list()] == [TaskState.WAITING]
         assert recorder_a.of(EventKind.CONTROLLER_STORE_UNAVAILABLE) == []
-        await client.hdel(f"{store.key_prefix}lh:solo", ["junk"])
+        await client.hset(settings, {"spec": "concurrency 1"})
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit renewal worked, after"):  # noqa: ASYNC110
                 await trio.sleep(0.01)
