@@ -25,9 +25,11 @@ Invariants:
   ``Rejected(STORE_UNAVAILABLE)`` with the error as its reason, even when ``wait=True``:
   it is no outage, so no recovery would ever ask held work again. So is an entry a
   renewal finds behind foreign data (its slot's lease or queue key, or its own ``gone``
-  key, of another type), or whose own claim's grant meets it (its slot's fence key: the
-  script takes it out of its queue for good), and an owner whose lease key is foreign
-  data loses it (``LeaseLost``, naming the key and the error); the other slots renew on.
+  key, of another type: it is withdrawn, its marker naming the key for its joiners, a
+  withdrawal that reads those keys as none), or whose own claim's grant meets it (its
+  slot's fence key: the script takes it out of its queue for good), and an owner whose
+  lease key is foreign data loses it (``LeaseLost``, naming the key and the error); the
+  other slots renew on.
   A joiner of another process's work ends as that work does then (rejected, or
   ``LEASE_LOST`` for a lost lease, naming the key), and one whose followed entry's
   ``out`` or ``jn`` key is foreign data is rejected so. Foreign data that a renewal
@@ -615,6 +617,17 @@ def _rejection_kind(reason: str) -> RejectionKind:
         return RejectionKind(reason)
     except ValueError:
         return RejectionKind.STORE_UNAVAILABLE
+
+
+def _gone(marker: str) -> tuple[RejectionKind, str | None]:
+    """The rejection and reason of an entry's ``gone`` marker: a ``RejectionKind`` value,
+    or ``<value>: <reason>`` (a withdrawal of an entry refused for foreign data names the
+    key, so that the entry's joiners end as the entry did). Earlier versions read the
+    second as ``STORE_UNAVAILABLE``, as any marker they do not know."""
+    kind, said, reason = marker.partition(": ")
+    if not said:
+        return _rejection_kind(marker), None
+    return _rejection_kind(kind), reason or None
 
 
 # -- the keeper ---------------------------------------------------------------------------------
@@ -1519,13 +1532,16 @@ class LeaseKeeper:
                     self._own(slot, task_id, item.token, sent_at)
                 case "gone":
                     self._dequeue(task_id)
-                    self._reject(slot, task_id, _rejection_kind(str(item.detail)))
+                    self._reject(slot, task_id, *_gone(str(item.detail)))
                 case "foreign":
-                    # As an error reply to its submit: rejected, no outage. No withdrawal
-                    # (its script would fail on the key too): an entry left queued that
-                    # is granted later is given back, as any unknown grant is.
+                    # As an error reply to its submit: rejected, no outage; and withdrawn
+                    # (the withdrawal reads the slot's lease or queue key of foreign data
+                    # as none), its marker naming the key for its joiners. Not withdrawn,
+                    # it stayed in the server's queue while this process lived.
                     self._dequeue(task_id)
                     why = self._foreign(slot, str(item.detail))
+                    gone = f"{RejectionKind.STORE_UNAVAILABLE.value}: {why}"
+                    self._oblige(_Withdraw(slot, self._eid(task_id), gone))
                     self._reject(slot, task_id, RejectionKind.STORE_UNAVAILABLE, why)
                 case "queued" | "resubmitted":
                     entries = self._queued[slot]
@@ -1545,7 +1561,7 @@ class LeaseKeeper:
                 case "out":
                     self._followed(joiner, self._decode(follow, str(answer.detail)))
                 case "gone":
-                    self._followed(joiner, rejected_outcome(_rejection_kind(str(answer.detail))))
+                    self._followed(joiner, rejected_outcome(*_gone(str(answer.detail))))
                 case "live":
                     follow.lost_since = None
                 case "lost":
@@ -1602,7 +1618,7 @@ class LeaseKeeper:
             case "joined":
                 self._report(self._joined(slot, task_id, str(reply.detail)))
             case "gone":  # a withdrawal of this very entry got there first
-                self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
+                self._reject(slot, task_id, *_gone(str(reply.detail)))
             case _:
                 assert_never(kind)
 
@@ -1618,7 +1634,7 @@ class LeaseKeeper:
                 self._own(slot, task_id, reply.token, sent_at)
             case "gone":
                 self._dequeue(task_id)
-                self._reject(slot, task_id, _rejection_kind(str(reply.detail)))
+                self._reject(slot, task_id, *_gone(str(reply.detail)))
             case "missing":
                 self._renew_now = True  # the renewal puts it back at the tail
             case "wait":

@@ -13,7 +13,8 @@ key                     type    content                                      exp
 ``P fence:<slot>``      string  the last fence token of the slot             none
 ``P q:<slot>``          list    entries, FIFO, head at index 0               none
 ``P hb:<instance>``     string  heartbeat: the process's lease_ttl in ms     lease_ttl
-``P gone:<entry>``      string  why the entry left for good (a RejectionKind)  keep
+``P gone:<entry>``      string  why the entry left for good (a RejectionKind   keep
+                                value, or ``<value>: <reason>``)
 ``P out:<entry>``       string  the outcome JSON for joiners, or ``pending``  keep
 ``P jn:<entry>``        set     instances whose joiners follow the entry     keep (1)
 ``P watch:<slot>``      set     instances holding work for room in the queue  lease_ttl (1)
@@ -96,6 +97,11 @@ no call more). The ``pcall`` is made where those keys are read only (one
 per heartbeat read, memoized, and per ``room``): no call more on the common path. A
 ``watch`` key a full ``submit`` adds its process to is its own (``SADD``): foreign data
 there fails the submit, as before, before it wrote anything (its prune aside).
+``withdraw`` reads the slot's ``lease`` and ``q`` keys of foreign data as none too (named
+the same way): its entry cannot hold such a lease nor wait in such a queue, and the
+keeper withdraws an entry that its renewal refuses for such a key (its marker
+``store_unavailable: <reason>``, naming the key, so that its joiners end as it did).
+Failing there, the withdrawal left the entry in the queue while its process lived.
 A heartbeat that is a string but no lease TTL in ms (foreign data of the right type:
 no ``WRONGTYPE``) says nothing, as ``1`` does: a grant to that process's entry lasts
 the caller's ``lease_ttl``, and the key is named as above. The process stays live (its
@@ -269,7 +275,8 @@ end
 -- item of theirs owns (another process's heartbeat, a slot's watch key; another pool's,
 -- group's or process's keys that a settle meets) as none, naming the key here (their
 -- reply says them). So do submit, claim, release and withdraw (another process's
--- heartbeat, a slot's watch key: ``reads_unowned`` wraps their replies) and
+-- heartbeat, a slot's watch key; withdraw, its slot's lease and queue keys too:
+-- ``reads_unowned`` wraps their replies) and
 -- limit_release and limit_withdraw (any key); in the other scripts (nil) such a key
 -- fails the script.
 local unowned = nil
@@ -597,16 +604,23 @@ _WITHDRAW: Final = r"""
 -- keys:    gone:<e> q:<slot> lease:<slot> jn:<e> watch:<slot> fence:<slot> (hb:* read)
 -- args:    slot, e, reason (a RejectionKind value)
 -- replies: 'ok'
+-- The slot's lease or queue key of foreign data is read as none (named in unowned): e
+-- cannot hold such a lease nor wait in such a queue, and failing, the call left e in
+-- the queue while its process lived (a renewal that refuses e for such a key withdraws
+-- it). No lease is handed over then: one of foreign data is not free, and a queue of
+-- it has no head.
 local slot, e, reason = ARGV[4], ARGV[5], ARGV[6]
 local lk = P .. 'lease:' .. slot
 redis.call('SET', P .. 'gone:' .. e, reason, 'NX', 'PX', KEEP)
-if redis.call('LREM', P .. 'q:' .. slot, 0, e) > 0 then room(slot) end
-local held = redis.call('HGET', lk, 'entry') == e
+local removed = unowned_read('LREM', 'q:' .. slot, 0, e)
+if removed and removed > 0 then room(slot) end
+local holder = unowned_read('HGET', 'lease:' .. slot, 'entry')
+local held = holder == e
 if held then redis.call('DEL', lk) end
 done(e)
 -- also when this call found nothing of e's: a try of it that failed before its
 -- hand-over (the keeper sends it again) left the lease free, as a release's does
-hand_over(slot, held)
+if removed and holder ~= nil then hand_over(slot, held) end
 return 'ok'
 """
 
@@ -1781,8 +1795,9 @@ class Script:
 
 _READS_UNOWNED: Final = frozenset({"submit", "claim", "release", "withdraw"})
 """The slot scripts that read another process's heartbeat and a slot's watch key of
-foreign data as none (``unowned``): their reply is ``{'unowned', {what, ...}, reply}``
-when they did (``reads_unowned``), else their own."""
+foreign data as none (``unowned``; ``withdraw`` its slot's lease and queue keys too):
+their reply is ``{'unowned', {what, ...}, reply}`` when they did (``reads_unowned``),
+else their own."""
 
 
 def _reads_unowned(body: str) -> str:
@@ -2089,8 +2104,8 @@ def reads_unowned(raw: object) -> tuple[object, tuple[str, ...]]:
     """A raw reply of ``submit``, ``claim``, ``release``, ``withdraw`` or
     ``limit_acquire`` as its script's own, and what (a key after the prefix, and why),
     once for each key of foreign data it read as none (another process's heartbeat, a
-    slot's watch key; another pool's, group's or process's key an acquisition's settle
-    met)."""
+    slot's watch key, a withdrawal's slot's lease or queue key; another pool's, group's
+    or process's key an acquisition's settle met)."""
     if not read_unowned(raw):
         return raw, ()
     _, what, reply = cast("list[object]", raw)

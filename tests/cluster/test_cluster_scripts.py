@@ -515,6 +515,34 @@ async def test_a_release_on_a_foreign_lease_key_refuses_the_lease_and_tells_the_
     assert await s.client.get(f"{s.prefix}lease:k") == "foreign"
 
 
+@pytest.mark.parametrize("key", ["lease", "q"])
+async def test_a_withdrawal_reads_a_slot_key_of_foreign_data_as_none(
+    s: Scripts, inbox: dict[str, Inbox], key: str
+) -> None:
+    """Foreign data (a string) at the lease key of a slot where B's entry waits behind
+    A, or at its queue key: B's withdrawal (its renewal refused it for that key) reads
+    the key as none, a lease B cannot hold, a queue B cannot wait in, and names it
+    (``['unowned', [what], 'ok']``): B's entry leaves the queue, is marked gone, and its
+    joiner is told; the key is left as it is, and nothing is handed over. Before, the
+    script failed on the key, and B's entry stayed in the queue while its process
+    lived."""
+    assert (await s.submit("k", entry(A, 1)))[0] == "owner"
+    assert (await s.submit("k", entry(B, 1)))[0] == "queued"
+    assert (await s.submit("k", entry(C, 1), "join"))[:2] == ["joined", entry(B, 1)]
+    await s.client.delete([f"{s.prefix}{key}:k"])
+    await s.client.set(f"{s.prefix}{key}:k", "foreign")
+    for _ in range(2):  # sent again: the same
+        raw = await s.withdraw("k", entry(B, 1), "store_unavailable")
+        assert raw == ["unowned", [f"{key}:k: {WRONGTYPE}"], "ok"]
+        assert scripts.reads_unowned(raw) == ("ok", (f"{key}:k: {WRONGTYPE}",))
+    assert await s.get(f"gone:{entry(B, 1)}") == "store_unavailable"
+    await inbox[C].wait_kind("done", entry(B, 1))
+    assert await s.client.get(f"{s.prefix}{key}:k") == "foreign"
+    if key == "lease":
+        assert await s.queue("k") == []
+    assert inbox[A].of("grant") == inbox[B].of("grant") == []
+
+
 async def test_renew_of_a_thousand_leases_is_one_call(
     client: coredis.Redis[str], store: RedisSlotStore
 ) -> None:

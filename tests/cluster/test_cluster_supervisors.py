@@ -435,6 +435,44 @@ async def test_foreign_data_at_a_slots_key_refuses_that_slots_renewal_only(
         gates["a"].set()
 
 
+async def test_a_queued_entry_refused_for_a_foreign_lease_key_leaves_the_queue(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Foreign data (a string) at slot ``a``'s lease key while an entry waits in ``a``'s
+    queue behind its owner: the renewal refuses the entry (REJECTED(STORE_UNAVAILABLE)
+    naming the key), and the keeper withdraws it, a withdrawal that reads the key as
+    none: the entry leaves the server's queue, marked gone (naming the key: its joiners
+    end as it did), the withdrawal is sent
+    once (no failed call after it, a renewal per ``lease_ttl / 3``), and it names the
+    key in one ERROR record. Before, the entry was not withdrawn (its withdrawal failed
+    on the key), and stayed in the server's queue while its process lived."""
+    gates = {slot: trio.Event() for slot in "ab"}
+    prefix = store.key_prefix
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    async with replica(store) as (sup, recorder):
+        _, queued = await owners_and_one_queued(sup, recorder, gates)
+        (eid,) = await client.lrange(f"{prefix}q:a", 0, -1)
+        await client.set(f"{prefix}lease:a", "foreign")
+        rejected = await refused_for_foreign_data(queued, store, "lease:a: WRONGTYPE")
+        said = "slot store withdraw of slot 'a' read as none: foreign data in the slot store "
+        said += f"at {prefix}lease:a: WRONGTYPE"
+        await logged_at_once(caplog, said, store.lease_ttl)
+        assert await client.lrange(f"{prefix}q:a", 0, -1) == []
+        # (the marker names the key: a joiner of the entry ends as the entry did)
+        assert await client.get(f"{prefix}gone:{eid}") == f"store_unavailable: {rejected.reason}"
+        calls, failed = await script_calls(client)
+        await trio.sleep(store.lease_ttl)  # observing the calls over a lease_ttl
+        now_calls, now_failed = await script_calls(client)
+        assert now_failed == failed
+        assert now_calls - calls <= 5  # the renewals, 3 per lease_ttl
+        assert len([r for r in caplog.records if said in r.getMessage()]) == 1
+        assert not [r for r in caplog.records if "withdrawal of" in r.getMessage()]
+        assert not recorder.of(EventKind.CONTROLLER_STORE_UNAVAILABLE)
+        await client.delete([f"{prefix}lease:a"])
+        gates["a"].set()
+        gates["b"].set()
+
+
 async def script_calls(client: coredis.Redis[str]) -> tuple[int, int]:
     """The server's script calls so far, and how many of them failed."""
     stats = (await client.info("commandstats")).get("cmdstat_evalsha", {})
