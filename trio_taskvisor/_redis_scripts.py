@@ -206,7 +206,17 @@ naming it (``ERR foreign data in the slot store at <key>: ...``), which refuses 
 acquisition, or the renewal's waiter alone (``['foreign', pool, what]``). Before, every
 limit script that read the pool failed with a Lua error (``gen_of`` of no instance): a
 renewal, losing every unit of its process; a release, keeping the units of the pools
-after it. A waiter (``lg``) that is no request counts as one of a dead instance.
+after it. So are a pool's settings (``lp``'s ``spec``) that no script writes (none that
+``spec_text`` makes: ``rate 1 per x burst 1``, ``concurrency 0``, ``bogus``), named
+``lp:<pool>: settings that are no pool's``: checked where ``pool`` parses them (a rate
+whose interval is no finite number above 0, a capacity or a burst below 1), no call
+more; the common case of ``limit_acquire`` reads the settings it is sent only, and
+leaves any other to the full script. Before, a Lua error failed every script that read
+the pool (or, for a capacity of 0, it never had room). A waiter (``lg``) that is no
+request counts as one of a dead instance, and is read as none and named (``lg:<group>:
+a waiter that is no request``) wherever the scripts keep ``unowned``, the call's own
+group too: it holds no units, so no room depends on it (a settle drops it from its
+group); before, it was dropped without a word.
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
@@ -992,28 +1002,39 @@ local function capped(start, n, now, burst, interval)
   return start, n
 end
 
--- a rate spec's interval (ms) and burst (nothing for another spec)
+-- a rate spec's interval (ms) and burst (nothing for another spec, nor for one that
+-- spec_text does not write: its numbers are checked where they are parsed)
 local function rate_of(spec)
-  local rate, per, burst = string.match(spec, '^rate (%d+) per (%S+) burst (%d+)$')
+  local rate, per, burst = string.match(spec, '^rate ([1-9]%d*) per (%S+) burst ([1-9]%d*)$')
+  per = rate and tonumber(per)
+  if not per then return end
   -- (divided first: a per near the largest float times 1000 would be infinite)
-  if rate then return tonumber(per) / tonumber(rate) * 1000, tonumber(burst) end
+  local interval = per / tonumber(rate) * 1000
+  if interval > 0 and interval < math.huge then return interval, tonumber(burst) end
 end
 
 local pools = {}  -- pool id -> state, read once per script
 -- In limit_renew, a pool whose settings or holders key holds foreign data reads as one
 -- without settings (no room; nothing is written to it), the key named in unowned. So
 -- does one whose holders hold a field that is no request (no '/': foreign data of the
--- right type, which no script wrote), where the key is not the call's own (p.foreign
--- names it; at its own, the script fails naming it, as a key of another type does).
--- The dead holders met before such a field are removed, as always.
+-- right type, which no script wrote), or whose settings are none that a script writes
+-- (spec_text's: a Lua error on each read, before), where the key is not the call's own
+-- (p.foreign names it; at its own, the script fails naming it, as a key of another type
+-- does). The dead holders met before such a field are removed, as always.
 local function pool(pid)
   local p = pools[pid]
   if p then return p end
   local v = unowned_read('HMGET', 'lp:' .. pid, 'spec', 'tat', 'start', 'n') or {}
   p = {pid = pid, spec = v[1], start = -math.huge, n = 0, held = 0, touched = false}
   pools[pid] = p  -- (before read_foreign may fail: limit_renew's refusal reads it)
+  local cap = p.spec and string.match(p.spec, '^concurrency ([1-9]%d*)$')
+  if p.spec and not cap then p.interval, p.burst = rate_of(p.spec) end
+  if p.spec and not cap and not p.interval then
+    p.spec = false
+    p.foreign = 'lp:' .. pid .. ": settings that are no pool's"
+    read_foreign('lp:' .. pid, p.foreign)
+  end
   if p.spec then
-    local cap = string.match(p.spec, '^concurrency (%d+)$')
     local flat = cap and unowned_read('HGETALL', 'lh:' .. pid)
     if cap and not flat then
       p.spec = false
@@ -1035,14 +1056,11 @@ local function pool(pid)
         end
       end
     else
-      p.interval, p.burst = rate_of(p.spec)
-      if p.interval then
-        p.start, p.n = gcra_state(v[2], v[3], v[4], p.interval)
-        local start, n = capped(p.start, p.n, NOW, p.burst, p.interval)
-        if start ~= p.start or n ~= p.n then
-          p.start, p.n, p.touched = start, n, true  -- tidy sets its key's expiry
-          redis.call('HSET', P .. 'lp:' .. pid, gcra_fields(start, n, p.interval))
-        end
+      p.start, p.n = gcra_state(v[2], v[3], v[4], p.interval)
+      local start, n = capped(p.start, p.n, NOW, p.burst, p.interval)
+      if start ~= p.start or n ~= p.n then
+        p.start, p.n, p.touched = start, n, true  -- tidy sets its key's expiry
+        redis.call('HSET', P .. 'lp:' .. pid, gcra_fields(start, n, p.interval))
       end
     end
   end
@@ -1103,6 +1121,19 @@ end
 -- reads the groups parked on it, in their heads' order; a group found blocked by
 -- another pool is parked there instead, so each check moves a group on, and a release
 -- reads the groups the freed pool may unblock, not every group that includes it.
+
+-- The instance of w, a waiter of group gid; nil for one that names no request (no '/':
+-- foreign data of the right type, which no script wrote), named in unowned. It counts
+-- as a waiter of a dead instance, in every script and group, the call's own too (a
+-- settle that meets it drops it): it holds no units, so no room depends on it, as a
+-- pool's does on a holder's.
+local function waiter_instance(gid, w)
+  local i = instance_of(w)
+  if not i and unowned then
+    unowned[#unowned + 1] = 'lg:' .. gid .. ': a waiter that is no request'
+  end
+  return i
+end
 
 local group_memo = {}  -- group id -> its pool ids
 -- a pool set's group id (its pool ids sorted, as JSON) and its pool ids
@@ -1255,8 +1286,8 @@ local function settle(changed)
       rehead(best, spids)  -- the group's key expired (or holds foreign data): forget it
     else
       -- (a waiter whose key holds foreign data, in limit_renew: dropped, as a dead one)
-      local v = unowned_read('HMGET', 'lw:' .. head, 'pools', 'gen') or {}
-      local i = instance_of(head)
+      local i = waiter_instance(best, head)
+      local v = i and unowned_read('HMGET', 'lw:' .. head, 'pools', 'gen') or {}
       drop_waiter(head, spids)
       if v[1] and gen_of(i) == v[2] then
         grant(head, cjson.decode(v[1]), v[2])
@@ -1296,7 +1327,8 @@ local function live_waiters(pid, any)
   local n = 0
   for _, gid in ipairs(unowned_read('ZRANGE', 'lq:' .. pid, 0, -1) or {}) do
     for _, w in ipairs(unowned_read('ZRANGE', 'lg:' .. gid, 0, -1) or {}) do
-      if unowned_read('HGET', 'lw:' .. w, 'gen') == gen_of(instance_of(w)) then
+      local i = waiter_instance(gid, w)
+      if i and unowned_read('HGET', 'lw:' .. w, 'gen') == gen_of(i) then
         n = n + 1
         if any then return n end
       end
@@ -1736,10 +1768,13 @@ for k, pair in ipairs(waiters) do
   for j, pp in ipairs(pair[2]) do pids[j] = pp[1] end
   local refused = refusal(nil, pair[2], pids)
   if not refused then
-    -- its pools' holders are its own there: one that is no request fails the acquire
-    -- (pool), and refuses it (refusal), as in limit_acquire
+    -- its pools' holders and settings are its own there: a holder that is no request,
+    -- or settings no script wrote, fail the acquire (pool), and refuse it (refusal), as
+    -- in limit_acquire
     owned = {}
-    for _, pid in ipairs(pids) do owned['lh:' .. pid] = true end
+    for _, pid in ipairs(pids) do
+      owned['lh:' .. pid], owned['lp:' .. pid] = true, true
+    end
     local ok, r = pcall(acquire, me, w, pair[2])
     owned = nil
     if ok then items[k] = r else refused = refusal(w, pair[2], pids) or raise(r) end
@@ -2385,7 +2420,7 @@ def limit_release_unowned(raw: object) -> tuple[str, ...]:
     items = _items(raw)
     if items[0] != "ok":
         raise ValueError(f"unexpected script reply {raw!r}")
-    return tuple(map(_shown, items[1:]))
+    return tuple(dict.fromkeys(map(_shown, items[1:])))
 
 
 def limit_renew_args(

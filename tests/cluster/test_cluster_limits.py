@@ -287,15 +287,16 @@ async def test_an_acquisition_reads_another_process_key_of_foreign_data_as_none(
 async def test_a_release_the_server_answers_with_an_error_is_sent_again(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A task holds units of ``first`` and ``second``; settings of ``first`` that no
-    script wrote (a rate whose period is no number: the scripts fail on it, they do not
-    read it as foreign data) fail the release's script when it reads that pool, before
-    it gives back the unit of ``second``. The keeper logs the error at ERROR and sends
-    the release again with each renewal (every ``lease_ttl / 3``), logging its failures
-    again at DEBUG only: once the settings are back, the unit of ``second`` is given
-    back, and the keeper logs at INFO that the release worked. Before, a release
-    answered with an error was never sent again: the unit stayed held while the process
-    lived; then it was, logged at ERROR each time."""
+    """A task holds units of ``first`` and ``second``; a group parked on ``first`` whose
+    id is no JSON list of pools (data no script wrote, which the scripts do not check:
+    they fail on it) fails the release's script where it grants the waiters of
+    ``first``, after it gave the units back (a script keeps what it wrote). The keeper
+    logs the error at ERROR and sends the release again with each renewal (every
+    ``lease_ttl / 3``), logging its failures again at DEBUG only: once the group is
+    gone, the release works, and the keeper logs at INFO that it did. Before, a release
+    answered with an error was never sent again: what it had not done (there, units of
+    the pools after the one it failed at) stayed undone while the process lived; then
+    it was, logged at ERROR each time."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
     gate, started = trio.Event(), trio.Event()
@@ -309,8 +310,8 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         waiter = await sup.add(TaskSpec.once("t", body, limits=(first, second)))
         with trio.fail_after(2 * TTL):
             await started.wait()
-        settings = f"{store.key_prefix}lp:first"
-        await client.hset(settings, {"spec": "rate 1 per x burst 1"})
+        parked = f"{store.key_prefix}lk:first"
+        await client.zadd(parked, {"junk": 1})
         gate.set()
         with trio.fail_after(2 * TTL):
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
@@ -322,11 +323,9 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         assert " failed: " in error
         assert error.endswith("(sent again with each renewal until it works)")
         assert len(said(caplog, logging.DEBUG, "slot store limit release of ")) >= 2
-        assert await client.hlen(holders) == 1
-        await client.hset(settings, {"spec": "concurrency 2"})
+        assert await client.hlen(holders) == 0  # given back before the script failed
+        await client.zrem(parked, ["junk"])
         with trio.fail_after(2 * TTL):
-            while await client.hlen(holders):  # noqa: ASYNC110
-                await trio.sleep(0.01)
             while not said(caplog, logging.INFO, "slot store limit release of "):  # noqa: ASYNC110
                 await trio.sleep(0.01)
         assert (await sup.cluster_limit(second)).held == 0
@@ -336,27 +335,29 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
 async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it;
-    settings of ``solo`` that no script wrote (a rate whose period is no number: the
-    scripts fail on it, they do not read it as foreign data) fail ``a``'s limit renewal
-    as a whole (its waiter's settle reads the pool). No outage: the waiter waits, as
-    while the store is unavailable, and each renewal makes the call again; the keeper
-    logs the error at ERROR once, at DEBUG after. Once the settings are back, the next
-    renewal works (logged at INFO), and the waiter starts when ``b`` gives its unit
-    back. Before, the error was logged at ERROR
-    at every renewal (three times a second here), for as long as it lasted."""
+    """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it and
+    for ``open``, which has room; a group parked on ``open`` whose id is no JSON list of
+    pools (data no script wrote, which the scripts do not check: they fail on it) fails
+    ``a``'s limit renewal as a whole (its waiter's settle reads the groups parked on
+    ``open``, and none of the waiter's keys is foreign data that would refuse it alone).
+    No outage: the waiter waits, as while the store is unavailable, and each renewal
+    makes the call again; the keeper logs the error at ERROR once, at DEBUG after. Once
+    the group is gone, the next renewal works (logged at INFO), and the waiter starts
+    when ``b`` gives its unit back. Before, the error was logged at ERROR at every
+    renewal (three times a second here), for as long as it lasted."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     pool, gate, started = ConcurrencyLimit("solo", 1), trio.Event(), trio.Event()
+    limits = (pool, ConcurrencyLimit("open", 1))
 
     async with replica(store) as (a, recorder_a), replica(store) as (b, _):
         holder = await b.add(held_by(gate, "holder", pool, started))
         with trio.fail_after(2 * TTL):
             await started.wait()
-        waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=(pool,)))
+        waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=limits))
         with trio.fail_after(2 * TTL):
             await recorder_a.wait_for(EventKind.LIMIT_WAITING)
-        settings = f"{store.key_prefix}lp:solo"
-        await client.hset(settings, {"spec": "rate 1 per x burst 1"})
+        parked = f"{store.key_prefix}lk:open"
+        await client.zadd(parked, {"junk": 1})
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.ERROR):  # noqa: ASYNC110
                 await trio.sleep(0.01)
@@ -370,7 +371,7 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         assert len(said(caplog, logging.DEBUG, "slot store limit renewal failed again")) >= 2
         assert [info.state for info in a.list()] == [TaskState.WAITING]
         assert recorder_a.of(EventKind.CONTROLLER_STORE_UNAVAILABLE) == []
-        await client.hset(settings, {"spec": "concurrency 1"})
+        await client.zrem(parked, ["junk"])
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit renewal worked, after"):  # noqa: ASYNC110
                 await trio.sleep(0.01)

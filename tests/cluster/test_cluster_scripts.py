@@ -1220,6 +1220,143 @@ async def test_the_pool_query_refuses_a_holder_that_is_no_request(s: Scripts) ->
     assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
 
 
+NO_SETTINGS = "settings that are no pool's"
+# settings that spec_text never writes (each failed the scripts with a Lua error)
+JUNK_SPECS = [
+    "rate 1 per x burst 1",
+    "rate 0 per 1.0 burst 1",
+    "rate 1 per 1e-330 burst 1",
+    "rate 1 per nan burst 1",
+    "rate 1 per 1.0 burst 0",
+    "concurrency -1",
+    "concurrency 0",
+    "bogus",
+]
+
+
+async def junk_settings(s: Scripts, pid: str, spec: str) -> str:
+    """Settings of pool ``pid`` that no script wrote; what a reply names them as."""
+    await s.client.hset(f"{s.prefix}lp:{pid}", {"spec": spec})
+    return f"lp:{pid}: {NO_SETTINGS}"
+
+
+@pytest.mark.parametrize("spec", JUNK_SPECS)
+@pytest.mark.parametrize("script", ["limit_release", "limit_withdraw"])
+async def test_a_release_reads_settings_no_script_wrote_as_none(
+    s: Scripts, script: str, spec: str
+) -> None:
+    """A holds units of ``c1`` and ``c2`` when ``c1``'s settings become some that no
+    script writes: A's release, or withdrawal, reads ``c1`` as a pool without room (no
+    settings), gives back A's units in both pools, names the key, and leaves the
+    settings as they are. Before, the script failed with a Lua error on the settings
+    (or, for the ones that parse, read a pool that never has room), and the unit of
+    ``c2`` stayed held."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1", "c2")).kind == "granted"
+    what = await junk_settings(s, "c1", spec)
+    script_ = scripts.LIMIT_RELEASE if script == "limit_release" else scripts.LIMIT_WITHDRAW
+    raw = await s.call(script_, *scripts.limit_release_args(f"{A}/1", ["c1", "c2"]))
+    assert scripts.limit_release_unowned(raw) == (what,)
+    assert await s.client.hgetall(f"{s.prefix}lh:c1") == {}
+    assert await s.client.hgetall(f"{s.prefix}lh:c2") == {}
+    assert await s.client.hget(f"{s.prefix}lp:c1", "spec") == spec
+
+
+@pytest.mark.parametrize("spec", JUNK_SPECS)
+async def test_an_acquisition_and_the_query_refuse_settings_no_script_wrote_in_their_pool(
+    s: Scripts, spec: str
+) -> None:
+    """Settings that no script writes at the request's own pool fail its acquisition
+    naming the key (the keeper refuses the request with that error and withdraws it),
+    and ``cluster_limit`` of the pool, as foreign data at their own keys does; nothing
+    is written to the pool. Before, both failed with a Lua error that named no key, or
+    read a pool that never has room (``concurrency 0``: the request waited for ever)."""
+    what = await junk_settings(s, "c1", spec)
+    for script, args in (
+        (scripts.LIMIT_ACQUIRE, scripts.limit_acquire_args(B, f"{B}/1", [("c1", CONC1)])),
+        (scripts.CLUSTER_LIMIT, ("c1",)),
+    ):
+        with pytest.raises(coredis.exceptions.ResponseError) as error:
+            await s.call(script, *args)
+        assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
+    assert await s.client.hgetall(f"{s.prefix}lp:c1") == {"spec": spec}
+    assert await s.client.exists([f"{s.prefix}lh:c1", f"{s.prefix}lw:{B}/1"]) == 0
+
+
+@pytest.mark.parametrize("script", ["limit_acquire", "limit_renew"])
+async def test_a_settle_reads_settings_no_script_wrote_in_another_pool_as_none(
+    s: Scripts, script: str
+) -> None:
+    """C waits in pools ``s`` and ``zf``, B (younger) in ``s``, both held by A, whose units
+    then die; ``zf``'s settings become some that no script writes. B's acquisition, or
+    B's renewal, settles ``s`` and meets C's group: ``zf`` reads as a pool without room
+    (C waits on), B is granted, and the key is named. Before, the script failed with a
+    Lua error: B's block raised, or B's whole renewal failed."""
+    assert (await limit_acquire(s, A, f"{A}/1", "s", "zf")).kind == "granted"
+    assert (await limit_acquire(s, C, f"{C}/1", "s", "zf")).kind == "waiting"
+    if script == "limit_renew":
+        assert (await limit_acquire(s, B, f"{B}/1", "s")).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    what = await junk_settings(s, "zf", "rate 1 per x burst 1")
+    if script == "limit_acquire":
+        args = scripts.limit_acquire_args(B, f"{B}/1", [("s", CONC1)])
+        reply, unowned = scripts.reads_unowned(await s.call(scripts.LIMIT_ACQUIRE, *args))
+        assert scripts.parse_limit(reply).kind == "granted"
+    else:
+        renewed = await limit_renew(s, B, (f"{B}/1", ("s",)))
+        assert renewed.waiters[0].kind == "granted"
+        unowned = renewed.unowned
+    assert what in unowned
+    assert list(await s.client.hgetall(f"{s.prefix}lh:s")) == [f"{B}/1"]
+    assert await s.client.hget(f"{s.prefix}lp:zf", "spec") == "rate 1 per x burst 1"
+
+
+async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_settings_no_script_wrote(
+    s: Scripts,
+) -> None:
+    """B waits in ``c1`` and in ``c2``; ``c1``'s settings become some that no script
+    writes: B's renewal refuses that waiter only (``['foreign', 'c1', what]``), withdraws
+    it, and asks for the other. Before, the whole renewal failed with a Lua error, every
+    time: B's units of every pool lost."""
+    for w, pool in ((f"{A}/1", "c1"), (f"{A}/2", "c2")):
+        assert (await limit_acquire(s, A, w, pool)).kind == "granted"
+    for w, pool in ((f"{B}/1", "c1"), (f"{B}/2", "c2")):
+        assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
+    what = await junk_settings(s, "c1", "bogus")
+    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
+    refused, other = renewed.waiters
+    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
+    assert other.kind == "waiting"
+    assert what not in renewed.unowned
+    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert await s.client.hget(f"{s.prefix}lp:c1", "spec") == "bogus"
+
+
+@pytest.mark.parametrize("script", ["limit_release", "limit_renew"])
+async def test_a_waiter_that_is_no_request_is_read_as_none_and_named(
+    s: Scripts, script: str
+) -> None:
+    """A holds ``c1``, B waits for it; a waiter that names no request (no ``/``: data
+    no script wrote) heads B's group (``lg``). A's release, or B's renewal once A's
+    units died, settles ``c1`` and meets it: it counts as a waiter of a dead instance
+    (dropped from the group), B is granted, and the reply names the key. Before, it was
+    dropped without a word."""
+    group = '["c1"]'
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
+    await s.client.zadd(f"{s.prefix}lg:{group}", {"junk": 1})
+    what = f"lg:{group}: a waiter that is no request"
+    if script == "limit_release":
+        raw = await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(f"{A}/1", ["c1"]))
+        assert scripts.limit_release_unowned(raw) == (what,)
+    else:
+        await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+        renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)))
+        assert renewed.waiters[0].kind == "granted"
+        assert renewed.unowned == (what,)
+    assert list(await s.client.hgetall(f"{s.prefix}lh:c1")) == [f"{B}/1"]
+    assert await s.client.exists([f"{s.prefix}lg:{group}"]) == 0
+
+
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
 async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreign: str) -> None:
     """Foreign data where the longest lease in use is kept (``lttl``): the scripts read
