@@ -1163,21 +1163,26 @@ async def test_an_acquisition_refuses_a_holder_that_is_no_request_in_its_own_poo
     assert f"{B}/1" not in await s.client.hgetall(f"{s.prefix}lh:c1")
 
 
+@pytest.mark.parametrize("junk", ["holder", "settings"])
 @pytest.mark.parametrize("script", ["limit_acquire", "limit_renew"])
-async def test_a_settle_reads_a_holder_that_is_no_request_in_another_pool_as_none(
-    s: Scripts, script: str
+async def test_a_settle_reads_values_no_script_wrote_in_another_pool_as_none(
+    s: Scripts, script: str, junk: str
 ) -> None:
     """C waits in pools ``s`` and ``zf``, B (younger) in ``s``, both held by A, whose units
-    then die; ``zf``'s holders gain a field that names no request. B's acquisition, or
-    B's renewal, settles ``s`` and meets C's group: ``zf``'s holders read as none (no
-    room: C waits on), B is granted, and the key is named. Before, the script failed
-    with a Lua error: B's block raised, or B's whole renewal failed."""
+    then die; ``zf``'s holders gain a field that names no request, or its settings become
+    some that no script writes. B's acquisition, or B's renewal, settles ``s`` and meets
+    C's group: ``zf`` reads as a pool without room (C waits on), B is granted, and the
+    key is named. Before, the script failed with a Lua error: B's block raised, or B's
+    whole renewal failed."""
     assert (await limit_acquire(s, A, f"{A}/1", "s", "zf")).kind == "granted"
     assert (await limit_acquire(s, C, f"{C}/1", "s", "zf")).kind == "waiting"
     if script == "limit_renew":
         assert (await limit_acquire(s, B, f"{B}/1", "s")).kind == "waiting"
     await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
-    what = await add_junk_holder(s, "zf")
+    if junk == "holder":
+        what = await add_junk_holder(s, "zf")
+    else:
+        what = await junk_settings(s, "zf", "rate 1 per x burst 1")
     if script == "limit_acquire":
         args = scripts.limit_acquire_args(B, f"{B}/1", [("s", CONC1)])
         reply, unowned = scripts.reads_unowned(await s.call(scripts.LIMIT_ACQUIRE, *args))
@@ -1188,6 +1193,8 @@ async def test_a_settle_reads_a_holder_that_is_no_request_in_another_pool_as_non
         unowned = renewed.unowned
     assert what in unowned
     assert list(await s.client.hgetall(f"{s.prefix}lh:s")) == [f"{B}/1"]
+    if junk == "settings":
+        assert await s.client.hget(f"{s.prefix}lp:zf", "spec") == "rate 1 per x burst 1"
 
 
 async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_a_holder_that_is_no_request(
@@ -1280,34 +1287,6 @@ async def test_an_acquisition_and_the_query_refuse_settings_no_script_wrote_in_t
         assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
     assert await s.client.hgetall(f"{s.prefix}lp:c1") == {"spec": spec}
     assert await s.client.exists([f"{s.prefix}lh:c1", f"{s.prefix}lw:{B}/1"]) == 0
-
-
-@pytest.mark.parametrize("script", ["limit_acquire", "limit_renew"])
-async def test_a_settle_reads_settings_no_script_wrote_in_another_pool_as_none(
-    s: Scripts, script: str
-) -> None:
-    """C waits in pools ``s`` and ``zf``, B (younger) in ``s``, both held by A, whose units
-    then die; ``zf``'s settings become some that no script writes. B's acquisition, or
-    B's renewal, settles ``s`` and meets C's group: ``zf`` reads as a pool without room
-    (C waits on), B is granted, and the key is named. Before, the script failed with a
-    Lua error: B's block raised, or B's whole renewal failed."""
-    assert (await limit_acquire(s, A, f"{A}/1", "s", "zf")).kind == "granted"
-    assert (await limit_acquire(s, C, f"{C}/1", "s", "zf")).kind == "waiting"
-    if script == "limit_renew":
-        assert (await limit_acquire(s, B, f"{B}/1", "s")).kind == "waiting"
-    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
-    what = await junk_settings(s, "zf", "rate 1 per x burst 1")
-    if script == "limit_acquire":
-        args = scripts.limit_acquire_args(B, f"{B}/1", [("s", CONC1)])
-        reply, unowned = scripts.reads_unowned(await s.call(scripts.LIMIT_ACQUIRE, *args))
-        assert scripts.parse_limit(reply).kind == "granted"
-    else:
-        renewed = await limit_renew(s, B, (f"{B}/1", ("s",)))
-        assert renewed.waiters[0].kind == "granted"
-        unowned = renewed.unowned
-    assert what in unowned
-    assert list(await s.client.hgetall(f"{s.prefix}lh:s")) == [f"{B}/1"]
-    assert await s.client.hget(f"{s.prefix}lp:zf", "spec") == "rate 1 per x burst 1"
 
 
 async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_settings_no_script_wrote(
