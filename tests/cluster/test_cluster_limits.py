@@ -42,14 +42,15 @@ TTL = 1.0
 def held_by(
     gate: trio.Event, name: str, pool: object, started: trio.Event | None = None
 ) -> TaskSpec:
-    """``once`` work holding ``pool`` until ``gate`` is set (``started``: set on entry)."""
+    """``once`` work holding ``pool`` (a tuple: each of its pools) until ``gate`` is set
+    (``started``: set on entry)."""
 
     async def body() -> None:
         if started is not None:
             started.set()
         await gate.wait()
 
-    return TaskSpec.once(name, body, limits=(pool,))
+    return TaskSpec.once(name, body, limits=pool if isinstance(pool, tuple) else (pool,))
 
 
 @attrs.define
@@ -225,14 +226,9 @@ async def test_a_release_gives_back_every_unit_past_foreign_data_and_logs_it(
     the unit stayed held while the process lived."""
     first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
     gate, started = trio.Event(), trio.Event()
-
-    async def body() -> None:
-        started.set()
-        await gate.wait()
-
     key = f"{store.key_prefix}lp:first"
     async with replica(store) as (sup, _):
-        waiter = await sup.add(TaskSpec.once("t", body, limits=(first, second)))
+        waiter = await sup.add(held_by(gate, "t", (first, second), started))
         with trio.fail_after(2 * TTL):
             await started.wait()
         await client.delete([key])
@@ -300,14 +296,9 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
     gate, started = trio.Event(), trio.Event()
-
-    async def body() -> None:
-        started.set()
-        await gate.wait()
-
     holders = f"{store.key_prefix}lh:second"
     async with replica(store) as (sup, _):
-        waiter = await sup.add(TaskSpec.once("t", body, limits=(first, second)))
+        waiter = await sup.add(held_by(gate, "t", (first, second), started))
         with trio.fail_after(2 * TTL):
             await started.wait()
         parked = f"{store.key_prefix}lk:first"

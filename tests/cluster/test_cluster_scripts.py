@@ -992,17 +992,19 @@ async def test_limit_renew_gives_back_the_grant_of_a_refused_waiter(s: Scripts) 
     assert (await limit_acquire(s, C, f"{C}/1", "c2")).kind == "granted"
 
 
-@pytest.mark.parametrize(
-    ("key", "granted"),
-    [
-        ("lp:zf", B),
-        ("lh:zf", B),
-        ("lk:zf", C),
-        ("lq:zf", C),
-        ('lg:["s","zf"]', B),
-        (f"lw:{C}/1", B),
-    ],
-)
+# Keys of foreign data that a settle meets in another pool, group or waiter (C's, in
+# the two tests below), and whose waiter it grants then (their docstrings say why).
+SETTLE_MEETS = [
+    ("lp:zf", B),
+    ("lh:zf", B),
+    ("lk:zf", C),
+    ("lq:zf", C),
+    ('lg:["s","zf"]', B),
+    (f"lw:{C}/1", B),
+]
+
+
+@pytest.mark.parametrize(("key", "granted"), SETTLE_MEETS)
 async def test_limit_renew_reads_as_none_foreign_data_its_settle_meets(
     s: Scripts, key: str, granted: str
 ) -> None:
@@ -1076,18 +1078,7 @@ def test_a_limit_release_reply_names_what_it_read_as_none() -> None:
         scripts.limit_release_unowned(["no"])
 
 
-@pytest.mark.parametrize(
-    ("key", "granted"),
-    [
-        ("lp:zf", B),
-        ("lh:zf", B),
-        ("lk:zf", C),
-        ("lq:zf", C),
-        ('lg:["s","zf"]', B),
-        (f"lw:{C}/1", B),
-        (f"lu:{C}", B),
-    ],
-)
+@pytest.mark.parametrize(("key", "granted"), [*SETTLE_MEETS, (f"lu:{C}", B)])
 async def test_limit_acquire_reads_as_none_foreign_data_its_settle_meets(
     s: Scripts, key: str, granted: str
 ) -> None:
