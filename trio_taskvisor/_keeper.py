@@ -1323,6 +1323,8 @@ class LeaseKeeper:
             if isinstance(reply, Exception):
                 self._call_failed(part, reply)
                 continue
+            if self._failing and isinstance(part, _Owed):
+                self._worked(part)
             if isinstance(
                 part, _Submit | _Claim | _Release | _Withdraw | _LimitAcquire
             ) and scripts.read_unowned(reply):
@@ -1332,8 +1334,6 @@ class LeaseKeeper:
                     if not part.resolved:
                         self._submitted(part, scripts.parse_submit(reply), sent_at)
                 case _Release(_, eid, outcome):
-                    if self._failing:
-                        self._worked(part)
                     refused = scripts.release_refusal(reply)
                     if refused is not None:
                         why = self._foreign_at(refused)
@@ -1351,17 +1351,12 @@ class LeaseKeeper:
                     part.token = scripts.parse_stop_owner(reply)
                     part.done.set()
                 case _LimitRelease(w):
-                    if self._failing:
-                        self._worked(part)
                     for what in scripts.limit_release_unowned(reply):
                         why = self._foreign_at(what)
                         log(
                             logging.ERROR, "slot store limit release of %s read as none: %s", w, why
                         )
-                case _Withdraw() | _StoreOutcome():
-                    if self._failing:
-                        self._worked(part)
-                case _Bye() | _Wait():
+                case _Withdraw() | _StoreOutcome() | _Bye() | _Wait():
                     pass
                 case _LimitAcquire(request):
                     reply_ = scripts.parse_limit(reply)
