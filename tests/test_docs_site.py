@@ -6,10 +6,11 @@ small sources, and then build the real site (``mkdocs build --strict``, as CI do
 look at a few pages: a signature built from attrs fields, an included example, the
 diagrams (SVG images rendered by ``docs/render_diagrams.py``, and nothing loaded from
 another host). They need the ``docs`` extra and skip without it. The last ones open
-every page in a headless Chromium (``tests/chromium.py``, the network off) at desktop
-widths from 1020 to 1920 px and at phones' sizes and measure what a reader sees: no code
-block scrolls sideways on a desktop; on a phone long code lines scroll inside their
-block, by choice, and nothing else is wider than the screen.
+every page in a headless Chromium (``tests/chromium.py``, the network off) at window
+widths from 768 to 1920 px (tablets, small laptops, desktops) and at phones' sizes and
+measure what a reader sees: no code block scrolls sideways from 768 px up; on a phone
+long code lines scroll inside their block, by choice, and nothing else is wider than the
+screen.
 """
 
 from __future__ import annotations
@@ -453,13 +454,22 @@ _SCROLLING_CODE = """[...document.querySelectorAll('pre')].flatMap((pre) => {
 })"""
 
 
+# The widths a tablet's or a small laptop's window may have: tablets upright (768, 800,
+# 810, 820 and 834 px), each side of 850 px (below it code blocks run to the screen's
+# edges, as the theme lays them out on a phone) and of the theme's 960 px breakpoint
+# (the table of contents could have a column from there; it has one from 1020 px), and
+# windows between that and 1020 px.
+TABLET_WIDTHS = [768, 800, 810, 820, 834, 849, 850, 900, 959, 960, 980, 1000, 1015, 1019]
+
 # The widths a desktop or tablet reader's window may have: from 1020 px, where the table
-# of contents (its own column from 960 px) leaves room for 100 columns of code, past an
-# iPad's 1024, 1080 and 1194 px; every 5 px across the theme's 1220 px breakpoint (the
+# of contents gets its own column beside room for 100 columns of code, past an iPad's
+# 1024, 1080 and 1194 px; every 5 px across the theme's 1220 px breakpoint (the
 # navigation gets a column too, and the sidebars narrow until about 1340 px); then common
 # screens up to 1920 px.
 DESKTOP_WIDTHS = [1020, 1024, 1080, 1100, 1180, 1194, 1219, *range(1220, 1295, 5)]
 DESKTOP_WIDTHS += [1300, 1340, 1366, 1400, 1439, 1440, 1536, 1600, 1920]
+
+WIDTHS = TABLET_WIDTHS + DESKTOP_WIDTHS
 
 # The names in a sidebar that do not fit it: [the name, its width, the room it has].
 _CUT_NAMES = """[...document.querySelectorAll('.md-sidebar .md-nav__link .md-ellipsis')]
@@ -468,22 +478,20 @@ _CUT_NAMES = """[...document.querySelectorAll('.md-sidebar .md-nav__link .md-ell
 
 
 @pytest.fixture(scope="module")
-def desktop(site: Path, browser: Browser) -> dict[int, dict[str, list[Any]]]:
-    """Every page at each of ``DESKTOP_WIDTHS`` (800 px high): its code blocks that scroll
+def windows(site: Path, browser: Browser) -> dict[int, dict[str, list[Any]]]:
+    """Every page at each of ``WIDTHS`` (800 px high): its code blocks that scroll
     sideways and its sidebar names that do not fit, by width.
 
     Each page is opened once and the screen resized through the widths, as a reader
     resizes a window: the page lays out again for each (the same numbers as opening it
     anew, a page at a time, which takes four times as long).
     """
-    found: dict[int, dict[str, list[Any]]] = {
-        width: {"code": [], "names": []} for width in DESKTOP_WIDTHS
-    }
+    found: dict[int, dict[str, list[Any]]] = {width: {"code": [], "names": []} for width in WIDTHS}
     blocks = 0
     for name, url in _pages(site):
-        browser.open(url, DESKTOP_WIDTHS[0], 800)
+        browser.open(url, WIDTHS[0], 800)
         blocks += browser.evaluate("document.querySelectorAll('pre > code').length")
-        for width in DESKTOP_WIDTHS:
+        for width in WIDTHS:
             browser.resize(width, 800)
             assert browser.evaluate("window.innerWidth") == width
             found[width]["code"] += [(name, *b) for b in browser.evaluate(_SCROLLING_CODE)]
@@ -492,33 +500,34 @@ def desktop(site: Path, browser: Browser) -> dict[int, dict[str, list[Any]]]:
     return found
 
 
-def test_no_code_block_scrolls_sideways_on_a_desktop(
-    desktop: dict[int, dict[str, list[Any]]],
+def test_no_code_block_scrolls_sideways_from_768_px(
+    windows: dict[int, dict[str, list[Any]]],
 ) -> None:
-    """From 1020 to 1920 px wide every code block shows its lines whole.
+    """From 768 to 1920 px wide every code block shows its lines whole.
 
     The code here is written up to 100 columns (ruff's line-length), and the theme's
     column held about 80 of them: 90 blocks on 17 pages scrolled sideways at 1280 px,
     the text diagrams of the nursery tree cut at the right edge. ``docs/stylesheets/
     code-width.css`` makes room for 100; a longer line must be wrapped. With sidebars
     of a fixed width, lines of 96 to 100 columns still scrolled from 1220 px (where the
-    sidebars narrow) to 1275 px, and on an iPad's 1024 px 31 blocks did. Narrower, from
-    960 to 1015 px (beside the table of contents) and below 850 px, the longest lines
-    still scroll. The page is measured in the browser (with a classic scroll bar, 15 px,
-    as on Linux and Windows), in the system's monospace font, as a reader sees it.
+    sidebars narrow) to 1275 px, and on an iPad's 1024 px 31 blocks did; from 960 to
+    1015 px (beside the table of contents) up to 30 blocks did, and on a tablet upright
+    (768 to 834 px) up to 40. The page is measured in the browser (with a classic scroll
+    bar, 15 px, as on Linux and Windows), in the system's monospace font, as a reader
+    sees it.
     """
-    scrolling = {width: found["code"] for width, found in desktop.items() if found["code"]}
+    scrolling = {width: found["code"] for width, found in windows.items() if found["code"]}
     assert scrolling == {}
 
 
-def test_sidebar_names_are_not_cut(desktop: dict[int, dict[str, list[Any]]]) -> None:
+def test_sidebar_names_are_not_cut(windows: dict[int, dict[str, list[Any]]]) -> None:
     """Every name in the navigation and the table of contents shows whole, at each width.
 
     The reference's table of contents lists long names (``subscriber_shutdown_timeout``)
     that the theme cut with an ellipsis; they wrap instead, in sidebars that are 185 px
     wide at 1220 px.
     """
-    cut = {width: found["names"] for width, found in desktop.items() if found["names"]}
+    cut = {width: found["names"] for width, found in windows.items() if found["names"]}
     assert cut == {}
 
 
