@@ -217,6 +217,25 @@ request counts as one of a dead instance, and is read as none and named (``lg:<g
 a waiter that is no request``) wherever the scripts keep ``unowned``, the call's own
 group too: it holds no units, so no room depends on it (a settle drops it from its
 group); before, it was dropped without a word.
+A group parked on a pool (a member of ``lk``) whose id is no JSON list of pool ids (not
+JSON, not a list of strings, or empty: no script wrote it) is foreign data too, named
+``lk:<pool>: a group that is no list of pools``: read as none where the pool is not the
+call's own (a release's or a withdrawal's settle, another pool that a settle meets: the
+group is skipped and left as it is), and where it is (an acquisition of the pool, a
+renewal's waiter of it, whose settle meets it) the script fails naming it, which refuses
+the acquisition, or the renewal's waiter alone. Before, every script that met it failed
+with a Lua error (``cjson.decode``: a release after it gave back some units, a renewal
+as a whole), and one of ``[]`` or of a JSON object never ended: a settle took it for a
+group whose every pool has room, found no waiter in it, and met it again, the server
+busy with it (a script that has written cannot be killed) until it was restarted. A
+group waiting in a pool (``lq``) is never decoded: one that no script wrote counts as a
+group without waiters, and is left as it is. A waiter's ``pools`` field (``lw``) that is
+no JSON list of its group's pools is foreign data as well, named ``lw:<w>: pools that
+are not its group's``: met at the head of its group, the waiter counts as one whose key
+holds foreign data (dropped from its group, not granted), and where the waiter is the
+call's own (an acquisition sent again, a renewal's waiter) the script fails naming it,
+which refuses it. Before, a Lua error; for a list of other pools, units taken in pools
+whose room nobody checked (a Lua error in a pool without settings).
 
 Messages on ``P ch:<instance>`` are JSON arrays: ``["grant", slot, entry, token,
 expiry_ms]`` (the lease is the entry's; ``token`` a decimal string; ``expiry_ms`` the
@@ -308,8 +327,11 @@ end
 
 -- Foreign data of the right type at key (after P): what names it. Read as none where
 -- unowned_read reads a key of another type as none (named in unowned); elsewhere it
--- fails the script, naming the key (as an error of the server would).
+-- fails the script, naming the key (as an error of the server would). named keeps
+-- what, by key, for a caller that refuses what read it (limit_renew's waiters).
+local named = {}
 local function read_foreign(key, what)
+  named[key] = what
   if not unowned or (owned and owned[key]) then
     error({err = 'ERR foreign data in the slot store at ' .. P .. what})
   end
@@ -1019,20 +1041,19 @@ local pools = {}  -- pool id -> state, read once per script
 -- does one whose holders hold a field that is no request (no '/': foreign data of the
 -- right type, which no script wrote), or whose settings are none that a script writes
 -- (spec_text's: a Lua error on each read, before), where the key is not the call's own
--- (p.foreign names it; at its own, the script fails naming it, as a key of another type
--- does). The dead holders met before such a field are removed, as always.
+-- (read_foreign names it; at its own, the script fails naming it, as a key of another
+-- type does). The dead holders met before such a field are removed, as always.
 local function pool(pid)
   local p = pools[pid]
   if p then return p end
   local v = unowned_read('HMGET', 'lp:' .. pid, 'spec', 'tat', 'start', 'n') or {}
   p = {pid = pid, spec = v[1], start = -math.huge, n = 0, held = 0, touched = false}
-  pools[pid] = p  -- (before read_foreign may fail: limit_renew's refusal reads it)
+  pools[pid] = p  -- (before read_foreign may fail: read once, as a pool without room)
   local cap = p.spec and string.match(p.spec, '^concurrency ([1-9]%d*)$')
   if p.spec and not cap then p.interval, p.burst = rate_of(p.spec) end
   if p.spec and not cap and not p.interval then
     p.spec = false
-    p.foreign = 'lp:' .. pid .. ": settings that are no pool's"
-    read_foreign('lp:' .. pid, p.foreign)
+    read_foreign('lp:' .. pid, 'lp:' .. pid .. ": settings that are no pool's")
   end
   if p.spec then
     local flat = cap and unowned_read('HGETALL', 'lh:' .. pid)
@@ -1045,8 +1066,7 @@ local function pool(pid)
         local i = instance_of(flat[k])
         if not i then
           p.spec, p.cap, p.held = false, nil, 0
-          p.foreign = 'lh:' .. pid .. ': a holder that is no request'
-          read_foreign('lh:' .. pid, p.foreign)
+          read_foreign('lh:' .. pid, 'lh:' .. pid .. ': a holder that is no request')
           break
         end
         if gen_of(i) == flat[k + 1] then
@@ -1146,13 +1166,39 @@ local function group_of(pids)
   return gid, sorted
 end
 
-local function pools_of_group(gid)
+-- The pool ids of a JSON list of them (a group id, a waiter's pools field), or nil for
+-- a value that is none (no script wrote it: not JSON, not a list of strings, empty)
+local function pool_list(json)
+  local ok, v = pcall(cjson.decode, json)
+  if not ok or type(v) ~= 'table' or #v == 0 then return nil end
+  for k, pid in pairs(v) do
+    if type(k) ~= 'number' or type(pid) ~= 'string' then return nil end
+  end
+  return v
+end
+
+-- A group's pool ids; nil for a group id that is no list of pools (foreign data of the
+-- right type, which no script wrote: a Lua error, or a settle that never ended, before)
+-- met at key (after P), which read_foreign names (or fails on, at the call's own)
+local function pools_of_group(gid, key)
   local spids = group_memo[gid]
-  if not spids then
-    spids = cjson.decode(gid)
+  if spids == nil then
+    spids = pool_list(gid) or false
     group_memo[gid] = spids
   end
-  return spids
+  if spids then return spids end
+  read_foreign(key, key .. ': a group that is no list of pools')
+  return nil
+end
+
+-- w's pools (its pools field, JSON) when they are those of its group gid; else nil,
+-- named by read_foreign as its key's foreign data (or failing, at the call's own): a
+-- Lua error before, or units of pools the settle never checked
+local function waiter_pools(w, json, gid)
+  local pids = pool_list(json)
+  if pids and group_of(pids) == gid then return pids end
+  read_foreign('lw:' .. w, 'lw:' .. w .. ": pools that are not its group's")
+  return nil
 end
 
 -- score the group by its head in each pool's index and where it is parked, or take it
@@ -1251,10 +1297,12 @@ local function oldest_fitting(pid, before)
     for j = 1, #r, 2 do
       local seq = tonumber(r[j + 1])
       if before and seq >= before then return nil end
-      local q = blocker(pools_of_group(r[j]))
-      if not q then return r[j], seq end
+      local spids = pools_of_group(r[j], 'lk:' .. pid)
+      local q = spids and blocker(spids)
+      if spids and not q then return r[j], seq end
       if q == pid then return nil end  -- only a pool with room is read: never
-      if park(r[j], q, r[j + 1]) then redis.call('ZREM', kk, r[j]) else from = from + 1 end
+      -- (a group that is no list of pools, read as none: left as it is)
+      if q and park(r[j], q, r[j + 1]) then redis.call('ZREM', kk, r[j]) else from = from + 1 end
     end
   end
 end
@@ -1288,9 +1336,11 @@ local function settle(changed)
       -- (a waiter whose key holds foreign data, in limit_renew: dropped, as a dead one)
       local i = waiter_instance(best, head)
       local v = i and unowned_read('HMGET', 'lw:' .. head, 'pools', 'gen') or {}
+      -- (pools that are not its group's, as a key of foreign data: dropped, not granted)
+      local pids = v[1] and waiter_pools(head, v[1], best)
       drop_waiter(head, spids)
-      if v[1] and gen_of(i) == v[2] then
-        grant(head, cjson.decode(v[1]), v[2])
+      if pids and gen_of(i) == v[2] then
+        grant(head, pids, v[2])
         tell(i, {'limit', head, v[2]})
       end
     end
@@ -1745,14 +1795,15 @@ local function refusal(w, pairs_, pids)
       local r = redis.pcall('HGET', P .. 'lh:' .. pid, me)
       foreign[pid] = type(r) == 'table' and wrongtype('lh:' .. pid, r)
     end
-    local what = foreign[pid] or (pools[pid] and pools[pid].foreign)
-      or foreign_at('lp:' .. pid, 'HGET', 'spec')
+    local what = foreign[pid] or named['lh:' .. pid] or named['lp:' .. pid]
+      or named['lk:' .. pid] or foreign_at('lp:' .. pid, 'HGET', 'spec')
       or foreign_at('lq:' .. pid, 'ZCARD') or foreign_at('lk:' .. pid, 'ZCARD')
     if what then return {'foreign', pid, what} end
   end
   local what = foreign_at('lg:' .. group_of(pids), 'ZCARD')
   if w then
     what = what or foreign_at('lx:' .. w, 'GET') or foreign_at('lw:' .. w, 'HGET', 'gen')
+      or named['lw:' .. w]
   end
   if what then return {'foreign', pids[1], what} end
   return nil
@@ -1768,12 +1819,13 @@ for k, pair in ipairs(waiters) do
   for j, pp in ipairs(pair[2]) do pids[j] = pp[1] end
   local refused = refusal(nil, pair[2], pids)
   if not refused then
-    -- its pools' holders and settings are its own there: a holder that is no request,
-    -- or settings no script wrote, fail the acquire (pool), and refuse it (refusal), as
-    -- in limit_acquire
-    owned = {}
+    -- its pools' holders, settings and parked groups, and its own pools field, are its
+    -- own there: a holder that is no request, settings no script wrote, a parked group
+    -- that is no list of pools, or pools not its group's, fail the acquire (pool, settle),
+    -- and refuse it (refusal), as in limit_acquire
+    owned = {['lw:' .. w] = true}
     for _, pid in ipairs(pids) do
-      owned['lh:' .. pid], owned['lp:' .. pid] = true, true
+      owned['lh:' .. pid], owned['lp:' .. pid], owned['lk:' .. pid] = true, true, true
     end
     local ok, r = pcall(acquire, me, w, pair[2])
     owned = nil

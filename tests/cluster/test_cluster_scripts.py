@@ -1327,6 +1327,124 @@ async def test_a_waiter_that_is_no_request_is_read_as_none_and_named(
     assert await s.client.exists([f"{s.prefix}lg:{group}"]) == 0
 
 
+NO_GROUP = "a group that is no list of pools"
+
+
+@pytest.mark.parametrize("script", ["limit_release", "limit_withdraw"])
+async def test_a_release_reads_a_parked_group_that_is_no_list_of_pools_as_none(
+    s: Scripts, script: str
+) -> None:
+    """A holds ``c1`` and ``c2``, B waits for ``c1``; a group id that is no JSON list of
+    pools (data no script wrote) is parked on ``c1``, ahead of B's group. A's release, or
+    withdrawal, reads it as none where its settle meets it (left as it is), names the
+    key, and grants B. Before, the script failed with a Lua error (``cjson.decode`` of
+    the group id), after it gave back A's units: B was granted only by a later call."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1", "c2")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
+    await s.client.zadd(f"{s.prefix}lk:c1", {"junk": 1})
+    script_ = scripts.LIMIT_RELEASE if script == "limit_release" else scripts.LIMIT_WITHDRAW
+    raw = await s.call(script_, *scripts.limit_release_args(f"{A}/1", ["c1", "c2"]))
+    assert scripts.limit_release_unowned(raw) == (f"lk:c1: {NO_GROUP}",)
+    assert list(await s.client.hgetall(f"{s.prefix}lh:c1")) == [f"{B}/1"]
+    assert await s.client.hgetall(f"{s.prefix}lh:c2") == {}
+    assert "junk" in await s.client.zrange(f"{s.prefix}lk:c1", 0, -1)
+
+
+@pytest.mark.parametrize("junk", ["junk", "[]", '{"c1": 1}', '["c1", 2]', "7"])
+async def test_an_acquisition_refuses_a_group_that_is_no_list_of_pools_in_its_own_pool(
+    s: Scripts, junk: str
+) -> None:
+    """A held ``c1``, B waits for it; A's units die, and a group id that no script wrote
+    is parked on ``c1``. C's acquisition of ``c1`` settles it, meets that group (its own
+    pool's key) and fails naming the key, as foreign data at its own keys does (the
+    keeper refuses the request with that error and withdraws it). Before, it failed with
+    a Lua error that named no key (or, for some, read a list of no pools)."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
+    assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    await s.client.zadd(f"{s.prefix}lk:c1", {junk: 1})
+    with pytest.raises(coredis.exceptions.ResponseError) as error:
+        await limit_acquire(s, C, f"{C}/1", "c1")
+    assert f"foreign data in the slot store at {s.prefix}lk:c1: {NO_GROUP}" in str(error.value)
+
+
+async def test_limit_renew_refuses_only_a_waiter_whose_pool_parks_a_group_that_is_no_list(
+    s: Scripts,
+) -> None:
+    """B waits in ``c1`` and in ``c2``, both held by A, whose units then die; a group id
+    that is no JSON list of pools is parked on ``c1``. B's renewal refuses the waiter of
+    ``c1`` alone (``['foreign', 'c1', what]``, as for foreign data at its own keys),
+    withdraws it, and grants the other. Before, the whole renewal failed with a Lua
+    error, every time: B's units of every pool lost, its waiters never granted."""
+    for w, pool in ((f"{A}/1", "c1"), (f"{A}/2", "c2")):
+        assert (await limit_acquire(s, A, w, pool)).kind == "granted"
+    for w, pool in ((f"{B}/1", "c1"), (f"{B}/2", "c2")):
+        assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    await s.client.zadd(f"{s.prefix}lk:c1", {"junk": 1})
+    what = f"lk:c1: {NO_GROUP}"
+    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
+    refused, other = renewed.waiters
+    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
+    assert other.kind == "granted"
+    assert what not in renewed.unowned
+    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+
+
+NO_POOLS = "pools that are not its group's"
+
+
+@pytest.mark.parametrize("junk", ["junk", '["c2"]', "[]"])
+@pytest.mark.parametrize("script", ["limit_release", "limit_renew"])
+async def test_a_waiter_whose_pools_are_not_its_groups_is_read_as_none_and_named(
+    s: Scripts, script: str, junk: str
+) -> None:
+    """A holds ``c1``; C waits for it, and B after C. C's waiter's ``pools`` field (its
+    ``lw`` hash) becomes no JSON list, or one of other pools (data no script wrote). A's
+    release, or B's renewal once A's units died, settles ``c1`` and meets C at the head:
+    C's waiter counts as one whose key holds foreign data (dropped from its group, not
+    granted), B is granted, and the reply names the key. Before, the script failed with
+    a Lua error (``cjson.decode``), or granted C units of pools it never checked."""
+    assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
+    assert (await limit_acquire(s, C, f"{C}/1", "c1")).kind == "waiting"
+    assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
+    await s.client.hset(f"{s.prefix}lw:{C}/1", {"pools": junk})
+    what = f"lw:{C}/1: {NO_POOLS}"
+    if script == "limit_release":
+        raw = await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(f"{A}/1", ["c1"]))
+        assert scripts.limit_release_unowned(raw) == (what,)
+    else:
+        await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+        renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)))
+        assert renewed.waiters[0].kind == "granted"
+        assert renewed.unowned == (what,)
+    assert list(await s.client.hgetall(f"{s.prefix}lh:c1")) == [f"{B}/1"]
+    assert await s.client.hgetall(f"{s.prefix}lh:c2") == {}
+    assert await s.client.exists([f"{s.prefix}lw:{C}/1"]) == 0
+
+
+async def test_limit_renew_refuses_only_its_waiter_whose_pools_are_not_its_groups(
+    s: Scripts,
+) -> None:
+    """C waits in ``c1`` and in ``c2``, both held by A, whose units then die; the ``pools``
+    field of C's waiter of ``c1`` becomes no JSON list. C's renewal refuses that waiter
+    alone, naming its key (its own), and grants the other. Before, the whole renewal
+    failed with a Lua error, every time."""
+    for w, pool in ((f"{A}/1", "c1"), (f"{A}/2", "c2")):
+        assert (await limit_acquire(s, A, w, pool)).kind == "granted"
+    for w, pool in ((f"{C}/1", "c1"), (f"{C}/2", "c2")):
+        assert (await limit_acquire(s, C, w, pool)).kind == "waiting"
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    await s.client.hset(f"{s.prefix}lw:{C}/1", {"pools": "junk"})
+    what = f"lw:{C}/1: {NO_POOLS}"
+    renewed = await limit_renew(s, C, (f"{C}/1", ("c1",)), (f"{C}/2", ("c2",)))
+    refused, other = renewed.waiters
+    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
+    assert other.kind == "granted"
+    assert what not in renewed.unowned
+    assert await s.client.get(f"{s.prefix}lx:{C}/1") == "gone"
+
+
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
 async def test_a_longest_lease_no_script_wrote_counts_as_none(s: Scripts, foreign: str) -> None:
     """Foreign data where the longest lease in use is kept (``lttl``): the scripts read
