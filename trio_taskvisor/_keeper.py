@@ -36,8 +36,9 @@ Invariants:
   reads but no item of it owns (another process's heartbeat or a slot's watch key; in a
   limit renewal, keys of other pools, groups and processes that a settle meets) is read
   as none and logged at ERROR with the key, and so is such a key that a submit, a claim,
-  a release or a withdrawal reads (another process's heartbeat, a slot's watch key; a
-  heartbeat that is no lease TTL too: the grant lasts this process's ``lease_ttl``), and
+  a release, a withdrawal or a stored outcome reads (another process's heartbeat, a
+  slot's watch key, an entry's joiners key; a heartbeat that is no lease TTL too: the
+  grant lasts this process's ``lease_ttl``), and
   any that a limit release or withdrawal reads, or that a limit acquisition's settle
   meets in another pool, group or process; a limit waiter whose pool's or own key is
   foreign data is refused alone. A submit that may have reached the server without its
@@ -1326,7 +1327,7 @@ class LeaseKeeper:
             if self._failing and isinstance(part, _Owed):
                 self._worked(part)
             if isinstance(
-                part, _Submit | _Claim | _Release | _Withdraw | _LimitAcquire
+                part, _Submit | _Claim | _Release | _Withdraw | _StoreOutcome | _LimitAcquire
             ) and scripts.read_unowned(reply):
                 reply = self._read_as_none(part, reply)
             match part:  # the parts of most batches first (benchmark 10, the 3x50 callers)
@@ -1410,14 +1411,19 @@ class LeaseKeeper:
         return True
 
     def _read_as_none(
-        self, part: _Submit | _Claim | _Release | _Withdraw | _LimitAcquire, raw: object
+        self,
+        part: _Submit | _Claim | _Release | _Withdraw | _StoreOutcome | _LimitAcquire,
+        raw: object,
     ) -> object:
         """Log each key of foreign data that a script read as none (another process's
-        heartbeat, a slot's watch key; in an acquisition's settle, another pool's, group's
-        or process's key: no item of the call owns it); return the script's own reply."""
+        heartbeat, a slot's watch key, an entry's joiners key; in an acquisition's
+        settle, another pool's, group's or process's key: no item of the call owns it);
+        return the script's own reply."""
         reply, unowned = scripts.reads_unowned(raw)
         if isinstance(part, _LimitAcquire):
             asked = f"limit acquisition of {part.request.w}"
+        elif isinstance(part, _StoreOutcome):
+            asked = f"outcome of {part.eid}"
         else:
             asked = f"{type(part).__name__.lstrip('_').lower()} of slot {part.slot!r}"
         for what in unowned:

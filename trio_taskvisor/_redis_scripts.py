@@ -102,6 +102,14 @@ the same way): its entry cannot hold such a lease nor wait in such a queue, and 
 keeper withdraws an entry that its renewal refuses for such a key (its marker
 ``store_unavailable: <reason>``, naming the key, so that its joiners end as it did).
 Failing there, the withdrawal left the entry in the queue while its process lived.
+An entry's joiners key (``jn``) of foreign data is read as none, and named, by the calls
+of the entry itself that tell its joiners (``withdraw``, ``release`` with an outcome,
+``store_outcome``, a ``claim`` that refuses its entry, a REPLACE that supersedes the
+head): the key is its joiners' (their renewals and JOIN submits write it), and a joiner's
+renewal refuses its follow for that key, so there is nobody to tell. Before, each of
+those calls failed there: a withdrawal or a release after it gave the lease back, before
+its hand-over (the queue's head waited for a claim of its own), and the keeper sent the
+call again with each renewal for as long as its process lived.
 A heartbeat that is a string but no lease TTL in ms (foreign data of the right type:
 no ``WRONGTYPE``) says nothing, as ``1`` does: a grant to that process's entry lasts
 the caller's ``lease_ttl``, and the key is named as above. The process stays live (its
@@ -375,8 +383,11 @@ local function room(slot)
   redis.call('DEL', P .. 'watch:' .. slot)
 end
 
+-- Tell e's joiners that e is done. Its joiners key of foreign data (their renewals and
+-- JOIN submits write it, not e's calls) is read as none where unowned is set: nobody is
+-- told, and a joiner's renewal refuses its follow for that key (see the module docstring).
 local function done(e)
-  for _, i in ipairs(redis.call('SMEMBERS', P .. 'jn:' .. e)) do tell(i, {'done', e}) end
+  for _, i in ipairs(unowned_read('SMEMBERS', 'jn:' .. e) or {}) do tell(i, {'done', e}) end
 end
 
 -- The live entries of a slot's queue, in order, after removing the others.
@@ -624,7 +635,7 @@ _STORE_OUTCOME: Final = r"""
 -- store_outcome: keep e's outcome for the joiners of other processes.
 -- keys:    out:<e> jn:<e>
 -- args:    e, outcome (JSON)
--- replies: 'ok'
+-- replies: 'ok' (a joiners key of foreign data read as none: done)
 local e, outcome = ARGV[4], ARGV[5]
 redis.call('SET', P .. 'out:' .. e, outcome, 'PX', KEEP)
 done(e)
@@ -1880,9 +1891,10 @@ class Script:
     sha: str
 
 
-_READS_UNOWNED: Final = frozenset({"submit", "claim", "release", "withdraw"})
-"""The slot scripts that read another process's heartbeat and a slot's watch key of
-foreign data as none (``unowned``; ``withdraw`` its slot's lease and queue keys too):
+_READS_UNOWNED: Final = frozenset({"submit", "claim", "release", "withdraw", "store_outcome"})
+"""The slot scripts that read another process's heartbeat, a slot's watch key and an
+entry's joiners key of foreign data as none (``unowned``; ``withdraw`` its slot's lease
+and queue keys too; ``store_outcome`` the joiners key only):
 their reply is ``{'unowned', {what, ...}, reply}`` when they did (``reads_unowned``),
 else their own."""
 
@@ -2180,19 +2192,20 @@ def parse_claim(raw: object) -> Reply[ClaimKind]:
 
 
 def read_unowned(raw: object) -> bool:
-    """Whether a raw reply of ``submit``, ``claim``, ``release``, ``withdraw`` or
-    ``limit_acquire`` says it read keys of foreign data as none (``reads_unowned``
-    tells which)."""
+    """Whether a raw reply of ``submit``, ``claim``, ``release``, ``withdraw``,
+    ``store_outcome`` or ``limit_acquire`` says it read keys of foreign data as none
+    (``reads_unowned`` tells which)."""
     items = _json_list(raw)
     return items is not None and len(items) == 3 and items[0] == "unowned"
 
 
 def reads_unowned(raw: object) -> tuple[object, tuple[str, ...]]:
-    """A raw reply of ``submit``, ``claim``, ``release``, ``withdraw`` or
-    ``limit_acquire`` as its script's own, and what (a key after the prefix, and why),
-    once for each key of foreign data it read as none (another process's heartbeat, a
-    slot's watch key, a withdrawal's slot's lease or queue key; another pool's, group's
-    or process's key an acquisition's settle met)."""
+    """A raw reply of ``submit``, ``claim``, ``release``, ``withdraw``,
+    ``store_outcome`` or ``limit_acquire`` as its script's own, and what (a key after
+    the prefix, and why), once for each key of foreign data it read as none (another
+    process's heartbeat, a slot's watch key, an entry's joiners key, a withdrawal's
+    slot's lease or queue key; another pool's, group's or process's key an
+    acquisition's settle met)."""
     if not read_unowned(raw):
         return raw, ()
     _, what, reply = cast("list[object]", raw)

@@ -1024,32 +1024,74 @@ def records_of(caplog: pytest.LogCaptureFixture, level: int, said: str) -> list[
     return [r.getMessage() for r in caplog.records if r.levelno == level and said in r.getMessage()]
 
 
-@pytest.mark.parametrize("call", ["release", "withdraw", "store_outcome"])
+@pytest.mark.parametrize("call", ["release", "withdraw"])
+async def test_a_joiners_key_of_foreign_data_is_read_as_none_and_logged_once(
+    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture, call: str
+) -> None:
+    """A holds slot ``k`` and B's entry waits behind it; A's entry's joiners key holds
+    foreign data (a string). A's withdrawal, or A's release and the stored outcome it
+    asks for (the key exists), read it as none: B is granted the lease, the key is
+    logged at ERROR once, and the call is sent once. Before, the withdrawal, or the
+    stored outcome, failed on it, and the keeper sent it again with each renewal for
+    as long as the process lived (and the withdrawal's hand-over waited for B's claim)."""
+    caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
+    prefix, interval = store.key_prefix, store.lease_ttl / 3
+    name = (scripts.WITHDRAW if call == "withdraw" else scripts.STORE_OUTCOME).name
+    what = {
+        "withdraw": "slot store withdraw of slot 'k' read as none: ",
+        "release": f"slot store outcome of {A}/1 read as none: ",
+    }[call]
+    other = Scripts(client, with_ttl(store, 30.0))  # B's heartbeat lives 30 s
+    hook = Timed(store, A)
+    async with (
+        open_inboxes(store.url, store, B) as inbox,
+        open_keeper(store, A, client=hook) as a,
+    ):
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        await other.heartbeat(B)
+        assert (await other.submit("k", entry(B, 1)))[0] == "queued"
+        await client.set(f"{prefix}jn:{A}/1", "foreign")
+        if call == "withdraw":
+            a.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
+        else:
+            a.keeper.release("k", 1, DONE)
+        with trio.fail_after(2.0):
+            await inbox[B].wait_kind("grant", "k", entry(B, 1))
+            while not records_of(caplog, logging.ERROR, what):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        (error,) = records_of(caplog, logging.ERROR, "")
+        key = f"{prefix}jn:{A}/1"
+        assert error.startswith(what + f"foreign data in the slot store at {key}: WRONGTYPE")
+        await trio.sleep(2 * interval)  # two renewals: nothing sent again
+        assert len(hook.with_call(name)) == 1
+        assert len(records_of(caplog, logging.ERROR, "")) == 1
+
+
+@pytest.mark.parametrize("call", ["release", "withdraw"])
 async def test_an_obligation_the_server_answers_with_an_error_is_sent_with_each_renewal(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture, call: str
 ) -> None:
     """A holds slot ``k`` and B's entry waits behind it (B: a process of raw script
     calls, which never claims). A's release, or withdrawal, fails on foreign data at the
     slot's fence key after it gave the lease back, before its hand-over (the grant
-    fails); A's stored outcome, on foreign data at the entry's joiners key (after it
-    stored the outcome, before it told the joiners). The keeper logs the error at
-    ERROR once, and sends the call again with each renewal (every ``lease_ttl / 3``),
+    fails). (A stored outcome, which shares their path, has no error of its own left
+    to fail on: its joiners key of foreign data is read as none, above.) The keeper logs
+    the error at ERROR once, and sends the call again with each renewal (every
+    ``lease_ttl / 3``),
     never at once, failing again quietly (DEBUG); once the key is gone, the next
     renewal's call works (B is granted the lease), the keeper logs at INFO that it
     worked, and sends it no more. Before, the call was dropped at its error: B waited
     for a claim of its own, with the slot free."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     prefix, interval = store.key_prefix, store.lease_ttl / 3
-    name = {"release": scripts.RELEASE, "withdraw": scripts.WITHDRAW}.get(
-        call, scripts.STORE_OUTCOME
-    ).name
+    name = {"release": scripts.RELEASE, "withdraw": scripts.WITHDRAW}[call].name
     what = {
         "release": f"slot store release of {A}/1 in slot 'k'",
         "withdraw": f"slot store withdrawal of {A}/1 from slot 'k'",
-        "store_outcome": f"slot store outcome of {A}/1",
     }[call]
     other = Scripts(client, with_ttl(store, 30.0))  # B's heartbeat lives 30 s
-    key = f"{prefix}jn:{A}/1" if call == "store_outcome" else f"{prefix}fence:k"
+    key = f"{prefix}fence:k"
     hook = Timed(store, A)
     async with (
         open_inboxes(store.url, store, B) as inbox,
@@ -1060,10 +1102,7 @@ async def test_an_obligation_the_server_answers_with_an_error_is_sent_with_each_
         await other.heartbeat(B)
         assert (await other.submit("k", entry(B, 1)))[0] == "queued"
         await client.delete([key])
-        if call == "store_outcome":
-            await client.set(key, "foreign")  # EXISTS: the release asks for the outcome
-        else:
-            await client.hset(key, {"foreign": "1"})
+        await client.hset(key, {"foreign": "1"})
         if call == "withdraw":
             a.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
         else:
@@ -1083,12 +1122,8 @@ async def test_an_obligation_the_server_answers_with_an_error_is_sent_with_each_
         assert "WrongTypeError: Operation against a key holding the wrong kind" in error
         assert error.endswith("(sent again with each renewal until it works)")
         assert len(records_of(caplog, logging.DEBUG, f"{what} failed again")) >= 3
-        if call == "store_outcome":  # stored, the joiners not told
-            assert (await other.lease("k"))["entry"] == entry(B, 1)
-            assert await other.get(f"out:{A}/1") not in (None, "pending")
-        else:
-            assert (await other.lease("k"), await other.queue("k")) == ({}, [entry(B, 1)])
-            assert inbox[B].of("grant") == []
+        assert (await other.lease("k"), await other.queue("k")) == ({}, [entry(B, 1)])
+        assert inbox[B].of("grant") == []
         await client.delete([key])
         with trio.fail_after(2 * interval + 1.0):
             while not records_of(caplog, logging.INFO, what):  # noqa: ASYNC110

@@ -900,6 +900,34 @@ async def test_a_grouped_call_reads_as_none_what_its_script_does(s: Scripts) -> 
     assert second[0] == "owner"
 
 
+@pytest.mark.parametrize("script", ["withdraw", "release", "store_outcome"])
+async def test_a_joiners_key_of_foreign_data_is_read_as_none(s: Scripts, script: str) -> None:
+    """A holds slot ``k``, B's entry waits; A's entry's joiners key (``jn``, a set that
+    A's joiners write) holds a string. A's withdrawal, release with an outcome, or
+    stored outcome reads it as none (nobody to tell: a joiner's renewal refuses its
+    follow for that key), does the rest, and names the key (``['unowned', [what],
+    reply]``). Before, each failed on it: a withdrawal or a release after it gave the
+    lease back, before its hand-over (B waited for a claim of its own), and the keeper
+    sent it again with each renewal for as long as A's process lived."""
+    assert (await s.submit("k", entry(A, 1)))[0] == "owner"
+    assert (await s.submit("k", entry(B, 1)))[0] == "queued"
+    await s.client.set(f"{s.prefix}jn:{entry(A, 1)}", "foreign")
+    if script == "withdraw":
+        raw = await s.withdraw("k", entry(A, 1))
+    elif script == "release":
+        raw = await s.release("k", entry(A, 1), "{}")
+    else:
+        raw = await s.store_outcome(entry(A, 1), "{}")
+    reply, unowned = scripts.reads_unowned(raw)
+    assert unowned == (f"jn:{entry(A, 1)}: {WRONGTYPE}",)
+    assert reply == "ok"
+    if script == "store_outcome":
+        assert await s.get(f"out:{entry(A, 1)}") == "{}"
+    else:
+        assert (await s.lease("k"))["entry"] == entry(B, 1)
+    assert await s.get(f"jn:{entry(A, 1)}") == "foreign"
+
+
 @pytest.mark.parametrize("script", ["submit", "claim", "release"])
 async def test_a_heartbeat_that_is_no_lease_ttl_grants_for_the_callers(
     s: Scripts, script: str
