@@ -283,26 +283,28 @@ async def test_an_acquisition_reads_another_process_key_of_foreign_data_as_none(
 async def test_a_release_the_server_answers_with_an_error_is_sent_again(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A task holds units of ``first`` and ``second``; a group parked on ``first`` whose
-    id is no JSON list of pools (data no script wrote, which the scripts do not check:
-    they fail on it) fails the release's script where it grants the waiters of
-    ``first``, after it gave the units back (a script keeps what it wrote). The keeper
-    logs the error at ERROR and sends the release again with each renewal (every
-    ``lease_ttl / 3``), logging its failures again at DEBUG only: once the group is
-    gone, the release works, and the keeper logs at INFO that it did. Before, a release
-    answered with an error was never sent again: what it had not done (there, units of
-    the pools after the one it failed at) stayed undone while the process lived; then
-    it was, logged at ERROR each time."""
+    """A task holds units of ``first`` and ``second`` and starts in the rate pool
+    ``paced``; a GCRA state of ``paced`` that is no number (its ``tat`` ``nan``: data no
+    script wrote, which the scripts do not check: they fail on it, a ``PEXPIRE`` of
+    ``nan``) fails the release's script where it keeps ``paced``'s settings, after it
+    gave the units back (a script keeps what it wrote). The keeper logs the error at
+    ERROR and sends the release again with each renewal (every ``lease_ttl / 3``),
+    logging its failures again at DEBUG only: once the state is gone, the release works,
+    and the keeper logs at INFO that it did. Before, a release answered with an error
+    was never sent again: what it had not done (there, units of the pools after the one
+    it failed at) stayed undone while the process lived; then it was, logged at ERROR each time."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
+    paced = RateLimit("paced", 100)
     gate, started = trio.Event(), trio.Event()
     holders = f"{store.key_prefix}lh:second"
     async with replica(store) as (sup, _):
-        waiter = await sup.add(held_by(gate, "t", (first, second), started))
+        waiter = await sup.add(held_by(gate, "t", (first, second, paced), started))
         with trio.fail_after(2 * TTL):
             await started.wait()
-        parked = f"{store.key_prefix}lk:first"
-        await client.zadd(parked, {"junk": 1})
+        state = f"{store.key_prefix}lp:paced"
+        await client.hset(state, {"tat": "nan"})
+        await client.persist(state)  # (its expiry would end the error)
         gate.set()
         with trio.fail_after(2 * TTL):
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
@@ -315,7 +317,7 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         assert error.endswith("(sent again with each renewal until it works)")
         assert len(said(caplog, logging.DEBUG, "slot store limit release of ")) >= 2
         assert await client.hlen(holders) == 0  # given back before the script failed
-        await client.zrem(parked, ["junk"])
+        await client.hdel(state, ["tat"])
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit release of "):  # noqa: ASYNC110
                 await trio.sleep(0.01)
@@ -327,18 +329,19 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it and
-    for ``open``, which has room; a group parked on ``open`` whose id is no JSON list of
-    pools (data no script wrote, which the scripts do not check: they fail on it) fails
-    ``a``'s limit renewal as a whole (its waiter's settle reads the groups parked on
-    ``open``, and none of the waiter's keys is foreign data that would refuse it alone).
-    No outage: the waiter waits, as while the store is unavailable, and each renewal
-    makes the call again; the keeper logs the error at ERROR once, at DEBUG after. Once
-    the group is gone, the next renewal works (logged at INFO), and the waiter starts
+    for the rate pool ``open``, which has room; a GCRA state of ``open`` that is no
+    number (its ``tat`` ``nan``: data no script wrote, which the scripts do not check:
+    they fail on it, a ``PEXPIRE`` of ``nan``) fails ``a``'s limit renewal as a whole
+    (its waiter's settle reads ``open`` and keeps its settings, and none of the waiter's
+    keys is foreign data that would refuse it alone). No outage: the waiter waits, as
+    while the store is unavailable, and each renewal makes the call again; the keeper
+    logs the error at ERROR once, at DEBUG after. Once the state is gone, the next
+    renewal works (logged at INFO), and the waiter starts
     when ``b`` gives its unit back. Before, the error was logged at ERROR at every
     renewal (three times a second here), for as long as it lasted."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     pool, gate, started = ConcurrencyLimit("solo", 1), trio.Event(), trio.Event()
-    limits = (pool, ConcurrencyLimit("open", 1))
+    limits = (pool, RateLimit("open", 100))
 
     async with replica(store) as (a, recorder_a), replica(store) as (b, _):
         holder = await b.add(held_by(gate, "holder", pool, started))
@@ -347,8 +350,9 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=limits))
         with trio.fail_after(2 * TTL):
             await recorder_a.wait_for(EventKind.LIMIT_WAITING)
-        parked = f"{store.key_prefix}lk:open"
-        await client.zadd(parked, {"junk": 1})
+        state = f"{store.key_prefix}lp:open"
+        await client.hset(state, {"tat": "nan"})
+        await client.persist(state)  # (its expiry would end the error)
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.ERROR):  # noqa: ASYNC110
                 await trio.sleep(0.01)
@@ -362,7 +366,7 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         assert len(said(caplog, logging.DEBUG, "slot store limit renewal failed again")) >= 2
         assert [info.state for info in a.list()] == [TaskState.WAITING]
         assert recorder_a.of(EventKind.CONTROLLER_STORE_UNAVAILABLE) == []
-        await client.zrem(parked, ["junk"])
+        await client.hdel(state, ["tat"])
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit renewal worked, after"):  # noqa: ASYNC110
                 await trio.sleep(0.01)
