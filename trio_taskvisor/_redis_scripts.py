@@ -311,9 +311,9 @@ end
 -- renew and limit_renew set this to a list: they read foreign data at a key that no
 -- item of theirs owns (another process's heartbeat, a slot's watch key; another pool's,
 -- group's or process's keys that a settle meets) as none, naming the key here (their
--- reply says them). So do submit, claim, release and withdraw (another process's
--- heartbeat, a slot's watch key; withdraw, its slot's lease and queue keys too:
--- ``reads_unowned`` wraps their replies) and
+-- reply says them). So do submit, claim, release, withdraw and store_outcome (another
+-- process's heartbeat, a slot's watch key, an entry's joiners key; withdraw, its slot's
+-- lease and queue keys too: ``reads_unowned`` wraps their replies) and
 -- limit_release and limit_withdraw (any key); in the other scripts (nil) such a key
 -- fails the script.
 local unowned = nil
