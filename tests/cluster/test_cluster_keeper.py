@@ -20,7 +20,7 @@ import coredis
 import pytest
 import trio
 import trio.testing
-from cluster_helpers import Scripts, entry, open_inboxes, open_keeper
+from cluster_helpers import Inbox, Running, Scripts, entry, open_inboxes, open_keeper
 from conftest import RedisServer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -1024,6 +1024,33 @@ def records_of(caplog: pytest.LogCaptureFixture, level: int, said: str) -> list[
     return [r.getMessage() for r in caplog.records if r.levelno == level and said in r.getMessage()]
 
 
+@asynccontextmanager
+async def a_owns_b_waits(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> AsyncIterator[tuple[Running, dict[str, Inbox], Timed, Scripts]]:
+    """A (a keeper, its calls timed) owns slot ``k``, and B's entry waits behind it (B:
+    a process of raw script calls, which never claims; its heartbeat lives 30 s)."""
+    other = Scripts(client, with_ttl(store, 30.0))
+    hook = Timed(store, A)
+    async with (
+        open_inboxes(store.url, store, B) as inbox,
+        open_keeper(store, A, client=hook) as a,
+    ):
+        a.keeper.submit("k", 1, QUEUE, 10, False)
+        await a.reports.wait_for(Owner, task_id=1)
+        await other.heartbeat(B)
+        assert (await other.submit("k", entry(B, 1)))[0] == "queued"
+        yield a, inbox, hook, other
+
+
+def give_back(a: Running, call: str) -> None:
+    """A's entry leaves slot ``k``: by its ``release``, or its ``withdraw``."""
+    if call == "withdraw":
+        a.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
+    else:
+        a.keeper.release("k", 1, DONE)
+
+
 @pytest.mark.parametrize("call", ["release", "withdraw"])
 async def test_a_joiners_key_of_foreign_data_is_read_as_none_and_logged_once(
     store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture, call: str
@@ -1041,21 +1068,9 @@ async def test_a_joiners_key_of_foreign_data_is_read_as_none_and_logged_once(
         "withdraw": "slot store withdraw of slot 'k' read as none: ",
         "release": f"slot store outcome of {A}/1 read as none: ",
     }[call]
-    other = Scripts(client, with_ttl(store, 30.0))  # B's heartbeat lives 30 s
-    hook = Timed(store, A)
-    async with (
-        open_inboxes(store.url, store, B) as inbox,
-        open_keeper(store, A, client=hook) as a,
-    ):
-        a.keeper.submit("k", 1, QUEUE, 10, False)
-        await a.reports.wait_for(Owner, task_id=1)
-        await other.heartbeat(B)
-        assert (await other.submit("k", entry(B, 1)))[0] == "queued"
+    async with a_owns_b_waits(store, client) as (a, inbox, hook, _):
         await client.set(f"{prefix}jn:{A}/1", "foreign")
-        if call == "withdraw":
-            a.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
-        else:
-            a.keeper.release("k", 1, DONE)
+        give_back(a, call)
         with trio.fail_after(2.0):
             await inbox[B].wait_kind("grant", "k", entry(B, 1))
             while not records_of(caplog, logging.ERROR, what):  # noqa: ASYNC110
@@ -1090,23 +1105,11 @@ async def test_an_obligation_the_server_answers_with_an_error_is_sent_with_each_
         "release": f"slot store release of {A}/1 in slot 'k'",
         "withdraw": f"slot store withdrawal of {A}/1 from slot 'k'",
     }[call]
-    other = Scripts(client, with_ttl(store, 30.0))  # B's heartbeat lives 30 s
     key = f"{prefix}fence:k"
-    hook = Timed(store, A)
-    async with (
-        open_inboxes(store.url, store, B) as inbox,
-        open_keeper(store, A, client=hook) as a,
-    ):
-        a.keeper.submit("k", 1, QUEUE, 10, False)
-        await a.reports.wait_for(Owner, task_id=1)
-        await other.heartbeat(B)
-        assert (await other.submit("k", entry(B, 1)))[0] == "queued"
+    async with a_owns_b_waits(store, client) as (a, inbox, hook, other):
         await client.delete([key])
         await client.hset(key, {"foreign": "1"})
-        if call == "withdraw":
-            a.keeper.withdraw("k", 1, RejectionKind.REMOVED_FROM_QUEUE)
-        else:
-            a.keeper.release("k", 1, DONE)
+        give_back(a, call)
         with trio.fail_after(2.0):
             while not hook.with_call(name):  # noqa: ASYNC110
                 await trio.sleep(0.01)

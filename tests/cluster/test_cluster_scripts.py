@@ -1329,6 +1329,19 @@ async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_settings_no_scri
     assert await s.client.hget(f"{s.prefix}lp:c1", "spec") == "bogus"
 
 
+async def settled_by(s: Scripts, script: str) -> tuple[str, ...]:
+    """Settle ``c1``, which A holds and B waits for, by A's release (``limit_release``)
+    or by B's renewal once A's units died (``limit_renew``: B is granted); what the
+    reply names as read as none."""
+    if script == "limit_release":
+        raw = await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(f"{A}/1", ["c1"]))
+        return scripts.limit_release_unowned(raw)
+    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
+    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)))
+    assert renewed.waiters[0].kind == "granted"
+    return renewed.unowned
+
+
 @pytest.mark.parametrize("script", ["limit_release", "limit_renew"])
 async def test_a_waiter_that_is_no_request_is_read_as_none_and_named(
     s: Scripts, script: str
@@ -1342,15 +1355,7 @@ async def test_a_waiter_that_is_no_request_is_read_as_none_and_named(
     assert (await limit_acquire(s, A, f"{A}/1", "c1")).kind == "granted"
     assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
     await s.client.zadd(f"{s.prefix}lg:{group}", {"junk": 1})
-    what = f"lg:{group}: a waiter that is no request"
-    if script == "limit_release":
-        raw = await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(f"{A}/1", ["c1"]))
-        assert scripts.limit_release_unowned(raw) == (what,)
-    else:
-        await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
-        renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)))
-        assert renewed.waiters[0].kind == "granted"
-        assert renewed.unowned == (what,)
+    assert await settled_by(s, script) == (f"lg:{group}: a waiter that is no request",)
     assert list(await s.client.hgetall(f"{s.prefix}lh:c1")) == [f"{B}/1"]
     assert await s.client.exists([f"{s.prefix}lg:{group}"]) == 0
 
@@ -1437,15 +1442,7 @@ async def test_a_waiter_whose_pools_are_not_its_groups_is_read_as_none_and_named
     assert (await limit_acquire(s, C, f"{C}/1", "c1")).kind == "waiting"
     assert (await limit_acquire(s, B, f"{B}/1", "c1")).kind == "waiting"
     await s.client.hset(f"{s.prefix}lw:{C}/1", {"pools": junk})
-    what = f"lw:{C}/1: {NO_POOLS}"
-    if script == "limit_release":
-        raw = await s.call(scripts.LIMIT_RELEASE, *scripts.limit_release_args(f"{A}/1", ["c1"]))
-        assert scripts.limit_release_unowned(raw) == (what,)
-    else:
-        await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
-        renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)))
-        assert renewed.waiters[0].kind == "granted"
-        assert renewed.unowned == (what,)
+    assert await settled_by(s, script) == (f"lw:{C}/1: {NO_POOLS}",)
     assert list(await s.client.hgetall(f"{s.prefix}lh:c1")) == [f"{B}/1"]
     assert await s.client.hgetall(f"{s.prefix}lh:c2") == {}
     assert await s.client.exists([f"{s.prefix}lw:{C}/1"]) == 0
