@@ -1401,29 +1401,6 @@ async def test_an_acquisition_refuses_a_group_that_is_no_list_of_pools_in_its_ow
     assert f"foreign data in the slot store at {s.prefix}lk:c1: {NO_GROUP}" in str(error.value)
 
 
-async def test_limit_renew_refuses_only_a_waiter_whose_pool_parks_a_group_that_is_no_list(
-    s: Scripts,
-) -> None:
-    """B waits in ``c1`` and in ``c2``, both held by A, whose units then die; a group id
-    that is no JSON list of pools is parked on ``c1``. B's renewal refuses the waiter of
-    ``c1`` alone (``['foreign', 'c1', what]``, as for foreign data at its own keys),
-    withdraws it, and grants the other. Before, the whole renewal failed with a Lua
-    error, every time: B's units of every pool lost, its waiters never granted."""
-    for w, pool in ((f"{A}/1", "c1"), (f"{A}/2", "c2")):
-        assert (await limit_acquire(s, A, w, pool)).kind == "granted"
-    for w, pool in ((f"{B}/1", "c1"), (f"{B}/2", "c2")):
-        assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
-    await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
-    await s.client.zadd(f"{s.prefix}lk:c1", {"junk": 1})
-    what = f"lk:c1: {NO_GROUP}"
-    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
-    refused, other = renewed.waiters
-    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
-    assert other.kind == "granted"
-    assert what not in renewed.unowned
-    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
-
-
 NO_POOLS = "pools that are not its group's"
 
 
@@ -1448,26 +1425,33 @@ async def test_a_waiter_whose_pools_are_not_its_groups_is_read_as_none_and_named
     assert await s.client.exists([f"{s.prefix}lw:{C}/1"]) == 0
 
 
-async def test_limit_renew_refuses_only_its_waiter_whose_pools_are_not_its_groups(
-    s: Scripts,
+@pytest.mark.parametrize("junk", ["lk", "lw"])
+async def test_limit_renew_refuses_only_its_waiter_that_meets_foreign_data_of_its_own(
+    s: Scripts, junk: str
 ) -> None:
-    """C waits in ``c1`` and in ``c2``, both held by A, whose units then die; the ``pools``
-    field of C's waiter of ``c1`` becomes no JSON list. C's renewal refuses that waiter
-    alone, naming its key (its own), and grants the other. Before, the whole renewal
-    failed with a Lua error, every time."""
+    """B waits in ``c1`` and in ``c2``, both held by A, whose units then die; a group id
+    that is no JSON list of pools is parked on ``c1`` (``lk``), or the ``pools`` field of
+    B's waiter of ``c1`` becomes no JSON list (``lw``). B's renewal refuses the waiter of
+    ``c1`` alone (``['foreign', 'c1', what]``, as for foreign data at its own keys),
+    withdraws it, and grants the other. Before, the whole renewal failed with a Lua
+    error, every time: B's units of every pool lost, its waiters never granted."""
     for w, pool in ((f"{A}/1", "c1"), (f"{A}/2", "c2")):
         assert (await limit_acquire(s, A, w, pool)).kind == "granted"
-    for w, pool in ((f"{C}/1", "c1"), (f"{C}/2", "c2")):
-        assert (await limit_acquire(s, C, w, pool)).kind == "waiting"
+    for w, pool in ((f"{B}/1", "c1"), (f"{B}/2", "c2")):
+        assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
     await s.client.delete([f"{s.prefix}lu:{A}"])  # A's units are dead
-    await s.client.hset(f"{s.prefix}lw:{C}/1", {"pools": "junk"})
-    what = f"lw:{C}/1: {NO_POOLS}"
-    renewed = await limit_renew(s, C, (f"{C}/1", ("c1",)), (f"{C}/2", ("c2",)))
+    if junk == "lk":
+        await s.client.zadd(f"{s.prefix}lk:c1", {"junk": 1})
+        what = f"lk:c1: {NO_GROUP}"
+    else:
+        await s.client.hset(f"{s.prefix}lw:{B}/1", {"pools": "junk"})
+        what = f"lw:{B}/1: {NO_POOLS}"
+    renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
     refused, other = renewed.waiters
     assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
     assert other.kind == "granted"
     assert what not in renewed.unowned
-    assert await s.client.get(f"{s.prefix}lx:{C}/1") == "gone"
+    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
 
 
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
