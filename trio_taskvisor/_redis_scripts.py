@@ -1339,7 +1339,7 @@ local function settle(changed)
       end
     end
     if not best then return end
-    local spids = pools_of_group(best)
+    local spids = pools_of_group(best)  -- (a list of pools: oldest_fitting read it)
     local head = (unowned_read('ZRANGE', 'lg:' .. best, 0, 0) or {})[1]
     if not head then
       rehead(best, spids)  -- the group's key expired (or holds foreign data): forget it
