@@ -220,11 +220,17 @@ after it. So are a pool's settings (``lp``'s ``spec``) that no script writes (no
 whose interval is no finite number above 0, a capacity or a burst below 1), no call
 more; the common case of ``limit_acquire`` reads the settings it is sent only, and
 leaves any other to the full script. Before, a Lua error failed every script that read
-the pool (or, for a capacity of 0, it never had room). A waiter (``lg``) that is no
-request counts as one of a dead instance, and is read as none and named (``lg:<group>:
-a waiter that is no request``) wherever the scripts keep ``unowned``, the call's own
-group too: it holds no units, so no room depends on it (a settle drops it from its
-group); before, it was dropped without a word.
+the pool (or, for a capacity of 0, it never had room). So is a rate pool's GCRA ``tat``
+that is no finite number (``nan``, ``inf``, ``x``: no script writes one), named
+``lp:<pool>: a tat that is no finite number``; the common case of ``limit_acquire``
+leaves it to the full script. Before, ``nan`` failed every limit script that kept the
+pool's settings (a ``PEXPIRE`` of NaN: a renewal as a whole, a release after it gave
+back some units), and the others were taken for none or for a clock that stepped back,
+and written over. A waiter (``lg``) that is no request counts as one of a dead instance,
+and is read as none and named (``lg:<group>: a waiter that is no request``) wherever the
+scripts keep ``unowned``, the call's own group too: it holds no units, so no room
+depends on it (a settle drops it from its group); before, it was dropped without a
+word.
 A group parked on a pool (a member of ``lk``) whose id is no JSON list of pool ids (not
 JSON, not a list of strings, or empty: no script wrote it) is foreign data too, named
 ``lk:<pool>: a group that is no list of pools``: read as none where the pool is not the
@@ -1011,7 +1017,10 @@ end
 -- Its fields ``start`` and ``n`` count while ``tat`` is the one they make (this version
 -- writes all three); a ``tat`` alone, or one that no longer matches them (written by an
 -- earlier version, which reads and writes ``tat`` only), is read as start = tat, n = 0;
--- no ``tat``, as a pool never used.
+-- no ``tat``, as a pool never used. A ``tat`` that is no finite number (no script wrote
+-- it) is foreign data, read where ``pool`` reads the state.
+local function finite(x) return x ~= nil and x > -math.huge and x < math.huge end
+
 local function gcra_state(tat, start, n, interval)
   tat = tonumber(tat)
   if not tat then return -math.huge, 0 end
@@ -1051,7 +1060,8 @@ local pools = {}  -- pool id -> state, read once per script
 -- without settings (no room; nothing is written to it), the key named in unowned. So
 -- does one whose holders hold a field that is no request (no '/': foreign data of the
 -- right type, which no script wrote), or whose settings are none that a script writes
--- (spec_text's: a Lua error on each read, before), where the key is not the call's own
+-- (spec_text's: a Lua error on each read, before), or whose tat is no finite number (a
+-- PEXPIRE of NaN failed the script, before), where the key is not the call's own
 -- (read_foreign names it; at its own, the script fails naming it, as a key of another
 -- type does). The dead holders met before such a field are removed, as always.
 local function pool(pid)
@@ -1086,6 +1096,9 @@ local function pool(pid)
           redis.call('HDEL', hk, flat[k])
         end
       end
+    elseif v[2] and not finite(tonumber(v[2])) then
+      p.spec, p.interval = false, nil
+      read_foreign('lp:' .. pid, 'lp:' .. pid .. ': a tat that is no finite number')
     else
       p.start, p.n = gcra_state(v[2], v[3], v[4], p.interval)
       local start, n = capped(p.start, p.n, NOW, p.burst, p.interval)
@@ -1530,6 +1543,8 @@ do
         local interval = tonumber(per) / tonumber(rate) * 1000  -- as rate_of
         local start, n = -math.huge, 0  -- as gcra_state, room_in and take
         local tat = v[1] and tonumber(v[2])
+        -- (a tat that is no finite number: the full script's)
+        if v[2] and not (tat and tat > -math.huge and tat < math.huge) then plan = nil; break end
         if tat then
           start, n = tonumber(v[3]), tonumber(v[4])
           if not (start and n and start + n * interval == tat) then start, n = tat, 0 end

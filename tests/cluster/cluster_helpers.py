@@ -3,6 +3,7 @@ open supervisors with a slot store (``replica``) and the bodies their tests subm
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -339,6 +340,96 @@ async def tcp_server(
         )
         yield listeners[0].socket.getsockname()[1]
         nursery.cancel_scope.cancel(reason="the test server is no longer needed")
+
+
+Filter = Callable[[trio.SocketStream, bytes], bytes]
+
+
+def _passed(_: trio.SocketStream, data: bytes) -> bytes:
+    return data
+
+
+@asynccontextmanager
+async def tcp_proxy(
+    port: int, *, upstream: Filter = _passed, downstream: Filter = _passed
+) -> AsyncIterator[int]:
+    """A TCP proxy to the loopback server at ``port``; yield its own port. What a client
+    sends goes to the server as ``upstream(client, data)`` returns it, what the server
+    sends back to the client as ``downstream(client, data)`` does (``b""``: nothing)."""
+
+    async def pump(
+        source: trio.SocketStream, sink: trio.SocketStream, client: trio.SocketStream, how: Filter
+    ) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await source.receive_some(65536):
+                if passed := how(client, data):
+                    await sink.send_all(passed)
+
+    async def handle(client: trio.SocketStream) -> None:
+        server = await trio.open_tcp_stream("127.0.0.1", port)
+        async with client, server, trio.open_nursery() as nursery:
+            nursery.start_soon(pump, client, server, client, upstream)
+            await pump(server, client, client, downstream)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
+        )
+        yield listeners[0].socket.getsockname()[1]
+        nursery.cancel_scope.cancel(reason="the test proxy is no longer needed")
+
+
+def _command_at(buffer: bytes, at: int) -> tuple[list[bytes], int] | None:
+    """The RESP command (an array of bulk strings, as clients send them) at
+    ``buffer[at:]`` and where it ends; ``None`` while it is not all there."""
+    end = buffer.find(b"\r\n", at)
+    if end < 0:
+        return None
+    count, at, args = int(buffer[at + 1 : end]), end + 2, []
+    for _ in range(count):
+        end = buffer.find(b"\r\n", at)
+        if end < 0:
+            return None
+        size, start = int(buffer[at + 1 : end]), end + 2
+        if len(buffer) < start + size + 2:
+            return None
+        args.append(buffer[start : start + size])
+        at = start + size + 2
+    return args, at
+
+
+def _command(*args: bytes) -> bytes:
+    return b"".join([b"*%d\r\n" % len(args), *(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)])
+
+
+FAILED_BY_THE_PROXY = "the test proxy fails this script"
+
+
+@asynccontextmanager
+async def failing_proxy(port: int) -> AsyncIterator[tuple[int, set[str]]]:
+    """A TCP proxy to the loopback server at ``port``: yields its own port and a set of
+    script SHA1s, empty at first. An ``EVALSHA`` of a script in the set reaches the
+    server as a script that fails (``FAILED_BY_THE_PROXY``), as a server's error that is
+    no foreign data would (a command the user may no longer run, a server out of
+    memory); every other command passes as it is."""
+    failing: set[str] = set()
+    pending: dict[trio.SocketStream, bytes] = {}
+    error = _command(b"EVAL", f"return redis.error_reply('ERR {FAILED_BY_THE_PROXY}')".encode(), b"0")
+
+    def upstream(client: trio.SocketStream, data: bytes) -> bytes:
+        buffer, at, out = pending.pop(client, b"") + data, 0, []
+        while (command := _command_at(buffer, at)) is not None:
+            args, end = command
+            sha = args[1].decode().lower() if len(args) > 1 else ""
+            failed = args[0].upper() == b"EVALSHA" and sha in failing
+            out.append(error if failed else buffer[at:end])
+            at = end
+        pending[client] = buffer[at:]
+        return b"".join(out)
+
+    async with tcp_proxy(port, upstream=upstream) as proxied:
+        yield proxied, failing
 
 
 async def start_later(server: RedisServer, delay: float = 0.3) -> None:

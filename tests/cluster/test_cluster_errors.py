@@ -44,6 +44,7 @@ from cluster_helpers import (
     refused_start,
     replica,
     start_later,
+    tcp_proxy,
     tcp_server,
 )
 from redis_server import RedisServer, free_port, running_server
@@ -1055,30 +1056,19 @@ async def forgetful_proxy(port: int) -> AsyncIterator[tuple[int, Callable[[], No
     subscriptions: set[trio.SocketStream] = set()
     forgotten: set[trio.SocketStream] = set()
 
-    async def pump(source: trio.SocketStream, sink: trio.SocketStream, client: bool) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            while data := await source.receive_some(65536):
-                if client and b"SUBSCRIBE" in data:
-                    subscriptions.add(source)
-                if client or sink not in forgotten:
-                    await sink.send_all(data)
+    def upstream(client: trio.SocketStream, data: bytes) -> bytes:
+        if b"SUBSCRIBE" in data:
+            subscriptions.add(client)
+        return data
 
-    async def handle(client: trio.SocketStream) -> None:
-        server = await trio.open_tcp_stream("127.0.0.1", port)
-        async with client, server, trio.open_nursery() as nursery:
-            nursery.start_soon(pump, client, server, True)
-            await pump(server, client, False)
-            nursery.cancel_scope.cancel()
+    def downstream(client: trio.SocketStream, data: bytes) -> bytes:
+        return b"" if client in forgotten else data
 
     def forget() -> None:
         forgotten.update(subscriptions)
 
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
-        )
-        yield listeners[0].socket.getsockname()[1], forget
-        nursery.cancel_scope.cancel(reason="the test proxy is no longer needed")
+    async with tcp_proxy(port, upstream=upstream, downstream=downstream) as proxied:
+        yield proxied, forget
 
 
 async def test_a_subscription_that_dies_without_a_word_is_replaced(

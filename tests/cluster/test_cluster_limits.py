@@ -14,7 +14,7 @@ import attrs
 import coredis
 import pytest
 import trio
-from cluster_helpers import Scripts, config, replica
+from cluster_helpers import FAILED_BY_THE_PROXY, Scripts, config, failing_proxy, replica
 from conftest import RedisServer
 
 from trio_taskvisor import (
@@ -280,32 +280,38 @@ async def test_an_acquisition_reads_another_process_key_of_foreign_data_as_none(
     await client.delete([key])
 
 
+def failing_store(store: RedisSlotStore, port: int) -> RedisSlotStore:
+    """``store``, through the proxy at ``port``."""
+    url = f"redis://127.0.0.1:{port}/0"
+    return RedisSlotStore(url, namespace=store.namespace, lease_ttl=TTL, connect_timeout=2.0)
+
+
 async def test_a_release_the_server_answers_with_an_error_is_sent_again(
-    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+    store: RedisSlotStore,
+    redis_server: RedisServer,
+    client: coredis.Redis[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A task holds units of ``first`` and ``second`` and starts in the rate pool
-    ``paced``; a GCRA state of ``paced`` that is no number (its ``tat`` ``nan``: data no
-    script wrote, which the scripts do not check: they fail on it, a ``PEXPIRE`` of
-    ``nan``) fails the release's script where it keeps ``paced``'s settings, after it
-    gave the units back (a script keeps what it wrote). The keeper logs the error at
-    ERROR and sends the release again with each renewal (every ``lease_ttl / 3``),
-    logging its failures again at DEBUG only: once the state is gone, the release works,
-    and the keeper logs at INFO that it did. Before, a release answered with an error
-    was never sent again: what it had not done (there, units of the pools after the one
-    it failed at) stayed undone while the process lived; then it was, logged at ERROR each time."""
+    """A task holds units of ``first`` and ``second``; the server answers its release
+    with an error that is no foreign data (a proxy fails the script, as a command the
+    user may no longer run would). The keeper logs the error at ERROR and sends the
+    release again with each renewal (every ``lease_ttl / 3``), logging its failures again
+    at DEBUG only: once the server takes it, the release works, and the keeper logs at
+    INFO that it did. Before, a release answered with an error was never sent again: what
+    it had not done stayed undone while the process lived; then it was, logged at ERROR
+    each time."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     first, second = ConcurrencyLimit("first", 2), ConcurrencyLimit("second", 1)
-    # one start an hour: its state lasts past the test (a faster pool's expires once its
-    # tat has passed, and the test's nan would then make a key of no pool's settings)
-    paced = RateLimit("paced", 1, per=3600.0)
     gate, started = trio.Event(), trio.Event()
     holders = f"{store.key_prefix}lh:second"
-    async with replica(store) as (sup, _):
-        waiter = await sup.add(held_by(gate, "t", (first, second, paced), started))
+    async with (
+        failing_proxy(redis_server.port) as (port, failing),
+        replica(failing_store(store, port)) as (sup, _),
+    ):
+        waiter = await sup.add(held_by(gate, "t", (first, second), started))
         with trio.fail_after(2 * TTL):
             await started.wait()
-        state = f"{store.key_prefix}lp:paced"
-        await client.hset(state, {"tat": "nan"})
+        failing.add(scripts.LIMIT_RELEASE.sha)
         gate.set()
         with trio.fail_after(2 * TTL):
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
@@ -314,11 +320,11 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         await trio.sleep(TTL)  # three renewals sent it again
         (error,) = said(caplog, logging.ERROR)
         assert error.startswith("slot store limit release of ")
-        assert " failed: " in error
+        assert f" failed: ResponseError: {FAILED_BY_THE_PROXY}" in error
         assert error.endswith("(sent again with each renewal until it works)")
         assert len(said(caplog, logging.DEBUG, "slot store limit release of ")) >= 2
-        assert await client.hlen(holders) == 0  # given back before the script failed
-        await client.hdel(state, ["tat"])
+        assert await client.hlen(holders) == 1
+        failing.clear()
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit release of "):  # noqa: ASYNC110
                 await trio.sleep(0.01)
@@ -327,39 +333,39 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
 
 
 async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
-    store: RedisSlotStore, client: coredis.Redis[str], caplog: pytest.LogCaptureFixture
+    store: RedisSlotStore, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it and
-    for the rate pool ``open``, which has room; a GCRA state of ``open`` that is no
-    number (its ``tat`` ``nan``: data no script wrote, which the scripts do not check:
-    they fail on it, a ``PEXPIRE`` of ``nan``) fails ``a``'s limit renewal as a whole
-    (its waiter's settle reads ``open`` and keeps its settings, and none of the waiter's
-    keys is foreign data that would refuse it alone). No outage: the waiter waits, as
-    while the store is unavailable, and each renewal makes the call again; the keeper
-    logs the error at ERROR once, at DEBUG after. Once the state is gone, the next
-    renewal works (logged at INFO), and the waiter starts
-    when ``b`` gives its unit back. Before, the error was logged at ERROR at every
-    renewal (three times a second here), for as long as it lasted."""
+    """Replica ``b`` holds the one unit of ``solo``, and a task of ``a`` waits for it;
+    the server answers ``a``'s limit renewals with an error that is no foreign data (a
+    proxy fails the script, as a command the user may no longer run would). No outage:
+    the waiter waits, as while the store is unavailable, and each renewal makes the call
+    again; the keeper logs the error at ERROR once, at DEBUG after. Once the server takes
+    it, the next renewal works (logged at INFO), and the waiter starts when ``b`` gives
+    its unit back. Before, the error was logged at ERROR at every renewal (three times a
+    second here), for as long as it lasted."""
     caplog.set_level(logging.DEBUG, logger="trio_taskvisor")
     pool, gate, started = ConcurrencyLimit("solo", 1), trio.Event(), trio.Event()
-    limits = (pool, RateLimit("open", 100))
 
-    async with replica(store) as (a, recorder_a), replica(store) as (b, _):
+    async with (
+        failing_proxy(redis_server.port) as (port, failing),
+        replica(failing_store(store, port)) as (a, recorder_a),
+        replica(store) as (b, _),
+    ):
         holder = await b.add(held_by(gate, "holder", pool, started))
         with trio.fail_after(2 * TTL):
             await started.wait()
-        waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=limits))
+        waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=(pool,)))
         with trio.fail_after(2 * TTL):
             await recorder_a.wait_for(EventKind.LIMIT_WAITING)
-        state = f"{store.key_prefix}lp:open"
-        await client.hset(state, {"tat": "nan"})
-        await client.persist(state)  # (its expiry would end the error)
+        failing.add(scripts.LIMIT_RENEW.sha)
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.ERROR):  # noqa: ASYNC110
                 await trio.sleep(0.01)
         await trio.sleep(TTL)  # three renewals more
         (error,) = said(caplog, logging.ERROR)
-        assert error.startswith("slot store limit renewal failed: ")
+        assert error.startswith(
+            f"slot store limit renewal failed: ResponseError: {FAILED_BY_THE_PROXY}"
+        )
         assert error.endswith(
             "(made again with each renewal; meanwhile units are lost at their deadline "
             "and waiters wait, as while the store is unavailable)"
@@ -367,7 +373,7 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         assert len(said(caplog, logging.DEBUG, "slot store limit renewal failed again")) >= 2
         assert [info.state for info in a.list()] == [TaskState.WAITING]
         assert recorder_a.of(EventKind.CONTROLLER_STORE_UNAVAILABLE) == []
-        await client.hdel(state, ["tat"])
+        failing.clear()
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit renewal worked, after"):  # noqa: ASYNC110
                 await trio.sleep(0.01)

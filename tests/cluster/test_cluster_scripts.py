@@ -1329,6 +1329,87 @@ async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_settings_no_scri
     assert await s.client.hget(f"{s.prefix}lp:c1", "spec") == "bogus"
 
 
+NO_TAT = "a tat that is no finite number"
+RATE1 = "rate 1 per 3600.0 burst 1"  # one start an hour: its state outlives the test
+
+
+async def acquire_with_rate(s: Scripts, instance: str, w: str, pid: str) -> scripts.LimitReply:
+    """Ask for one start of the rate pool ``r`` (``RATE1``) and one unit of ``pid``."""
+    args = scripts.limit_acquire_args(instance, w, [("r", RATE1), (pid, CONC1)])
+    return scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args))
+
+
+async def junk_tat(s: Scripts, tat: str) -> str:
+    """A ``tat`` of the rate pool ``r`` that no script wrote; what a reply names it as."""
+    await s.client.hset(f"{s.prefix}lp:r", {"tat": tat})
+    return f"lp:r: {NO_TAT}"
+
+
+@pytest.mark.parametrize("tat", ["nan", "inf", "-inf", "x"])
+@pytest.mark.parametrize("script", ["limit_release", "limit_withdraw"])
+async def test_a_release_reads_a_tat_no_script_wrote_as_none(
+    s: Scripts, script: str, tat: str
+) -> None:
+    """A started in the rate pool ``r`` and holds a unit of ``c1`` when ``r``'s ``tat``
+    becomes no finite number: A's release, or withdrawal, reads ``r`` as a pool without
+    settings, gives back A's unit, names the key, and leaves the ``tat`` as it is.
+    Before, ``nan`` failed the script (a ``PEXPIRE`` of NaN, after the unit was given
+    back), and the others were read as none or as a clock step back, and written over
+    without a word."""
+    assert (await acquire_with_rate(s, A, f"{A}/1", "c1")).kind == "granted"
+    what = await junk_tat(s, tat)
+    script_ = scripts.LIMIT_RELEASE if script == "limit_release" else scripts.LIMIT_WITHDRAW
+    raw = await s.call(script_, *scripts.limit_release_args(f"{A}/1", ["r", "c1"]))
+    assert scripts.limit_release_unowned(raw) == (what,)
+    assert await s.client.hgetall(f"{s.prefix}lh:c1") == {}
+    assert await s.client.hget(f"{s.prefix}lp:r", "tat") == tat
+
+
+@pytest.mark.parametrize("tat", ["nan", "inf", "-inf", "x"])
+async def test_an_acquisition_and_the_query_refuse_a_tat_no_script_wrote_in_their_pool(
+    s: Scripts, tat: str
+) -> None:
+    """A ``tat`` of no finite number in the request's own rate pool fails its
+    acquisition naming the key, the common case's too (it leaves such a ``tat`` to the
+    full script), and ``cluster_limit`` of the pool; nothing is written to the pool.
+    Before, the acquisition was granted and wrote its own state over it, and the query
+    failed with a Lua error (``nan``) or read it as none."""
+    await s.client.hset(f"{s.prefix}lp:r", {"spec": RATE1})
+    what = await junk_tat(s, tat)
+    for script, args in (
+        (scripts.LIMIT_ACQUIRE, scripts.limit_acquire_args(B, f"{B}/1", [("r", RATE1)])),
+        (scripts.CLUSTER_LIMIT, ("r",)),
+    ):
+        with pytest.raises(coredis.exceptions.ResponseError) as error:
+            await s.call(script, *args)
+        assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
+    assert await s.client.hgetall(f"{s.prefix}lp:r") == {"spec": RATE1, "tat": tat}
+    assert await s.client.exists([f"{s.prefix}lw:{B}/1"]) == 0
+
+
+async def test_limit_renew_refuses_only_a_waiter_whose_rate_pool_has_a_tat_no_script_wrote(
+    s: Scripts,
+) -> None:
+    """A started in the rate pool ``r`` (no room for an hour) and holds ``c2``; B waits
+    for ``r`` and, apart, for ``c2``. ``r``'s ``tat`` becomes ``nan``: B's renewal refuses
+    its waiter of ``r`` alone (``['foreign', 'r', what]``) and withdraws it. Before, the
+    whole renewal failed (a ``PEXPIRE`` of NaN), every time: B's units of every pool
+    lost, its waiters never granted."""
+    assert (await acquire_with_rate(s, A, f"{A}/1", "c2")).kind == "granted"
+    for w, pools in ((f"{B}/1", [("r", RATE1)]), (f"{B}/2", [("c2", CONC1)])):
+        args = scripts.limit_acquire_args(B, w, pools)
+        assert scripts.parse_limit(await s.call(scripts.LIMIT_ACQUIRE, *args)).kind == "waiting"
+    what = await junk_tat(s, "nan")
+    args = scripts.limit_renew_args(B, [(f"{B}/1", [("r", RATE1)]), (f"{B}/2", [("c2", CONC1)])])
+    renewed = scripts.parse_limit_renew(await s.call(scripts.LIMIT_RENEW, *args))
+    refused, other = renewed.waiters
+    assert (refused.kind, refused.pool, refused.what) == ("foreign", "r", what)
+    assert other.kind == "waiting"
+    assert what not in renewed.unowned
+    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert await s.client.hget(f"{s.prefix}lp:r", "tat") == "nan"
+
+
 async def settled_by(s: Scripts, script: str) -> tuple[str, ...]:
     """Settle ``c1``, which A holds and B waits for, by A's release (``limit_release``)
     or by B's renewal once A's units died (``limit_renew``: B is granted); what the
