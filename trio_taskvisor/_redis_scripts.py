@@ -287,10 +287,11 @@ next renewal, and a message of it was no JSON (ignored).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, Generic, Literal, TypeAlias, TypeVar, cast
 
 import attrs
@@ -695,7 +696,10 @@ _RENEW: Final = r"""
 -- args:    me, JSON [[slot, e, ...] leases, [slot, e, ...] queued, [slot, e, ...] followed]
 -- replies: JSON [leases, entries, follows(, unowned)], one item per pair sent, in order
 --          (unowned, only when not empty: what, for each key of foreign data read as
---          none, below):
+--          none, below); leases and entries sparse, as [count, [[k, item], ...]]: the
+--          k-th (from 1) is item, every other one the part's common item ('' for a
+--          lease, ['queued', 0] for an entry: encoding thousands of them cost the
+--          server more than the rest of its renewal did):
 --          lease:    stop requester ('' for none) | null (refused: lost) |
 --                    ['foreign', what] (refused: a slot key of another type)
 --          entry:    ['owner', token] | ['gone', reason] | ['queued', 0|1] |
@@ -746,17 +750,18 @@ local function gone_of(e)
   return r
 end
 
-local leases, flat = {}, parts[1]
+local leases, flat = {}, parts[1]  -- (sparse: the leases renewed without a stop left out)
 for k = 1, #flat, 2 do
   local slot, e = flat[k], flat[k + 1]
   local holder, _, stop, foreign = lease_here(slot)
   if holder == e then
     redis.call('PEXPIRE', P .. 'lease:' .. slot, TTL)
-    leases[#leases + 1] = stop or ''
+    if stop then leases[#leases + 1] = {(k + 1) / 2, stop} end
   else
-    leases[#leases + 1] = foreign or cjson.null
+    leases[#leases + 1] = {(k + 1) / 2, foreign or cjson.null}
   end
 end
+leases = {#flat / 2, leases}
 
 local queues = {}  -- slot -> {q = live entries, at = entry -> position} | {foreign = item}
 local function queue_of(slot)
@@ -777,7 +782,7 @@ local function queue_of(slot)
   return m
 end
 
-local QUEUED_BEHIND, entries = {'queued', 0}, {}
+local QUEUED_BEHIND, entries = {'queued', 0}, {}  -- (sparse: ['queued', 0] left out)
 flat = parts[2]
 for k = 1, #flat, 2 do
   local slot, e = flat[k], flat[k + 1]
@@ -824,8 +829,9 @@ for k = 1, #flat, 2 do
       item = {'resubmitted', (not holder and m.q[1] == e) and 1 or 0}
     end
   end
-  entries[#entries + 1] = item
+  if item[1] ~= 'queued' or item[2] ~= 0 then entries[#entries + 1] = {(k + 1) / 2, item} end
 end
+entries = {#flat / 2, entries}
 
 -- what e's own renewal finds of it (e's process is alive): {'live'}, or the item of
 -- foreign data at its slot's keys that refuses it there, or {'lost'}
@@ -2096,7 +2102,7 @@ def renew_args(
     """Each part is ``(slot, entry)`` pairs: held leases, queued entries, followed entries;
     sent as one JSON argument (thousands of separate arguments cost the client more
     than the script)."""
-    parts = [[text for pair in part for text in pair] for part in (leases, entries, follows)]
+    parts = [list(itertools.chain.from_iterable(part)) for part in (leases, entries, follows)]
     return (instance, json.dumps(parts, separators=(",", ":")))
 
 
@@ -2343,21 +2349,52 @@ def _json_reply(raw: object) -> object:
         raise ValueError(f"unexpected script reply {raw!r}") from None
 
 
+_T = TypeVar("_T")
+
+
+def _sparse(part: object, common: _T, parse: Callable[[object], _T]) -> list[_T]:
+    """A sparse part of a ``renew`` reply, ``[count, [[k, item], ...]]`` (an empty list
+    encoded as ``{}``): ``count`` items, ``common`` but ``parse(item)`` at each ``k``
+    (from 1). Thousands of items cost the script's encoding and this parse about a
+    microsecond each: a renewal names the few that are not ``common`` only."""
+    match _json_list(part):
+        case [int(count), changed] if count >= 0:
+            items = [common] * count
+            for pair in _items(changed or [], 0):
+                match _json_list(pair):
+                    case [int(k), item] if 0 < k <= count:
+                        items[k - 1] = parse(item)
+                    case _:
+                        raise ValueError(f"unexpected script reply {part!r}")
+            return items
+        case _:
+            raise ValueError(f"unexpected script reply {part!r}")
+
+
+def _unparsed(item: object) -> object:
+    return item
+
+
 def renew_items(raw: object) -> list[list[object]]:
     """The three parts of a raw ``renew`` reply (the script answers in JSON, where an
-    empty part is ``{}``), unparsed; without the keys it read as none."""
-    return [_items(part or [], 0) for part in _items(_json_reply(raw), 3)[:3]]
+    empty part is ``{}``), unparsed, one item per pair sent; without the keys it read as
+    none."""
+    leases, entries, follows = _items(_json_reply(raw), 3)[:3]
+    return [
+        _sparse(leases, "", _unparsed),
+        _sparse(entries, ["queued", 0], _unparsed),
+        _items(follows or [], 0),
+    ]
 
 
 def parse_renew(raw: object) -> RenewReply:
     """Parse a raw ``renew`` reply."""
     parts = _items(_json_reply(raw), 3)
-    leases, entries, follows = (_items(part or [], 0) for part in parts[:3])
     unowned = tuple(map(str, _items(parts[3] or [], 0))) if len(parts) > 3 else ()
     return RenewReply(
-        tuple(map(_parse_lease, leases)),
-        tuple(map(_parse_queued, entries)),
-        tuple(map(_parse_follow, follows)),
+        tuple(_sparse(parts[0], "", _parse_lease)),
+        tuple(_sparse(parts[1], _WAITING["queued", 0], _parse_queued)),
+        tuple(map(_parse_follow, _items(parts[2] or [], 0))),
         unowned,
     )
 

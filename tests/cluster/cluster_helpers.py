@@ -415,7 +415,8 @@ async def failing_proxy(port: int) -> AsyncIterator[tuple[int, set[str]]]:
     memory); every other command passes as it is."""
     failing: set[str] = set()
     pending: dict[trio.SocketStream, bytes] = {}
-    error = _command(b"EVAL", f"return redis.error_reply('ERR {FAILED_BY_THE_PROXY}')".encode(), b"0")
+    script = f"return redis.error_reply('ERR {FAILED_BY_THE_PROXY}')"
+    error = _command(b"EVAL", script.encode(), b"0")
 
     def upstream(client: trio.SocketStream, data: bytes) -> bytes:
         buffer, at, out = pending.pop(client, b"") + data, 0, []

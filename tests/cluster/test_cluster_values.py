@@ -1039,10 +1039,12 @@ def test_renew_args_are_one_json_argument() -> None:
 
 
 def test_renew_reply_parses_every_item_kind() -> None:
+    """Leases and entries come sparse: their count, and the items that are not the
+    common one ('' for a lease, ``['queued', 0]`` for an entry) by place, from 1."""
     raw = json.dumps(
         [
-            ["", "k:1:0000000b", None],
-            [["owner", "17"], ["gone", "superseded"], ["queued", 0], ["resubmitted", 1]],
+            [4, [[2, "k:1:0000000b"], [3, None], [4, ""]]],
+            [5, [[1, ["owner", "17"]], [2, ["gone", "superseded"]], [4, ["resubmitted", 1]]]],
             [
                 ["out", "{}"],
                 ["gone", "queue_timeout"],
@@ -1054,13 +1056,18 @@ def test_renew_reply_parses_every_item_kind() -> None:
         ]
     )
     parsed = scripts.parse_renew(raw)
-    assert parsed.leases == ("", "k:1:0000000b", None)
+    assert parsed.leases == ("", "k:1:0000000b", None, "")
     assert parsed.entries == (
         Reply("owner", token=17),
         Reply("gone", detail="superseded"),
         Reply("queued"),
         Reply("resubmitted", claimable=True),
+        Reply("queued"),
     )
+    assert scripts.renew_items(raw)[:2] == [
+        ["", "k:1:0000000b", None, ""],
+        [["owner", "17"], ["gone", "superseded"], ["queued", 0], ["resubmitted", 1], ["queued", 0]],
+    ]
     assert parsed.follows == (
         Reply("out", detail="{}"),
         Reply("gone", detail="queue_timeout"),
@@ -1070,9 +1077,10 @@ def test_renew_reply_parses_every_item_kind() -> None:
         Reply("foreign_lease", detail="lease:s: WRONGTYPE x"),
     )
     # the script's empty tables are JSON objects
-    assert scripts.parse_renew("[{},{},{}]") == scripts.RenewReply((), (), ())
+    queued = (Reply("queued"),) * 2
+    assert scripts.parse_renew("[[0,{}],[2,{}],{}]") == scripts.RenewReply((), queued, ())
     # the keys of foreign data no item owns, read as none: a fourth part when any
-    raw = '[{},{},{},["hb:x: WRONGTYPE x","watch:s: WRONGTYPE x"]]'
+    raw = '[[0,{}],[0,{}],{},["hb:x: WRONGTYPE x","watch:s: WRONGTYPE x"]]'
     assert scripts.parse_renew(raw).unowned == ("hb:x: WRONGTYPE x", "watch:s: WRONGTYPE x")
     assert scripts.renew_items(raw) == [[], [], []]
 
@@ -1137,7 +1145,7 @@ def test_strings_not_utf8_in_submit_claim_and_limit_replies_are_shown_escaped() 
 def test_renew_reply_with_bytes_not_utf8_keeps_them_as_surrogate_escapes() -> None:
     """A string another client wrote with bytes that are not UTF-8 (the client leaves
     such a reply as bytes): read, its bytes as surrogate escapes."""
-    parsed = scripts.parse_renew(b'[["\xff\xfe"],[],[["out","\xff"]]]')
+    parsed = scripts.parse_renew(b'[[1,[[1,"\xff\xfe"]]],[0,[]],[["out","\xff"]]]')
     assert parsed.leases == ("\udcff\udcfe",)
     assert parsed.follows == (Reply("out", detail="\udcff"),)
     limits = scripts.parse_limit_renew(b'["g\xff", []]')
@@ -1170,16 +1178,27 @@ def test_limit_renew_reply_parses_foreign_data_and_the_shorter_shape() -> None:
     [
         ["x"],  # not text
         "not json",
-        "[[], []]",
-        '[{"a": 1}, [], []]',
-        "[[1], [], []]",
-        '[[], [["queued", 2]], []]',
-        '[[], [["owner", 17]], []]',
-        '[[], [[["queued"], 0]], []]',
-        '[[], [["waiting", 0]], []]',
-        '[[], [], [["live", "x"]]]',
-        '[[], [], [["out"]]]',
-        '[[], [], ["lost"]]',
+        "[[0, []], [0, []]]",
+        '[{"a": 1}, [0, []], []]',
+        "[[1, [[1, 1]]], [0, []], []]",
+        '[[0, []], [1, [[1, ["queued", 2]]]], []]',
+        '[[0, []], [1, [[1, ["owner", 17]]]], []]',
+        '[[0, []], [1, [[1, [["queued"], 0]]]]], []]',
+        '[[0, []], [1, [[1, ["waiting", 0]]]], []]',
+        '[[0, []], [0, []], [["live", "x"]]]',
+        '[[0, []], [0, []], [["out"]]]',
+        '[[0, []], [0, []], ["lost"]]',
+        # sparse parts: a count that is no count, a place outside it, a pair that is not
+        '[["1", []], [0, []], []]',
+        "[[-1, []], [0, []], []]",
+        '[[1, [[0, ""]]], [0, []], []]',
+        '[[1, [[2, ""]]], [0, []], []]',
+        '[[1, [["1", ""]]], [0, []], []]',
+        "[[1, [[1]]], [0, []], []]",
+        "[[1], [0, []], []]",
+        "[[], [0, []], []]",
+        '[[1, [[1, "", "x"]]], [0, []], []]',
+        '[[1, {"1": ""}], [0, []], []]',
     ],
 )
 def test_renew_reply_refuses_anything_else(raw: object) -> None:
