@@ -124,10 +124,12 @@ Decisions the design leaves open:
   it is this module's choice: the start raised at the first failure, so a replica that
   started alongside its server, or during the server's restart, failed in
   milliseconds.
-* ``limit_query`` (``sup.cluster_limit``) of a pool the server knows with other
+* ``limit_query`` (``sup.cluster_limit``) of a pool the cluster uses with other
   settings raises the ``ConfigError`` an acquisition gets: its answer would be about
   that other pool (the server checks a pool's settings at every acquisition:
-  docs/howto-limits.md, "Settings are checked by the server").
+  docs/howto-limits.md, "Settings are checked by the server"). A pool that only dead
+  processes held or waited for is not in use: the server answers it as one without
+  settings, as an acquisition with other settings is granted then.
 * A renewal that shows a new ``run_id`` (a failover, a restart) makes the next one a
   limit *rebase*: it names every unit this process holds, which the server moves to a
   new generation with the waiters it names (and their grants this process has not
@@ -854,7 +856,7 @@ class LeaseKeeper:
         checkpoint).
 
         Raises ``SlotStoreUnavailableError`` when the server does not answer within
-        ``connect_timeout``, ``ConfigError`` when the server knows the pool with other
+        ``connect_timeout``, ``ConfigError`` when the cluster uses the pool with other
         settings (its answer would be about another pool than the one asked about).
         """
         if self._closing or not self._running:

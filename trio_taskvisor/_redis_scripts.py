@@ -1884,9 +1884,13 @@ _CLUSTER_LIMIT: Final = r"""
 -- keys:    lp:<pool> lh:<pool> lq:<pool> (lu:* and lw:* read)
 -- args:    pool id
 -- replies: {spec|false, {instance, units, ...}, live waiters, next_start_ms|false}
+-- A pool not in use (no live holder or waiter, a rate pool's tat passed) answers as one
+-- without settings, whatever settings its keys still hold (of processes that died: they
+-- expire with the pool's keys): an acquisition with other settings is granted then, so
+-- the query, which raises a conflict for other settings, answers as it would.
 local pid = ARGV[4]
 local p = pool(pid)
-if not p.spec then return {false, {}, 0, false} end
+if not p.spec or not in_use(p) then return {false, {}, 0, false} end
 local per = {}
 -- (pool failed on a holder that is no request; a rate pool has none)
 local flat = p.cap and redis.call('HGETALL', P .. 'lh:' .. pid) or {}

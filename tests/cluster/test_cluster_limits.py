@@ -749,6 +749,33 @@ async def test_cluster_limit_of_a_pool_used_with_other_settings_raises(
         assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
 
 
+async def test_cluster_limit_of_a_pool_only_dead_processes_used_answers_with_new_settings(
+    store: RedisSlotStore, client: coredis.Redis[str]
+) -> None:
+    """A pool whose holder and waiter died (their generation expired, as a killed
+    replica's does, before any script saw it) is not in use: ``cluster_limit`` with
+    other settings answers (nothing held, nobody waiting), as a block with them is
+    granted. Before, it raised ``ConfigError`` ("... is used across the cluster with
+    other settings: concurrency 1, ...") until the pool's keys expired (up to ``2 *
+    lease_ttl``), while ``limited()`` with those settings entered at once."""
+    s = Scripts(client, store)
+    dead = "vm:1:dead"
+    pairs = [("old", scripts.spec_text("concurrency", 1, 0, 0.0, 0))]
+    for n in (1, 2):  # a holder, and a waiter behind it
+        await s.call(
+            scripts.LIMIT_ACQUIRE, *scripts.limit_acquire_args(dead, f"{dead}/l{n}", pairs)
+        )
+    await client.delete([f"{store.key_prefix}lu:{dead}"])  # its lease expired
+    bigger = ConcurrencyLimit("old", 3)
+    async with replica(store) as (sup, _):
+        with trio.fail_after(2 * TTL):
+            info = await sup.cluster_limit(bigger)
+            assert (info.held, info.holders, info.waiting) == (0, {}, 0)
+            async with sup.limited(bigger):
+                info = await sup.cluster_limit(bigger)
+                assert (info.held, info.holders) == (1, {sup.instance_id: 1})
+
+
 async def test_cluster_limit_raises_during_an_outage(
     store: RedisSlotStore, redis_server: RedisServer
 ) -> None:
