@@ -56,7 +56,8 @@ Invariants:
   waiting, until the head's own claim, as did a stored outcome that failed before it
   told the joiners. A limit acquisition answered with an error is withdrawn, as a
   submit is: its script may have granted it before it failed, and nobody would
-  release that grant.
+  release that grant. Not a waiter's poll (an acquisition sent again) whose error
+  comes after a push granted it: its units are held, and released as any others.
 * A lease is reported lost (``LeaseLost``) when a renewal refuses it, or at
   ``0.8 * lease_ttl`` after the sending of its last confirmed acquisition or renewal,
   by a local timer that fires whether or not the server answers (``LeaseDeadline``);
@@ -1466,7 +1467,12 @@ class LeaseKeeper:
                 part.failed = True
                 part.error = ("the query", error)
                 part.done.set()
-            case _LimitAcquire(request) if self._limits.get(request.rid) is request:
+            case _LimitAcquire(request) if self._limits.get(
+                request.rid
+            ) is request and request.state in ("new", "waiting"):
+                # (A waiter's poll whose error comes after a push granted it: its units
+                # are held, and the block or attempt runs; refused, it was withdrawn on
+                # the server while it ran, and its pool had room for one more.)
                 del self._limits[request.rid]
                 del self._limit_ids[request.w]
                 # The script may have granted it before it failed (it keeps what it

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import attrs
 import coredis
 import pytest
 import trio
@@ -464,3 +465,64 @@ async def read_line(stream: trio.abc.ReceiveStream | None) -> bytes:
         assert chunk, f"the output ended after {line!r}"
         line += chunk
     return line
+
+
+@attrs.define
+class HeldFailure:
+    """What ``holding_proxy`` yields: its ``port``; ``failing``, the script SHA1s it fails
+    (as ``failing_proxy`` does); ``seen``, set once it failed one; ``release``, set by
+    the test to let the replies of that connection through again."""
+
+    port: int
+    failing: set[str] = attrs.field(factory=set)
+    seen: trio.Event = attrs.field(factory=trio.Event)
+    release: trio.Event = attrs.field(factory=trio.Event)
+
+
+@asynccontextmanager
+async def holding_proxy(port: int) -> AsyncIterator[HeldFailure]:
+    """``failing_proxy``, but a connection that sent a failed script gets no reply from
+    then on (that script's error included) until ``release`` is set: the test decides
+    what the client learns first (a push on its other connection, then the error)."""
+    script = f"return redis.error_reply('ERR {FAILED_BY_THE_PROXY}')"
+    error = _command(b"EVAL", script.encode(), b"0")
+    held: set[trio.SocketStream] = set()
+
+    async def upstream(client: trio.SocketStream, server: trio.SocketStream) -> None:
+        buffer = b""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await client.receive_some(65536):
+                buffer, at, out = buffer + data, 0, []
+                while (command := _command_at(buffer, at)) is not None:
+                    args, end = command
+                    sha = args[1].decode().lower() if len(args) > 1 else ""
+                    failed = args[0].upper() == b"EVALSHA" and sha in state.failing
+                    if failed:
+                        held.add(client)
+                        state.seen.set()
+                    out.append(error if failed else buffer[at:end])
+                    at = end
+                buffer = buffer[at:]
+                await server.send_all(b"".join(out))
+
+    async def downstream(server: trio.SocketStream, client: trio.SocketStream) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await server.receive_some(65536):
+                if client in held:
+                    await state.release.wait()
+                await client.send_all(data)
+
+    async def handle(client: trio.SocketStream) -> None:
+        server = await trio.open_tcp_stream("127.0.0.1", port)
+        async with client, server, trio.open_nursery() as nursery:
+            nursery.start_soon(upstream, client, server)
+            await downstream(server, client)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
+        )
+        state = HeldFailure(listeners[0].socket.getsockname()[1])
+        yield state
+        nursery.cancel_scope.cancel(reason="the test proxy is no longer needed")

@@ -14,7 +14,14 @@ import attrs
 import coredis
 import pytest
 import trio
-from cluster_helpers import FAILED_BY_THE_PROXY, Scripts, config, failing_proxy, replica
+from cluster_helpers import (
+    FAILED_BY_THE_PROXY,
+    Scripts,
+    config,
+    failing_proxy,
+    holding_proxy,
+    replica,
+)
 from conftest import RedisServer
 
 from trio_taskvisor import (
@@ -284,6 +291,59 @@ def failing_store(store: RedisSlotStore, port: int) -> RedisSlotStore:
     """``store``, through the proxy at ``port``."""
     url = f"redis://127.0.0.1:{port}/0"
     return RedisSlotStore(url, namespace=store.namespace, lease_ttl=TTL, connect_timeout=2.0)
+
+
+async def test_a_poll_answered_with_an_error_after_a_pushed_grant_keeps_the_units(
+    store: RedisSlotStore, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A block waits for a concurrency pool and a rate pool; when the rate pool allows a
+    start it asks again (a poll), and the server answers that poll with an error only
+    after another process's release granted the block its units by a push (the block
+    entered). The units stay held: the error is logged, and the pool counts the block
+    until it exits. Before, the failed poll refused the granted request and withdrew
+    it on the server: the pool had room for another holder while the block ran on."""
+    conc, rate = ConcurrencyLimit("polled", 1), RateLimit("polled-rate", 1, per=TTL)
+    async with (
+        holding_proxy(redis_server.port) as proxy,
+        replica(failing_store(store, proxy.port)) as (b, _),
+        replica(store) as (a, _),
+    ):
+        a_in, a_out, b_in, b_out = trio.Event(), trio.Event(), trio.Event(), trio.Event()
+
+        async def first() -> None:
+            async with a.limited(conc, rate):  # holds conc, spends the rate's start
+                a_in.set()
+                await a_out.wait()
+
+        async def second() -> None:
+            await a_in.wait()
+            async with b.limited(conc, rate):
+                b_in.set()
+                await b_out.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first)
+            nursery.start_soon(second)
+            with trio.fail_after(2 * TTL):
+                while not (await a.cluster_limit(conc)).waiting:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            proxy.failing.add(scripts.LIMIT_ACQUIRE.sha)
+            with trio.fail_after(3 * TTL):
+                await proxy.seen.wait()  # the poll, once the rate pool allows a start
+            a_out.set()  # its release grants b by a push
+            with trio.fail_after(2 * TTL):
+                await b_in.wait()
+            proxy.release.set()  # then the poll's error
+            with trio.fail_after(2 * TTL):
+                while not said(caplog, logging.ERROR):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await trio.sleep(TTL)  # three renewals
+            info = await a.cluster_limit(conc)
+            assert (info.held, info.holders) == (1, {b.instance_id: 1})
+            b_out.set()
+        with trio.fail_after(2 * TTL):
+            while (await a.cluster_limit(conc)).held:  # noqa: ASYNC110
+                await trio.sleep(0.01)
 
 
 async def test_a_release_the_server_answers_with_an_error_is_sent_again(
