@@ -1467,12 +1467,12 @@ class LeaseKeeper:
                 part.failed = True
                 part.error = ("the query", error)
                 part.done.set()
-            case _LimitAcquire(request) if self._limits.get(
-                request.rid
-            ) is request and request.state in ("new", "waiting"):
-                # (A waiter's poll whose error comes after a push granted it: its units
-                # are held, and the block or attempt runs; refused, it was withdrawn on
-                # the server while it ran, and its pool had room for one more.)
+            case _LimitAcquire(request) if (
+                self._limits.get(request.rid) is request and request.state != "held"
+            ):
+                # (Not a waiter's poll whose error comes after a push granted it: its
+                # units are held, and its block or attempt runs; refused, it was withdrawn
+                # on the server while it ran, and its pool had room for one more.)
                 del self._limits[request.rid]
                 del self._limit_ids[request.w]
                 # The script may have granted it before it failed (it keeps what it

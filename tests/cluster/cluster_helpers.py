@@ -9,7 +9,7 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -343,10 +343,10 @@ async def tcp_server(
         nursery.cancel_scope.cancel(reason="the test server is no longer needed")
 
 
-Filter = Callable[[trio.SocketStream, bytes], bytes]
+Filter = Callable[[trio.SocketStream, bytes], Awaitable[bytes]]
 
 
-def _passed(_: trio.SocketStream, data: bytes) -> bytes:
+async def _passed(_: trio.SocketStream, data: bytes) -> bytes:
     return data
 
 
@@ -355,15 +355,16 @@ async def tcp_proxy(
     port: int, *, upstream: Filter = _passed, downstream: Filter = _passed
 ) -> AsyncIterator[int]:
     """A TCP proxy to the loopback server at ``port``; yield its own port. What a client
-    sends goes to the server as ``upstream(client, data)`` returns it, what the server
-    sends back to the client as ``downstream(client, data)`` does (``b""``: nothing)."""
+    sends goes to the server as ``await upstream(client, data)`` returns it, what the
+    server sends back to the client as ``await downstream(client, data)`` does (``b""``:
+    nothing)."""
 
     async def pump(
         source: trio.SocketStream, sink: trio.SocketStream, client: trio.SocketStream, how: Filter
     ) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             while data := await source.receive_some(65536):
-                if passed := how(client, data):
+                if passed := await how(client, data):
                     await sink.send_all(passed)
 
     async def handle(client: trio.SocketStream) -> None:
@@ -407,31 +408,55 @@ def _command(*args: bytes) -> bytes:
 FAILED_BY_THE_PROXY = "the test proxy fails this script"
 
 
+@attrs.define
+class FailingProxy:
+    """What ``failing_proxy`` yields: its ``port``; ``failing``, the SHA1s of the scripts
+    it fails (empty at first); ``failed``, set once it failed one; ``release``, which
+    ends the hold of a proxy that holds replies."""
+
+    port: int
+    failing: set[str] = attrs.field(factory=set)
+    failed: trio.Event = attrs.field(factory=trio.Event)
+    release: trio.Event = attrs.field(factory=trio.Event)
+
+
 @asynccontextmanager
-async def failing_proxy(port: int) -> AsyncIterator[tuple[int, set[str]]]:
-    """A TCP proxy to the loopback server at ``port``: yields its own port and a set of
-    script SHA1s, empty at first. An ``EVALSHA`` of a script in the set reaches the
-    server as a script that fails (``FAILED_BY_THE_PROXY``), as a server's error that is
-    no foreign data would (a command the user may no longer run, a server out of
-    memory); every other command passes as it is."""
-    failing: set[str] = set()
+async def failing_proxy(port: int, *, hold: bool = False) -> AsyncIterator[FailingProxy]:
+    """A TCP proxy to the loopback server at ``port``. An ``EVALSHA`` of a script in
+    ``failing`` reaches the server as a script that fails (``FAILED_BY_THE_PROXY``), as a
+    server's error that is no foreign data would (a command the user may no longer run, a
+    server out of memory); every other command passes as it is. With ``hold``, a
+    connection that sent a failed script gets no reply from then on (that error
+    included) until ``release`` is set: the test decides what its client learns first."""
+    proxy = FailingProxy(0)
     pending: dict[trio.SocketStream, bytes] = {}
+    held: set[trio.SocketStream] = set()
     script = f"return redis.error_reply('ERR {FAILED_BY_THE_PROXY}')"
     error = _command(b"EVAL", script.encode(), b"0")
 
-    def upstream(client: trio.SocketStream, data: bytes) -> bytes:
+    async def upstream(client: trio.SocketStream, data: bytes) -> bytes:
         buffer, at, out = pending.pop(client, b"") + data, 0, []
         while (command := _command_at(buffer, at)) is not None:
             args, end = command
             sha = args[1].decode().lower() if len(args) > 1 else ""
-            failed = args[0].upper() == b"EVALSHA" and sha in failing
-            out.append(error if failed else buffer[at:end])
+            if args[0].upper() == b"EVALSHA" and sha in proxy.failing:
+                out.append(error)
+                proxy.failed.set()
+                if hold:
+                    held.add(client)
+            else:
+                out.append(buffer[at:end])
             at = end
         pending[client] = buffer[at:]
         return b"".join(out)
 
-    async with tcp_proxy(port, upstream=upstream) as proxied:
-        yield proxied, failing
+    async def downstream(client: trio.SocketStream, data: bytes) -> bytes:
+        if client in held:
+            await proxy.release.wait()
+        return data
+
+    async with tcp_proxy(port, upstream=upstream, downstream=downstream) as proxy.port:
+        yield proxy
 
 
 async def start_later(server: RedisServer, delay: float = 0.3) -> None:
@@ -465,64 +490,3 @@ async def read_line(stream: trio.abc.ReceiveStream | None) -> bytes:
         assert chunk, f"the output ended after {line!r}"
         line += chunk
     return line
-
-
-@attrs.define
-class HeldFailure:
-    """What ``holding_proxy`` yields: its ``port``; ``failing``, the script SHA1s it fails
-    (as ``failing_proxy`` does); ``seen``, set once it failed one; ``release``, set by
-    the test to let the replies of that connection through again."""
-
-    port: int
-    failing: set[str] = attrs.field(factory=set)
-    seen: trio.Event = attrs.field(factory=trio.Event)
-    release: trio.Event = attrs.field(factory=trio.Event)
-
-
-@asynccontextmanager
-async def holding_proxy(port: int) -> AsyncIterator[HeldFailure]:
-    """``failing_proxy``, but a connection that sent a failed script gets no reply from
-    then on (that script's error included) until ``release`` is set: the test decides
-    what the client learns first (a push on its other connection, then the error)."""
-    script = f"return redis.error_reply('ERR {FAILED_BY_THE_PROXY}')"
-    error = _command(b"EVAL", script.encode(), b"0")
-    held: set[trio.SocketStream] = set()
-
-    async def upstream(client: trio.SocketStream, server: trio.SocketStream) -> None:
-        buffer = b""
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            while data := await client.receive_some(65536):
-                buffer, at, out = buffer + data, 0, []
-                while (command := _command_at(buffer, at)) is not None:
-                    args, end = command
-                    sha = args[1].decode().lower() if len(args) > 1 else ""
-                    failed = args[0].upper() == b"EVALSHA" and sha in state.failing
-                    if failed:
-                        held.add(client)
-                        state.seen.set()
-                    out.append(error if failed else buffer[at:end])
-                    at = end
-                buffer = buffer[at:]
-                await server.send_all(b"".join(out))
-
-    async def downstream(server: trio.SocketStream, client: trio.SocketStream) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            while data := await server.receive_some(65536):
-                if client in held:
-                    await state.release.wait()
-                await client.send_all(data)
-
-    async def handle(client: trio.SocketStream) -> None:
-        server = await trio.open_tcp_stream("127.0.0.1", port)
-        async with client, server, trio.open_nursery() as nursery:
-            nursery.start_soon(upstream, client, server)
-            await downstream(server, client)
-            nursery.cancel_scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
-        )
-        state = HeldFailure(listeners[0].socket.getsockname()[1])
-        yield state
-        nursery.cancel_scope.cancel(reason="the test proxy is no longer needed")

@@ -1056,12 +1056,12 @@ async def forgetful_proxy(port: int) -> AsyncIterator[tuple[int, Callable[[], No
     subscriptions: set[trio.SocketStream] = set()
     forgotten: set[trio.SocketStream] = set()
 
-    def upstream(client: trio.SocketStream, data: bytes) -> bytes:
+    async def upstream(client: trio.SocketStream, data: bytes) -> bytes:
         if b"SUBSCRIBE" in data:
             subscriptions.add(client)
         return data
 
-    def downstream(client: trio.SocketStream, data: bytes) -> bytes:
+    async def downstream(client: trio.SocketStream, data: bytes) -> bytes:
         return b"" if client in forgotten else data
 
     def forget() -> None:

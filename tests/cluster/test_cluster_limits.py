@@ -19,7 +19,6 @@ from cluster_helpers import (
     Scripts,
     config,
     failing_proxy,
-    holding_proxy,
     replica,
 )
 from conftest import RedisServer
@@ -304,7 +303,7 @@ async def test_a_poll_answered_with_an_error_after_a_pushed_grant_keeps_the_unit
     it on the server: the pool had room for another holder while the block ran on."""
     conc, rate = ConcurrencyLimit("polled", 1), RateLimit("polled-rate", 1, per=TTL)
     async with (
-        holding_proxy(redis_server.port) as proxy,
+        failing_proxy(redis_server.port, hold=True) as proxy,
         replica(failing_store(store, proxy.port)) as (b, _),
         replica(store) as (a, _),
     ):
@@ -329,7 +328,7 @@ async def test_a_poll_answered_with_an_error_after_a_pushed_grant_keeps_the_unit
                     await trio.sleep(0.01)
             proxy.failing.add(scripts.LIMIT_ACQUIRE.sha)
             with trio.fail_after(3 * TTL):
-                await proxy.seen.wait()  # the poll, once the rate pool allows a start
+                await proxy.failed.wait()  # the poll, once the rate pool allows a start
             a_out.set()  # its release grants b by a push
             with trio.fail_after(2 * TTL):
                 await b_in.wait()
@@ -365,13 +364,13 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
     gate, started = trio.Event(), trio.Event()
     holders = f"{store.key_prefix}lh:second"
     async with (
-        failing_proxy(redis_server.port) as (port, failing),
-        replica(failing_store(store, port)) as (sup, _),
+        failing_proxy(redis_server.port) as proxy,
+        replica(failing_store(store, proxy.port)) as (sup, _),
     ):
         waiter = await sup.add(held_by(gate, "t", (first, second), started))
         with trio.fail_after(2 * TTL):
             await started.wait()
-        failing.add(scripts.LIMIT_RELEASE.sha)
+        proxy.failing.add(scripts.LIMIT_RELEASE.sha)
         gate.set()
         with trio.fail_after(2 * TTL):
             assert (await waiter.wait()).kind is OutcomeKind.COMPLETED
@@ -384,7 +383,7 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
         assert error.endswith("(sent again with each renewal until it works)")
         assert len(said(caplog, logging.DEBUG, "slot store limit release of ")) >= 2
         assert await client.hlen(holders) == 1
-        failing.clear()
+        proxy.failing.clear()
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit release of "):  # noqa: ASYNC110
                 await trio.sleep(0.01)
@@ -407,8 +406,8 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
     pool, gate, started = ConcurrencyLimit("solo", 1), trio.Event(), trio.Event()
 
     async with (
-        failing_proxy(redis_server.port) as (port, failing),
-        replica(failing_store(store, port)) as (a, recorder_a),
+        failing_proxy(redis_server.port) as proxy,
+        replica(failing_store(store, proxy.port)) as (a, recorder_a),
         replica(store) as (b, _),
     ):
         holder = await b.add(held_by(gate, "holder", pool, started))
@@ -417,7 +416,7 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         waiter = await a.add(TaskSpec.once("w", trio.lowlevel.checkpoint, limits=(pool,)))
         with trio.fail_after(2 * TTL):
             await recorder_a.wait_for(EventKind.LIMIT_WAITING)
-        failing.add(scripts.LIMIT_RENEW.sha)
+        proxy.failing.add(scripts.LIMIT_RENEW.sha)
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.ERROR):  # noqa: ASYNC110
                 await trio.sleep(0.01)
@@ -433,7 +432,7 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
         assert len(said(caplog, logging.DEBUG, "slot store limit renewal failed again")) >= 2
         assert [info.state for info in a.list()] == [TaskState.WAITING]
         assert recorder_a.of(EventKind.CONTROLLER_STORE_UNAVAILABLE) == []
-        failing.clear()
+        proxy.failing.clear()
         with trio.fail_after(2 * TTL):
             while not said(caplog, logging.INFO, "slot store limit renewal worked, after"):  # noqa: ASYNC110
                 await trio.sleep(0.01)
