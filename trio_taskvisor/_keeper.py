@@ -202,7 +202,7 @@ import json
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeAlias, assert_never, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -446,6 +446,7 @@ class _LimitRequest:
     rid: int
     w: str  # the request's id on the server
     pools: tuple[tuple[str, str], ...]  # (pool id, settings) on the wire
+    group: frozenset[str]  # its pool ids: the server's group of waiters for them
     sent: bool = False  # an acquisition is in flight or was answered
     # An acquisition was sent once: the server may hold it (a round trip that failed,
     # a replicas_ack WAIT that fell short, may have run it), so a release is owed.
@@ -837,7 +838,8 @@ class LeaseKeeper:
         w = f"{self.instance_id}/l{self._limit_numbers}"
         wire = tuple((_wire_pool(ident), _spec_of(limit)) for ident, limit in pools)
         rate_only = not any(isinstance(limit, ConcurrencyLimit) for _, limit in pools)
-        self._limits[rid] = _LimitRequest(rid, w, wire, rate_only=rate_only)
+        group = frozenset(pid for pid, _ in wire)
+        self._limits[rid] = _LimitRequest(rid, w, wire, group, rate_only=rate_only)
         self._limit_ids[w] = rid
         self._io_wakeup.set()
 
@@ -848,6 +850,8 @@ class LeaseKeeper:
         if request is None:
             return
         del self._limit_ids[request.w]
+        if request.state == "waiting":
+            self._wake_timers()  # the next oldest of its pools polls (_pollers)
         if request.reached:
             pools = tuple(pid for pid, _ in request.pools)
             self._oblige(_LimitRelease(request.w, pools, request.state != "held"))
@@ -903,12 +907,13 @@ class LeaseKeeper:
             batch.add(renewal, (scripts.LIMIT_RENEW.name, args))
         if not self._closing:
             now = trio.current_time()
-            for request in self._limits.values():
-                if not request.sent or (request.state == "waiting" and now >= request.retry_at):
-                    request.sent = request.reached = True
-                    request.retry_at = math.inf
-                    args = scripts.limit_acquire_args(self.instance_id, request.w, request.pools)
-                    batch.add(_LimitAcquire(request), (scripts.LIMIT_ACQUIRE.name, args))
+            asked = [request for request in self._limits.values() if not request.sent]
+            asked += [r for r in self._pollers() if r.sent and now >= r.retry_at]
+            for request in asked:
+                request.sent = request.reached = True
+                request.retry_at = math.inf
+                args = scripts.limit_acquire_args(self.instance_id, request.w, request.pools)
+                batch.add(_LimitAcquire(request), (scripts.LIMIT_ACQUIRE.name, args))
         for query in self._limit_queries:
             batch.add(query, (scripts.CLUSTER_LIMIT.name, (query.pool,)))
         self._limit_queries.clear()
@@ -916,6 +921,8 @@ class LeaseKeeper:
     def _limit_reply(self, request: _LimitRequest, reply: scripts.LimitReply) -> None:
         if self._limits.get(request.rid) is not request or request.state in ("held", "lost"):
             return  # released meanwhile, or already granted by a message
+        if request.state == "waiting":
+            self._wake_timers()  # (if it stops waiting, the next oldest polls: _pollers)
         sink = self.limit_sink
         match reply.kind:
             case "granted":
@@ -987,6 +994,18 @@ class LeaseKeeper:
         if self.limit_sink is not None:
             self.limit_sink.limit_lost(request.rid)
 
+    def _pollers(self) -> Iterator[_LimitRequest]:
+        """The waiters that ask again when their rate pool allows a start (a poll): the
+        oldest of each set of pools. Only the head of the server's group of waiters for
+        a set of pools can be granted, and a poll grants whoever of the group is first
+        across the cluster: a poll of each waiter was a round trip each that granted
+        nothing more (with N waiters, N calls per start)."""
+        polled: set[frozenset[str]] = set()
+        for request in self._limits.values():
+            if request.state == "waiting" and request.group not in polled:
+                polled.add(request.group)
+                yield request
+
     def _limit_timers(self, now: float) -> float:
         """Lose units whose generation was not renewed in time; ask again for waiters
         whose rate pool allows a start. Return the next time to look."""
@@ -998,11 +1017,11 @@ class LeaseKeeper:
                     self._limit_lose(request)
                 else:
                     next_at = min(next_at, deadline)
-            elif request.state == "waiting" and request.retry_at < math.inf:
-                if now >= request.retry_at:
-                    self._io_wakeup.set()
-                else:
-                    next_at = min(next_at, request.retry_at)
+        for request in self._pollers():
+            if now >= request.retry_at:
+                self._io_wakeup.set()
+            elif request.retry_at < math.inf:
+                next_at = min(next_at, request.retry_at)
         return next_at
 
     async def query(self, slot: str) -> ClusterSlotInfo | None:
@@ -1475,6 +1494,7 @@ class LeaseKeeper:
                 # on the server while it ran, and its pool had room for one more.)
                 del self._limits[request.rid]
                 del self._limit_ids[request.w]
+                self._wake_timers()  # the next oldest of its pools polls (_pollers)
                 # The script may have granted it before it failed (it keeps what it
                 # wrote), and nobody would release that grant: withdraw it.
                 pools = tuple(pid for pid, _ in request.pools)

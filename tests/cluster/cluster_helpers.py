@@ -3,6 +3,7 @@ open supervisors with a slot store (``replica``) and the bodies their tests subm
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -412,10 +413,12 @@ FAILED_BY_THE_PROXY = "the test proxy fails this script"
 class FailingProxy:
     """What ``failing_proxy`` yields: its ``port``; ``failing``, the SHA1s of the scripts
     it fails (empty at first); ``failed``, set once it failed one; ``release``, which
-    ends the hold of a proxy that holds replies."""
+    ends the hold of a proxy that holds replies; ``calls``, how many ``EVALSHA`` of each
+    script its clients sent."""
 
     port: int
     failing: set[str] = attrs.field(factory=set)
+    calls: collections.Counter[str] = attrs.field(factory=collections.Counter)
     failed: trio.Event = attrs.field(factory=trio.Event)
     release: trio.Event = attrs.field(factory=trio.Event)
 
@@ -438,8 +441,10 @@ async def failing_proxy(port: int, *, hold: bool = False) -> AsyncIterator[Faili
         buffer, at, out = pending.pop(client, b"") + data, 0, []
         while (command := _command_at(buffer, at)) is not None:
             args, end = command
-            sha = args[1].decode().lower() if len(args) > 1 else ""
-            if args[0].upper() == b"EVALSHA" and sha in proxy.failing:
+            evalsha = args[0].upper() == b"EVALSHA"
+            sha = args[1].decode().lower() if evalsha else ""
+            proxy.calls[sha] += evalsha
+            if evalsha and sha in proxy.failing:
                 out.append(error)
                 proxy.failed.set()
                 if hold:
