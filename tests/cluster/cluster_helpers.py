@@ -441,10 +441,10 @@ async def failing_proxy(port: int, *, hold: bool = False) -> AsyncIterator[Faili
         buffer, at, out = pending.pop(client, b"") + data, 0, []
         while (command := _command_at(buffer, at)) is not None:
             args, end = command
-            evalsha = args[0].upper() == b"EVALSHA"
-            sha = args[1].decode().lower() if evalsha else ""
-            proxy.calls[sha] += evalsha
-            if evalsha and sha in proxy.failing:
+            sha = args[1].decode().lower() if args[0].upper() == b"EVALSHA" else None
+            if sha is not None:
+                proxy.calls[sha] += 1
+            if sha in proxy.failing:
                 out.append(error)
                 proxy.failed.set()
                 if hold:
