@@ -1229,11 +1229,7 @@ async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_a_holder_that_is
         assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
     what = await add_junk_holder(s, "c1")
     renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
-    refused, other = renewed.waiters
-    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
-    assert other.kind == "waiting"
-    assert what not in renewed.unowned
-    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert (await refused_alone(s, renewed, "c1", what)).kind == "waiting"
 
 
 async def test_the_pool_query_refuses_a_holder_that_is_no_request(s: Scripts) -> None:
@@ -1287,6 +1283,18 @@ async def test_a_release_reads_settings_no_script_wrote_as_none(
     assert await s.client.hget(f"{s.prefix}lp:c1", "spec") == spec
 
 
+async def refused_in_its_own_pool(s: Scripts, pid: str, spec: str, what: str) -> None:
+    """B's acquisition of pool ``pid`` (settings ``spec``) and ``cluster_limit`` of it both
+    fail naming ``what``, as foreign data at their own keys does."""
+    for script, args in (
+        (scripts.LIMIT_ACQUIRE, scripts.limit_acquire_args(B, f"{B}/1", [(pid, spec)])),
+        (scripts.CLUSTER_LIMIT, (pid,)),
+    ):
+        with pytest.raises(coredis.exceptions.ResponseError) as error:
+            await s.call(script, *args)
+        assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
+
+
 @pytest.mark.parametrize("spec", JUNK_SPECS)
 async def test_an_acquisition_and_the_query_refuse_settings_no_script_wrote_in_their_pool(
     s: Scripts, spec: str
@@ -1297,15 +1305,21 @@ async def test_an_acquisition_and_the_query_refuse_settings_no_script_wrote_in_t
     is written to the pool. Before, both failed with a Lua error that named no key, or
     read a pool that never has room (``concurrency 0``: the request waited for ever)."""
     what = await junk_settings(s, "c1", spec)
-    for script, args in (
-        (scripts.LIMIT_ACQUIRE, scripts.limit_acquire_args(B, f"{B}/1", [("c1", CONC1)])),
-        (scripts.CLUSTER_LIMIT, ("c1",)),
-    ):
-        with pytest.raises(coredis.exceptions.ResponseError) as error:
-            await s.call(script, *args)
-        assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
+    await refused_in_its_own_pool(s, "c1", CONC1, what)
     assert await s.client.hgetall(f"{s.prefix}lp:c1") == {"spec": spec}
     assert await s.client.exists([f"{s.prefix}lh:c1", f"{s.prefix}lw:{B}/1"]) == 0
+
+
+async def refused_alone(
+    s: Scripts, renewed: scripts.LimitRenewReply, pool: str, what: str
+) -> scripts.LimitReply:
+    """B's renewal refused its first waiter alone, for ``what`` in ``pool``, and
+    withdrew it; the reply's item for B's other waiter."""
+    refused, other = renewed.waiters
+    assert (refused.kind, refused.pool, refused.what) == ("foreign", pool, what)
+    assert what not in renewed.unowned
+    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    return other
 
 
 async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_settings_no_script_wrote(
@@ -1321,11 +1335,7 @@ async def test_limit_renew_refuses_only_a_waiter_whose_pool_has_settings_no_scri
         assert (await limit_acquire(s, B, w, pool)).kind == "waiting"
     what = await junk_settings(s, "c1", "bogus")
     renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
-    refused, other = renewed.waiters
-    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
-    assert other.kind == "waiting"
-    assert what not in renewed.unowned
-    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert (await refused_alone(s, renewed, "c1", what)).kind == "waiting"
     assert await s.client.hget(f"{s.prefix}lp:c1", "spec") == "bogus"
 
 
@@ -1376,13 +1386,7 @@ async def test_an_acquisition_and_the_query_refuse_a_tat_no_script_wrote_in_thei
     failed with a Lua error (``nan``) or read it as none."""
     await s.client.hset(f"{s.prefix}lp:r", {"spec": RATE1})
     what = await junk_tat(s, tat)
-    for script, args in (
-        (scripts.LIMIT_ACQUIRE, scripts.limit_acquire_args(B, f"{B}/1", [("r", RATE1)])),
-        (scripts.CLUSTER_LIMIT, ("r",)),
-    ):
-        with pytest.raises(coredis.exceptions.ResponseError) as error:
-            await s.call(script, *args)
-        assert f"foreign data in the slot store at {s.prefix}{what}" in str(error.value)
+    await refused_in_its_own_pool(s, "r", RATE1, what)
     assert await s.client.hgetall(f"{s.prefix}lp:r") == {"spec": RATE1, "tat": tat}
     assert await s.client.exists([f"{s.prefix}lw:{B}/1"]) == 0
 
@@ -1402,11 +1406,7 @@ async def test_limit_renew_refuses_only_a_waiter_whose_rate_pool_has_a_tat_no_sc
     what = await junk_tat(s, "nan")
     args = scripts.limit_renew_args(B, [(f"{B}/1", [("r", RATE1)]), (f"{B}/2", [("c2", CONC1)])])
     renewed = scripts.parse_limit_renew(await s.call(scripts.LIMIT_RENEW, *args))
-    refused, other = renewed.waiters
-    assert (refused.kind, refused.pool, refused.what) == ("foreign", "r", what)
-    assert other.kind == "waiting"
-    assert what not in renewed.unowned
-    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert (await refused_alone(s, renewed, "r", what)).kind == "waiting"
     assert await s.client.hget(f"{s.prefix}lp:r", "tat") == "nan"
 
 
@@ -1528,11 +1528,7 @@ async def test_limit_renew_refuses_only_its_waiter_that_meets_foreign_data_of_it
         await s.client.hset(f"{s.prefix}lw:{B}/1", {"pools": "junk"})
         what = f"lw:{B}/1: {NO_POOLS}"
     renewed = await limit_renew(s, B, (f"{B}/1", ("c1",)), (f"{B}/2", ("c2",)))
-    refused, other = renewed.waiters
-    assert (refused.kind, refused.pool, refused.what) == ("foreign", "c1", what)
-    assert other.kind == "granted"
-    assert what not in renewed.unowned
-    assert await s.client.get(f"{s.prefix}lx:{B}/1") == "gone"
+    assert (await refused_alone(s, renewed, "c1", what)).kind == "granted"
 
 
 @pytest.mark.parametrize("foreign", ["x", "nan", "inf", "-5", "0", "1e300"])
