@@ -846,12 +846,10 @@ class LeaseKeeper:
     def limit_release(self, rid: int) -> None:
         """Give back a request's units (or withdraw it while it waits); no report. Sent
         until the server acknowledges it."""
-        request = self._limits.pop(rid, None)
+        request = self._limits.get(rid)
         if request is None:
             return
-        del self._limit_ids[request.w]
-        if request.state == "waiting":
-            self._wake_timers()  # the next oldest of its pools polls (_pollers)
+        self._limit_forget(request)
         if request.reached:
             pools = tuple(pid for pid, _ in request.pools)
             self._oblige(_LimitRelease(request.w, pools, request.state != "held"))
@@ -921,8 +919,6 @@ class LeaseKeeper:
     def _limit_reply(self, request: _LimitRequest, reply: scripts.LimitReply) -> None:
         if self._limits.get(request.rid) is not request or request.state in ("held", "lost"):
             return  # released meanwhile, or already granted by a message
-        if request.state == "waiting":
-            self._wake_timers()  # (if it stops waiting, the next oldest polls: _pollers)
         sink = self.limit_sink
         match reply.kind:
             case "granted":
@@ -934,11 +930,10 @@ class LeaseKeeper:
                     self._renew_now = True
                     self._io_wakeup.set()
                     return
-                request.state, request.gen = "held", reply.gen
                 if request.rate_only:
-                    del self._limits[request.rid]
-                    del self._limit_ids[request.w]
+                    self._limit_forget(request)
                 else:
+                    request.state, request.gen = "held", reply.gen
                     self._wake_timers()
                 if sink is not None:
                     sink.limit_granted(request.rid)
@@ -951,8 +946,7 @@ class LeaseKeeper:
                     request.waiting_reported = True
                     sink.limit_waiting(request.rid, tuple(map(_pool_of, reply.blocked)))
             case "conflict":
-                del self._limits[request.rid]
-                del self._limit_ids[request.w]
+                self._limit_forget(request)
                 if sink is not None:
                     pool = str(reply.pool)
                     ours = next(spec for pid, spec in request.pools if pid == pool)
@@ -962,8 +956,7 @@ class LeaseKeeper:
             case "foreign":
                 # a renewal's waiter of a pool whose holders key is foreign data: refused,
                 # as an acquisition the server answers with an error is
-                del self._limits[request.rid]
-                del self._limit_ids[request.w]
+                self._limit_forget(request)
                 why = self._foreign_at(str(reply.what))
                 log(logging.ERROR, "slot store limit renewal of a waiter refused: %s", why)
                 if sink is not None:
@@ -993,6 +986,15 @@ class LeaseKeeper:
         request.state = "lost"
         if self.limit_sink is not None:
             self.limit_sink.limit_lost(request.rid)
+
+    def _limit_forget(self, request: _LimitRequest) -> None:
+        """Forget ``request`` (given back, refused, or its rate pools' start granted);
+        one that waited has the timers look again: the next oldest of its pools polls
+        (``_pollers``)."""
+        del self._limits[request.rid]
+        del self._limit_ids[request.w]
+        if request.state == "waiting":
+            self._wake_timers()
 
     def _pollers(self) -> Iterator[_LimitRequest]:
         """The waiters that ask again when their rate pool allows a start (a poll): the
@@ -1492,9 +1494,7 @@ class LeaseKeeper:
                 # (Not a waiter's poll whose error comes after a push granted it: its
                 # units are held, and its block or attempt runs; refused, it was withdrawn
                 # on the server while it ran, and its pool had room for one more.)
-                del self._limits[request.rid]
-                del self._limit_ids[request.w]
-                self._wake_timers()  # the next oldest of its pools polls (_pollers)
+                self._limit_forget(request)
                 # The script may have granted it before it failed (it keeps what it
                 # wrote), and nobody would release that grant: withdraw it.
                 pools = tuple(pid for pid, _ in request.pools)
