@@ -422,6 +422,10 @@ class FailingProxy:
     failed: trio.Event = attrs.field(factory=trio.Event)
     release: trio.Event = attrs.field(factory=trio.Event)
 
+    def store(self, store: RedisSlotStore) -> RedisSlotStore:
+        """``store``, through this proxy."""
+        return attrs.evolve(store, url=f"redis://127.0.0.1:{self.port}/0")
+
 
 @asynccontextmanager
 async def failing_proxy(port: int, *, hold: bool = False) -> AsyncIterator[FailingProxy]:

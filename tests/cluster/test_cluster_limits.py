@@ -286,12 +286,6 @@ async def test_an_acquisition_reads_another_process_key_of_foreign_data_as_none(
     await client.delete([key])
 
 
-def failing_store(store: RedisSlotStore, port: int) -> RedisSlotStore:
-    """``store``, through the proxy at ``port``."""
-    url = f"redis://127.0.0.1:{port}/0"
-    return RedisSlotStore(url, namespace=store.namespace, lease_ttl=TTL, connect_timeout=2.0)
-
-
 async def test_a_poll_answered_with_an_error_after_a_pushed_grant_keeps_the_units(
     store: RedisSlotStore, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -304,7 +298,7 @@ async def test_a_poll_answered_with_an_error_after_a_pushed_grant_keeps_the_unit
     conc, rate = ConcurrencyLimit("polled", 1), RateLimit("polled-rate", 1, per=TTL)
     async with (
         failing_proxy(redis_server.port, hold=True) as proxy,
-        replica(failing_store(store, proxy.port)) as (b, _),
+        replica(proxy.store(store)) as (b, _),
         replica(store) as (a, _),
     ):
         a_in, a_out, b_in, b_out = trio.Event(), trio.Event(), trio.Event(), trio.Event()
@@ -365,7 +359,7 @@ async def test_waiters_of_a_rate_pool_ask_again_once_per_start(
 
     async with (
         failing_proxy(redis_server.port) as proxy,
-        replica(failing_store(store, proxy.port)) as (sup, _),
+        replica(proxy.store(store)) as (sup, _),
     ):
         with trio.fail_after(4 * TTL):  # 30 starts at 30 a second: 1 s
             async with trio.open_nursery() as nursery:
@@ -395,7 +389,7 @@ async def test_a_release_the_server_answers_with_an_error_is_sent_again(
     holders = f"{store.key_prefix}lh:second"
     async with (
         failing_proxy(redis_server.port) as proxy,
-        replica(failing_store(store, proxy.port)) as (sup, _),
+        replica(proxy.store(store)) as (sup, _),
     ):
         waiter = await sup.add(held_by(gate, "t", (first, second), started))
         with trio.fail_after(2 * TTL):
@@ -437,7 +431,7 @@ async def test_a_limit_renewal_the_server_answers_with_an_error_is_logged_once(
 
     async with (
         failing_proxy(redis_server.port) as proxy,
-        replica(failing_store(store, proxy.port)) as (a, recorder_a),
+        replica(proxy.store(store)) as (a, recorder_a),
         replica(store) as (b, _),
     ):
         holder = await b.add(held_by(gate, "holder", pool, started))
